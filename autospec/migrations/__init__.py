@@ -1,0 +1,1 @@
+"""Alembic migration scripts of the autospec store (package data; see autospec.store.migrate)."""

@@ -1,0 +1,173 @@
+"""Engines and sessions: one place that turns a database URL into a working connection.
+
+- :func:`make_engine` parses the URL (a malformed one or a missing driver raises
+  :class:`~autospec.store.errors.BadDatabaseURL`), creates the SQLite file's directory, and for
+  SQLite sets WAL mode, a busy timeout, ``synchronous=NORMAL`` and foreign keys on every
+  connection, so serve replicas, the controller and the CLI share one file.
+- On SQLite every session transaction starts with ``BEGIN IMMEDIATE`` (it takes the write lock
+  up front and waits for it under the busy timeout, so a read-then-write transaction can never
+  fail with "database is locked"); ``session_scope(engine, readonly=True)`` uses a plain
+  deferred ``BEGIN`` for readers, which WAL never blocks.
+- :func:`ping` opens a connection and raises
+  :class:`~autospec.store.errors.DatabaseUnreachable` naming the database when it cannot.
+- :func:`open_store` = make_engine + ping + schema check (or upgrade): what processes call
+  at start-up.
+
+This module knows nothing of the tables; see :mod:`autospec.store.models`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from autospec.store.errors import BadDatabaseURL, DatabaseUnreachable
+
+log = logging.getLogger(__name__)
+
+SQLITE_BUSY_TIMEOUT_S = 30.0
+_BEGIN_OPTION = "autospec_sqlite_begin"
+
+
+def parse_url(url: str | URL) -> URL:
+    """Parse a SQLAlchemy URL or raise :class:`BadDatabaseURL` saying what is wrong."""
+    if isinstance(url, URL):
+        return url
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise BadDatabaseURL(f"malformed database URL {url!r}: {exc}") from None
+
+
+def describe(url: str | URL) -> str:
+    """The URL with its password hidden, for messages and logs."""
+    try:
+        return parse_url(url).render_as_string(hide_password=True)
+    except BadDatabaseURL:
+        return repr(url)
+
+
+def make_engine(
+    url: str | URL | None = None,
+    *,
+    busy_timeout_s: float = SQLITE_BUSY_TIMEOUT_S,
+    connect_timeout_s: float = 10.0,
+    echo: bool = False,
+) -> Engine:
+    """An Engine for ``url`` (default: ``AUTOSPEC_DATABASE_URL``). Does not connect."""
+    if url is None:
+        from autospec.settings import get_settings
+
+        url = get_settings().resolved_database_url
+    parsed = parse_url(url)
+    backend = parsed.get_backend_name()
+    kwargs: dict[str, Any] = {"echo": echo}
+    if backend == "sqlite":
+        _ensure_sqlite_dir(parsed)
+        kwargs["connect_args"] = {"timeout": busy_timeout_s, "check_same_thread": False}
+    elif backend == "postgresql":
+        kwargs["connect_args"] = {"connect_timeout": max(1, int(connect_timeout_s))}
+        kwargs["pool_pre_ping"] = True
+        if parsed.drivername == "postgresql":  # plain postgresql:// would pick psycopg2
+            parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except NoSuchModuleError as exc:
+        raise BadDatabaseURL(f"unknown database driver in {describe(parsed)!r}: {exc}") from None
+    except (ArgumentError, ImportError, TypeError) as exc:
+        raise BadDatabaseURL(f"cannot use database URL {describe(parsed)!r}: {exc}") from None
+    if backend == "sqlite":
+        _install_sqlite_hooks(engine, busy_timeout_s)
+    return engine
+
+
+def _ensure_sqlite_dir(url: URL) -> None:
+    database = url.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+
+
+def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see module docstring)
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        mode = conn.get_execution_options().get(_BEGIN_OPTION, "IMMEDIATE")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def writer_engine(engine: Engine) -> Engine:
+    """``engine`` with write transactions (BEGIN IMMEDIATE on SQLite; a no-op elsewhere)."""
+    return engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+
+
+def reader_engine(engine: Engine) -> Engine:
+    """``engine`` with read transactions (deferred BEGIN on SQLite; a no-op elsewhere)."""
+    return engine.execution_options(**{_BEGIN_OPTION: "DEFERRED"})
+
+
+@contextmanager
+def session_scope(engine: Engine, *, readonly: bool = False) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error.
+
+    Objects stay usable after the block (``expire_on_commit=False``). Use ``readonly=True``
+    for pure reads on SQLite so readers never queue for the write lock.
+    """
+    bind = reader_engine(engine) if readonly else writer_engine(engine)
+    session = Session(bind=bind, expire_on_commit=False)
+    try:
+        yield session
+        if readonly:
+            session.rollback()
+        else:
+            session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def ping(engine: Engine) -> None:
+    """Open one connection, or raise :class:`DatabaseUnreachable` naming the database."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except (DBAPIError, SQLAlchemyError, OSError) as exc:
+        reason = getattr(exc, "orig", None) or exc
+        raise DatabaseUnreachable(
+            f"cannot connect to database {describe(engine.url)}: {str(reason).strip()}"
+        ) from None
+
+
+def open_store(url: str | URL | None = None, *, upgrade: bool = False) -> Engine:
+    """Engine for ``url``, checked: reachable and at the revision this code expects.
+
+    With ``upgrade=True`` the schema is migrated to head first (the embedded default does this
+    so a fresh SQLite file just works); otherwise a schema mismatch raises a
+    :class:`~autospec.store.errors.SchemaError` telling the operator to run ``autospec db upgrade``.
+    """
+    from autospec.store import migrate
+
+    engine = make_engine(url)
+    ping(engine)
+    if upgrade:
+        migrate.upgrade(engine)
+    migrate.check_schema(engine)
+    return engine

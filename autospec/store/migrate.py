@@ -1,0 +1,123 @@
+"""Alembic, driven from code so it works from an installed wheel as well as a checkout.
+
+The migration scripts live in the ``autospec.migrations`` package (shipped as package data);
+:func:`alembic_config` points Alembic there and hands it an open connection, so no
+``alembic.ini`` is needed at run time (the one at the repository root is for authors running
+``alembic revision --autogenerate``).
+
+- :func:`upgrade` / :func:`downgrade` move the schema; a fresh database is created only this way.
+- :func:`current_revision` reads the database; :func:`head_revision` is what the code expects.
+- :func:`check_schema` raises a :class:`~autospec.store.errors.SchemaError` subclass when the
+  two differ (not initialised, outdated, or a revision this code does not know).
+- :func:`schema_drift` lists differences between the models and the migrated database.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+from typing import Any
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import Connection, Engine
+
+from autospec.store.db import describe, ping
+from autospec.store.errors import SchemaNotInitialized, SchemaOutdated, StoreError, UnknownRevision
+from autospec.store.models import metadata
+
+log = logging.getLogger(__name__)
+
+
+def script_location() -> str:
+    """Filesystem path of the packaged migration scripts."""
+    return str(resources.files("autospec") / "migrations")
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic Config built in code; ``connection`` is used by ``env.py`` when given."""
+    cfg = Config()
+    cfg.set_main_option("script_location", script_location())
+    cfg.attributes["connection"] = connection
+    cfg.attributes["configure_logger"] = False
+    return cfg
+
+
+def head_revision() -> str:
+    """The revision this code expects (the single head of the migration scripts)."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:
+        raise StoreError(f"no migration scripts found in {script_location()}")
+    return head
+
+
+def known_revisions() -> set[str]:
+    return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (None: never migrated). Raises if unreachable."""
+    ping(engine)
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate the database up to ``revision`` (default: head)."""
+    _run(engine, command.upgrade, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Migrate the database down to ``revision`` (``"base"`` drops every table)."""
+    _run(engine, command.downgrade, revision)
+
+
+def _run(engine: Engine, fn: Any, revision: str) -> None:
+    ping(engine)
+    current = current_revision(engine)
+    if current is not None and current not in known_revisions():
+        raise UnknownRevision(_unknown_message(engine, current))
+    with engine.begin() as conn:
+        try:
+            fn(alembic_config(conn), revision)
+        except CommandError as exc:
+            raise StoreError(f"migration to {revision!r} failed: {exc}") from None
+    log.info("database %s now at %s", describe(engine.url), current_revision(engine))
+
+
+def _unknown_message(engine: Engine, current: str) -> str:
+    return (
+        f"database {describe(engine.url)} is at migration revision {current!r}, which this "
+        f"autospec does not know (it expects {head_revision()!r}); was it migrated by a newer "
+        f"autospec? Upgrade autospec, or point AUTOSPEC_DATABASE_URL at the right database."
+    )
+
+
+def check_schema(engine: Engine) -> str:
+    """Return the database revision if it is the one the code expects; raise otherwise."""
+    current = current_revision(engine)
+    head = head_revision()
+    if current == head:
+        return current
+    where = describe(engine.url)
+    if current is None:
+        raise SchemaNotInitialized(
+            f"database {where} has no autospec schema; run `autospec db upgrade`"
+        )
+    if current not in known_revisions():
+        raise UnknownRevision(_unknown_message(engine, current))
+    raise SchemaOutdated(
+        f"database {where} is at revision {current!r}, the code expects {head!r}; "
+        f"run `autospec db upgrade`"
+    )
+
+
+def schema_drift(engine: Engine) -> list[Any]:
+    """Differences between the models and the (migrated) database; empty means no drift."""
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        return list(compare_metadata(ctx, metadata))

@@ -1,0 +1,250 @@
+"""Tables of the traffic store and speculator registry (SQLAlchemy 2 typed models).
+
+The schema is created and changed only by Alembic migrations (``autospec/migrations``);
+``tests/store/test_migrations.py`` checks that these models and the migrations do not drift.
+
+Conventions:
+
+- every timestamp is UTC; :class:`UTCDateTime` stores it naive-UTC (portable across SQLite
+  and PostgreSQL) and always hands back a timezone-aware ``datetime``;
+- token ids are packed little-endian int32 (:func:`autospec.store.codec.pack_ids`) in a
+  ``LargeBinary`` column: 4 bytes a token on both SQLite (BLOB) and PostgreSQL (BYTEA);
+- accepted-per-position is a JSON list of ints: entry ``i`` counts the verification steps of
+  the request in which draft position ``i`` was accepted;
+- a request's acceptance length τ = (num_accepted_tokens + num_drafts) / num_drafts, the bonus
+  token included (``num_drafts`` = verification steps).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+SPECULATOR_STATES = ("candidate", "live", "retired", "rejected", "rolled_back")
+RUN_STATES = ("running", "succeeded", "failed")
+EVENT_KINDS = (
+    "registration",
+    "promotion",
+    "rollback",
+    "override",
+    "rejection",
+    "failure",
+    "purge",
+    "lease",
+    "note",
+)
+"""Event kinds :func:`autospec.store.repo.record_event` accepts (checked in Python, not by a
+CHECK constraint, so adding a kind needs no migration)."""
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a BIGINT identity.
+BigID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC (the only kind of time the store hands out)."""
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A UTC timestamp: stored naive-UTC, returned aware; naive inputs are taken as UTC."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=timezone.utc)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+    }
+
+
+class Request(Base):
+    """One served request: what was asked and answered (unless opted out) and how drafting went."""
+
+    __tablename__ = "requests"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    request_uid: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    deployment: Mapped[str] = mapped_column(String(64), default="default")
+    segment: Mapped[str] = mapped_column(String(64), default="default")
+    speculator_version: Mapped[str | None] = mapped_column(String(64))
+    opted_out: Mapped[bool] = mapped_column(Boolean, default=False)
+    redacted: Mapped[bool] = mapped_column(Boolean, default=False)
+    prompt_text: Mapped[str | None] = mapped_column(Text)
+    output_text: Mapped[str | None] = mapped_column(Text)
+    prompt_ids: Mapped[bytes | None] = mapped_column(LargeBinary)
+    output_ids: Mapped[bytes | None] = mapped_column(LargeBinary)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    temperature: Mapped[float] = mapped_column(Float, default=0.0)
+    sampling: Mapped[dict[str, Any] | None]
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    latency_ms: Mapped[float | None] = mapped_column(Float)
+    ttft_ms: Mapped[float | None] = mapped_column(Float)
+    num_drafts: Mapped[int] = mapped_column(Integer, default=0)
+    num_draft_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    num_accepted_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    accepted_per_position: Mapped[list[Any] | None]
+
+    __table_args__ = (
+        Index("ix_requests_version_created_at", "speculator_version", "created_at"),
+        Index("ix_requests_segment_created_at", "segment", "created_at"),
+        CheckConstraint("num_drafts >= 0 AND num_accepted_tokens >= 0", name="counts_nonneg"),
+    )
+
+
+class TrainingRun(Base):
+    """One attempt to train a candidate: its data window, config, outcome."""
+
+    __tablename__ = "training_runs"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    parent_version: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    window_start: Mapped[datetime | None]
+    window_end: Mapped[datetime | None]
+    train_requests: Mapped[int] = mapped_column(Integer, default=0)
+    heldout_requests: Mapped[int] = mapped_column(Integer, default=0)
+    config: Mapped[dict[str, Any] | None]
+    metrics: Mapped[dict[str, Any] | None]
+    version: Mapped[str | None] = mapped_column(String(64))
+    error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (CheckConstraint(_in("status", RUN_STATES), name="status"),)
+
+
+class Speculator(Base):
+    """A registered speculator version and where its checked artifact lives."""
+
+    __tablename__ = "speculators"
+
+    version: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    parent: Mapped[str | None] = mapped_column(ForeignKey("speculators.version"))
+    target_id: Mapped[str] = mapped_column(String(200))
+    target_revision: Mapped[str | None] = mapped_column(String(64))
+    artifact_uri: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    draft_vocab_size: Mapped[int | None] = mapped_column(Integer)
+    training_run_id: Mapped[int | None] = mapped_column(ForeignKey("training_runs.id"))
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    state: Mapped[str] = mapped_column(String(16), default="candidate")
+    meta: Mapped[dict[str, Any] | None]
+
+    __table_args__ = (CheckConstraint(_in("state", SPECULATOR_STATES), name="state"),)
+
+
+class LivePointer(Base):
+    """Which version a deployment serves; ``generation`` grows by one on every move."""
+
+    __tablename__ = "live_pointer"
+
+    deployment: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[str] = mapped_column(ForeignKey("speculators.version"))
+    previous_version: Mapped[str | None] = mapped_column(ForeignKey("speculators.version"))
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str] = mapped_column(String(128))
+
+
+class Evaluation(Base):
+    """A shadow evaluation of a candidate against the incumbent on the same held-out traffic."""
+
+    __tablename__ = "evaluations"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    candidate: Mapped[str] = mapped_column(ForeignKey("speculators.version"))
+    incumbent: Mapped[str | None] = mapped_column(ForeignKey("speculators.version"))
+    training_run_id: Mapped[int | None] = mapped_column(ForeignKey("training_runs.id"))
+    window_start: Mapped[datetime | None]
+    window_end: Mapped[datetime | None]
+    num_requests: Mapped[int] = mapped_column(Integer, default=0)
+    tau_candidate: Mapped[float | None] = mapped_column(Float)
+    tau_incumbent: Mapped[float | None] = mapped_column(Float)
+    delta_ci_low: Mapped[float | None] = mapped_column(Float)
+    delta_ci_high: Mapped[float | None] = mapped_column(Float)
+    per_segment: Mapped[dict[str, Any] | None]
+    decision: Mapped[str] = mapped_column(String(16))
+    reasons: Mapped[list[Any] | None]
+    policy: Mapped[dict[str, Any] | None]
+
+
+class Event(Base):
+    """The audit log: every pointer move, override and failure, with who and why."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    deployment: Mapped[str | None] = mapped_column(String(64))
+    version: Mapped[str | None] = mapped_column(String(64))
+    from_version: Mapped[str | None] = mapped_column(String(64))
+    details: Mapped[dict[str, Any] | None]
+
+    __table_args__ = (Index("ix_events_kind_created_at", "kind", "created_at"),)
+
+
+class Lease(Base):
+    """A named single-flight lease (e.g. the controller cycle); ``token`` fences stale holders."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    token: Mapped[int] = mapped_column(Integer, default=1)
+    acquired_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+
+
+metadata = Base.metadata

@@ -1,0 +1,72 @@
+"""Privacy rules applied to a request row before it is written anywhere (database or spill file).
+
+- **Opt-out** (``opted_out=True``): statistics are kept (token counts, latency, drafting
+  counters, accepted-per-position, sampling params); prompt/output text and token ids are not.
+- **Redaction**: a hook ``Callable[[str], str]`` runs over prompt and output text. The default,
+  :func:`redact_default`, replaces e-mail addresses with ``[EMAIL]`` and API-key-like strings
+  with ``[SECRET]``. The store cannot re-tokenize, so when redaction changes a text, that
+  text's token ids are dropped too (they would still encode the secret) and the row is flagged
+  ``redacted``; a caller that wants the ids kept must redact and re-tokenize before recording.
+- **Retention**: see :func:`autospec.store.repo.purge_requests` (``autospec db purge``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+Redactor = Callable[[str], str]
+
+EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+SECRET_PATTERNS = (
+    # provider-style prefixes: sk-..., sk_live_..., pk-..., rk_..., api_..., key-...
+    re.compile(r"\b(?:sk|pk|rk|api|key|token|secret)[-_](?:[A-Za-z0-9]+[-_])*[A-Za-z0-9]{16,}\b"),
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),  # AWS access key id
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"),  # GitHub tokens
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"),  # Slack tokens
+    re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"),  # Google API keys
+    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{16,}=*"),
+    # a long token mixing upper case, lower case and digits (base62/base64 secrets)
+    re.compile(r"\b(?=[A-Za-z0-9_-]*[A-Z])(?=[A-Za-z0-9_-]*[a-z])(?=[A-Za-z0-9_-]*\d)"
+               r"[A-Za-z0-9_-]{32,}\b"),
+)
+
+
+def redact_default(text: str) -> str:
+    """Replace e-mail addresses by ``[EMAIL]`` and API-key-like strings by ``[SECRET]``."""
+    if "@" in text:
+        text = EMAIL.sub("[EMAIL]", text)
+    for pattern in SECRET_PATTERNS:
+        text = pattern.sub("[SECRET]", text)
+    return text
+
+
+def no_redaction(text: str) -> str:
+    """A redactor that changes nothing (for deployments that redact upstream)."""
+    return text
+
+
+def apply_privacy(row: dict[str, Any], redact: Redactor | None) -> dict[str, Any]:
+    """Apply opt-out and redaction to a row dict (keys of ``requests``) in place; return it.
+
+    Token counts are filled from the ids before the ids are removed, so statistics survive.
+    """
+    for ids_key, count_key in (("prompt_ids", "prompt_tokens"), ("output_ids", "output_tokens")):
+        if not row.get(count_key) and row.get(ids_key) is not None:
+            row[count_key] = len(row[ids_key])
+    if row.get("opted_out"):
+        for key in ("prompt_text", "output_text", "prompt_ids", "output_ids"):
+            row[key] = None
+        return row
+    if redact is None:
+        return row
+    for text_key, ids_key in (("prompt_text", "prompt_ids"), ("output_text", "output_ids")):
+        text = row.get(text_key)
+        if text:
+            cleaned = redact(text)
+            if cleaned != text:
+                row[text_key] = cleaned
+                row[ids_key] = None
+                row["redacted"] = True
+    return row
