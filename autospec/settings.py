@@ -5,6 +5,7 @@
 | ``AUTOSPEC_DATA_DIR`` | ``~/.autospec`` |
 | ``AUTOSPEC_DATABASE_URL`` | ``sqlite:///<data dir>/autospec.db`` |
 | ``AUTOSPEC_ARTIFACT_DIR`` | ``<data dir>/artifacts`` |
+| ``AUTOSPEC_SPILL_DIR`` | ``<data dir>/spill`` (traffic rows waiting for the database) |
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class Settings(BaseSettings):
     artifact_dir: Path | None = Field(
         default=None, description="where speculator artifacts and target caches are written"
     )
+    spill_dir: Path | None = Field(
+        default=None,
+        description="where the traffic writer spills rows while the database is unreachable",
+    )
 
     @property
     def resolved_database_url(self) -> str:
@@ -39,6 +44,10 @@ class Settings(BaseSettings):
     @property
     def resolved_artifact_dir(self) -> Path:
         return self.artifact_dir or self.data_dir / "artifacts"
+
+    @property
+    def resolved_spill_dir(self) -> Path:
+        return self.spill_dir or self.data_dir / "spill"
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,130 @@
+"""The traffic store and speculator registry: one SQL database (SQLite file or PostgreSQL).
+
+Knows nothing of torch, models or HTTP. Typical use::
+
+    from autospec import store
+
+    engine = store.open_store()                      # AUTOSPEC_DATABASE_URL, schema checked
+    writer = store.TrafficWriter(engine)             # serving path: record() only enqueues
+    writer.record(prompt_ids=..., output_ids=..., num_drafts=..., ...)
+
+    with store.session_scope(engine) as session:     # one transaction
+        store.register_speculator(session, version=..., kind="eagle3", ...)
+        store.set_live(session, version=..., actor="controller", reason="gate passed")
+
+Modules: :mod:`~autospec.store.db` (engines, sessions, SQLite WAL set-up),
+:mod:`~autospec.store.migrate` (Alembic from code), :mod:`~autospec.store.models` (tables),
+:mod:`~autospec.store.writer` (traffic writer), :mod:`~autospec.store.traffic` (request rows),
+:mod:`~autospec.store.privacy` (opt-out, redaction), :mod:`~autospec.store.registry`
+(speculators, live pointer, audit log), :mod:`~autospec.store.leases`,
+:mod:`~autospec.store.queries` (windows, τ, counts, purge), :mod:`~autospec.store.history`
+(training runs, evaluations), :mod:`~autospec.store.artifacts` (artifact SHA-256),
+:mod:`~autospec.store.errors`.
+"""
+
+from autospec.store.artifacts import artifact_sha256, write_manifest
+from autospec.store.db import make_engine, open_store, ping, session_scope
+from autospec.store.errors import (
+    ArtifactError,
+    BadDatabaseURL,
+    Conflict,
+    DatabaseUnreachable,
+    NotFound,
+    SchemaError,
+    SchemaNotInitialized,
+    SchemaOutdated,
+    StoreError,
+    UnknownRevision,
+)
+from autospec.store.history import (
+    finish_training_run,
+    get_training_run,
+    list_evaluations,
+    list_training_runs,
+    record_evaluation,
+    start_training_run,
+)
+from autospec.store.leases import LeaseGrant, acquire_lease, get_lease, release_lease, renew_lease
+from autospec.store.migrate import check_schema, current_revision, head_revision, upgrade
+from autospec.store.privacy import no_redaction, redact_default
+from autospec.store.queries import (
+    TauStat,
+    TrafficExample,
+    TrafficWindow,
+    live_tau,
+    purge_requests,
+    request_counts,
+    traffic_window,
+)
+from autospec.store.registry import (
+    get_live,
+    get_speculator,
+    list_events,
+    list_speculators,
+    next_version,
+    record_event,
+    register_speculator,
+    rollback,
+    set_live,
+    set_state,
+)
+from autospec.store.traffic import RequestRecord, write_requests
+from autospec.store.writer import TrafficWriter, WriterCounters, register_prometheus
+
+__all__ = [
+    "ArtifactError",
+    "BadDatabaseURL",
+    "Conflict",
+    "DatabaseUnreachable",
+    "LeaseGrant",
+    "NotFound",
+    "RequestRecord",
+    "SchemaError",
+    "SchemaNotInitialized",
+    "SchemaOutdated",
+    "StoreError",
+    "TauStat",
+    "TrafficExample",
+    "TrafficWindow",
+    "TrafficWriter",
+    "UnknownRevision",
+    "WriterCounters",
+    "acquire_lease",
+    "artifact_sha256",
+    "check_schema",
+    "current_revision",
+    "finish_training_run",
+    "get_lease",
+    "get_live",
+    "get_speculator",
+    "get_training_run",
+    "head_revision",
+    "list_evaluations",
+    "list_events",
+    "list_speculators",
+    "list_training_runs",
+    "live_tau",
+    "make_engine",
+    "next_version",
+    "no_redaction",
+    "open_store",
+    "ping",
+    "purge_requests",
+    "record_evaluation",
+    "record_event",
+    "redact_default",
+    "register_prometheus",
+    "register_speculator",
+    "release_lease",
+    "renew_lease",
+    "request_counts",
+    "rollback",
+    "session_scope",
+    "set_live",
+    "set_state",
+    "start_training_run",
+    "traffic_window",
+    "upgrade",
+    "write_manifest",
+    "write_requests",
+]

@@ -1,0 +1,140 @@
+"""``autospec db``: migrate, inspect and purge the database.
+
+Commands: ``upgrade``, ``downgrade``, ``current`` (database revision vs the one this code
+expects; ``--json``), ``purge --older-than 30d``. Every command takes ``--url`` (default
+``AUTOSPEC_DATABASE_URL``). A :class:`~autospec.store.errors.StoreError` is printed as one
+line on stderr, without a traceback, and the command exits with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from autospec.store.errors import StoreError
+
+db_app = typer.Typer(help="Create, migrate, inspect and purge the autospec database.",
+                     no_args_is_help=True)
+out = Console()
+err = Console(stderr=True)
+
+UrlOption = typer.Option(None, "--url", help="database URL (default: AUTOSPEC_DATABASE_URL)")
+T = TypeVar("T")
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``2w``, ``45s`` → timedelta."""
+    match = _DURATION.match(text)
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m, 2w")
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    try:
+        yield
+    except StoreError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _run(fn: Callable[[], T]) -> T:
+    with _errors():
+        return fn()
+
+
+@db_app.command()
+def upgrade(url: str | None = UrlOption,
+            revision: str = typer.Option("head", help="target revision")) -> None:
+    """Create or migrate the schema (a fresh database is created this way)."""
+    from autospec.store import db, migrate
+
+    def go() -> str | None:
+        engine = db.make_engine(url)
+        migrate.upgrade(engine, revision)
+        return migrate.current_revision(engine)
+
+    now = _run(go)
+    out.print(f"database at revision {now} (code expects {migrate.head_revision()})")
+
+
+@db_app.command()
+def downgrade(revision: str = typer.Argument(..., help="target revision, or 'base' for empty"),
+              url: str | None = UrlOption) -> None:
+    """Migrate the schema down to REVISION."""
+    from autospec.store import db, migrate
+
+    def go() -> str | None:
+        engine = db.make_engine(url)
+        migrate.downgrade(engine, revision)
+        return migrate.current_revision(engine)
+
+    out.print(f"database at revision {_run(go)}")
+
+
+def current_status(url: str | None) -> dict[str, Any]:
+    from autospec.store import db, migrate
+
+    engine = db.make_engine(url)
+    current, head = migrate.current_revision(engine), migrate.head_revision()
+    if current == head:
+        state = "current"
+    elif current is None:
+        state = "empty"
+    elif current in migrate.known_revisions():
+        state = "outdated"
+    else:
+        state = "unknown"
+    return {"url": db.describe(engine.url), "current": current, "expected": head, "state": state}
+
+
+@db_app.command()
+def current(url: str | None = UrlOption,
+            as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Say which revision the database is at and which this code expects."""
+    status = _run(lambda: current_status(url))
+    if as_json:
+        out.print_json(json.dumps(status))
+    else:
+        out.print(f"database  {status['url']}\nat        {status['current']}\n"
+                  f"expected  {status['expected']}\nstate     {status['state']}", highlight=False)
+    if status["state"] != "current":
+        raise typer.Exit(1)
+
+
+@db_app.command()
+def purge(
+    older_than: str = typer.Option(..., "--older-than", help="age, e.g. 30d, 12h, 2w"),
+    text_only: bool = typer.Option(
+        False, "--text-only", help="keep the rows' statistics, drop only text and token ids"
+    ),
+    url: str | None = UrlOption,
+    actor: str = typer.Option("cli", help="who purges (for the audit log)"),
+) -> None:
+    """Delete requests older than --older-than (retention)."""
+    from autospec.store import db, queries, registry
+
+    age = parse_duration(older_than)
+
+    def go() -> int:
+        engine = db.open_store(url)
+        with db.session_scope(engine) as session:
+            count = queries.purge_requests(session, older_than=age, text_only=text_only)
+            registry.record_event(session, kind="purge", actor=actor,
+                                  reason=f"older than {older_than}",
+                                  details={"rows": count, "text_only": text_only})
+        return count
+
+    count = _run(go)
+    what = "stripped" if text_only else "deleted"
+    out.print(f"{what} {count} requests older than {older_than}")

@@ -1,0 +1,314 @@
+"""Read-side queries over traffic, plus the retention purge.
+
+- :func:`traffic_window` — requests usable for training (not opted out, with token ids) in a
+  time window, oldest first, split into a *train* part and the newest *held-out* part; the
+  split is by time, so nothing held out is older than anything trained on.
+- :func:`live_tau` — acceptance length τ observed live, per speculator version (and per
+  segment), over a time window: τ = Σ(accepted + drafts) / Σ drafts, i.e. the mean over
+  verification steps of accepted + 1 (bonus token included), plus per-position acceptance.
+- :func:`request_counts` — request counts, optionally grouped.
+- :func:`purge_requests` — delete (or strip the text and ids of) requests older than a cutoff.
+
+Opted-out rows count in τ and counts (their statistics are kept) but never in a window.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import Select, delete, func, select, update
+from sqlalchemy.orm import Session
+
+from autospec.store.codec import unpack_ids
+from autospec.store.errors import StoreError
+from autospec.store.models import Request, utcnow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrafficExample:
+    """One request as training/evaluation data."""
+
+    id: int
+    request_uid: str
+    created_at: datetime
+    segment: str
+    speculator_version: str | None
+    prompt_ids: list[int]
+    output_ids: list[int]
+    temperature: float
+    sampling: dict[str, Any] | None
+    num_drafts: int
+    num_accepted_tokens: int
+
+
+@dataclass(frozen=True)
+class TrafficWindow:
+    """Train part (older) and held-out part (newest) of a window of traffic."""
+
+    train: list[TrafficExample]
+    heldout: list[TrafficExample]
+    start: datetime | None
+    end: datetime | None
+    split_at: datetime | None  # every held-out row is at or after this time
+
+    @property
+    def total(self) -> int:
+        return len(self.train) + len(self.heldout)
+
+
+_EXAMPLE_COLUMNS = (
+    Request.id,
+    Request.request_uid,
+    Request.created_at,
+    Request.segment,
+    Request.speculator_version,
+    Request.prompt_ids,
+    Request.output_ids,
+    Request.temperature,
+    Request.sampling,
+    Request.num_drafts,
+    Request.num_accepted_tokens,
+)
+
+
+def _filter(
+    query: Select[Any],
+    *,
+    since: datetime | None,
+    until: datetime | None,
+    deployment: str | None,
+    segment: str | None = None,
+) -> Select[Any]:
+    if since is not None:
+        query = query.where(Request.created_at >= since)
+    if until is not None:
+        query = query.where(Request.created_at < until)
+    if deployment is not None:
+        query = query.where(Request.deployment == deployment)
+    if segment is not None:
+        query = query.where(Request.segment == segment)
+    return query
+
+
+def traffic_window(
+    session: Session,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    heldout_fraction: float = 0.1,
+    limit: int | None = None,
+    deployment: str | None = None,
+    segment: str | None = None,
+    greedy_only: bool = False,
+) -> TrafficWindow:
+    """Usable requests in [since, until): the newest ``limit`` of them, split by time.
+
+    The newest ``ceil(n * heldout_fraction)`` rows are held out; rows sharing the boundary
+    timestamp all go to the held-out side, so the parts never overlap in time.
+    """
+    if not 0.0 <= heldout_fraction < 1.0:
+        raise StoreError(f"heldout_fraction must be in [0, 1), got {heldout_fraction}")
+    query = _filter(select(*_EXAMPLE_COLUMNS), since=since, until=until,
+                    deployment=deployment, segment=segment)
+    query = query.where(
+        Request.opted_out.is_(False),
+        Request.prompt_ids.is_not(None),
+        Request.output_ids.is_not(None),
+    )
+    if greedy_only:
+        query = query.where(Request.temperature == 0.0)
+    query = query.order_by(Request.created_at.desc(), Request.id.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    rows = [_example(r) for r in session.execute(query)]
+    rows.reverse()  # oldest first
+    return _split(rows, heldout_fraction, since, until)
+
+
+def _example(row: Any) -> TrafficExample:
+    return TrafficExample(
+        id=row.id,
+        request_uid=row.request_uid,
+        created_at=row.created_at,
+        segment=row.segment,
+        speculator_version=row.speculator_version,
+        prompt_ids=unpack_ids(row.prompt_ids) or [],
+        output_ids=unpack_ids(row.output_ids) or [],
+        temperature=row.temperature,
+        sampling=row.sampling,
+        num_drafts=row.num_drafts,
+        num_accepted_tokens=row.num_accepted_tokens,
+    )
+
+
+def _split(
+    rows: list[TrafficExample], fraction: float, since: datetime | None, until: datetime | None
+) -> TrafficWindow:
+    cut = len(rows) - math.ceil(len(rows) * fraction)
+    if 0 < cut < len(rows):
+        boundary = rows[cut].created_at
+        while cut > 0 and rows[cut - 1].created_at == boundary:
+            cut -= 1
+    split_at = rows[cut].created_at if cut < len(rows) else None
+    return TrafficWindow(
+        train=rows[:cut],
+        heldout=rows[cut:],
+        start=since if since is not None else (rows[0].created_at if rows else None),
+        end=until if until is not None else (rows[-1].created_at if rows else None),
+        split_at=split_at,
+    )
+
+
+@dataclass(frozen=True)
+class TauStat:
+    """Live acceptance of one version (and segment, if grouped) over a window."""
+
+    version: str | None
+    segment: str | None
+    requests: int
+    steps: int  # verification steps (num_drafts)
+    draft_tokens: int
+    accepted_tokens: int
+    acceptance_by_position: list[float] = field(default_factory=list)
+
+    @property
+    def tau(self) -> float | None:
+        """Mean over steps of accepted + 1 (bonus included); None without any step."""
+        return (self.accepted_tokens + self.steps) / self.steps if self.steps else None
+
+
+def live_tau(
+    session: Session,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    deployment: str | None = None,
+    by_segment: bool = False,
+    versions: list[str] | None = None,
+    with_positions: bool = False,
+) -> list[TauStat]:
+    """τ per version (and per segment) over [since, until), sorted by version then segment.
+
+    ``with_positions`` also computes the acceptance rate at each draft position
+    (P(position i accepted | positions < i accepted)) from accepted-per-position (this reads
+    one JSON list per request, so it costs a scan of the window).
+    """
+    keys = [Request.speculator_version] + ([Request.segment] if by_segment else [])
+    query = select(
+        *keys,
+        func.count().label("requests"),
+        func.coalesce(func.sum(Request.num_drafts), 0).label("steps"),
+        func.coalesce(func.sum(Request.num_draft_tokens), 0).label("draft_tokens"),
+        func.coalesce(func.sum(Request.num_accepted_tokens), 0).label("accepted"),
+    ).group_by(*keys)
+    query = _filter(query, since=since, until=until, deployment=deployment)
+    if versions is not None:
+        query = query.where(Request.speculator_version.in_(versions))
+    positions = (
+        _positions(session, keys, since, until, deployment, versions) if with_positions else {}
+    )
+    stats = []
+    for row in session.execute(query):
+        key = (row.speculator_version, row.segment if by_segment else None)
+        stats.append(TauStat(
+            version=key[0], segment=key[1], requests=row.requests, steps=int(row.steps),
+            draft_tokens=int(row.draft_tokens), accepted_tokens=int(row.accepted),
+            acceptance_by_position=_rates(positions.get(key), int(row.steps)),
+        ))
+    return sorted(stats, key=lambda s: (s.version or "", s.segment or ""))
+
+
+def _positions(
+    session: Session,
+    keys: list[Any],
+    since: datetime | None,
+    until: datetime | None,
+    deployment: str | None,
+    versions: list[str] | None,
+) -> dict[tuple[str | None, str | None], list[int]]:
+    query = _filter(select(*keys, Request.accepted_per_position), since=since, until=until,
+                    deployment=deployment).where(Request.accepted_per_position.is_not(None))
+    if versions is not None:
+        query = query.where(Request.speculator_version.in_(versions))
+    sums: dict[tuple[str | None, str | None], list[int]] = {}
+    for row in session.execute(query):
+        key = (row[0], row[1] if len(keys) > 1 else None)
+        acc = sums.setdefault(key, [])
+        for i, n in enumerate(row.accepted_per_position):
+            if i == len(acc):
+                acc.append(0)
+            acc[i] += int(n)
+    return sums
+
+
+def _rates(accepted: list[int] | None, steps: int) -> list[float]:
+    rates, before = [], steps
+    for n in accepted or []:
+        rates.append(n / before if before else 0.0)
+        before = n
+    return rates
+
+
+GroupBy = Literal["version", "segment", "deployment"]
+_GROUP_COLUMNS = {
+    "version": Request.speculator_version,
+    "segment": Request.segment,
+    "deployment": Request.deployment,
+}
+
+
+def request_counts(
+    session: Session,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    group_by: GroupBy | None = None,
+    include_opted_out: bool = True,
+) -> dict[str | None, int]:
+    """Requests in [since, until); ``{None: n}`` ungrouped, else ``{group value: n}``."""
+    if group_by is not None and group_by not in _GROUP_COLUMNS:
+        raise StoreError(f"group_by must be one of {sorted(_GROUP_COLUMNS)}, not {group_by!r}")
+    column = _GROUP_COLUMNS[group_by] if group_by else None
+    query = select(*([column] if column is not None else []), func.count())
+    query = _filter(query, since=since, until=until, deployment=None)
+    if not include_opted_out:
+        query = query.where(Request.opted_out.is_(False))
+    if column is None:
+        return {None: session.scalar(query) or 0}
+    return {key: n for key, n in session.execute(query.group_by(column))}
+
+
+def purge_requests(
+    session: Session,
+    *,
+    older_than: timedelta,
+    text_only: bool = False,
+    now: datetime | None = None,
+) -> int:
+    """Delete requests older than ``older_than`` (or, ``text_only``, strip their text and ids).
+
+    Returns the number of rows affected. Run inside one session; on SQLite the write lock is
+    held for the duration, so purge regularly rather than rarely.
+    """
+    if older_than <= timedelta(0):
+        raise StoreError(f"older_than must be positive, got {older_than}")
+    cutoff = (now or utcnow()) - older_than
+    if text_only:
+        stmt = (
+            update(Request)
+            .where(Request.created_at < cutoff)
+            .where(Request.prompt_text.is_not(None) | Request.prompt_ids.is_not(None)
+                   | Request.output_text.is_not(None) | Request.output_ids.is_not(None))
+            .values(prompt_text=None, output_text=None, prompt_ids=None, output_ids=None)
+        )
+    else:
+        stmt = delete(Request).where(Request.created_at < cutoff)
+    count = session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+    log.info("purged %d requests older than %s (text_only=%s)", count, cutoff, text_only)
+    return count

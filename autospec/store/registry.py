@@ -1,0 +1,331 @@
+"""The speculator registry, the live pointer and the audit log.
+
+Every function takes the caller's ``session`` first and keyword-only arguments after it; the
+caller owns the transaction (``with session_scope(engine) as session: ...``), so several calls
+commit together or not at all.
+
+- :func:`register_speculator` checks the artifact against its SHA-256 before storing the row
+  (:mod:`autospec.store.artifacts`); a mismatch raises :class:`ArtifactError`.
+- :func:`set_live` moves a deployment's pointer with a compare-and-swap on
+  ``live_pointer.generation``: of two concurrent promotions one wins and the other retries on
+  the new state (or fails after a few tries) — there is never a moment with two live versions,
+  and speculator ``state`` changes in the same transaction. :func:`rollback` moves the pointer
+  back to ``previous_version`` in one step (the pointer then remembers the version rolled back
+  from, so a second rollback undoes the first). Every move writes an :class:`Event`.
+- :func:`next_version` makes the next free name ``<kind>-<YYYYMMDD>-<NNNN>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from autospec.store.artifacts import artifact_sha256, local_path
+from autospec.store.errors import ArtifactError, Conflict, NotFound, StoreError
+from autospec.store.models import (
+    EVENT_KINDS,
+    SPECULATOR_STATES,
+    Event,
+    LivePointer,
+    Speculator,
+    utcnow,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DEPLOYMENT = "default"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CAS_TRIES = 5
+
+
+def _check_name(what: str, value: str) -> None:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise StoreError(
+            f"invalid {what} {value!r}: use 1-64 letters, digits, '.', '_' or '-'"
+        )
+
+
+# -- audit log -------------------------------------------------------------------------------
+
+
+def record_event(
+    session: Session,
+    *,
+    kind: str,
+    actor: str,
+    reason: str = "",
+    deployment: str | None = None,
+    version: str | None = None,
+    from_version: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> Event:
+    """Append one audit event (kinds: :data:`autospec.store.models.EVENT_KINDS`)."""
+    if kind not in EVENT_KINDS:
+        raise StoreError(f"unknown event kind {kind!r}; known: {', '.join(EVENT_KINDS)}")
+    event = Event(
+        created_at=utcnow(),
+        kind=kind,
+        actor=actor,
+        reason=reason,
+        deployment=deployment,
+        version=version,
+        from_version=from_version,
+        details=details,
+    )
+    session.add(event)
+    session.flush()
+    return event
+
+
+def list_events(
+    session: Session,
+    *,
+    kinds: Sequence[str] | None = None,
+    deployment: str | None = None,
+    since: datetime | None = None,
+    limit: int = 100,
+) -> list[Event]:
+    """Newest first."""
+    query = select(Event).order_by(Event.created_at.desc(), Event.id.desc()).limit(limit)
+    if kinds:
+        query = query.where(Event.kind.in_(kinds))
+    if deployment is not None:
+        query = query.where(Event.deployment == deployment)
+    if since is not None:
+        query = query.where(Event.created_at >= since)
+    return list(session.scalars(query))
+
+
+# -- speculators -----------------------------------------------------------------------------
+
+
+def register_speculator(
+    session: Session,
+    *,
+    version: str,
+    kind: str,
+    target_id: str,
+    artifact_uri: str,
+    sha256: str,
+    target_revision: str | None = None,
+    parent: str | None = None,
+    draft_vocab_size: int | None = None,
+    training_run_id: int | None = None,
+    meta: dict[str, Any] | None = None,
+    actor: str = "autospec",
+    verify: bool = True,
+) -> Speculator:
+    """Register a candidate version after checking its artifact against ``sha256``.
+
+    ``verify=False`` skips the check (only for artifacts this machine cannot read, e.g. an
+    object-store URI; the event records that it was not verified).
+    """
+    _check_name("version", version)
+    _check_name("kind", kind)
+    if not _SHA256.match(sha256):
+        raise ArtifactError(f"sha256 {sha256!r} is not 64 lower-case hex digits")
+    if verify:
+        _verify_artifact(artifact_uri, sha256)
+    if session.get(Speculator, version) is not None:
+        raise Conflict(f"speculator version {version!r} is already registered")
+    if parent is not None and session.get(Speculator, parent) is None:
+        raise NotFound(f"parent version {parent!r} is not registered")
+    spec = Speculator(
+        version=version,
+        kind=kind,
+        parent=parent,
+        target_id=target_id,
+        target_revision=target_revision,
+        artifact_uri=str(artifact_uri),
+        sha256=sha256,
+        draft_vocab_size=draft_vocab_size,
+        training_run_id=training_run_id,
+        created_at=utcnow(),
+        state="candidate",
+        meta=meta,
+    )
+    session.add(spec)
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise Conflict(f"cannot register {version!r}: {exc.orig}") from None
+    record_event(session, kind="registration", actor=actor, version=version,
+                 details={"kind": kind, "sha256": sha256, "verified": verify})
+    return spec
+
+
+def _verify_artifact(artifact_uri: str, sha256: str) -> None:
+    if local_path(artifact_uri) is None:
+        raise ArtifactError(
+            f"cannot verify artifact {artifact_uri}: not a local path; pass verify=False "
+            f"if it was verified where it was written"
+        )
+    actual = artifact_sha256(artifact_uri)
+    if actual != sha256:
+        raise ArtifactError(f"artifact {artifact_uri} has SHA-256 {actual}, expected {sha256}")
+
+
+def get_speculator(session: Session, *, version: str) -> Speculator:
+    spec = session.get(Speculator, version)
+    if spec is None:
+        raise NotFound(f"speculator version {version!r} is not registered")
+    return spec
+
+
+def list_speculators(
+    session: Session, *, state: str | None = None, kind: str | None = None, limit: int = 100
+) -> list[Speculator]:
+    """Newest first."""
+    query = select(Speculator).order_by(Speculator.created_at.desc()).limit(limit)
+    if state is not None:
+        query = query.where(Speculator.state == state)
+    if kind is not None:
+        query = query.where(Speculator.kind == kind)
+    return list(session.scalars(query))
+
+
+def set_state(session: Session, *, version: str, state: str, actor: str, reason: str = "") -> None:
+    """Mark a version ``rejected`` (or another non-live state); live moves go through set_live."""
+    if state not in SPECULATOR_STATES or state == "live":
+        raise StoreError(f"cannot set state {state!r}; use set_live to make a version live")
+    spec = get_speculator(session, version=version)
+    if spec.state == "live":
+        raise Conflict(f"{version!r} is live; promote another version or roll back first")
+    spec.state = state
+    if state == "rejected":
+        record_event(session, kind="rejection", actor=actor, reason=reason, version=version)
+
+
+def next_version(session: Session, *, kind: str, now: datetime | None = None) -> str:
+    """The next free version name for ``kind`` today: ``<kind>-<YYYYMMDD>-<NNNN>``."""
+    _check_name("kind", kind)
+    prefix = f"{kind}-{(now or utcnow()):%Y%m%d}-"
+    names = session.scalars(
+        select(Speculator.version).where(Speculator.version.like(f"{prefix}%"))
+    )
+    numbers = [int(n[len(prefix):]) for n in names if n[len(prefix):].isdigit()]
+    return f"{prefix}{max(numbers, default=0) + 1:04d}"
+
+
+# -- live pointer ----------------------------------------------------------------------------
+
+
+def get_live(session: Session, *, deployment: str = DEFAULT_DEPLOYMENT) -> LivePointer | None:
+    """The deployment's pointer (version, previous_version, generation), or None."""
+    return session.get(LivePointer, deployment, populate_existing=True)
+
+
+def set_live(
+    session: Session,
+    *,
+    version: str,
+    actor: str,
+    reason: str,
+    deployment: str = DEFAULT_DEPLOYMENT,
+    kind: str = "promotion",
+    details: dict[str, Any] | None = None,
+) -> LivePointer:
+    """Make ``version`` live for ``deployment`` (atomic; previous version remembered)."""
+    _check_name("deployment", deployment)
+    spec = get_speculator(session, version=version)
+    if spec.state == "rejected" and kind != "override":
+        raise Conflict(f"{version!r} was rejected; promote it with kind='override' to insist")
+    return _move(session, deployment=deployment, to=version, actor=actor, reason=reason,
+                 kind=kind, details=details)
+
+
+def rollback(
+    session: Session,
+    *,
+    actor: str,
+    reason: str,
+    deployment: str = DEFAULT_DEPLOYMENT,
+    details: dict[str, Any] | None = None,
+) -> LivePointer:
+    """Point the deployment back at its previous version, in one step."""
+    pointer = get_live(session, deployment=deployment)
+    if pointer is None:
+        raise NotFound(f"deployment {deployment!r} has no live version to roll back")
+    if pointer.previous_version is None:
+        raise Conflict(f"deployment {deployment!r} has no previous version to roll back to")
+    return _move(session, deployment=deployment, to=pointer.previous_version, actor=actor,
+                 reason=reason, kind="rollback", details=details)
+
+
+def _move(
+    session: Session,
+    *,
+    deployment: str,
+    to: str,
+    actor: str,
+    reason: str,
+    kind: str,
+    details: dict[str, Any] | None,
+) -> LivePointer:
+    for _ in range(_CAS_TRIES):
+        pointer = get_live(session, deployment=deployment)
+        if pointer is not None and pointer.version == to:
+            raise Conflict(f"{to!r} is already live for deployment {deployment!r}")
+        moved = _compare_and_swap(session, deployment, pointer, to, actor)
+        if moved:
+            break
+    else:
+        raise Conflict(f"live pointer of {deployment!r} kept changing; try again")
+    previous = pointer.version if pointer is not None else None
+    _update_states(session, new=to, old=previous, rolled_back=kind == "rollback")
+    record_event(session, kind=kind, actor=actor, reason=reason, deployment=deployment,
+                 version=to, from_version=previous, details=details)
+    log.info("%s: %s -> %s for %s (%s)", kind, previous, to, deployment, actor)
+    result = get_live(session, deployment=deployment)
+    assert result is not None
+    return result
+
+
+def _compare_and_swap(
+    session: Session, deployment: str, pointer: LivePointer | None, to: str, actor: str
+) -> bool:
+    """Move the pointer iff nobody moved it since we read it; False means re-read and retry."""
+    now = utcnow()
+    if pointer is None:
+        try:
+            with session.begin_nested():
+                session.add(LivePointer(deployment=deployment, version=to, previous_version=None,
+                                        generation=1, updated_at=now, updated_by=actor))
+        except IntegrityError:
+            return False
+        return True
+    result = session.execute(
+        update(LivePointer)
+        .where(LivePointer.deployment == deployment)
+        .where(LivePointer.generation == pointer.generation)
+        .values(version=to, previous_version=pointer.version,
+                generation=pointer.generation + 1, updated_at=now, updated_by=actor)
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1
+
+
+def _update_states(session: Session, *, new: str, old: str | None, rolled_back: bool) -> None:
+    session.execute(
+        update(Speculator).where(Speculator.version == new).values(state="live")
+        .execution_options(synchronize_session=False)
+    )
+    if old is not None and old != new:
+        still_live = session.scalar(
+            select(func.count()).select_from(LivePointer).where(LivePointer.version == old)
+        )
+        if not still_live:
+            session.execute(
+                update(Speculator).where(Speculator.version == old)
+                .values(state="rolled_back" if rolled_back else "retired")
+                .execution_options(synchronize_session=False)
+            )
+    session.expire_all()

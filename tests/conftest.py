@@ -1,0 +1,89 @@
+"""Shared fixtures.
+
+- every test runs with ``AUTOSPEC_DATA_DIR`` in its own temporary directory;
+- ``sqlite_url``: a fresh SQLite file per test;
+- ``postgres_url``: a fresh PostgreSQL database per test, created on the server named by
+  ``AUTOSPEC_TEST_POSTGRES_URL`` and dropped afterwards. Unset → the test is skipped with a
+  message; set but unreachable → the test fails (it never passes without having run);
+- ``db_url``: both of the above (the PostgreSQL case carries the ``postgres`` marker);
+- ``engine``: an Engine on ``db_url`` migrated to head.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+POSTGRES_ENV = "AUTOSPEC_TEST_POSTGRES_URL"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    from autospec.settings import get_settings
+
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "autospec-data"))
+    monkeypatch.delenv("AUTOSPEC_DATABASE_URL", raising=False)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'autospec.db'}"
+
+
+def _admin_engine():  # type: ignore[no-untyped-def]
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = os.environ.get(POSTGRES_ENV)
+    if not base:
+        pytest.skip(f"{POSTGRES_ENV} is not set: PostgreSQL tests did not run")
+    url = make_url(base)
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    engine = create_engine(url, isolation_level="AUTOCOMMIT",
+                           connect_args={"connect_timeout": 5})
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        engine.dispose()
+        pytest.fail(f"{POSTGRES_ENV}={base} is set but the server is unreachable: {exc}")
+    return engine
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    from sqlalchemy import text
+
+    admin = _admin_engine()
+    name = f"autospec_test_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin.url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture
+def engine(db_url: str):  # type: ignore[no-untyped-def]
+    from autospec.store import db, migrate
+
+    eng = db.make_engine(db_url)
+    migrate.upgrade(eng)
+    yield eng
+    eng.dispose()
