@@ -1,0 +1,202 @@
+"""Save and load speculators as a directory: config, safetensors weights, SHA-256 manifest.
+
+Layout of an artifact directory::
+
+    config.json        the kind's config (kind, target_id, target_revision, hyperparameters)
+    model.safetensors  the weights (float32; eagle3's draft vocabulary as ``d2t``;
+                       empty for ngram); never the target's embedding
+    manifest.json      {"format": 1,
+                        "files": {"config.json": "<sha256>", "model.safetensors": "<sha256>"},
+                        "sha256": sha256(json.dumps(files, sort_keys=True,
+                                                    separators=(",", ":")))}
+
+The top-level ``sha256`` is the artifact's identity (the store records it). Loading
+refuses, each with a :class:`SpeculatorLoadError` naming the problem: a pickle-like file
+(``*.bin``, ``*.pt``, ``*.pth``, ``*.pkl``, ``*.ckpt``), a missing file, a checksum
+mismatch, an unknown kind or invalid config, a different target (id or revision), and
+a missing, unexpected or wrongly shaped tensor. Nothing is ever unpickled: weights are
+read with ``safetensors.torch.load_file`` only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import pydantic
+import safetensors
+import safetensors.torch
+import torch
+
+from autospec.engine.target import Target
+from autospec.speculators.common import SavableSpeculator
+from autospec.speculators.config import parse_config
+from autospec.speculators.registry import build_speculator
+
+log = logging.getLogger(__name__)
+
+MANIFEST_FORMAT = 1
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+MANIFEST_FILE = "manifest.json"
+EXPECTED_FILES = (CONFIG_FILE, WEIGHTS_FILE)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+
+
+class SpeculatorLoadError(RuntimeError):
+    """A speculator artifact was refused; the message says which file or field and why."""
+
+
+# -- save ---------------------------------------------------------------------------------
+def save_speculator(spec: SavableSpeculator, directory: str | Path) -> str:
+    """Write ``spec`` to ``directory`` (created if needed); return the artifact sha256."""
+    if not isinstance(spec, SavableSpeculator):
+        raise TypeError(f"{type(spec).__name__} cannot be saved (not a SavableSpeculator)")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    config = spec.config.model_dump(mode="json")
+    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tensors = {name: _portable(t) for name, t in spec.state_tensors().items()}
+    safetensors.torch.save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    files = {name: file_sha256(out / name) for name in EXPECTED_FILES}
+    manifest = {"format": MANIFEST_FORMAT, "files": files, "sha256": files_digest(files)}
+    (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    log.info("saved %s speculator to %s (sha256 %s)", spec.kind, out, manifest["sha256"][:12])
+    return manifest["sha256"]
+
+
+def _portable(tensor: torch.Tensor) -> torch.Tensor:
+    """CPU, contiguous, float32 for floating tensors (integers keep their dtype)."""
+    tensor = tensor.detach().to("cpu")
+    if tensor.is_floating_point():
+        tensor = tensor.float()
+    return tensor.contiguous().clone()
+
+
+# -- manifest -----------------------------------------------------------------------------
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def files_digest(files: dict[str, str]) -> str:
+    """The artifact sha256: of the canonical JSON of the per-file checksums."""
+    return hashlib.sha256(
+        json.dumps(files, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+
+
+def verify_manifest(directory: str | Path) -> str:
+    """Check every checksum in ``directory``'s manifest; return the artifact sha256."""
+    root = Path(directory)
+    path = root / MANIFEST_FILE
+    if not path.is_file():
+        raise SpeculatorLoadError(f"{root}: missing {MANIFEST_FILE}")
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpeculatorLoadError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise SpeculatorLoadError(f"{path}: expected manifest format {MANIFEST_FORMAT}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or sorted(files) != sorted(EXPECTED_FILES):
+        listed = sorted(files) if isinstance(files, dict) else files
+        raise SpeculatorLoadError(
+            f"{path}: must list exactly {list(EXPECTED_FILES)}, lists {listed}"
+        )
+    for name, expected in files.items():
+        if not (root / name).is_file():
+            raise SpeculatorLoadError(f"{root}: missing {name}")
+        actual = file_sha256(root / name)
+        if actual != expected:
+            raise SpeculatorLoadError(
+                f"{root / name}: sha256 mismatch (manifest {expected[:12]}…, file {actual[:12]}…)"
+            )
+    digest = files_digest(files)
+    if manifest.get("sha256") != digest:
+        raise SpeculatorLoadError(f"{path}: artifact sha256 does not match its file checksums")
+    return digest
+
+
+# -- load ---------------------------------------------------------------------------------
+def load_speculator(directory: str | Path, target: Target) -> SavableSpeculator:
+    """Load a verified speculator for ``target``; :class:`SpeculatorLoadError` if refused."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise SpeculatorLoadError(f"{root}: not a directory")
+    _refuse_pickles(root)
+    digest = verify_manifest(root)
+    config = _read_config(root / CONFIG_FILE)
+    info = target.info
+    if (config.target_id, config.target_revision) != (info.target_id, info.revision):
+        raise SpeculatorLoadError(
+            f"{root}: built for target {config.target_id!r} revision {config.target_revision!r}, "
+            f"not {info.target_id!r} revision {info.revision!r}"
+        )
+    try:
+        spec = build_speculator(config, target)
+    except ValueError as exc:
+        raise SpeculatorLoadError(f"{root}: config does not fit the target: {exc}") from exc
+    _load_weights(spec, root / WEIGHTS_FILE)
+    log.info("loaded %s speculator from %s (sha256 %s)", config.kind, root, digest[:12])
+    return spec
+
+
+def _refuse_pickles(root: Path) -> None:
+    for path in sorted(root.rglob("*")):
+        if path.suffix.lower() in PICKLE_SUFFIXES:
+            raise SpeculatorLoadError(
+                f"{path}: refusing a pickle-format file ({path.suffix}); speculator weights "
+                f"are loaded from {WEIGHTS_FILE} only. Remove the file to load this artifact."
+            )
+        if path.is_file() and path.name not in (*EXPECTED_FILES, MANIFEST_FILE):
+            log.warning("ignoring unexpected file %s in speculator artifact", path)
+
+
+def _read_config(path: Path):
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpeculatorLoadError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise SpeculatorLoadError(f"{path}: expected a JSON object")
+    try:
+        return parse_config(data)
+    except pydantic.ValidationError as exc:
+        raise SpeculatorLoadError(f"{path}: invalid config: {exc}") from exc
+    except ValueError as exc:  # unknown kind (lists the known ones)
+        raise SpeculatorLoadError(f"{path}: {exc}") from exc
+
+
+def _load_weights(spec: SavableSpeculator, path: Path) -> None:
+    try:
+        tensors = safetensors.torch.load_file(str(path))
+    except (safetensors.SafetensorError, OSError) as exc:
+        raise SpeculatorLoadError(f"{path}: unreadable safetensors file ({exc})") from exc
+    expected = spec.state_tensors()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise SpeculatorLoadError(
+            f"{path}: tensors do not match a {spec.kind} speculator: "
+            f"missing {missing}, unexpected {unexpected}"
+        )
+    for name, want in expected.items():
+        got = tensors[name]
+        if tuple(got.shape) != tuple(want.shape):
+            raise SpeculatorLoadError(
+                f"{path}: tensor {name!r} has shape {tuple(got.shape)}, "
+                f"expected {tuple(want.shape)}"
+            )
+        if got.is_floating_point() != want.is_floating_point():
+            raise SpeculatorLoadError(f"{path}: tensor {name!r} has dtype {got.dtype}, "
+                                      f"expected {want.dtype}")
+    try:
+        spec.load_tensors(tensors)
+    except (ValueError, RuntimeError) as exc:
+        raise SpeculatorLoadError(f"{path}: {exc}") from exc

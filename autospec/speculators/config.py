@@ -1,0 +1,192 @@
+"""Typed, strict configs for each speculator kind.
+
+Every config is a pydantic model with ``extra="forbid"`` (a typo is an error naming the
+field), a ``kind`` literal that selects the class in the :data:`SpeculatorConfig`
+discriminated union, and the identity of the target it was built for
+(``target_id``, ``target_revision``), which loading checks against the live target.
+
+A config holds hyperparameters only; weights live in ``model.safetensors``. Defaults
+that depend on the target (hidden size, vocabulary, feature layers) come from
+``for_target`` class methods, which take a :class:`~autospec.engine.target.TargetInfo`
+and the target's own architecture hints. This module knows nothing of torch.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+from autospec.engine.target import TargetInfo
+
+#: default size of the EAGLE-3 reduced draft vocabulary (capped by the target's vocabulary)
+DEFAULT_DRAFT_VOCAB_SIZE = 8192
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target_id: str = Field(description="id of the target this speculator serves (TargetInfo)")
+    target_revision: str = Field(description="revision of that target (TargetInfo.revision)")
+
+
+class NgramConfig(_Base):
+    """Prompt lookup: propose what followed the latest earlier match of the last n tokens."""
+
+    kind: Literal["ngram"] = Field(default="ngram", description="speculator kind tag")
+    max_ngram: int = Field(default=3, ge=1, le=64, description="longest suffix to match")
+    min_ngram: int = Field(default=1, ge=1, le=64, description="shortest suffix to match")
+
+    @model_validator(mode="after")
+    def _check(self) -> NgramConfig:
+        if self.min_ngram > self.max_ngram:
+            raise ValueError(
+                f"min_ngram ({self.min_ngram}) must be <= max_ngram ({self.max_ngram})"
+            )
+        return self
+
+    @classmethod
+    def for_target(cls, info: TargetInfo, **overrides: Any) -> NgramConfig:
+        return cls(target_id=info.target_id, target_revision=info.revision, **overrides)
+
+
+class _Transformer(_Base):
+    """Fields shared by the kinds that own transformer layers."""
+
+    hidden_size: int = Field(ge=8, description="width of the speculator's hidden states")
+    intermediate_size: int = Field(ge=8, description="width of the MLP's inner projection")
+    num_heads: int = Field(ge=1, description="attention heads")
+    num_kv_heads: int = Field(ge=1, description="key/value heads (grouped-query attention)")
+    max_position_embeddings: int = Field(ge=16, description="longest sequence (RoPE positions)")
+    rope_theta: float = Field(default=10000.0, gt=0, description="RoPE base frequency")
+    rms_norm_eps: float = Field(default=1e-5, gt=0, description="epsilon of the RMS norms")
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> _Transformer:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_heads "
+                f"({self.num_heads})"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be divisible by num_kv_heads "
+                f"({self.num_kv_heads})"
+            )
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+class DraftConfig(_Transformer):
+    """An independent small Llama sharing the target's vocabulary (and tokenizer)."""
+
+    kind: Literal["draft"] = Field(default="draft", description="speculator kind tag")
+    vocab_size: int = Field(ge=2, description="vocabulary size; must equal the target's")
+    num_layers: int = Field(default=2, ge=1, le=32, description="decoder layers of the draft")
+    share_target_embeddings: bool = Field(
+        default=True,
+        description="take the input embedding and LM head from the target at build/load time "
+        "(frozen, not stored in the checkpoint; needs hidden_size == target's)",
+    )
+
+    @classmethod
+    def for_target(cls, info: TargetInfo, **overrides: Any) -> DraftConfig:
+        values: dict[str, Any] = {
+            "target_id": info.target_id,
+            "target_revision": info.revision,
+            "vocab_size": info.vocab_size,
+            "hidden_size": info.hidden_size,
+            "intermediate_size": info.hidden_size * 2,
+            "num_heads": 4,
+            "num_kv_heads": 2,
+            "max_position_embeddings": info.max_position_embeddings,
+        }
+        values.update(overrides)
+        return cls(**values)
+
+
+def default_feature_layers(num_layers: int) -> tuple[int, int, int]:
+    """Low, middle and high target layers, in the hidden-state index convention.
+
+    Index 0 is the embedding output, ``i`` the output of decoder layer ``i``. As in
+    EAGLE-3: ``(2, N // 2, N - 3)``; targets shallower than 6 layers get
+    ``(1, N // 2, N - 1)`` so that the three stay ordered and inside the model.
+    """
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    if num_layers >= 6:
+        return (2, num_layers // 2, num_layers - 3)
+    return (1, max(1, num_layers // 2), max(1, num_layers - 1))
+
+
+class Eagle3Config(_Transformer):
+    """EAGLE-3 head: three target layers' features -> one decoder layer -> reduced vocab."""
+
+    kind: Literal["eagle3"] = Field(default="eagle3", description="speculator kind tag")
+    target_vocab_size: int = Field(ge=2, description="the target's vocabulary size")
+    feature_layers: tuple[int, int, int] = Field(
+        description="target hidden-state indices (0 = embeddings, i = output of layer i) "
+        "of the low, middle and high features"
+    )
+    draft_vocab_size: int = Field(
+        ge=2, description="size of the reduced draft vocabulary (LM head rows)"
+    )
+    ttt_steps: int = Field(
+        default=3, ge=1, le=16, description="training-time-test unroll depth used by training"
+    )
+
+    @model_validator(mode="after")
+    def _check_vocab(self) -> Eagle3Config:
+        if self.draft_vocab_size > self.target_vocab_size:
+            raise ValueError(
+                f"draft_vocab_size ({self.draft_vocab_size}) must be <= target_vocab_size "
+                f"({self.target_vocab_size})"
+            )
+        if any(layer < 0 for layer in self.feature_layers):
+            raise ValueError(f"feature_layers must be >= 0, got {self.feature_layers}")
+        return self
+
+    @classmethod
+    def for_target(cls, info: TargetInfo, **overrides: Any) -> Eagle3Config:
+        values: dict[str, Any] = {
+            "target_id": info.target_id,
+            "target_revision": info.revision,
+            "target_vocab_size": info.vocab_size,
+            "hidden_size": info.hidden_size,
+            "intermediate_size": info.hidden_size * 2,
+            "num_heads": 4,
+            "num_kv_heads": 2,
+            "max_position_embeddings": info.max_position_embeddings,
+            "feature_layers": default_feature_layers(info.num_layers),
+            "draft_vocab_size": min(DEFAULT_DRAFT_VOCAB_SIZE, info.vocab_size),
+        }
+        values.update(overrides)
+        return cls(**values)
+
+
+SpeculatorConfig = Annotated[
+    NgramConfig | DraftConfig | Eagle3Config, Field(discriminator="kind")
+]
+_ADAPTER: TypeAdapter[NgramConfig | DraftConfig | Eagle3Config] = TypeAdapter(SpeculatorConfig)
+
+CONFIG_KINDS: dict[str, type[_Base]] = {
+    "ngram": NgramConfig,
+    "draft": DraftConfig,
+    "eagle3": Eagle3Config,
+}
+
+
+def parse_config(data: dict[str, Any]) -> NgramConfig | DraftConfig | Eagle3Config:
+    """Validate a config dict (e.g. a checkpoint's ``config.json``) into its kind's model.
+
+    Raises ``pydantic.ValidationError`` naming the offending field, or ``ValueError``
+    listing the known kinds when ``kind`` is missing or unknown.
+    """
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind not in CONFIG_KINDS:
+        known = ", ".join(sorted(CONFIG_KINDS))
+        raise ValueError(f"unknown speculator kind {kind!r}; known kinds: {known}")
+    return _ADAPTER.validate_python(data)

@@ -1,0 +1,426 @@
+"""``eagle3``: an EAGLE-3 style head on the target's hidden states.
+
+Model (:class:`Eagle3Head`), for target hidden size ``H`` and draft vocabulary ``Vd``:
+
+- ``fc``: the concatenated hidden states of three target layers (``[*, 3H]``) -> ``[*, H]``;
+- one decoder layer whose attention input is, as in EAGLE-3, the *concatenation*
+  ``[input_norm(embed(token)), hidden_norm(hidden)]`` (``[*, 2H]``; q/k/v project from
+  2H), with the residual stream starting from ``hidden``; then the usual MLP block;
+- the layer's output (pre-norm, ``[*, H]``) is the head's own "feature": draft steps
+  after the first feed it in place of ``fc(features)``;
+- final RMSNorm and an LM head over a reduced draft vocabulary of ``Vd`` tokens, with
+  buffers ``d2t`` (draft id -> target id, ``int64 [Vd]``, stored in the checkpoint) and
+  ``t2d`` (``bool [V]``, which target ids the draft can emit; derived from ``d2t``).
+
+The token embedding is the target's own table, taken from the target at build/load time
+(a frozen, non-persistent buffer sharing the target's memory; never stored in a
+checkpoint, which keeps the artifact small and the head tied to its target).
+
+Decoding pairs the feature of target position ``t`` with token ``t+1`` (the pair sits at
+RoPE position ``t``) and predicts token ``t+2``. ``begin`` queues the prompt's real
+pairs ``(features[i], prompt_ids[i+1])``; each ``commit(tokens, features)`` crops the
+head's KV cache back to the real pairs and queues ``(features[j], tokens[j])``;
+``propose`` runs every queued pair in one forward (they enter the cache for good),
+then chains draft steps that feed the head's own output hidden and are cropped at the
+next commit. Draft probabilities over ``Vd`` are scattered into the target vocabulary.
+Proposal tensors live on the head's device.
+
+Training (next issue) uses :meth:`Eagle3Head.ttt_forward`: teacher-forced over whole
+sequences, unrolling ``steps`` draft steps exactly as decoding attends (checked against
+the decode path in the tests).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autospec.engine.sampling import SamplingParams, probs_from_logits
+from autospec.engine.target import Target
+from autospec.speculators.base import Proposal
+from autospec.speculators.common import SavableSpeculator, draw
+from autospec.speculators.config import Eagle3Config
+
+log = logging.getLogger(__name__)
+
+
+# -- building blocks ----------------------------------------------------------------------
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class HeadKVCache:
+    """Keys and values of the head's one layer, preallocated, with an explicit length."""
+
+    def __init__(self, num_kv_heads: int, head_dim: int, *, device: torch.device,
+                 dtype: torch.dtype, capacity: int = 256) -> None:
+        self.k = torch.empty(1, num_kv_heads, capacity, head_dim, device=device, dtype=dtype)
+        self.v = torch.empty_like(self.k)
+        self.length = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add ``k``/``v`` (``[1, kv_heads, T, head_dim]``); return all keys and values."""
+        assert k.dim() == 4 and k.shape[0] == 1, f"k must be [1, h, T, d], got {tuple(k.shape)}"
+        end = self.length + k.shape[2]
+        if end > self.k.shape[2]:
+            self._grow(end)
+        self.k[:, :, self.length : end] = k
+        self.v[:, :, self.length : end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+    def crop(self, length: int) -> None:
+        assert 0 <= length <= self.length, f"cannot crop {self.length} to {length}"
+        self.length = length
+
+    def _grow(self, needed: int) -> None:
+        capacity = max(needed, 2 * self.k.shape[2])
+        k = self.k.new_empty(*self.k.shape[:2], capacity, self.k.shape[3])
+        v = torch.empty_like(k)
+        k[:, :, : self.length] = self.k[:, :, : self.length]
+        v[:, :, : self.length] = self.v[:, :, : self.length]
+        self.k, self.v = k, v
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Eagle3Layer(nn.Module):
+    """The head's decoder layer: attention over ``[embed, hidden]`` (2H), then an MLP."""
+
+    def __init__(self, config: Eagle3Config) -> None:
+        super().__init__()
+        h, hd = config.hidden_size, config.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, hd
+        self.input_layernorm = RMSNorm(h, config.rms_norm_eps)
+        self.hidden_norm = RMSNorm(h, config.rms_norm_eps)
+        self.q_proj = nn.Linear(2 * h, config.num_heads * hd, bias=False)
+        self.k_proj = nn.Linear(2 * h, config.num_kv_heads * hd, bias=False)
+        self.v_proj = nn.Linear(2 * h, config.num_kv_heads * hd, bias=False)
+        self.o_proj = nn.Linear(config.num_heads * hd, h, bias=False)
+        self.post_attention_layernorm = RMSNorm(h, config.rms_norm_eps)
+        self.gate_proj = nn.Linear(h, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(h, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, h, bias=False)
+        inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, hd, 2).float() / hd))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def qkv(self, hidden: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor):
+        """Queries, keys, values (``[B, heads, T, head_dim]``) of pairs at ``positions`` ([T])."""
+        assert hidden.dim() == 3 and embeds.shape == hidden.shape, "hidden/embeds: [B, T, H]"
+        b, t, _ = hidden.shape
+        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)
+        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # [T, head_dim / 2]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+    def finish(self, hidden: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               mask: torch.Tensor | None) -> torch.Tensor:
+        """Attention over ``k``/``v`` (``mask``: bool, True = attend), then MLP; ``[B, T, H]``."""
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        b, _, t, _ = attn.shape
+        h = hidden + self.o_proj(attn.transpose(1, 2).reshape(b, t, -1))
+        x = self.post_attention_layernorm(h)
+        return h + self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+# -- the head -----------------------------------------------------------------------------
+class Eagle3Head(nn.Module):
+    """fc + one decoder layer + norm + reduced-vocab LM head; see the module docstring."""
+
+    def __init__(self, config: Eagle3Config, embed_weight: torch.Tensor) -> None:
+        super().__init__()
+        assert embed_weight.dim() == 2, "embed_weight must be [vocab, hidden]"
+        assert tuple(embed_weight.shape) == (config.target_vocab_size, config.hidden_size), (
+            f"embedding {tuple(embed_weight.shape)} != "
+            f"({config.target_vocab_size}, {config.hidden_size})"
+        )
+        self.config = config
+        h = config.hidden_size
+        self.fc = nn.Linear(3 * h, h, bias=False)
+        self.layer = Eagle3Layer(config)
+        self.norm = RMSNorm(h, config.rms_norm_eps)
+        self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
+        self.register_buffer("embed_weight", embed_weight.detach(), persistent=False)
+        d2t = torch.arange(config.draft_vocab_size, dtype=torch.long)
+        self.register_buffer("d2t", d2t)
+        self.register_buffer("t2d", torch.zeros(config.target_vocab_size, dtype=torch.bool),
+                             persistent=False)
+        self.set_draft_vocab(d2t)
+
+    def set_draft_vocab(self, d2t: torch.Tensor) -> None:
+        """Set the draft -> target id map (``int64 [Vd]``, distinct ids) and derive ``t2d``."""
+        assert d2t.dim() == 1 and d2t.shape[0] == self.config.draft_vocab_size, "d2t: [Vd]"
+        v = self.config.target_vocab_size
+        if d2t.min() < 0 or d2t.max() >= v or d2t.unique().numel() != d2t.numel():
+            raise ValueError(f"d2t must hold {d2t.numel()} distinct target ids in [0, {v})")
+        self.d2t.copy_(d2t.to(self.d2t.device))
+        self.t2d.zero_()
+        self.t2d[self.d2t] = True
+
+    def embed(self, target_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(target_ids, self.embed_weight)
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """Target features ``[*, 3H]`` -> the head's hidden width ``[*, H]``."""
+        return self.fc(features)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits ``[*, Vd]`` of output hiddens ``[*, H]``."""
+        return self.lm_head(self.norm(hidden))
+
+    # decoding: one sequence, the head's KV cache -------------------------------------
+    def step_with_features(self, features: torch.Tensor, tokens: torch.Tensor,
+                           cache: HeadKVCache) -> torch.Tensor:
+        """Run real pairs (``features [T, 3H]``, ``tokens [T]``) after ``cache``; ``[T, H]``."""
+        assert features.dim() == 2, f"features must be [T, 3H], got {tuple(features.shape)}"
+        return self.step(self.project(features), tokens, cache)
+
+    def step_with_own_hidden(self, hidden: torch.Tensor, tokens: torch.Tensor,
+                             cache: HeadKVCache) -> torch.Tensor:
+        """Run draft pairs (own output ``hidden [T, H]``, ``tokens [T]``); ``[T, H]``."""
+        return self.step(hidden, tokens, cache)
+
+    def step(self, hidden: torch.Tensor, tokens: torch.Tensor,
+             cache: HeadKVCache) -> torch.Tensor:
+        """Pairs (``hidden [T, H]``, ``tokens [T]``) at positions ``cache.length + arange(T)``."""
+        assert hidden.dim() == 2 and tokens.dim() == 1 and hidden.shape[0] == tokens.shape[0]
+        t, start = tokens.shape[0], cache.length
+        positions = torch.arange(start, start + t, device=hidden.device)
+        hidden = hidden.unsqueeze(0)
+        q, k, v = self.layer.qkv(hidden, self.embed(tokens).unsqueeze(0), positions)
+        k, v = cache.append(k, v)
+        mask = None
+        if t > 1:  # query i sees keys <= start + i
+            keys = torch.arange(start + t, device=hidden.device)
+            mask = keys[None, :] <= positions[:, None]  # [T, start + T]
+        return self.layer.finish(hidden, q, k, v, mask)[0]
+
+    # training: whole sequences, teacher-forced -------------------------------------
+    def ttt_forward(self, features: torch.Tensor, next_ids: torch.Tensor,
+                    steps: int = 1) -> list[torch.Tensor]:
+        """Logits ``[B, T, Vd]`` for each of ``steps`` unrolled draft steps.
+
+        ``features``: ``[B, T, 3H]`` target features of positions ``0..T-1``;
+        ``next_ids``: ``[B, T]``, the token after each position (pair ``t`` is
+        ``(features[t], next_ids[t])``). Every step's output at ``t`` predicts token
+        ``t + 2`` (label ``next_ids[t + 1]``). Step 0 is the plain causal pass; step
+        ``s`` at ``t`` is the ``s``-th chained draft step after a real prefix ending at
+        ``t - s``: it feeds step ``s-1``'s output at ``t - 1`` and attends to step 0's
+        keys at ``<= t - s`` and to step ``j``'s key at ``t - s + j`` (``j = 1..s``),
+        exactly what decoding's KV cache holds. Outputs at ``t < s`` are meaningless
+        (mask them from the loss).
+        """
+        assert features.dim() == 3 and next_ids.dim() == 2, "features [B,T,3H], next_ids [B,T]"
+        _, t, _ = features.shape
+        positions = torch.arange(t, device=features.device)
+        embeds = self.embed(next_ids)
+        hidden = self.project(features)
+        keys: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
+        outputs = []
+        for s in range(steps):
+            q, k, v = self.layer.qkv(hidden, embeds, positions)
+            keys.append(k)
+            values.append(v)
+            mask = _ttt_mask(t, s, features.device)
+            out = self.layer.finish(hidden, q, torch.cat(keys, 2), torch.cat(values, 2), mask)
+            outputs.append(self.logits(out))
+            hidden = F.pad(out[:, :-1], (0, 0, 1, 0))  # next step feeds the output at t - 1
+        return outputs
+
+    def forward(self, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
+        """Plain causal pass (step 0 of :meth:`ttt_forward`): logits ``[B, T, Vd]``."""
+        return self.ttt_forward(features, next_ids, steps=1)[0]
+
+
+def _ttt_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
+    """Bool ``[T, (s + 1) T]``: step ``s`` queries over the keys of steps ``0..s``."""
+    q = torch.arange(t, device=device)[:, None]
+    u = torch.arange(t, device=device)[None, :]
+    blocks = [u <= q - s] + [u == q - s + j for j in range(1, s + 1)]
+    return torch.cat(blocks, dim=1)
+
+
+def build_draft_vocab(token_counts: torch.Tensor | None, size: int, *, vocab_size: int,
+                      always: Sequence[int] = ()) -> torch.Tensor:
+    """``d2t`` (sorted ``int64 [size]``): the ``always`` ids (e.g. EOS) and the most frequent.
+
+    ``token_counts``: ``[vocab_size]`` occurrence counts, or ``None`` (then the lowest
+    ids fill the vocabulary). Ties go to the lower id.
+    """
+    if not 0 < size <= vocab_size:
+        raise ValueError(f"size must be in [1, {vocab_size}], got {size}")
+    counts = torch.zeros(vocab_size, dtype=torch.float64)
+    if token_counts is not None:
+        assert token_counts.shape == (vocab_size,), f"token_counts must be [{vocab_size}]"
+        counts += token_counts.double()
+    # rank by count, ties to the lower id; forced ids first
+    score = counts - torch.arange(vocab_size, dtype=torch.float64) / (2 * vocab_size)
+    forced = [i for i in dict.fromkeys(always) if 0 <= i < vocab_size]
+    score[forced] = float("inf")
+    chosen = torch.topk(score, size).indices
+    return chosen.sort().values.to(torch.long)
+
+
+# -- the speculator -----------------------------------------------------------------------
+class Eagle3Speculator(SavableSpeculator):
+    """Drafts with an :class:`Eagle3Head` over the target's features; see the module doc."""
+
+    kind = "eagle3"
+
+    def __init__(self, config: Eagle3Config, target: Target, *, seed: int = 0) -> None:
+        _check_target(config, target)
+        self.config = config
+        self.feature_layers = tuple(config.feature_layers)
+        self.vocab_size = target.info.vocab_size
+        embed = target.model.get_input_embeddings().weight
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            head = Eagle3Head(config, embed.detach())  # shares the target's table
+        head.set_draft_vocab(build_draft_vocab(
+            None, config.draft_vocab_size, vocab_size=self.vocab_size,
+            always=target.info.eos_token_ids))
+        self.head = head.to(device=target.device, dtype=target.dtype).eval()
+        self.device = target.device
+        self._reset()
+
+    def _reset(self) -> None:
+        c = self.config
+        self._cache = HeadKVCache(c.num_kv_heads, c.head_dim, device=self.device,
+                                  dtype=self.head.fc.weight.dtype)
+        self._real = 0  # real pairs in the cache (they stay; anything after is speculative)
+        self._queue_features: list[torch.Tensor] = []  # [m, 3H] each
+        self._queue_tokens: list[torch.Tensor] = []  # [m] each
+        self._last_hidden: torch.Tensor | None = None  # [H] output of the last real pair
+
+    # -- protocol -------------------------------------------------------------------------
+    def begin(self, prompt_ids: torch.Tensor, features: torch.Tensor | None) -> None:
+        assert prompt_ids.dim() == 1, f"prompt_ids must be [n], got {tuple(prompt_ids.shape)}"
+        self._check_features(features, prompt_ids.shape[0])
+        self._reset()
+        if prompt_ids.shape[0] > 1:
+            self._queue(features[:-1], prompt_ids[1:])
+
+    def commit(self, tokens: torch.Tensor, features: torch.Tensor | None) -> None:
+        assert tokens.dim() == 1, f"tokens must be [m], got {tuple(tokens.shape)}"
+        self._check_features(features, tokens.shape[0])
+        self._cache.crop(self._real)
+        self._queue(features, tokens)
+
+    @torch.inference_mode()
+    def propose(
+        self, k: int, sampling: SamplingParams, generator: torch.Generator | None
+    ) -> Proposal:
+        self._cache.crop(self._real)
+        if self._queue_tokens:
+            self._run_queue()
+        k = min(k, self.config.max_position_embeddings - self._real)
+        if k <= 0 or self._last_hidden is None:
+            return Proposal.empty()
+        hidden = self._last_hidden.unsqueeze(0)  # [1, H]
+        d2t = self.head.d2t
+        drafted: list[torch.Tensor] = []  # [1] target ids
+        rows: list[torch.Tensor] = []  # [Vd] draft probs (sampling only)
+        for step in range(k):
+            logits = self.head.logits(hidden[-1])  # [Vd]
+            if sampling.greedy:
+                token = d2t[logits.argmax(-1, keepdim=True)]
+            else:
+                probs = probs_from_logits(logits, sampling)
+                rows.append(probs)
+                token = d2t[draw(probs, generator).view(1)]
+            drafted.append(token)
+            if step + 1 < k:
+                hidden = self.head.step_with_own_hidden(hidden[-1:], token, self._cache)
+        tokens = torch.cat(drafted)  # [k]
+        return Proposal(tokens=tokens, probs=self._scatter(tokens, rows))
+
+    # -- helpers --------------------------------------------------------------------------
+    def _queue(self, features: torch.Tensor, tokens: torch.Tensor) -> None:
+        self._queue_features.append(features.detach().to(self.device))
+        self._queue_tokens.append(tokens.detach().to(self.device, torch.long))
+
+    def _run_queue(self) -> None:
+        """Run every queued real pair in one forward; they enter the cache for good."""
+        features = torch.cat(self._queue_features)  # [m, 3H]
+        tokens = torch.cat(self._queue_tokens)  # [m]
+        self._queue_features, self._queue_tokens = [], []
+        room = self.config.max_position_embeddings - self._real
+        if tokens.shape[0] > room:
+            raise ValueError(f"eagle3 head holds {self.config.max_position_embeddings} "
+                             f"positions; {self._real + tokens.shape[0]} needed")
+        out = self.head.step_with_features(features.to(self.head.fc.weight.dtype), tokens,
+                                           self._cache)
+        self._real = self._cache.length
+        self._last_hidden = out[-1]
+
+    def _scatter(self, tokens: torch.Tensor, rows: list[torch.Tensor]) -> torch.Tensor:
+        """Draft probs over the target vocabulary, ``[k, V]``."""
+        full = torch.zeros(tokens.shape[0], self.vocab_size, device=tokens.device)
+        if not rows:  # greedy: one-hot on each token
+            return full.scatter_(1, tokens[:, None], 1.0)
+        full[:, self.head.d2t] = torch.stack(rows)
+        return full
+
+    def _check_features(self, features: torch.Tensor | None, n: int) -> None:
+        width = 3 * self.config.hidden_size
+        if features is None or features.dim() != 2 or tuple(features.shape) != (n, width):
+            shape = None if features is None else tuple(features.shape)
+            raise ValueError(f"eagle3 needs target features [{n}, {width}], got {shape}")
+
+    # -- weights --------------------------------------------------------------------------
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The head's weights and ``d2t`` (the target's embedding is not stored)."""
+        return dict(self.head.state_dict())
+
+    def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        tensors = dict(tensors)
+        d2t = tensors.pop("d2t")
+        self.head.load_state_dict({**tensors, "d2t": self.head.d2t}, strict=True)
+        self.head.set_draft_vocab(d2t.long())
+
+    def to(self, device: torch.device | str) -> Eagle3Speculator:
+        self.head.to(device)
+        self.device = torch.device(device)
+        self._reset()
+        return self
+
+
+def _check_target(config: Eagle3Config, target: Target) -> None:
+    info = target.info
+    if config.hidden_size != info.hidden_size:
+        raise ValueError(f"eagle3 hidden_size {config.hidden_size} != target's {info.hidden_size}")
+    if config.target_vocab_size != info.vocab_size:
+        raise ValueError(
+            f"eagle3 target_vocab_size {config.target_vocab_size} != target's {info.vocab_size}"
+        )
+    bad = [i for i in config.feature_layers if i > info.num_layers]
+    if bad:
+        raise ValueError(
+            f"feature_layers {bad} beyond the target's {info.num_layers} layers"
+        )
+    embed = target.model.get_input_embeddings().weight
+    if embed.shape[0] != info.vocab_size:
+        raise ValueError(
+            f"target embedding has {embed.shape[0]} rows, LM head {info.vocab_size}"
+        )
