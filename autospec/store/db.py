@@ -4,10 +4,11 @@
   :class:`~autospec.store.errors.BadDatabaseURL`), creates the SQLite file's directory, and for
   SQLite sets WAL mode, a busy timeout, ``synchronous=NORMAL`` and foreign keys on every
   connection, so serve replicas, the controller and the CLI share one file.
-- On SQLite every session transaction starts with ``BEGIN IMMEDIATE`` (it takes the write lock
-  up front and waits for it under the busy timeout, so a read-then-write transaction can never
-  fail with "database is locked"); ``session_scope(engine, readonly=True)`` uses a plain
-  deferred ``BEGIN`` for readers, which WAL never blocks.
+- On SQLite, transactions of :func:`session_scope` (and of :func:`writer_engine`, which the
+  traffic writer and migrations use) start with ``BEGIN IMMEDIATE``: the write lock is taken
+  up front and waited for under the busy timeout, so a read-then-write transaction can never
+  fail with "database is locked". ``session_scope(engine, readonly=True)`` and plain
+  ``engine.connect()`` use a deferred ``BEGIN``, which WAL never blocks.
 - :func:`ping` opens a connection and raises
   :class:`~autospec.store.errors.DatabaseUnreachable` naming the database when it cannot.
 - :func:`open_store` = make_engine + ping + schema check (or upgrade): what processes call
@@ -108,7 +109,7 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        mode = conn.get_execution_options().get(_BEGIN_OPTION, "IMMEDIATE")
+        mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
         conn.exec_driver_sql(f"BEGIN {mode}")
 
 
@@ -133,10 +134,8 @@ def session_scope(engine: Engine, *, readonly: bool = False) -> Iterator[Session
     session = Session(bind=bind, expire_on_commit=False)
     try:
         yield session
-        if readonly:
-            session.rollback()
-        else:
-            session.commit()
+        if not readonly:
+            session.commit()  # readonly: close() below ends the transaction, objects stay loaded
     except BaseException:
         session.rollback()
         raise

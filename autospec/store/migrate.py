@@ -26,7 +26,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, Engine
 
-from autospec.store.db import describe, ping
+from autospec.store.db import describe, ping, writer_engine
 from autospec.store.errors import SchemaNotInitialized, SchemaOutdated, StoreError, UnknownRevision
 from autospec.store.models import metadata
 
@@ -81,7 +81,7 @@ def _run(engine: Engine, fn: Any, revision: str) -> None:
     current = current_revision(engine)
     if current is not None and current not in known_revisions():
         raise UnknownRevision(_unknown_message(engine, current))
-    with engine.begin() as conn:
+    with writer_engine(engine).begin() as conn:
         try:
             fn(alembic_config(conn), revision)
         except CommandError as exc:

@@ -82,6 +82,7 @@ def prepare_row(
     for key in ("prompt_ids", "output_ids"):
         if row[key] is not None:
             row[key] = [int(t) for t in row[key]]
+            pack_ids(row[key])  # OverflowError now for an id outside int32
     for key in _INT_FIELDS:
         if int(row[key]) < 0:
             raise ValueError(f"{key} must be >= 0, got {row[key]}")

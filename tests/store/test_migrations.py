@@ -48,7 +48,7 @@ def test_check_schema_names_each_problem(sqlite_url: str) -> None:
     migrate.upgrade(engine)
     with engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = 'f00dfeed'"))
-    with pytest.raises(UnknownRevision, match="'f00dfeed'.*does not know"):
+    with pytest.raises(UnknownRevision, match=r"'f00dfeed'.*does not know"):
         migrate.check_schema(engine)
     with pytest.raises(UnknownRevision):
         migrate.upgrade(engine)  # never migrate a database from a revision we do not know
@@ -62,7 +62,7 @@ def test_outdated_schema_is_reported(monkeypatch: pytest.MonkeyPatch, sqlite_url
     migrate.upgrade(engine)
     monkeypatch.setattr(migrate, "head_revision", lambda: "0002")
     monkeypatch.setattr(migrate, "known_revisions", lambda: {"0001", "0002"})
-    with pytest.raises(SchemaOutdated, match="'0001'.*expects '0002'"):
+    with pytest.raises(SchemaOutdated, match=r"'0001'.*expects '0002'"):
         migrate.check_schema(engine)
 
 
