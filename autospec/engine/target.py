@@ -65,7 +65,7 @@ class KVCache:
         """Drop every cached position at or after ``length``."""
         assert 0 <= length <= self.length, f"cannot crop {self.length} to {length}"
         if length < self.length:
-            self.inner.crop(length)
+            self.inner.crop(length - self.length)  # transformers 5: a negative count to remove
 
 
 @dataclass

@@ -1,0 +1,182 @@
+"""The speculative generate loop: propose, verify, commit.
+
+One request at a time (batch size 1). Per step the speculator proposes up to ``k``
+draft tokens; the target runs once over the pending token and the drafts; verification
+keeps the accepted prefix plus one recovered/bonus token; the target's KV cache is
+cropped to the accepted length and the speculator is told what was settled so it can
+roll back its own state. With no speculator the same loop is plain target-only decoding.
+
+The engine sees token ids; the target's tokenizer is used only to check stop strings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from autospec.engine.sampling import SamplingParams, pick, probs_from_logits
+from autospec.engine.stats import RequestStats
+from autospec.engine.target import Target
+from autospec.engine.verify import greedy_verify, rejection_verify
+from autospec.speculators.base import Proposal, Speculator
+
+
+class RequestError(ValueError):
+    """The request cannot be served as asked (too long, empty prompt...)."""
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]  # output tokens (EOS included when it ended the request)
+    finish_reason: str  # "stop" (EOS or stop string) or "length"
+    stats: RequestStats
+    text: str | None = None  # decoded output, cut before a stop string; None without tokenizer
+
+
+@dataclass
+class Generation:
+    """Iterate for the new token ids of each step; ``result`` is set when it is exhausted."""
+
+    steps: Iterator[list[int]]
+    result: GenerationResult | None = None
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from self.steps
+
+
+class SpeculativeEngine:
+    """Decodes with ``target``, drafting with ``speculator`` (None: target only)."""
+
+    def __init__(self, target: Target, speculator: Speculator | None = None,
+                 num_speculative_tokens: int = 5) -> None:
+        if num_speculative_tokens < 0:
+            raise ValueError("num_speculative_tokens must be >= 0")
+        self.target = target
+        self.speculator = speculator
+        self.k = num_speculative_tokens if speculator is not None else 0
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
+        gen = self.stream(prompt_ids, params)
+        for _ in gen:
+            pass
+        assert gen.result is not None
+        return gen.result
+
+    def stream(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+        self.check_request(prompt_ids, params)
+        gen = Generation(steps=iter(()))
+        gen.steps = self._steps(prompt_ids, params, gen)
+        return gen
+
+    def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        if not prompt_ids:
+            raise RequestError("the prompt is empty")
+        limit = self.target.info.max_position_embeddings
+        # + k: the last verify may run k drafts past max_new_tokens
+        if len(prompt_ids) + params.max_new_tokens + self.k > limit:
+            raise RequestError(
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_new_tokens}) "
+                f"exceeds the target's context of {limit - self.k} tokens"
+            )
+
+    @torch.inference_mode()
+    def _steps(self, prompt_ids: list[int], params: SamplingParams,
+               gen: Generation) -> Iterator[list[int]]:
+        started = time.perf_counter()
+        rng = _generator(params)
+        spec, target = self.speculator, self.target
+        layers = spec.feature_layers if spec is not None else ()
+        stats = RequestStats(prompt_tokens=len(prompt_ids))
+        out_ids: list[int] = []
+        stopper = _Stopper(target, params)
+
+        prompt = torch.tensor(prompt_ids, dtype=torch.long)
+        cache = target.new_cache()
+        out = target.forward(prompt, cache, feature_layers=layers, logits_to_keep=1)
+        new = [int(pick(out.logits[-1], params, rng))]
+        feats = out.features[-1:] if layers else None  # the position that produced `new`
+        if spec is not None:
+            spec.begin(prompt, out.features)
+        stats.ttft_s = time.perf_counter() - started
+
+        while True:
+            new, finish = stopper.settle(out_ids, new)
+            out_ids.extend(new)
+            if new:
+                yield new
+            if finish:
+                break
+            # --- propose ---------------------------------------------------------
+            k = min(self.k, params.max_new_tokens - len(out_ids) - 1)
+            proposal = Proposal.empty()
+            if spec is not None:
+                spec.commit(torch.tensor(new, dtype=torch.long), feats)
+                if k > 0:
+                    proposal = spec.propose(k, params, rng)
+            # --- verify: one target forward over the pending token and the drafts --
+            inp = torch.cat([torch.tensor(new[-1:]), proposal.tokens])  # [k' + 1]
+            out = target.forward(inp, cache, feature_layers=layers)
+            if params.greedy:
+                n, nxt = greedy_verify(proposal.tokens, out.logits)
+            else:
+                p = probs_from_logits(out.logits, params)  # [k' + 1, vocab]
+                n, nxt = rejection_verify(proposal.tokens, proposal.probs, p, rng)
+            # --- commit: drop the rejected drafts from the target's cache -------------
+            cache.crop(cache.length - (proposal.num_tokens - n))
+            stats.observe_step(proposal.num_tokens, n)
+            new = [*proposal.tokens[:n].tolist(), nxt]
+            feats = out.features[: n + 1] if layers else None  # positions that produced `new`
+
+        stats.output_tokens = len(out_ids)
+        stats.total_s = time.perf_counter() - started
+        gen.result = GenerationResult(token_ids=out_ids, finish_reason=stopper.reason,
+                                      stats=stats, text=stopper.text(out_ids))
+
+
+def _generator(params: SamplingParams) -> torch.Generator | None:
+    if params.greedy:
+        return None
+    rng = torch.Generator()
+    rng.manual_seed(params.seed if params.seed is not None else torch.seed())
+    return rng
+
+
+class _Stopper:
+    """Cuts the settled tokens at EOS, max_new_tokens or a stop string."""
+
+    def __init__(self, target: Target, params: SamplingParams) -> None:
+        self.params = params
+        self.eos = set() if params.ignore_eos else set(target.info.eos_token_ids)
+        self.tokenizer = target.tokenizer
+        self.reason = "length"
+        self._stop_at: int | None = None  # character offset of a stop string in the text
+
+    def settle(self, so_far: list[int], new: list[int]) -> tuple[list[int], bool]:
+        """The part of ``new`` to emit, and whether the request is finished."""
+        room = self.params.max_new_tokens - len(so_far)
+        for i, tok in enumerate(new[:room]):
+            if tok in self.eos:
+                self.reason = "stop"
+                return new[: i + 1], True
+            if self.params.stop and self._hits_stop(so_far + new[: i + 1]):
+                self.reason = "stop"
+                return new[: i + 1], True
+        if len(new) >= room:
+            return new[:room], True
+        return new, False
+
+    def _hits_stop(self, ids: list[int]) -> bool:
+        if self.tokenizer is None:
+            return False
+        tail = self.tokenizer.decode(ids[-32:], skip_special_tokens=True)
+        return any(s in tail for s in self.params.stop)
+
+    def text(self, ids: list[int]) -> str | None:
+        if self.tokenizer is None:
+            return None
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        cuts = [text.find(s) for s in self.params.stop if s in text]
+        return text[: min(cuts)] if cuts else text

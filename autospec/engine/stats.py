@@ -1,0 +1,56 @@
+"""Per-request speculative-decoding statistics. Stats collect; reporters report.
+
+A **step** is one target forward after the prompt: it verifies the ``d`` draft tokens
+proposed for it (``d`` may be 0 when the speculator had nothing to propose, or with no
+speculator at all) and yields ``accepted + 1`` tokens, the one being the recovered or
+bonus token. The **acceptance length** τ is the mean over steps of ``accepted + 1``
+(bonus included, as vLLM reports it), so τ is also output tokens per target forward.
+Prometheus, logs and the database all read these fields; nothing else computes τ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RequestStats:
+    """What one request did; ``observe_*`` methods are the only writers."""
+
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    num_drafts: int = 0  # verification steps (target forwards after the prompt)
+    num_draft_tokens: int = 0  # draft tokens proposed, over all steps
+    num_accepted_tokens: int = 0  # draft tokens accepted, over all steps
+    accepted_per_position: list[int] = field(default_factory=list)  # [k]: accepted at draft i
+    ttft_s: float = 0.0  # time to the first output token
+    total_s: float = 0.0
+
+    def observe_step(self, num_proposed: int, num_accepted: int) -> None:
+        assert 0 <= num_accepted <= num_proposed
+        self.num_drafts += 1
+        self.num_draft_tokens += num_proposed
+        self.num_accepted_tokens += num_accepted
+        if len(self.accepted_per_position) < num_proposed:
+            self.accepted_per_position.extend([0] * (num_proposed - len(self.accepted_per_position)))
+        for i in range(num_accepted):
+            self.accepted_per_position[i] += 1
+
+    @property
+    def tau(self) -> float:
+        """Acceptance length: mean over steps of accepted + 1 (1.0 before any step)."""
+        if self.num_drafts == 0:
+            return 1.0
+        return (self.num_accepted_tokens + self.num_drafts) / self.num_drafts
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted draft tokens / proposed draft tokens."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.total_s if self.total_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "tau": self.tau, "acceptance_rate": self.acceptance_rate}
