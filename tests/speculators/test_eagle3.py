@@ -1,0 +1,124 @@
+"""eagle3: a head on a tiny random-init target's features, its KV cache and its training pass."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autospec.engine.sampling import SamplingParams
+from autospec.speculators.eagle3 import Eagle3Speculator, HeadKVCache, build_draft_vocab
+from autospec.speculators.registry import new_speculator
+
+from .helpers import assert_valid, feed_from_scratch, target_features
+
+GREEDY = SamplingParams()
+SAMPLED = SamplingParams(temperature=0.8, top_p=0.95)
+
+
+def _eagle(target, draft_vocab_size: int = 32) -> Eagle3Speculator:
+    spec = new_speculator("eagle3", target, draft_vocab_size=draft_vocab_size)
+    assert isinstance(spec, Eagle3Speculator)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def feats(tiny, sequence) -> torch.Tensor:
+    return target_features(tiny, sequence, _eagle(tiny).feature_layers)
+
+
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_eagle3_tiny_random_init_proposes_valid_tokens(tiny, sequence, feats, params) -> None:
+    spec = _eagle(tiny)
+    feed_from_scratch(spec, sequence[:12], 10, feats[:12])
+    proposal = spec.propose(5, params, torch.Generator().manual_seed(0))
+    assert proposal.num_tokens == 5
+    assert_valid(proposal, 5, tiny.info.vocab_size)
+    # only draft-vocabulary ids, and no mass outside it
+    assert bool(spec.head.t2d[proposal.tokens].all())
+    assert float(proposal.probs[:, ~spec.head.t2d].sum()) == 0.0
+
+
+def test_eagle3_tiny_random_init_draft_vocab_keeps_eos(tiny) -> None:
+    spec = _eagle(tiny, draft_vocab_size=16)
+    eos = tiny.info.eos_token_ids[0]
+    assert eos in spec.head.d2t.tolist()
+    assert int(spec.head.t2d.sum()) == 16
+
+
+def test_eagle3_tiny_random_init_stores_no_embedding(tiny) -> None:
+    spec = _eagle(tiny)
+    tensors = spec.state_tensors()
+    assert "embed_weight" not in tensors and "t2d" not in tensors
+    assert tensors["d2t"].shape == (32,)
+    assert spec.head.embed_weight.data_ptr() == tiny.model.get_input_embeddings().weight.data_ptr()
+
+
+def test_eagle3_tiny_random_init_rollback_matches_fresh(tiny, sequence, feats) -> None:
+    """After proposals and commits of real pairs, proposals equal a fresh speculator's."""
+    spec, fresh = _eagle(tiny), _eagle(tiny)
+    n, pos = 8, 9
+    feed_from_scratch(spec, sequence[:pos], n, feats[:pos])
+    for m in (3, 1, 4, 2):
+        spec.propose(4, GREEDY, None)  # speculative steps enter the cache, then roll back
+        spec.commit(sequence[pos : pos + m], feats[pos - 1 : pos + m - 1])
+        pos += m
+        feed_from_scratch(fresh, sequence[:pos], n, feats[:pos])
+        ours, theirs = spec.propose(4, GREEDY, None), fresh.propose(4, GREEDY, None)
+        assert ours.tokens.tolist() == theirs.tokens.tolist()
+        assert spec._real == fresh._real == pos - 1  # one real pair per settled position
+
+
+def test_eagle3_tiny_random_init_sampled_rollback_matches_fresh(tiny, sequence, feats) -> None:
+    spec, fresh = _eagle(tiny), _eagle(tiny)
+    feed_from_scratch(spec, sequence[:12], 8, feats[:12])
+    spec.propose(4, SAMPLED, torch.Generator().manual_seed(1))
+    spec.commit(sequence[12:15], feats[11:14])
+    feed_from_scratch(fresh, sequence[:15], 8, feats[:15])
+    ours = spec.propose(4, SAMPLED, torch.Generator().manual_seed(2))
+    theirs = fresh.propose(4, SAMPLED, torch.Generator().manual_seed(2))
+    assert ours.tokens.tolist() == theirs.tokens.tolist()
+    torch.testing.assert_close(ours.probs, theirs.probs, atol=1e-5, rtol=1e-4)
+
+
+def test_eagle3_tiny_random_init_refuses_missing_features(tiny, sequence) -> None:
+    spec = _eagle(tiny)
+    with pytest.raises(ValueError, match="features"):
+        spec.begin(sequence[:5], None)
+
+
+def test_eagle3_tiny_random_init_ttt_forward_matches_decoding(tiny, sequence, feats) -> None:
+    """Training's unrolled steps see exactly what chained decoding steps see."""
+    head = _eagle(tiny).head
+    steps, t = 3, 20
+    next_ids = sequence[1 : t + 1]
+    with torch.no_grad():
+        train = head.ttt_forward(feats[None, :t], next_ids[None], steps=steps)
+        for p in (0, 5, 11):  # the real prefix ends at p; steps chain from there
+            cache = HeadKVCache(head.config.num_kv_heads, head.config.head_dim,
+                                device=torch.device("cpu"), dtype=torch.float32, capacity=4)
+            out = head.step_with_features(feats[: p + 1], next_ids[: p + 1], cache)
+            torch.testing.assert_close(head.logits(out), train[0][0, : p + 1])
+            hidden = out[-1:]
+            for s in range(1, steps):  # teacher-forced tokens, the head's own hiddens
+                hidden = head.step_with_own_hidden(hidden, next_ids[p + s : p + s + 1], cache)
+                torch.testing.assert_close(head.logits(hidden)[0], train[s][0, p + s])
+
+
+def test_eagle3_tiny_random_init_ttt_forward_trains(tiny, sequence, feats) -> None:
+    head = _eagle(tiny, draft_vocab_size=64).head
+    features = feats[None, :20].clone()  # target features are inference-mode tensors
+    logits = head.ttt_forward(features, sequence[None, 1:21], steps=2)
+    loss = sum(torch.nn.functional.cross_entropy(x[0, s:-1], sequence[s + 2 : 21])
+               for s, x in enumerate(logits))
+    loss.backward()
+    assert head.fc.weight.grad is not None and head.lm_head.weight.grad is not None
+
+
+def test_build_draft_vocab_takes_frequent_ids_and_forced_ones() -> None:
+    counts = torch.zeros(10)
+    counts[[7, 2, 5]] = torch.tensor([9.0, 5.0, 5.0])
+    d2t = build_draft_vocab(counts, 4, vocab_size=10, always=[9])
+    assert d2t.tolist() == [2, 5, 7, 9]  # ties go to the lower id; sorted
+    assert build_draft_vocab(None, 3, vocab_size=10).tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="size"):
+        build_draft_vocab(None, 11, vocab_size=10)
