@@ -28,7 +28,7 @@ class LeaseGrant:
     expires_at: datetime
 
 
-def _insert_if_absent(session: Session, row: dict[str, object]) -> int:
+def _insert_if_absent(session: Session, row: dict[str, object]) -> bool:
     dialect = session.get_bind().dialect.name
     if dialect == "sqlite":
         from sqlalchemy.dialects.sqlite import insert
@@ -36,8 +36,13 @@ def _insert_if_absent(session: Session, row: dict[str, object]) -> int:
         from sqlalchemy.dialects.postgresql import insert
     else:  # pragma: no cover
         raise NotImplementedError(f"leases need SQLite or PostgreSQL, not {dialect}")
-    stmt = insert(Lease).values(**row).on_conflict_do_nothing(index_elements=["name"])
-    return session.execute(stmt).rowcount
+    table = Lease.__table__
+    stmt = (
+        insert(table).values(**row)
+        .on_conflict_do_nothing(index_elements=["name"])
+        .returning(table.c.name)  # rowcount of ON CONFLICT DO NOTHING is not portable
+    )
+    return session.execute(stmt).first() is not None
 
 
 def acquire_lease(

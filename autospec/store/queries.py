@@ -275,7 +275,7 @@ def request_counts(
     if group_by is not None and group_by not in _GROUP_COLUMNS:
         raise StoreError(f"group_by must be one of {sorted(_GROUP_COLUMNS)}, not {group_by!r}")
     column = _GROUP_COLUMNS[group_by] if group_by else None
-    query = select(*([column] if column is not None else []), func.count())
+    query = select(*([column] if column is not None else []), func.count()).select_from(Request)
     query = _filter(query, since=since, until=until, deployment=None)
     if not include_opted_out:
         query = query.where(Request.opted_out.is_(False))

@@ -1,0 +1,124 @@
+"""Bad inputs name the problem; `autospec db` prints errors without a traceback."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from typer.testing import CliRunner
+
+from autospec.store import db, migrate
+from autospec.store.cli import db_app, parse_duration
+from autospec.store.errors import BadDatabaseURL, DatabaseUnreachable, UnknownRevision
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("url", ["not a url", "postgresql://user@host:notaport/db", ""])
+def test_malformed_url(url: str) -> None:
+    with pytest.raises(BadDatabaseURL, match=r"malformed database URL|cannot use"):
+        db.make_engine(url)
+
+
+def test_unknown_driver() -> None:
+    with pytest.raises(BadDatabaseURL, match="unknown database driver"):
+        db.make_engine("nosuchdb+nodriver://x/y")
+
+
+def test_unreachable_server_is_named() -> None:
+    engine = db.make_engine("postgresql://someone:secret@127.0.0.1:1/autospec",
+                            connect_timeout_s=2)
+    with pytest.raises(DatabaseUnreachable, match=r"127\.0\.0\.1:1/autospec") as info:
+        db.ping(engine)
+    assert "secret" not in str(info.value)
+    with pytest.raises(DatabaseUnreachable):
+        migrate.upgrade(engine)
+
+
+def test_unopenable_sqlite_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "dir.db").mkdir()
+    with pytest.raises(DatabaseUnreachable, match=r"dir\.db"):
+        db.open_store(f"sqlite:///{tmp_path / 'dir.db'}")
+
+
+def test_open_store_upgrades_or_refuses(sqlite_url: str) -> None:
+    from autospec.store.errors import SchemaNotInitialized
+
+    with pytest.raises(SchemaNotInitialized, match="autospec db upgrade"):
+        db.open_store(sqlite_url)
+    engine = db.open_store(sqlite_url, upgrade=True)
+    assert migrate.check_schema(engine) == migrate.head_revision()
+
+
+def test_default_url_comes_from_settings(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    engine = db.make_engine()
+    assert engine.url.database == str(tmp_path / "autospec-data" / "autospec.db")
+    from autospec.settings import get_settings
+
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", f"sqlite:///{tmp_path / 'other.db'}")
+    get_settings.cache_clear()
+    assert db.make_engine().url.database == str(tmp_path / "other.db")
+
+
+def test_sqlite_connections_use_wal_and_busy_timeout(sqlite_url: str) -> None:
+    engine = db.make_engine(sqlite_url, busy_timeout_s=7)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 7000
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_cli_upgrade_current_purge(sqlite_url: str) -> None:
+    result = runner.invoke(db_app, ["current", "--url", sqlite_url, "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["state"] == "empty"
+    result = runner.invoke(db_app, ["upgrade", "--url", sqlite_url])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(db_app, ["current", "--url", sqlite_url, "--json"])
+    status = json.loads(result.stdout)
+    assert result.exit_code == 0
+    assert status["current"] == status["expected"] == migrate.head_revision()
+    result = runner.invoke(db_app, ["purge", "--older-than", "30d", "--url", sqlite_url])
+    assert result.exit_code == 0 and "deleted 0 requests" in result.stdout
+    result = runner.invoke(db_app, ["downgrade", "base", "--url", sqlite_url])
+    assert result.exit_code == 0 and "revision None" in result.stdout
+
+
+def test_cli_errors_without_traceback(sqlite_url: str) -> None:
+    for args, needle in [
+        (["current", "--url", "not a url"], "malformed database URL"),
+        (["upgrade", "--url", "postgresql://u@127.0.0.1:1/x"], "cannot connect to database"),
+        (["purge", "--older-than", "30d", "--url", sqlite_url], "autospec db upgrade"),
+    ]:
+        result = runner.invoke(db_app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert needle in result.stderr
+        assert "Traceback" not in result.output
+        assert not isinstance(result.exception, Exception) or isinstance(
+            result.exception, SystemExit)
+
+
+def test_cli_reports_unknown_revision(sqlite_url: str) -> None:
+    engine = db.make_engine(sqlite_url)
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = 'abc123'")
+    result = runner.invoke(db_app, ["current", "--url", sqlite_url])
+    assert result.exit_code == 1 and "unknown" in result.stdout
+    result = runner.invoke(db_app, ["upgrade", "--url", sqlite_url])
+    assert result.exit_code == 2 and "'abc123'" in result.stderr
+    with pytest.raises(UnknownRevision):
+        db.open_store(sqlite_url)
+
+
+@pytest.mark.parametrize(("text", "delta"), [("30d", timedelta(days=30)),
+                                             ("12h", timedelta(hours=12)),
+                                             ("2w", timedelta(weeks=2))])
+def test_parse_duration(text: str, delta: timedelta) -> None:
+    assert parse_duration(text) == delta
+
+
+def test_cli_rejects_bad_duration(sqlite_url: str) -> None:
+    result = runner.invoke(db_app, ["purge", "--older-than", "soon", "--url", sqlite_url])
+    assert result.exit_code == 2 and "duration" in result.output

@@ -1,0 +1,99 @@
+"""Traffic windows, live τ, counts, retention purge."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from autospec import store
+from autospec.store.traffic import RequestRecord, write_requests
+
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def _seed(engine) -> None:  # type: ignore[no-untyped-def]
+    records = []
+    for i in range(20):
+        records.append(RequestRecord(
+            request_uid=f"r{i}",
+            created_at=T0 + timedelta(minutes=i),
+            prompt_ids=[1, 2, i], output_ids=[3, i],
+            segment="chat" if i % 2 else "code",
+            speculator_version="v1" if i < 10 else "v2",
+            opted_out=i in (3, 17),
+            temperature=0.0 if i % 4 else 0.7,
+            num_drafts=4, num_draft_tokens=12,
+            num_accepted_tokens=4 if i < 10 else 8,
+            accepted_per_position=[2, 1, 1] if i < 10 else [4, 3, 1],
+        ))
+    write_requests(engine, records)
+
+
+def test_traffic_window_holds_out_the_newest(engine) -> None:  # type: ignore[no-untyped-def]
+    _seed(engine)
+    with store.session_scope(engine, readonly=True) as s:
+        w = store.traffic_window(s, since=T0, until=T0 + timedelta(hours=1), heldout_fraction=0.25)
+    assert w.total == 18  # 2 opted out
+    assert all(e.request_uid not in ("r3", "r17") for e in w.train + w.heldout)
+    assert [e.request_uid for e in w.heldout] == ["r14", "r15", "r16", "r18", "r19"]
+    assert len(w.train) == 13
+    assert max(e.created_at for e in w.train) < min(e.created_at for e in w.heldout) == w.split_at
+    assert w.train[0].prompt_ids == [1, 2, 0] and w.train[0].output_ids == [3, 0]
+    with store.session_scope(engine, readonly=True) as s:
+        greedy = store.traffic_window(s, greedy_only=True, heldout_fraction=0.0)
+        newest = store.traffic_window(s, limit=4, heldout_fraction=0.5, segment="chat")
+    assert all(e.temperature == 0.0 for e in greedy.train) and greedy.heldout == []
+    assert [e.request_uid for e in newest.train] == ["r11", "r13"]
+    assert [e.request_uid for e in newest.heldout] == ["r15", "r19"]
+    with pytest.raises(store.StoreError):
+        store.traffic_window(s, heldout_fraction=1.0)
+
+
+def test_boundary_ties_go_to_heldout(engine) -> None:  # type: ignore[no-untyped-def]
+    same = T0 + timedelta(minutes=5)
+    write_requests(engine, [
+        RequestRecord(request_uid=f"t{i}", created_at=T0 if i < 2 else same,
+                      prompt_ids=[1], output_ids=[2]) for i in range(5)])
+    with store.session_scope(engine, readonly=True) as s:
+        w = store.traffic_window(s, heldout_fraction=0.2)
+    assert len(w.train) == 2 and len(w.heldout) == 3
+
+
+def test_live_tau_per_version_and_segment(engine) -> None:  # type: ignore[no-untyped-def]
+    _seed(engine)
+    with store.session_scope(engine, readonly=True) as s:
+        per_version = store.live_tau(s, since=T0, with_positions=True)
+        per_segment = store.live_tau(s, since=T0, by_segment=True, versions=["v2"])
+        late = store.live_tau(s, since=T0 + timedelta(minutes=15))
+    v1, v2 = per_version
+    assert (v1.version, v1.requests, v1.steps, v1.accepted_tokens) == ("v1", 10, 40, 40)
+    assert v1.tau == pytest.approx(2.0)  # (accepted + steps) / steps, bonus included
+    assert v2.tau == pytest.approx(3.0)
+    assert v2.acceptance_by_position == pytest.approx([40 / 40, 30 / 40, 10 / 30])
+    assert [(t.version, t.segment, t.requests) for t in per_segment] == [
+        ("v2", "chat", 5), ("v2", "code", 5)]
+    assert [(t.version, t.requests) for t in late] == [("v2", 5)]
+
+
+def test_request_counts(engine) -> None:  # type: ignore[no-untyped-def]
+    _seed(engine)
+    with store.session_scope(engine, readonly=True) as s:
+        assert store.request_counts(s) == {None: 20}
+        assert store.request_counts(s, include_opted_out=False) == {None: 18}
+        assert store.request_counts(s, group_by="version") == {"v1": 10, "v2": 10}
+        assert store.request_counts(s, since=T0 + timedelta(minutes=18)) == {None: 2}
+        with pytest.raises(store.StoreError):
+            store.request_counts(s, group_by="colour")  # type: ignore[arg-type]
+
+
+def test_purge(engine) -> None:  # type: ignore[no-untyped-def]
+    _seed(engine)
+    now = T0 + timedelta(days=30, minutes=10)  # rows r0..r9 are older than 30 days
+    with store.session_scope(engine) as s:
+        assert store.purge_requests(s, older_than=timedelta(days=30), text_only=True, now=now) == 9
+        assert store.purge_requests(s, older_than=timedelta(days=30), now=now) == 10
+        with pytest.raises(store.StoreError):
+            store.purge_requests(s, older_than=timedelta(0))
+    with store.session_scope(engine, readonly=True) as s:
+        assert store.request_counts(s) == {None: 10}
