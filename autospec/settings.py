@@ -6,10 +6,15 @@
 | ``AUTOSPEC_DATABASE_URL`` | ``sqlite:///<data dir>/autospec.db`` |
 | ``AUTOSPEC_ARTIFACT_DIR`` | ``<data dir>/artifacts`` |
 | ``AUTOSPEC_SPILL_DIR`` | ``<data dir>/spill`` (traffic rows waiting for the database) |
+| ``AUTOSPEC_CACHE_DIR`` | ``$XDG_CACHE_HOME/autospec`` or ``~/.cache/autospec`` (dequantized targets) |
+
+The cache holds only what can be derived again (a GGUF target dequantized to
+safetensors); it is machine-wide, like Hugging Face's, so every data directory shares it.
 """
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -30,7 +35,12 @@ class Settings(BaseSettings):
         default=None, description="SQLAlchemy URL; default a SQLite file in the data directory"
     )
     artifact_dir: Path | None = Field(
-        default=None, description="where speculator artifacts and target caches are written"
+        default=None, description="where speculator artifacts are written"
+    )
+    cache_dir: Path = Field(
+        default_factory=lambda: Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "autospec",
+        description="machine-wide cache of derived files (dequantized GGUF targets)",
     )
     spill_dir: Path | None = Field(
         default=None,

@@ -31,8 +31,9 @@ class RequestStats:
         self.num_drafts += 1
         self.num_draft_tokens += num_proposed
         self.num_accepted_tokens += num_accepted
-        if len(self.accepted_per_position) < num_proposed:
-            self.accepted_per_position.extend([0] * (num_proposed - len(self.accepted_per_position)))
+        missing = num_proposed - len(self.accepted_per_position)
+        if missing > 0:
+            self.accepted_per_position.extend([0] * missing)
         for i in range(num_accepted):
             self.accepted_per_position[i] += 1
 

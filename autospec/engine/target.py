@@ -2,7 +2,7 @@
 
 A target is loaded from a name (the embedded default ``smollm2-135m``), a local model
 directory, or a ``.gguf`` file. GGUF weights are dequantized once and cached as
-safetensors under the artifact directory, so later loads take seconds.
+safetensors in the machine-wide cache (``AUTOSPEC_CACHE_DIR``), so later loads take seconds.
 
 :meth:`Target.forward` returns float32 logits for the positions asked for and, when a
 speculator needs them, the hidden states of chosen layers (index convention of Hugging
@@ -219,7 +219,7 @@ def _cached_from_gguf(gguf: Path, target_id: str) -> Path:
         raise TargetLoadError(f"GGUF file {gguf} does not exist")
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    out = get_settings().resolved_artifact_dir / "targets" / f"{gguf.stem}-{key.hexdigest()[:12]}"
+    out = get_settings().cache_dir / "targets" / f"{gguf.stem}-{key.hexdigest()[:12]}"
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
         return out
     log.info("dequantizing %s into %s (once; later loads use the cache)", gguf.name, out)

@@ -1,0 +1,44 @@
+"""``autospec bench ...``: benchmarks that measure side by side and report ratios."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+bench_app = typer.Typer(help="Benchmarks (side by side in one process; ratios, not timings).",
+                        no_args_is_help=True)
+
+
+@bench_app.command("decode")
+def decode(
+    target: str = typer.Option("smollm2-135m", help="target: a name, a model directory or .gguf"),
+    dtype: str = typer.Option("auto", help="float32, bfloat16, auto, or a comma list"),
+    max_new_tokens: int = typer.Option(64, min=1, help="tokens generated per prompt"),
+    k: int = typer.Option(5, min=1, help="draft tokens per step"),
+    prompts: int = typer.Option(4, min=1, max=6, help="how many of the fixed prompts"),
+    kinds: str = typer.Option("ngram,draft,eagle3", help="speculator kinds to run"),
+    eagle3: Path | None = typer.Option(None, help="an eagle3 checkpoint directory"),
+    draft: Path | None = typer.Option(None, help="a draft checkpoint directory"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the figures here"),
+) -> None:
+    """Compare HF generate, HF prompt lookup, the engine alone and with each speculator."""
+    from autospec.bench.decode import run_decode_bench
+
+    checkpoints = {name: path for name, path in (("eagle3", eagle3), ("draft", draft)) if path}
+    run_decode_bench(target_spec=target, dtypes=[d.strip() for d in dtype.split(",")],
+                     max_new=max_new_tokens, k=k, num_prompts=prompts,
+                     kinds=[s.strip() for s in kinds.split(",") if s.strip()],
+                     checkpoints=checkpoints, json_path=json_path)
+
+
+@bench_app.command("store")
+def store(
+    database_url: str | None = typer.Option(None, help="database to measure (default: a temp SQLite file; PostgreSQL too when AUTOSPEC_TEST_POSTGRES_URL is set)"),
+    rows: int = typer.Option(20000, min=100, help="request rows to ingest"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the figures here"),
+) -> None:
+    """Rows/s ingested by the traffic writer and the caller-side cost of record()."""
+    from autospec.bench.store import main
+
+    main(database_url=database_url, rows=rows, json_path=json_path)
