@@ -6,7 +6,7 @@
 | ``AUTOSPEC_DATABASE_URL`` | ``sqlite:///<data dir>/autospec.db`` |
 | ``AUTOSPEC_ARTIFACT_DIR`` | ``<data dir>/artifacts`` |
 | ``AUTOSPEC_SPILL_DIR`` | ``<data dir>/spill`` (traffic rows waiting for the database) |
-| ``AUTOSPEC_CACHE_DIR`` | ``$XDG_CACHE_HOME/autospec`` or ``~/.cache/autospec`` (dequantized targets) |
+| ``AUTOSPEC_CACHE_DIR`` | ``$XDG_CACHE_HOME/autospec``, else ``~/.cache/autospec`` |
 
 The cache holds only what can be derived again (a GGUF target dequantized to
 safetensors); it is machine-wide, like Hugging Face's, so every data directory shares it.

@@ -34,7 +34,9 @@ def decode(
 
 @bench_app.command("store")
 def store(
-    database_url: str | None = typer.Option(None, help="database to measure (default: a temp SQLite file; PostgreSQL too when AUTOSPEC_TEST_POSTGRES_URL is set)"),
+    database_url: str | None = typer.Option(
+        None, help="database to measure (default: a temporary SQLite file, and PostgreSQL "
+        "too when AUTOSPEC_TEST_POSTGRES_URL is set)"),
     rows: int = typer.Option(20000, min=100, help="request rows to ingest"),
     json_path: Path | None = typer.Option(None, "--json", help="write the figures here"),
 ) -> None:

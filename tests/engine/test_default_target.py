@@ -71,7 +71,7 @@ def test_gguf_file_path_loads_from_the_cache(default_target):
 def test_unknown_target_is_a_clear_error(tmp_path):
     with pytest.raises(TargetLoadError, match="neither a known name"):
         load_target("no-such-model")
-    with pytest.raises(TargetLoadError, match="no config.json"):
+    with pytest.raises(TargetLoadError, match=r"no config\.json"):
         load_target(str(tmp_path))
 
 
