@@ -11,6 +11,8 @@ committed sequence, possibly followed by draft tokens fed during ``propose``). O
 ``commit`` the cache is cropped to its longest common prefix with the committed
 sequence, so accepted drafts that were already fed stay in the cache and are never
 re-run; everything after that prefix is fed at the next ``propose``.
+
+Proposal tokens are on the CPU; ``probs`` (``[k, vocab]``) on the draft's device.
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ class DraftSpeculator(SavableSpeculator):
             rows.append(probs)
             if step + 1 < k:
                 logits = self._feed(token.view(1))
-        return Proposal(tokens=torch.stack(tokens), probs=torch.stack(rows))
+        # tokens on the CPU (the engine reads them as ids), probs where they were computed
+        return Proposal(tokens=torch.stack(tokens).cpu(), probs=torch.stack(rows))
 
     # -- cache ----------------------------------------------------------------------------
     def _feed(self, ids: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ head's KV cache back to the real pairs and queues ``(features[j], tokens[j])``;
 ``propose`` runs every queued pair in one forward (they enter the cache for good),
 then chains draft steps that feed the head's own output hidden and are cropped at the
 next commit. Draft probabilities over ``Vd`` are scattered into the target vocabulary.
-Proposal tensors live on the head's device.
+Proposal tokens are on the CPU, ``probs`` on the head's device.
 
 Training (next issue) uses :meth:`Eagle3Head.ttt_forward`: teacher-forced over whole
 sequences, unrolling ``steps`` draft steps exactly as decoding attends (checked against
@@ -353,7 +353,7 @@ class Eagle3Speculator(SavableSpeculator):
             if step + 1 < k:
                 hidden = self.head.step_with_own_hidden(hidden[-1:], token, self._cache)
         tokens = torch.cat(drafted)  # [k]
-        return Proposal(tokens=tokens, probs=self._scatter(tokens, rows))
+        return Proposal(tokens=tokens.cpu(), probs=self._scatter(tokens, rows))
 
     # -- helpers --------------------------------------------------------------------------
     def _queue(self, features: torch.Tensor, tokens: torch.Tensor) -> None:

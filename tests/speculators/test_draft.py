@@ -84,3 +84,12 @@ def test_draft_tiny_random_init_respects_max_positions(tiny, sequence) -> None:
     spec.begin(sequence[:12], None)
     spec.commit(sequence[12:14], None)
     assert spec.propose(5, GREEDY, None).num_tokens == 2
+
+
+def test_draft_tiny_random_init_propose_twice_without_commit_repeats(tiny, sequence) -> None:
+    spec = _draft(tiny)
+    spec.begin(sequence[:10], None)
+    spec.commit(sequence[10:11], None)
+    first = spec.propose(4, GREEDY, None).tokens.tolist()
+    assert spec.propose(4, GREEDY, None).tokens.tolist() == first
+    assert spec.propose(0, GREEDY, None).num_tokens == 0

@@ -122,3 +122,21 @@ def test_build_draft_vocab_takes_frequent_ids_and_forced_ones() -> None:
     assert build_draft_vocab(None, 3, vocab_size=10).tolist() == [0, 1, 2]
     with pytest.raises(ValueError, match="size"):
         build_draft_vocab(None, 11, vocab_size=10)
+
+
+def test_eagle3_tiny_random_init_propose_twice_without_commit_repeats(tiny, sequence,
+                                                                      feats) -> None:
+    spec = _eagle(tiny)
+    feed_from_scratch(spec, sequence[:12], 10, feats[:12])
+    first = spec.propose(4, GREEDY, None).tokens.tolist()
+    assert spec.propose(4, GREEDY, None).tokens.tolist() == first
+    assert spec.propose(0, GREEDY, None).num_tokens == 0
+
+
+def test_eagle3_tiny_random_init_long_prompt_grows_the_cache(tiny) -> None:
+    spec = _eagle(tiny)
+    ids = torch.arange(300) % 60
+    spec.begin(ids, target_features(tiny, ids, spec.feature_layers))
+    spec.commit(torch.tensor([4]), target_features(tiny, ids, spec.feature_layers)[-1:])
+    assert spec.propose(3, GREEDY, None).num_tokens == 3
+    assert spec._real == 300

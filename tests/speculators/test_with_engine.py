@@ -29,3 +29,12 @@ def test_engine_tiny_random_init_sampling_runs_with_each_kind(tiny, kind) -> Non
     first = engine.generate([5, 6, 7, 8], params).token_ids
     assert first == engine.generate([5, 6, 7, 8], params).token_ids  # seeded
     assert all(0 <= t < tiny.info.vocab_size for t in first) and len(first) == 20
+
+
+@pytest.mark.parametrize("kind", ["ngram", "draft", "eagle3"])
+def test_engine_tiny_random_init_one_token_prompt_with_each_kind(tiny, kind) -> None:
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    expected = SpeculativeEngine(tiny).generate([7], params).token_ids
+    spec = new_speculator(kind, tiny)
+    got = SpeculativeEngine(tiny, spec, num_speculative_tokens=3).generate([7], params)
+    assert got.token_ids == expected
