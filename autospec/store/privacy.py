@@ -33,12 +33,18 @@ SECRET_PATTERNS = (
 )
 
 
+# every secret pattern contains a run of 16+ of these characters: texts without one (most
+# prose) skip the patterns altogether
+_CANDIDATE = re.compile(r"[A-Za-z0-9_-]{16}")
+
+
 def redact_default(text: str) -> str:
     """Replace e-mail addresses by ``[EMAIL]`` and API-key-like strings by ``[SECRET]``."""
     if "@" in text:
         text = EMAIL.sub("[EMAIL]", text)
-    for pattern in SECRET_PATTERNS:
-        text = pattern.sub("[SECRET]", text)
+    if _CANDIDATE.search(text):
+        for pattern in SECRET_PATTERNS:
+            text = pattern.sub("[SECRET]", text)
     return text
 
 

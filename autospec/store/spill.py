@@ -11,7 +11,6 @@ interrupted half-way and repeated stores nothing twice.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -25,6 +24,8 @@ try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no orphan adoption, own file only
     fcntl = None  # type: ignore[assignment]
+
+from autospec.store.traffic import row_from_json, row_to_json
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class SpillFile:
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         """Append rows durably (write + fsync); raises OSError if the disk refuses."""
-        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+        data = "".join(row_to_json(r) + "\n" for r in rows)
         with self._lock:
             if self._fh is None:
                 self.dir.mkdir(parents=True, exist_ok=True)
@@ -114,8 +115,8 @@ def read_rows(fh: IO[str], path: Path) -> tuple[list[dict[str, Any]], int]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            rows.append(row_from_json(line))
+        except (ValueError, KeyError, TypeError):  # JSONDecodeError is a ValueError
             bad += 1
             log.error("spill file %s line %d is not JSON; skipped", path, lineno)
     return rows, bad

@@ -2,9 +2,9 @@
 
 - :class:`RequestRecord` is what ``serve`` hands to the writer (see
   :class:`autospec.store.writer.TrafficWriter`); unknown fields are a ``TypeError`` at once.
-- :func:`prepare_row` applies the privacy rules (:mod:`autospec.store.privacy`) and fills the
-  uid and time: the result is plain JSON-able data (token ids as lists) — what the spill file
-  holds. :func:`to_db_row` packs the ids for the ``requests`` table.
+- :func:`prepare_row` applies the privacy rules (:mod:`autospec.store.privacy`), fills the
+  uid and time and packs the token ids: the result is the ``requests`` column values.
+  :func:`row_to_json` / :func:`row_from_json` turn it into a spill-file line and back.
 - :func:`write_requests` writes records synchronously (tests, seeding, back-fills);
   :func:`insert_rows` is the idempotent batched insert both it and the writer use: a row whose
   ``request_uid`` is already stored is skipped, so replaying a batch twice stores it once.
@@ -12,11 +12,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
+from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Insert
@@ -67,9 +70,10 @@ def new_uid() -> str:
 def prepare_row(
     record: RequestRecord, *, created: float | None = None, redact: Redactor | None = redact_default
 ) -> dict[str, Any]:
-    """The row for ``record`` after privacy rules; JSON-able (ids as lists, time as ISO text).
+    """``requests`` column values for ``record``, after the privacy rules.
 
-    Raises ``TypeError``/``ValueError`` for a record that cannot be stored.
+    Token ids are packed here (an id outside int32 raises ``OverflowError`` now, not in the
+    driver); raises ``TypeError``/``ValueError`` for any other value that cannot be stored.
     """
     row = {name: getattr(record, name) for name in RECORD_FIELDS}
     row["request_uid"] = row["request_uid"] or new_uid()
@@ -78,11 +82,7 @@ def prepare_row(
         when = datetime.fromtimestamp(created, timezone.utc) if created else _now()
     elif when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    row["created_at"] = when.isoformat()
-    for key in ("prompt_ids", "output_ids"):
-        if row[key] is not None:
-            row[key] = [int(t) for t in row[key]]
-            pack_ids(row[key])  # OverflowError now for an id outside int32
+    row["created_at"] = when
     for key in _INT_FIELDS:
         if int(row[key]) < 0:
             raise ValueError(f"{key} must be >= 0, got {row[key]}")
@@ -90,22 +90,39 @@ def prepare_row(
         row["accepted_per_position"] = [int(a) for a in row["accepted_per_position"]]
     if row["sampling"] is not None:
         json.dumps(row["sampling"])  # TypeError now, not in the database driver later
+    row["temperature"] = float(row["temperature"] or 0.0)
     row["redacted"] = False
-    return apply_privacy(row, redact)
+    apply_privacy(row, redact)
+    row["prompt_ids"] = pack_ids(row["prompt_ids"])
+    row["output_ids"] = pack_ids(row["output_ids"])
+    return row
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def to_db_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A prepared row as ``requests`` column values (ids packed, time parsed)."""
-    out = dict(row)
-    out["created_at"] = datetime.fromisoformat(row["created_at"])
-    out["prompt_ids"] = pack_ids(row["prompt_ids"])
-    out["output_ids"] = pack_ids(row["output_ids"])
-    out["temperature"] = float(row["temperature"] or 0.0)
-    return out
+_BLOBS = ("prompt_ids", "output_ids")
+
+
+def row_to_json(row: dict[str, Any]) -> str:
+    """One prepared row as a line of the spill file (ids base64, time ISO 8601)."""
+    data = dict(row)
+    data["created_at"] = row["created_at"].isoformat()
+    for key in _BLOBS:
+        if data[key] is not None:
+            data[key] = base64.b64encode(data[key]).decode("ascii")
+    return json.dumps(data, separators=(",", ":"))
+
+
+def row_from_json(line: str) -> dict[str, Any]:
+    """The inverse of :func:`row_to_json`."""
+    row = json.loads(line)
+    row["created_at"] = datetime.fromisoformat(row["created_at"])
+    for key in _BLOBS:
+        if row[key] is not None:
+            row[key] = base64.b64decode(row[key])
+    return row
 
 
 def insert_statement(dialect_name: str) -> Insert:
@@ -123,8 +140,46 @@ def insert_statement(dialect_name: str) -> Insert:
 
 def insert_rows(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     """Insert prepared rows in one executemany (inside the caller's transaction)."""
-    if rows:
-        conn.execute(insert_statement(conn.dialect.name), [to_db_row(r) for r in rows])
+    if not rows:
+        return
+    if conn.dialect.name == "sqlite":
+        _sqlite_executemany(conn, rows)
+    else:
+        conn.execute(insert_statement(conn.dialect.name), rows)
+
+
+# SQLite hot path. SQLAlchemy's per-row bind processing costs about as much as SQLite's own
+# insert, so for SQLite the writer hands the driver tuples converted the way SQLAlchemy's
+# SQLite types store them: DateTime as naive-UTC "YYYY-MM-DD HH:MM:SS.ffffff", JSON as text.
+# tests/store/test_writer.py::test_sqlite_fast_path_matches_sqlalchemy keeps the two identical.
+_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
+_JSON_COLUMNS = ("sampling", "accepted_per_position")
+
+
+@lru_cache(maxsize=8)
+def _sqlite_insert(keys: tuple[str, ...], dialect: Any) -> tuple[str, tuple[str, ...]]:
+    compiled = insert_statement("sqlite").compile(dialect=dialect, column_keys=list(keys))
+    order = tuple(compiled.positiontup or ())
+    return compiled.string, order
+
+
+def _sqlite_executemany(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    sql, order = _sqlite_insert(tuple(rows[0]), conn.dialect)
+    pick = itemgetter(*order)
+    fixes = [(order.index(k), k) for k in ("created_at", *_JSON_COLUMNS)]
+    params = []
+    for row in rows:
+        values = list(pick(row))
+        for index, key in fixes:
+            value = values[index]
+            if value is None:
+                continue
+            if key == "created_at":
+                values[index] = value.astimezone(timezone.utc).strftime(_SQLITE_TIME)
+            else:
+                values[index] = json.dumps(value)
+        params.append(tuple(values))
+    conn.exec_driver_sql(sql, params)
 
 
 def write_requests(

@@ -28,7 +28,6 @@ Counters (:class:`WriterCounters`) are exposed for metrics, e.g. via
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import random
@@ -51,7 +50,7 @@ from sqlalchemy.exc import (
 from autospec.store.db import writer_engine
 from autospec.store.privacy import Redactor, redact_default
 from autospec.store.spill import SpillFile, claim_orphans, read_rows
-from autospec.store.traffic import RequestRecord, insert_rows, prepare_row
+from autospec.store.traffic import RequestRecord, insert_rows, prepare_row, row_to_json
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +349,7 @@ class TrafficWriter:
 def _rewrite(fh: IO[str], rows: list[dict[str, Any]]) -> None:
     fh.seek(0)
     fh.truncate()
-    fh.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+    fh.write("".join(row_to_json(r) + "\n" for r in rows))
     fh.flush()
     os.fsync(fh.fileno())
 

@@ -268,3 +268,31 @@ def _wait(condition, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.05)
+
+
+def test_sqlite_fast_path_matches_sqlalchemy(sqlite_url: str) -> None:
+    """The SQLite executemany hot path stores exactly what SQLAlchemy's types would."""
+    from datetime import datetime, timedelta, timezone
+
+    from autospec.store.traffic import insert_statement, prepare_row
+
+    engine = db.make_engine(sqlite_url)
+    migrate.upgrade(engine)
+    when = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone(timedelta(hours=2)))  # not UTC
+    fast = prepare_row(RequestRecord(**record_fields(1, created_at=when,
+                                                     sampling={"top_p": 0.9})))
+    slow = dict(fast, request_uid="slow")
+    write = db.writer_engine(engine)
+    with write.begin() as conn:
+        from autospec.store.traffic import insert_rows
+
+        insert_rows(conn, [fast])
+        conn.execute(insert_statement("sqlite"), [slow])
+    with engine.connect() as conn:
+        raw = conn.execute(text("SELECT * FROM requests ORDER BY request_uid")).all()
+    a, b = (dict(r._mapping) for r in raw)
+    assert {k: v for k, v in a.items() if k not in ("id", "request_uid")} == {
+        k: v for k, v in b.items() if k not in ("id", "request_uid")}
+    with db.session_scope(engine, readonly=True) as s:
+        row = s.scalars(select(Request).where(Request.request_uid == fast["request_uid"])).one()
+    assert row.created_at == when and row.sampling == {"top_p": 0.9}
