@@ -78,6 +78,6 @@ class Speculator(abc.ABC):
     ) -> Proposal:
         """Propose up to ``k`` tokens continuing the committed sequence."""
 
-    def to(self, device: torch.device | str) -> Speculator:  # noqa: B027 - optional hook
+    def to(self, device: torch.device | str) -> Speculator:
         """Move weights to ``device`` (no-op for weightless speculators)."""
         return self
