@@ -20,7 +20,6 @@ read with ``safetensors.torch.load_file`` only.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -30,6 +29,8 @@ import safetensors
 import safetensors.torch
 import torch
 
+from autospec import artifacts
+from autospec.artifacts import MANIFEST as MANIFEST_FILE
 from autospec.engine.target import Target
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.config import parse_config
@@ -37,10 +38,8 @@ from autospec.speculators.registry import build_speculator
 
 log = logging.getLogger(__name__)
 
-MANIFEST_FORMAT = 1
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-MANIFEST_FILE = "manifest.json"
 EXPECTED_FILES = (CONFIG_FILE, WEIGHTS_FILE)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
@@ -60,11 +59,9 @@ def save_speculator(spec: SavableSpeculator, directory: str | Path) -> str:
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     tensors = {name: _portable(t) for name, t in spec.state_tensors().items()}
     safetensors.torch.save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
-    files = {name: file_sha256(out / name) for name in EXPECTED_FILES}
-    manifest = {"format": MANIFEST_FORMAT, "files": files, "sha256": files_digest(files)}
-    (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    log.info("saved %s speculator to %s (sha256 %s)", spec.kind, out, manifest["sha256"][:12])
-    return manifest["sha256"]
+    digest = artifacts.write_manifest(out, EXPECTED_FILES)
+    log.info("saved %s speculator to %s (sha256 %s)", spec.kind, out, digest[:12])
+    return digest
 
 
 def _portable(tensor: torch.Tensor) -> torch.Tensor:
@@ -76,51 +73,12 @@ def _portable(tensor: torch.Tensor) -> torch.Tensor:
 
 
 # -- manifest -----------------------------------------------------------------------------
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def files_digest(files: dict[str, str]) -> str:
-    """The artifact sha256: of the canonical JSON of the per-file checksums."""
-    return hashlib.sha256(
-        json.dumps(files, sort_keys=True, separators=(",", ":")).encode()
-    ).hexdigest()
-
-
 def verify_manifest(directory: str | Path) -> str:
     """Check every checksum in ``directory``'s manifest; return the artifact sha256."""
-    root = Path(directory)
-    path = root / MANIFEST_FILE
-    if not path.is_file():
-        raise SpeculatorLoadError(f"{root}: missing {MANIFEST_FILE}")
     try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpeculatorLoadError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise SpeculatorLoadError(f"{path}: expected manifest format {MANIFEST_FORMAT}")
-    files = manifest.get("files")
-    if not isinstance(files, dict) or sorted(files) != sorted(EXPECTED_FILES):
-        listed = sorted(files) if isinstance(files, dict) else files
-        raise SpeculatorLoadError(
-            f"{path}: must list exactly {list(EXPECTED_FILES)}, lists {listed}"
-        )
-    for name, expected in files.items():
-        if not (root / name).is_file():
-            raise SpeculatorLoadError(f"{root}: missing {name}")
-        actual = file_sha256(root / name)
-        if actual != expected:
-            raise SpeculatorLoadError(
-                f"{root / name}: sha256 mismatch (manifest {expected[:12]}…, file {actual[:12]}…)"
-            )
-    digest = files_digest(files)
-    if manifest.get("sha256") != digest:
-        raise SpeculatorLoadError(f"{path}: artifact sha256 does not match its file checksums")
-    return digest
+        return artifacts.verify_manifest(directory, exactly=EXPECTED_FILES)
+    except artifacts.ManifestError as exc:
+        raise SpeculatorLoadError(str(exc)) from None
 
 
 # -- load ---------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def test_register_checks_the_artifact(engine, tmp_path: Path) -> None:  # type: 
                                          draft_vocab_size=8192)
         assert spec.state == "candidate"
     (Path(uri) / "model.safetensors").write_bytes(b"tampered")
-    with pytest.raises(ArtifactError, match=r"model\.safetensors has SHA-256"):
+    with pytest.raises(ArtifactError, match=r"model\.safetensors: sha256 mismatch"):
         artifact_sha256(uri)
     with store.session_scope(engine) as s:
         with pytest.raises(Conflict, match="already registered"):
@@ -67,7 +67,7 @@ def test_weightless_artifact_and_bad_manifests(tmp_path: Path) -> None:
     data = json.loads(manifest.read_text())
     data["sha256"] = "f" * 64
     manifest.write_text(json.dumps(data))
-    with pytest.raises(ArtifactError, match="manifest sha256"):
+    with pytest.raises(ArtifactError, match="artifact sha256 does not match"):
         artifact_sha256(uri)
     manifest.write_text("{not json")
     with pytest.raises(ArtifactError, match="not valid JSON"):
