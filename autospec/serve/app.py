@@ -1,0 +1,78 @@
+"""The Ray Serve application: a thin deployment around :class:`LLMServer`.
+
+Each replica builds its own :class:`~autospec.serve.server.LLMServer` (target, live version,
+decode thread, traffic writer) from a :class:`~autospec.serve.config.ServeConfig` and serves
+it through the FastAPI app of :mod:`autospec.serve.http`, built at replica start
+(``__serve_build_asgi_app__``). Ray's health check calls :meth:`LLMServer.health`; a
+replica that cannot serve is replaced.
+
+Hot-swap does not go through Ray: every replica watches the live pointer in the database
+(:mod:`autospec.serve.versions`), so a promotion or rollback from any process (the CLI, the
+controller, another machine) reaches every replica without a redeploy, and the database
+stays the one source of truth. ``user_config`` is not used.
+
+``build_app(args)`` at the bottom is what ``autospec serve`` and
+``serve run ops/serve_config.yaml`` (``import_path: autospec.serve.app:build_app``) call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from fastapi import FastAPI
+from ray import serve
+from ray.serve import Application
+
+from autospec.serve.config import ServeConfig
+from autospec.serve.http import make_app
+from autospec.serve.server import LLMServer
+
+log = logging.getLogger(__name__)
+
+APP_NAME = "autospec"
+
+
+def _replica_name() -> str:
+    try:
+        return f"serve:{serve.get_replica_context().replica_id.unique_id}"
+    except (RuntimeError, AttributeError):  # outside a replica
+        return f"serve:pid{os.getpid()}"
+
+
+@serve.deployment(name="AutospecServer")
+@serve.ingress()
+class AutospecServer:
+    """One Serve replica of the autospec application."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        cfg = ServeConfig.model_validate(config)
+        self.server = LLMServer.from_config(cfg, actor=_replica_name())
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return make_app(self.server)
+
+    def check_health(self) -> None:
+        state = self.server.health()
+        if not state["ok"]:
+            raise RuntimeError(f"replica cannot serve: {'; '.join(state['problems'])}")
+
+    def __del__(self) -> None:
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.close()
+
+
+def build_app(args: dict[str, Any] | ServeConfig | None = None) -> Application:
+    """The bound application for ``args`` (a :class:`ServeConfig` or its fields)."""
+    cfg = args if isinstance(args, ServeConfig) else ServeConfig.model_validate(args or {})
+    deployment = AutospecServer.options(
+        num_replicas=cfg.replicas,
+        max_ongoing_requests=cfg.max_ongoing_requests,
+        max_queued_requests=cfg.max_queued_requests,
+        ray_actor_options=cfg.ray_actor_options,
+        health_check_period_s=cfg.health_check_period_s,
+        health_check_timeout_s=max(30.0, cfg.health_check_period_s * 2),
+    )
+    return deployment.bind(cfg.model_dump(mode="json"))

@@ -1,0 +1,60 @@
+"""The serving configuration: one strict pydantic model shared by the CLI, the Ray Serve
+config file (``ops/serve_config.yaml``, ``args:``) and the tests.
+
+A typo in a field name is an error naming the field (``extra="forbid"``). The model knows
+nothing of Ray: replica counts and Ray's own queue limits are read by
+:mod:`autospec.serve.deployment` when it builds the application.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: the version name served when no live version exists (the training-free n-gram speculator)
+BUILTIN_VERSION = "builtin-ngram"
+#: the version name served with speculation off (target-only decoding)
+OFF_VERSION = "off"
+
+
+class ServeConfig(BaseModel):
+    """What one serving application runs and how it behaves under load."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field("smollm2-135m", description="target: a name, a model directory or .gguf")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="target dtype")
+    device: str | None = Field(None, description="torch device (default: cuda if present)")
+    model_name: str | None = Field(
+        None, description="the model id clients name in requests (default: the target spec)")
+    deployment: str = Field("default", description="live-pointer name this app follows")
+    speculation: Literal["live", "off"] = Field(
+        "live", description="live: follow the live pointer (builtin-ngram until one exists); "
+        "off: target-only decoding")
+    speculator_k: int = Field(5, ge=1, le=16, description="draft tokens per verification step")
+    database_url: str | None = Field(
+        None, description="traffic store URL (default: AUTOSPEC_DATABASE_URL or the data dir)")
+    log_traffic: bool = Field(True, description="send every request to the traffic writer")
+    poll_interval_s: float = Field(
+        1.0, gt=0, le=60, description="how often each replica reads the live pointer")
+    max_tokens_limit: int = Field(2048, ge=1, description="largest max_tokens accepted")
+    default_max_tokens: int = Field(256, ge=1, description="max_tokens when a chat omits it")
+    max_pending_requests: int = Field(
+        32, ge=1, description="requests waiting or decoding per replica; more get a fast 503")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body accepted")
+    replicas: int = Field(1, ge=1, description="Serve replicas (one decode thread each)")
+    max_ongoing_requests: int = Field(
+        32, ge=1, description="Ray Serve's per-replica limit of requests in flight")
+    max_queued_requests: int = Field(
+        64, ge=-1, description="Ray Serve's limit of requests queued at the router (-1: none)")
+    ray_actor_options: dict[str, Any] = Field(
+        default_factory=lambda: {"num_cpus": 1.0},
+        description="Ray options per replica (num_cpus, num_gpus, runtime_env)")
+    health_check_period_s: float = Field(5.0, gt=0, description="Ray Serve health checks")
+    startup_timeout_s: float = Field(
+        300.0, gt=0, description="how long `autospec serve` waits for replicas to be ready")
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model_name or self.target

@@ -1,0 +1,89 @@
+"""Errors in the OpenAI shape: ``{"error": {"message", "type", "param", "code"}}``.
+
+:class:`APIError` is what route code raises for a request it refuses; :func:`install_handlers`
+maps it, request validation errors, :class:`~autospec.engine.generate.RequestError` and
+``ValueError`` (bad input found deeper down) to small 4xx answers. A genuine bug still answers
+500 in the same shape (and is logged with its traceback), never an HTML page.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from autospec.engine.generate import RequestError
+
+log = logging.getLogger(__name__)
+
+_MESSAGE_LIMIT = 500
+
+
+class APIError(Exception):
+    """A refused request: HTTP status, OpenAI error type, optional param and code."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type = status, message, type
+        self.param, self.code, self.headers = param, code, headers
+
+
+def error_response(status: int, message: str, *, type: str = "invalid_request_error",
+                   param: str | None = None, code: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"message": message[:_MESSAGE_LIMIT], "type": type,
+                      "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def validation_error(exc: ValidationError | RequestValidationError) -> APIError:
+    """The first problem of a pydantic validation error, as a 400 naming the field."""
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    msg = str(first.get("msg", "invalid request"))
+    text = f"{param}: {msg}" if param else msg
+    if len(errors) > 1:
+        text += f" (and {len(errors) - 1} more problems)"
+    return APIError(400, text, param=param, code="invalid_value")
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Register the OpenAI-shaped handlers on ``app``."""
+
+    @app.exception_handler(APIError)
+    async def _api(_: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc.status, exc.message, type=exc.type, param=exc.param,
+                              code=exc.code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        err = validation_error(exc)
+        return error_response(err.status, err.message, param=err.param, code=err.code)
+
+    @app.exception_handler(RequestError)
+    async def _request(_: Request, exc: RequestError) -> JSONResponse:
+        return error_response(400, str(exc), code="context_length_exceeded"
+                              if "exceeds" in str(exc) else "invalid_prompt")
+
+    @app.exception_handler(ValueError)
+    async def _value(_: Request, exc: ValueError) -> JSONResponse:
+        return error_response(400, str(exc), code="invalid_value")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error_response(exc.status_code, str(exc.detail), type=kind)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return error_response(500, f"internal error: {type(exc).__name__}",
+                              type="internal_error")

@@ -1,0 +1,324 @@
+"""The HTTP face of :class:`~autospec.serve.server.LLMServer`: an OpenAI-compatible FastAPI app.
+
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both with ``stream: true``
+as server-sent events ending with ``data: [DONE]``), ``GET /v1/models``, ``GET /health``
+(503 when the replica cannot serve), ``GET /metrics`` (Prometheus text).
+
+Every completion answer names the speculator version that served it, in the header
+``x-autospec-speculator`` and in the body's ``autospec`` object (for a stream: the header
+and the last chunk before ``[DONE]``). Request headers: ``x-autospec-segment`` labels the
+request for per-segment evaluation (default: the route, ``completions`` or ``chat``);
+``x-autospec-log: off`` keeps the request's statistics but no text or token ids.
+
+Bodies are read here, not by FastAPI, so that every bad input gets a small 4xx in the OpenAI
+error shape: an oversized body (413), invalid UTF-8, malformed JSON, NaN/Infinity, a
+non-object, a lone surrogate, or any field pydantic rejects (400).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ValidationError
+
+from autospec.serve.errors import APIError, install_handlers, validation_error
+from autospec.serve.schemas import (
+    AssistantMessage,
+    AutospecInfo,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    DeltaMessage,
+    ModelCard,
+    ModelList,
+    Usage,
+)
+from autospec.serve.server import LLMServer, Prepared, RequestContext, Served
+
+VERSION_HEADER = "x-autospec-speculator"
+SEGMENT_HEADER = "x-autospec-segment"
+LOG_HEADER = "x-autospec-log"
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
+_OFF = {"off", "0", "false", "no"}
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def make_app(server: LLMServer) -> FastAPI:
+    """The FastAPI app serving ``server`` (Ray Serve wraps it; tests use it directly)."""
+    app = FastAPI(title="autospec", description="OpenAI-compatible speculative decoding",
+                  version="1")
+    install_handlers(app)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        state = server.health()
+        return JSONResponse(state, status_code=200 if state["ok"] else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(server.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models", response_model=ModelList)
+    async def models() -> ModelList:
+        return ModelList(data=[ModelCard(id=server.model_name, created=server.created)])
+
+    @app.post("/v1/completions", openapi_extra=_body_schema(CompletionRequest),
+              response_model=CompletionResponse)
+    async def completions(request: Request) -> Response:
+        req = await read_json(request, CompletionRequest, server.config.max_body_bytes)
+        prepared = await server.prepare_completion(req, context(request, "completions"))
+        if req.stream:
+            return _stream(server, prepared, chat=False)
+        served = await server.generate(prepared)
+        body = completion_body(server, served, prepared)
+        return JSONResponse(body.model_dump(), headers={VERSION_HEADER: served.version.name})
+
+    @app.post("/v1/chat/completions", openapi_extra=_body_schema(ChatCompletionRequest),
+              response_model=ChatCompletionResponse)
+    async def chat_completions(request: Request) -> Response:
+        req = await read_json(request, ChatCompletionRequest, server.config.max_body_bytes)
+        prepared = await server.prepare_chat(req, context(request, "chat"))
+        if req.stream:
+            return _stream(server, prepared, chat=True)
+        served = await server.generate(prepared)
+        body = chat_body(server, served, prepared)
+        return JSONResponse(body.model_dump(), headers={VERSION_HEADER: served.version.name})
+
+    return app
+
+
+# -- reading requests ---------------------------------------------------------------------
+
+
+def context(request: Request, route: str) -> RequestContext:
+    """Segment and logging choice from the request headers."""
+    segment = request.headers.get(SEGMENT_HEADER, route).strip()
+    if not _SEGMENT.match(segment):
+        raise APIError(400, f"{SEGMENT_HEADER} must be 1-64 letters, digits or ._:/- "
+                       f"starting with a letter or digit", param=SEGMENT_HEADER,
+                       code="invalid_header")
+    log_text = request.headers.get(LOG_HEADER, "on").strip().lower() not in _OFF
+    return RequestContext(route=route, segment=segment, log_text=log_text)
+
+
+async def read_json(request: Request, model: type[M], limit: int) -> M:
+    """The body as ``model``, or an :class:`APIError` saying what is wrong with it."""
+    raw = await _read_body(request, limit)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise APIError(400, f"request body is not valid UTF-8 ({exc.reason} at byte "
+                       f"{exc.start})", code="invalid_encoding") from None
+    try:
+        data = json.loads(text, parse_constant=_no_constants)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise APIError(400, f"request body is not valid JSON: {exc}",
+                       code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    _check_unicode(data)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise APIError(400, "invalid Content-Length header", code="invalid_header")
+        if int(declared) > limit:
+            raise _too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(413, f"request body larger than {limit} bytes", code="body_too_large")
+
+
+def _no_constants(name: str) -> Any:
+    raise APIError(400, f"request body is not valid JSON: {name} is not a number",
+                   code="invalid_json")
+
+
+def _check_unicode(value: Any) -> None:
+    """Refuse strings a tokenizer cannot encode (lone surrogates from ``\\ud800`` escapes)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise APIError(400, "request contains an unpaired surrogate (invalid Unicode)",
+                               code="invalid_encoding") from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    defs = schema.pop("$defs", {})
+    return {"requestBody": {"required": True,
+                            "content": {"application/json": {"schema": schema}}},
+            "x-autospec-defs": sorted(defs)}
+
+
+# -- responses ----------------------------------------------------------------------------
+
+
+def _usage(served: Served, prepared: Prepared) -> Usage:
+    n_out = len(served.result.token_ids)
+    return Usage(prompt_tokens=len(prepared.prompt_ids), completion_tokens=n_out,
+                 total_tokens=len(prepared.prompt_ids) + n_out)
+
+
+def _info(served: Served) -> AutospecInfo:
+    return AutospecInfo.from_stats(served.version.name, served.result.stats)
+
+
+def _text(server: LLMServer, served: Served) -> str:
+    if served.result.text is not None:
+        return served.result.text
+    return server.target.decode(served.result.token_ids)
+
+
+def completion_body(server: LLMServer, served: Served, prepared: Prepared) -> CompletionResponse:
+    return CompletionResponse(
+        id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=server.model_name,
+        choices=[CompletionChoice(text=_text(server, served),
+                                  finish_reason=served.result.finish_reason)],
+        usage=_usage(served, prepared), autospec=_info(served))
+
+
+def chat_body(server: LLMServer, served: Served, prepared: Prepared) -> ChatCompletionResponse:
+    return ChatCompletionResponse(
+        id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=server.model_name,
+        choices=[ChatChoice(message=AssistantMessage(content=_text(server, served)),
+                            finish_reason=served.result.finish_reason)],
+        usage=_usage(served, prepared), autospec=_info(served))
+
+
+# -- streaming ----------------------------------------------------------------------------
+
+
+class TextStream:
+    """Turns token ids, step by step, into text deltas that never need taking back.
+
+    Holds back an incomplete UTF-8 character and the last ``len(longest stop) - 1``
+    characters (they may start a stop string); the text is cut before a stop string.
+    """
+
+    def __init__(self, tokenizer: Any, stop: tuple[str, ...]) -> None:
+        self.tokenizer, self.stop = tokenizer, stop
+        self.hold = max((len(s) for s in stop), default=1) - 1
+        self.ids: list[int] = []
+        self.sent = ""
+
+    def push(self, ids: list[int]) -> str:
+        self.ids.extend(ids)
+        if self.tokenizer is None:
+            return ""
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        cuts = [text.find(s) for s in self.stop if s in text]
+        text = text[: min(cuts)] if cuts else text.rstrip("\ufffd")
+        if self.hold and not cuts:
+            text = text[: max(len(self.sent), len(text) - self.hold)]
+        return self._emit(text)
+
+    def finish(self, final_text: str) -> str:
+        return self._emit(final_text)
+
+    def _emit(self, text: str) -> str:
+        if not text.startswith(self.sent):
+            return ""
+        delta, self.sent = text[len(self.sent):], text
+        return delta
+
+
+def _stream(server: LLMServer, prepared: Prepared, *, chat: bool) -> StreamingResponse:
+    steps = server.stream(prepared)  # admits now: an overload is a 503 before any byte
+    events = _sse(server, prepared, steps, chat=chat)
+    return StreamingResponse(events, media_type="text/event-stream",
+                             headers={VERSION_HEADER: prepared.version.name,
+                                      "Cache-Control": "no-cache"})
+
+
+async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterator[list[int] | Served],
+               *, chat: bool) -> AsyncIterator[str]:
+    rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    chunk = _ChunkMaker(rid, server.model_name, chat)
+    text = TextStream(server.target.tokenizer, prepared.params.stop)
+    if chat:
+        yield chunk.event(DeltaMessage(role="assistant", content=""))
+    try:
+        async for item in steps:
+            if isinstance(item, Served):
+                rest = text.finish(_text(server, item))
+                if rest:
+                    yield chunk.event(DeltaMessage(content=rest) if chat else rest)
+                usage = _usage(item, prepared)
+                yield chunk.event(DeltaMessage() if chat else "", item.result.finish_reason,
+                                  info=_info(item), usage=usage)
+            else:
+                delta = text.push(item)
+                if delta:
+                    yield chunk.event(DeltaMessage(content=delta) if chat else delta)
+    except Exception as exc:  # after the 200 is sent an error can only be an event
+        yield _sse_line({"error": {"message": f"generation failed: {type(exc).__name__}",
+                                   "type": "internal_error", "param": None, "code": None}})
+    yield "data: [DONE]\n\n"
+
+
+class _ChunkMaker:
+    def __init__(self, rid: str, model: str, chat: bool) -> None:
+        self.rid, self.model, self.chat = rid, model, chat
+        self.created = int(time.time())
+
+    def event(self, delta: DeltaMessage | str, finish_reason: str | None = None, *,
+              info: AutospecInfo | None = None, usage: Usage | None = None) -> str:
+        if self.chat:
+            assert isinstance(delta, DeltaMessage)
+            body: BaseModel = ChatCompletionChunk(
+                id=self.rid, created=self.created, model=self.model, usage=usage,
+                choices=[ChatChunkChoice(delta=delta, finish_reason=finish_reason)],
+                autospec=info)
+        else:
+            assert isinstance(delta, str)
+            body = CompletionResponse(
+                id=self.rid, created=self.created, model=self.model, usage=usage,
+                choices=[CompletionChoice(text=delta, finish_reason=finish_reason)],
+                autospec=info)
+        data = body.model_dump()
+        for key in ("usage", "autospec"):  # only on the last chunk
+            if data[key] is None:
+                del data[key]
+        return _sse_line(data)
+
+
+def _sse_line(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"

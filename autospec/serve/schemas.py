@@ -1,0 +1,240 @@
+"""OpenAI-compatible API schemas (requests and responses), separate from engine and tables.
+
+Requests ignore fields this server does not know (clients send many), but fields whose
+non-default value would change the answer (``n > 1``, ``logprobs``, ``echo``, penalties)
+are refused with a 400 naming them, never silently ignored. Extensions, as in vLLM:
+``top_k`` and ``ignore_eos``. Every response carries an ``autospec`` object: the speculator
+version that served it and its acceptance figures (τ as defined in
+:mod:`autospec.engine.stats`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from autospec.engine.stats import RequestStats
+
+MAX_STOP_STRINGS = 4
+_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = Field(None, description="the served model id (default: the served one)")
+    temperature: float = Field(1.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_k: int = Field(-1, ge=-1, description="extension: keep the k likeliest (-1/0: off)")
+    stop: str | list[str] | None = None
+    seed: int | None = Field(None, ge=_SEED_MIN, le=_SEED_MAX)
+    n: int = Field(1, description="only 1 is supported")
+    stream: bool = False
+    stream_options: dict[str, Any] | None = Field(
+        None, description="accepted; usage is always sent in the last chunk")
+    ignore_eos: bool = Field(False, description="extension: decode past EOS")
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[str, Any] | None = None
+    user: str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and len(value) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings")
+        return value
+
+    @model_validator(mode="after")
+    def _unsupported(self) -> _Request:
+        if self.n != 1:
+            raise ValueError("n: only n=1 is supported")
+        if self.presence_penalty or self.frequency_penalty or self.logit_bias:
+            raise ValueError("presence_penalty, frequency_penalty and logit_bias are not "
+                             "supported (speculative decoding here is lossless sampling only)")
+        return self
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        return tuple(s for s in stops if s)
+
+
+class CompletionRequest(_Request):
+    """``POST /v1/completions``: ``prompt`` is a string, a one-string list or token ids."""
+
+    prompt: str | list[str] | list[int] = Field(..., description="text, [text] or token ids")
+    max_tokens: int | None = Field(16, description="tokens to generate (OpenAI default 16)")
+    logprobs: int | None = None
+    echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
+
+    @model_validator(mode="after")
+    def _completion_only(self) -> CompletionRequest:
+        if self.logprobs is not None or self.echo or (self.best_of or 1) != 1 or self.suffix:
+            raise ValueError("logprobs, echo, best_of and suffix are not supported")
+        if isinstance(self.prompt, list) and not self.prompt:
+            raise ValueError("prompt: must not be empty")
+        if isinstance(self.prompt, list) and isinstance(self.prompt[0], str) \
+                and len(self.prompt) != 1:
+            raise ValueError("prompt: a list of several prompts is not supported (send one)")
+        return self
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content or ""
+
+
+class ChatCompletionRequest(_Request):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _chat_only(self) -> ChatCompletionRequest:
+        if self.logprobs or self.top_logprobs:
+            raise ValueError("logprobs are not supported")
+        if self.tools:
+            raise ValueError("tools are not supported")
+        return self
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None \
+            else self.max_tokens
+
+    def chat(self) -> list[dict[str, str]]:
+        return [{"role": m.role, "content": m.text()} for m in self.messages]
+
+
+# -- responses ----------------------------------------------------------------------------
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AutospecInfo(BaseModel):
+    """Which speculator version served the request and how well it drafted."""
+
+    version: str
+    tau: float = Field(description="acceptance length: mean over steps of accepted + 1")
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_position: list[int]
+
+    @classmethod
+    def from_stats(cls, version: str, stats: RequestStats) -> AutospecInfo:
+        return cls(version=version, tau=stats.tau, num_drafts=stats.num_drafts,
+                   num_draft_tokens=stats.num_draft_tokens,
+                   num_accepted_tokens=stats.num_accepted_tokens,
+                   accepted_per_position=list(stats.accepted_per_position))
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    logprobs: None = None
+    finish_reason: str | None
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    autospec: AutospecInfo | None = None
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    logprobs: None = None
+    finish_reason: str | None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    autospec: AutospecInfo
+
+
+class DeltaMessage(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int = 0
+    delta: DeltaMessage
+    logprobs: None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+    autospec: AutospecInfo | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "autospec"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody

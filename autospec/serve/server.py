@@ -1,0 +1,326 @@
+"""``LLMServer``: the deployment's core, a plain class testable without Ray.
+
+It turns OpenAI-shaped requests into engine calls, one replica's worth:
+
+- **Concurrency.** The engine decodes one request at a time, synchronously, on the CPU or
+  GPU. Each server owns one decode thread (a single-worker executor); requests queue for it
+  while the event loop stays free for other requests, health checks and metrics.
+  Tokenization runs in the default thread pool. At most ``max_pending_requests`` requests
+  may be admitted (waiting or decoding); the next one gets a fast 503 (``Retry-After``).
+- **Versions.** A request reads :attr:`VersionManager.current` once, when admitted, and
+  decodes with that version's engine to the end (see :mod:`autospec.serve.versions`).
+- **Reporting.** When a request finishes, its :class:`RequestStats` go to the metrics
+  (:mod:`autospec.serve.metrics`) and, unless traffic logging is off, one
+  :class:`~autospec.store.RequestRecord` goes to the traffic writer, whose ``record`` only
+  enqueues. The row holds the prompt and output token ids exactly as the target produced
+  them (EOS and stop-string tokens included), the texts, the sampling parameters, the
+  version, latency and TTFT from arrival, and the acceptance figures. A caller that sent
+  ``x-autospec-log: off`` is recorded with ``opted_out`` and no text or ids at all.
+
+Nothing here knows HTTP: :mod:`autospec.serve.http` maps requests and errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from autospec import store
+from autospec.engine.generate import GenerationResult
+from autospec.engine.sampling import SamplingParams
+from autospec.engine.target import Target, load_target
+from autospec.serve.config import ServeConfig
+from autospec.serve.errors import APIError
+from autospec.serve.metrics import ServeMetrics
+from autospec.serve.schemas import ChatCompletionRequest, CompletionRequest, _Request
+from autospec.serve.versions import ServedVersion, VersionManager
+
+log = logging.getLogger(__name__)
+
+_GREEDY_BELOW = 1e-5  # temperatures below this decode greedily (as vLLM does)
+
+
+@dataclass
+class RequestContext:
+    """Where a request came from and what the caller asked about logging."""
+
+    route: str  # "completions" or "chat"
+    segment: str
+    log_text: bool = True
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class Prepared:
+    """A validated request, tokenized, bound to the version it will be served by."""
+
+    ctx: RequestContext
+    prompt_ids: list[int]
+    prompt_text: str | None
+    params: SamplingParams
+    version: ServedVersion
+
+
+@dataclass
+class Served:
+    """A finished request."""
+
+    version: ServedVersion
+    result: GenerationResult
+    latency_s: float
+    ttft_s: float
+
+
+class Overloaded(APIError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(503, f"server overloaded: {limit} requests already pending on this "
+                         "replica; retry shortly", type="overloaded_error", code="overloaded",
+                         headers={"Retry-After": "1"})
+
+
+class LLMServer:
+    """One replica: a target, its versions, a decode thread, metrics and the traffic writer."""
+
+    def __init__(self, target: Target, versions: VersionManager, *, config: ServeConfig,
+                 writer: store.TrafficWriter | None = None,
+                 metrics: ServeMetrics | None = None) -> None:
+        self.target, self.versions, self.config = target, versions, config
+        self.writer = writer
+        self.metrics = metrics or ServeMetrics()
+        self.model_name = config.served_model_name
+        self.created = int(time.time())
+        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autospec-decode")
+        self._pending = 0
+        self._closed = False
+        versions.on_swap = self._on_swap
+        cur = versions.current
+        self.metrics.set_version(cur.name, cur.kind)
+        if writer is not None:
+            store.register_prometheus(writer, registry=self.metrics.registry)
+
+    @classmethod
+    def from_config(cls, config: ServeConfig, *, actor: str = "serve") -> LLMServer:
+        """Load the target, open the store, load the live version and start watching."""
+        target = load_target(config.target, dtype=config.dtype, device=config.device)
+        need_db = config.log_traffic or config.speculation == "live"
+        db = store.open_store(config.database_url) if need_db else None
+        writer = store.TrafficWriter(db) if (db is not None and config.log_traffic) else None
+        versions = VersionManager(target=target, db=db, deployment=config.deployment,
+                                  k=config.speculator_k, speculation=config.speculation == "live",
+                                  poll_interval_s=config.poll_interval_s, actor=actor)
+        server = cls(target, versions, config=config, writer=writer)
+        server.start()
+        return server
+
+    def start(self) -> None:
+        self.versions.start()
+
+    def close(self) -> None:
+        """Stop watching, finish the decode queue, flush the traffic writer."""
+        if self._closed:
+            return
+        self._closed = True
+        self.versions.stop()
+        self._decoder.shutdown(wait=True)
+        if self.writer is not None:
+            self.writer.close()
+
+    def _on_swap(self, old: ServedVersion, new: ServedVersion) -> None:
+        self.metrics.set_version(new.name, new.kind, old.name, old.kind)
+
+    # -- health ------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """``ok`` is False when this replica cannot serve; the rest explains."""
+        cur = self.versions.current
+        problems = []
+        if self._closed:
+            problems.append("server closed")
+        if not self.versions.watching:
+            problems.append("live-pointer watcher stopped")
+        return {"ok": not problems, "problems": problems, "version": cur.name,
+                "kind": cur.kind, "pending": self._pending,
+                "live_pointer_error": self.versions.last_poll_error,
+                "load_failures": self.versions.load_failures,
+                "traffic": self.writer.counters.as_dict() if self.writer else None}
+
+    # -- preparing requests ------------------------------------------------------------------
+
+    async def prepare_completion(self, req: CompletionRequest, ctx: RequestContext) -> Prepared:
+        self._check_model(req.model)
+        if isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], int):
+            ids = self._checked_ids(req.prompt)  # type: ignore[arg-type]
+            return self._bind(ctx, ids, None, req, req.max_tokens)
+        text = req.prompt[0] if isinstance(req.prompt, list) else req.prompt
+        ids = await asyncio.to_thread(self.target.encode_prompt, text)
+        return self._bind(ctx, ids, text, req, req.max_tokens)
+
+    async def prepare_chat(self, req: ChatCompletionRequest, ctx: RequestContext) -> Prepared:
+        self._check_model(req.model)
+        if getattr(self.target.tokenizer, "chat_template", None) is None:
+            raise APIError(400, f"model {self.model_name!r} has no chat template; use "
+                           "/v1/completions", code="no_chat_template")
+
+        def render() -> tuple[list[int], str]:
+            ids = self.target.encode_chat(req.chat())
+            return ids, self.target.tokenizer.decode(ids)
+
+        ids, text = await asyncio.to_thread(render)
+        return self._bind(ctx, ids, text, req, req.requested_max_tokens)
+
+    def _check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise APIError(404, f"model {model!r} does not exist; this server serves "
+                           f"{self.model_name!r}", type="not_found_error", param="model",
+                           code="model_not_found")
+
+    def _checked_ids(self, ids: list[int]) -> list[int]:
+        vocab = self.target.info.vocab_size
+        bad = next((i for i in ids if not 0 <= i < vocab), None)
+        if bad is not None:
+            raise APIError(400, f"prompt: token id {bad} is outside the vocabulary [0, {vocab})",
+                           param="prompt", code="invalid_value")
+        return list(ids)
+
+    def _bind(self, ctx: RequestContext, ids: list[int], text: str | None, req: _Request,
+              max_tokens: int | None) -> Prepared:
+        version = self.versions.current  # the version this request is served by, to the end
+        params = self._params(req, max_tokens, len(ids), version)
+        version.engine.check_request(ids, params)  # RequestError -> 400
+        return Prepared(ctx, ids, text, params, version)
+
+    def _params(self, req: _Request, max_tokens: int | None, n_prompt: int,
+                version: ServedVersion) -> SamplingParams:
+        limit = self.config.max_tokens_limit
+        if max_tokens is None:
+            room = self.target.info.max_position_embeddings - n_prompt - version.engine.k
+            max_tokens = max(1, min(self.config.default_max_tokens, room))
+        if not 1 <= max_tokens <= limit:
+            raise APIError(400, f"max_tokens must be between 1 and {limit}, got {max_tokens}",
+                           param="max_tokens", code="invalid_value")
+        temperature = 0.0 if req.temperature < _GREEDY_BELOW else req.temperature
+        return SamplingParams(max_new_tokens=max_tokens, temperature=temperature,
+                              top_k=max(0, req.top_k), top_p=req.top_p,
+                              seed=None if req.seed is None else req.seed % 2**64,
+                              stop=req.stop_strings, ignore_eos=req.ignore_eos)
+
+    # -- decoding ----------------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        if self._closed:
+            raise APIError(503, "server is shutting down", type="overloaded_error",
+                           code="unavailable")
+        if self._pending >= self.config.max_pending_requests:
+            self.metrics.rejected.labels("pending_limit").inc()
+            raise Overloaded(self.config.max_pending_requests)
+        self._pending += 1
+        self.metrics.waiting.inc()
+
+    def _release(self) -> None:
+        self._pending -= 1
+
+    async def generate(self, p: Prepared) -> Served:
+        """Decode ``p`` to the end on the decode thread."""
+        self._admit()
+        try:
+            loop = asyncio.get_running_loop()
+            served = await loop.run_in_executor(self._decoder, self._decode, p, None)
+        finally:
+            self._release()
+        assert served is not None
+        return served
+
+    def stream(self, p: Prepared) -> AsyncIterator[list[int] | Served]:
+        """Admit ``p`` now (an overload raises here), then decode it as it is iterated.
+
+        The iterator yields each step's new token ids, then the :class:`Served` request. If
+        the consumer stops early (client gone) the decode stops after the current step.
+        """
+        self._admit()
+        return self._stream(p)
+
+    async def _stream(self, p: Prepared) -> AsyncIterator[list[int] | Served]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[list[int] | Served | BaseException | None] = asyncio.Queue()
+        stop = threading.Event()
+
+        def on_step(ids: list[int]) -> bool:
+            loop.call_soon_threadsafe(queue.put_nowait, ids)
+            return not stop.is_set()
+
+        def work() -> None:
+            try:
+                item: Any = self._decode(p, on_step)
+            except BaseException as exc:
+                item = exc
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        future = loop.run_in_executor(self._decoder, work)
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
+                if isinstance(item, Served) or item is None:
+                    return
+        finally:
+            stop.set()
+            future.add_done_callback(lambda _: self._release())
+
+    def _decode(self, p: Prepared,
+                on_step: Callable[[list[int]], bool] | None) -> Served | None:
+        """On the decode thread: run the engine, then report. None if cancelled."""
+        self.metrics.waiting.dec()
+        self.metrics.running.inc()
+        try:
+            started = time.perf_counter()
+            gen = p.version.engine.stream(p.prompt_ids, p.params)
+            for ids in gen:
+                if on_step is not None and not on_step(ids):
+                    gen.steps.close()  # type: ignore[attr-defined]
+                    return None
+            assert gen.result is not None
+            result = gen.result
+            ended = time.perf_counter()
+            served = Served(p.version, result, latency_s=ended - p.ctx.arrived,
+                            ttft_s=started - p.ctx.arrived + result.stats.ttft_s)
+            self._report(p, served)
+            return served
+        finally:
+            self.metrics.running.dec()
+
+    def _report(self, p: Prepared, s: Served) -> None:
+        stats = s.result.stats
+        self.metrics.observe_request(version=s.version.name, route=p.ctx.route, stats=stats,
+                                     latency_s=s.latency_s, ttft_s=s.ttft_s,
+                                     finish_reason=s.result.finish_reason)
+        if self.writer is None:
+            return
+        keep = p.ctx.log_text
+        params = p.params
+        self.writer.record(store.RequestRecord(
+            prompt_text=p.prompt_text if keep else None,
+            output_text=s.result.text if keep else None,
+            prompt_ids=p.prompt_ids if keep else None,
+            output_ids=s.result.token_ids if keep else None,
+            segment=p.ctx.segment, deployment=self.config.deployment,
+            speculator_version=s.version.name, opted_out=not keep,
+            temperature=params.temperature,
+            sampling={"max_tokens": params.max_new_tokens, "temperature": params.temperature,
+                      "top_k": params.top_k, "top_p": params.top_p, "seed": params.seed,
+                      "stop": list(params.stop), "ignore_eos": params.ignore_eos,
+                      "k": s.version.engine.k, "route": p.ctx.route},
+            finish_reason=s.result.finish_reason,
+            latency_ms=s.latency_s * 1e3, ttft_ms=s.ttft_s * 1e3,
+            num_drafts=stats.num_drafts, num_draft_tokens=stats.num_draft_tokens,
+            num_accepted_tokens=stats.num_accepted_tokens,
+            accepted_per_position=list(stats.accepted_per_position),
+            prompt_tokens=stats.prompt_tokens, output_tokens=stats.output_tokens,
+        ))

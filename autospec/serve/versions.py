@@ -1,0 +1,185 @@
+"""Which speculator version a replica serves, and the hot-swap when the live pointer moves.
+
+A :class:`ServedVersion` is immutable: a version name and a :class:`SpeculativeEngine` built
+for it (one engine per version; all share the replica's one target). A request reads
+:attr:`VersionManager.current` once when it starts and decodes with that engine to the end,
+so a response never mixes versions. A swap is one reference assignment, made only after the
+new version has loaded completely.
+
+:class:`VersionManager` watches the live pointer of its deployment (a read-only query every
+``poll_interval_s``, in a background thread, never on the request path). When the pointer
+names another version it loads that version's artifact (``artifact_uri``, a directory
+checked by :func:`~autospec.speculators.checkpoint.load_speculator`) and swaps. A version
+that fails to load (checksum, shape, missing file, unknown version) leaves the replica on its
+current version; the failure is logged, recorded once in the audit log (event kind
+``failure``) and not retried until the pointer moves again.
+
+With no live pointer yet the replica serves the training-free n-gram speculator under the
+version name :data:`~autospec.serve.config.BUILTIN_VERSION` (``builtin-ngram``); with
+speculation off it serves target-only decoding as :data:`~autospec.serve.config.OFF_VERSION`.
+If the pointer is removed the replica keeps serving what it has.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+
+from autospec import store
+from autospec.engine.generate import SpeculativeEngine
+from autospec.engine.target import Target
+from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION
+from autospec.speculators.checkpoint import SpeculatorLoadError, load_speculator
+from autospec.speculators.registry import new_speculator
+from autospec.store.artifacts import local_path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServedVersion:
+    """A speculator version ready to serve: its name and the engine that decodes with it."""
+
+    name: str
+    kind: str  # "ngram", "draft", "eagle3", or "none" for target-only
+    engine: SpeculativeEngine
+    loaded_at: float = field(default_factory=time.time)
+
+
+def builtin_version(target: Target, k: int) -> ServedVersion:
+    """The training-free n-gram speculator, served when no version is live yet."""
+    engine = SpeculativeEngine(target, new_speculator("ngram", target), k)
+    return ServedVersion(BUILTIN_VERSION, "ngram", engine)
+
+
+def off_version(target: Target) -> ServedVersion:
+    """Target-only decoding (speculation off)."""
+    return ServedVersion(OFF_VERSION, "none", SpeculativeEngine(target, None))
+
+
+class VersionLoadError(RuntimeError):
+    """A version could not be loaded; the message names the version and why."""
+
+
+def load_version(db: Engine, target: Target, version: str, k: int) -> ServedVersion:
+    """Load registered ``version`` from its artifact; :class:`VersionLoadError` if refused."""
+    try:
+        with store.session_scope(db, readonly=True) as session:
+            row = store.get_speculator(session, version=version)
+            uri, kind = row.artifact_uri, row.kind
+    except store.NotFound as exc:
+        raise VersionLoadError(str(exc)) from exc
+    path = local_path(uri)
+    if path is None:
+        raise VersionLoadError(f"version {version!r}: artifact {uri} is not a local directory")
+    try:
+        speculator = load_speculator(path, target)
+    except (SpeculatorLoadError, OSError, ValueError) as exc:
+        raise VersionLoadError(f"version {version!r}: {exc}") from exc
+    return ServedVersion(version, kind, SpeculativeEngine(target, speculator, k))
+
+
+class VersionManager:
+    """Holds the replica's current version and follows the live pointer (see module doc)."""
+
+    def __init__(self, *, target: Target, db: Engine | None, deployment: str = "default",
+                 k: int = 5, speculation: bool = True, poll_interval_s: float = 1.0,
+                 actor: str = "serve",
+                 on_swap: Callable[[ServedVersion, ServedVersion], None] | None = None) -> None:
+        self.target, self.db, self.deployment, self.k = target, db, deployment, k
+        self.poll_interval_s, self.actor = poll_interval_s, actor
+        self.follows_pointer = speculation and db is not None
+        self.on_swap = on_swap
+        self._current = builtin_version(target, k) if speculation else off_version(target)
+        self._failed: tuple[str, int] | None = None  # (version, generation) that failed
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_poll_error: str | None = None
+        self.load_failures = 0
+
+    @property
+    def current(self) -> ServedVersion:
+        """The version new requests start on (read it once per request)."""
+        return self._current
+
+    def start(self) -> None:
+        """Load the live version now (blocking), then follow the pointer in a thread."""
+        if not self.follows_pointer:
+            return
+        self.poll_once()
+        self._thread = threading.Thread(target=self._run, name="autospec-live-pointer",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    @property
+    def watching(self) -> bool:
+        """True while the watcher runs (or when there is nothing to watch)."""
+        return not self.follows_pointer or (self._thread is not None and self._thread.is_alive())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_interval_s):
+            try:
+                self.poll_once()
+            except Exception:  # the watcher must outlive any one bad poll
+                log.exception("live-pointer poll failed; will retry")
+
+    def poll_once(self) -> bool:
+        """Read the pointer; load and swap if it names another version. True if swapped."""
+        assert self.db is not None
+        try:
+            with store.session_scope(self.db, readonly=True) as session:
+                pointer = store.get_live(session, deployment=self.deployment)
+                wanted = (pointer.version, pointer.generation) if pointer else None
+        except store.StoreError as exc:  # database down: keep serving what we have
+            self._note_poll_error(str(exc))
+            return False
+        except Exception as exc:  # SQLAlchemy errors not wrapped by the store
+            self._note_poll_error(f"{type(exc).__name__}: {exc}")
+            return False
+        self.last_poll_error = None
+        if wanted is None or wanted[0] == self._current.name or wanted == self._failed:
+            return False
+        return self._swap_to(*wanted)
+
+    def _note_poll_error(self, message: str) -> None:
+        if message != self.last_poll_error:
+            log.warning("cannot read the live pointer of %r: %s", self.deployment, message)
+        self.last_poll_error = message
+
+    def _swap_to(self, version: str, generation: int) -> bool:
+        started = time.perf_counter()
+        try:
+            new = load_version(self.db, self.target, version, self.k)
+        except VersionLoadError as exc:
+            self._failed = (version, generation)
+            self.load_failures += 1
+            log.error("staying on %s: %s", self._current.name, exc)
+            self._record_failure(version, str(exc))
+            return False
+        old, self._current = self._current, new  # the swap: one reference assignment
+        self._failed = None
+        log.info("now serving %s (was %s; loaded in %.2fs)", new.name, old.name,
+                 time.perf_counter() - started)
+        if self.on_swap is not None:
+            self.on_swap(old, new)
+        return True
+
+    def _record_failure(self, version: str, reason: str) -> None:
+        try:
+            with store.session_scope(self.db) as session:
+                store.record_event(session, kind="failure", actor=self.actor, reason=reason,
+                                   deployment=self.deployment, version=version,
+                                   from_version=self._current.name,
+                                   details={"what": "speculator load", "replica": self.actor})
+        except Exception:  # the audit log is best effort here; the replica keeps serving
+            log.exception("could not record the load failure of %s", version)

@@ -1,0 +1,47 @@
+"""Fixtures for serving tests: the tiny target with a tokenizer, a store, a server, a client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autospec import store
+from autospec.engine.target import Target, load_target
+from autospec.serve.http import make_app
+from autospec.serve.server import LLMServer
+
+from .helpers import make_server, make_tiny_model_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llm(tiny_model_dir: Path) -> Target:
+    """The tiny target loaded like any model directory (float32, CPU)."""
+    return load_target(str(tiny_model_dir), dtype="float32", device="cpu")
+
+
+@pytest.fixture
+def db(sqlite_url: str):  # type: ignore[no-untyped-def]
+    engine = store.open_store(sqlite_url, upgrade=True)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def server(tiny_llm: Target, db) -> Iterator[LLMServer]:  # type: ignore[no-untyped-def]
+    srv = make_server(tiny_llm, db, poll_interval_s=0.1)
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def client(server: LLMServer) -> Iterator[TestClient]:
+    with TestClient(make_app(server), raise_server_exceptions=False) as c:
+        yield c

@@ -1,0 +1,68 @@
+"""Helpers for serving tests: a tiny random-init target *with* the default target's tokenizer,
+speculator artifacts registered in a store, and an in-process server."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from autospec import store
+from autospec.engine.target import Target, _resolve
+from autospec.serve.config import ServeConfig
+from autospec.serve.server import LLMServer
+from autospec.serve.versions import VersionManager
+from autospec.speculators.checkpoint import save_speculator
+from autospec.speculators.registry import new_speculator
+
+TOKENIZER_PREFIXES = ("tokenizer", "special_tokens", "chat_template")
+
+
+def make_tiny_model_dir(out: Path, *, layers: int = 2, seed: int = 0) -> Path:
+    """A 2-layer, 32-wide random-init Llama with SmolLM2's vocabulary and tokenizer files."""
+    src, _ = _resolve("smollm2-135m")
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=512, eos_token_id=2, bos_token_id=1,
+                      tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    for f in src.iterdir():
+        if f.name.startswith(TOKENIZER_PREFIXES):
+            shutil.copy(f, out / f.name)
+    return out
+
+
+def register_artifact(engine: Any, target: Target, root: Path, version: str,
+                      kind: str = "ngram", **overrides: Any) -> Path:
+    """Save a fresh ``kind`` speculator for ``target`` under ``root/version`` and register it."""
+    directory = root / version
+    sha = save_speculator(new_speculator(kind, target, **overrides), directory)
+    with store.session_scope(engine) as session:
+        store.register_speculator(session, version=version, kind=kind,
+                                  target_id=target.info.target_id,
+                                  target_revision=target.info.revision,
+                                  artifact_uri=str(directory), sha256=sha)
+    return directory
+
+
+def promote(engine: Any, version: str, deployment: str = "default") -> None:
+    with store.session_scope(engine) as session:
+        store.set_live(session, version=version, actor="test", reason="test",
+                       deployment=deployment)
+
+
+def make_server(target: Target, db: Any, **config: Any) -> LLMServer:
+    """An in-process server on ``target`` and store ``db`` (None: no store at all)."""
+    cfg = ServeConfig(target=target.info.target_id, model_name="tiny", **config)
+    versions = VersionManager(target=target, db=db, deployment=cfg.deployment,
+                              k=cfg.speculator_k, speculation=cfg.speculation == "live",
+                              poll_interval_s=cfg.poll_interval_s, actor="test-replica")
+    writer = store.TrafficWriter(db, flush_interval_s=0.01) \
+        if db is not None and cfg.log_traffic else None
+    server = LLMServer(target, versions, config=cfg, writer=writer)
+    server.start()
+    return server
