@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from autospec.bench.cli import bench_app
+from autospec.serve.cli import serve
 from autospec.store.cli import db_app
 
 app = typer.Typer(
@@ -19,6 +20,7 @@ app = typer.Typer(
 )
 app.add_typer(db_app, name="db")
 app.add_typer(bench_app, name="bench")
+app.command("serve")(serve)
 
 
 @app.command()
