@@ -106,7 +106,7 @@ def near_tie(target: Target, context: list[int]) -> dict:
 @torch.inference_mode()
 def verify_cost(target: Target, sizes=(1, 2, 4, 6, 8), context: int = 128,
                 repeats: int = 8) -> dict[int, float]:
-    """Fastest of ``repeats`` timings of one target forward over ``n`` new tokens after ``context``."""
+    """Fastest of ``repeats`` timings of a target forward over ``n`` tokens after ``context``."""
     prompt = torch.arange(10, 10 + context)
     cache = target.new_cache()
     target.forward(prompt, cache, logits_to_keep=1)

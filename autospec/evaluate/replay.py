@@ -1,0 +1,165 @@
+"""Shadow replay: the acceptance a speculator would have had on logged requests.
+
+For a **greedy** request the logged output *is* the target's choice at every position, so
+one teacher-forced target pass over ``prompt + output`` supplies every feature the
+speculator needs; the speculator then runs exactly as in decoding (same ``begin`` /
+``commit`` / ``propose`` calls, same ``k`` as the live loop would use) and its drafts are
+accepted while they equal the logged tokens. No target decoding: the result is what the
+live engine would have counted, up to the last step of a request that ended on EOS (drafts
+past the end are counted as rejected).
+
+For a **sampled** request the accepted count is random; replay uses its expectation.
+Draft position ``i`` is accepted with probability ``α_i = Σ_x min(p_i(x), q_i(x))`` given
+the earlier ones were, ``p`` being the target's distribution after the logged prefix (the
+same temperature / top-k / top-p as the request) and ``q`` the speculator's; a step's
+expected accepted count is ``Σ_i Π_{j≤i} α_j``, and the replay advances along the logged
+output by one plus that count, rounded.
+
+Knows nothing of the store: it takes token ids and sampling settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from autospec.engine.sampling import SamplingParams, probs_from_logits
+from autospec.engine.target import Target
+from autospec.speculators.base import Speculator
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """A logged request, as replay needs it."""
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    params: SamplingParams  # temperature, top-k / top-p and max_new_tokens it was served with
+    segment: str = "default"
+    request_id: int | str | None = None
+
+
+@dataclass
+class ReplayStats:
+    """Acceptance of one speculator on one request (floats: sampled requests are expected)."""
+
+    steps: int = 0  # verification steps
+    draft_tokens: int = 0
+    accepted: float = 0.0
+    accepted_per_position: list[float] = field(default_factory=list)
+
+    def observe(self, proposed: int, accepted_chain: Sequence[float]) -> None:
+        """One step: ``accepted_chain[i]`` is P(draft i accepted) (0/1 for greedy)."""
+        self.steps += 1
+        self.draft_tokens += proposed
+        self.accepted += float(sum(accepted_chain))
+        missing = proposed - len(self.accepted_per_position)
+        if missing > 0:
+            self.accepted_per_position.extend([0.0] * missing)
+        for i, a in enumerate(accepted_chain):
+            self.accepted_per_position[i] += float(a)
+
+    @property
+    def tau(self) -> float:
+        """Acceptance length, bonus included (as :class:`autospec.engine.stats.RequestStats`)."""
+        return (self.accepted + self.steps) / self.steps if self.steps else 1.0
+
+
+def teacher_forced(target: Target, req: ReplayRequest,
+                   layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logits ``[n_out, vocab]`` predicting each output token, and features of every position.
+
+    features: ``[n_prompt + n_out - 1, len(layers) * hidden]`` (the last token's is unused).
+    """
+    seq = torch.tensor(req.prompt_ids + req.output_ids[:-1], dtype=torch.long)
+    out = target.forward(seq, target.new_cache(), feature_layers=layers,
+                         logits_to_keep=len(req.output_ids))
+    return out.logits, out.features
+
+
+@torch.inference_mode()
+def replay_request(target: Target, spec: Speculator, req: ReplayRequest, k: int,
+                   tf: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> ReplayStats:
+    """Replay one request with ``spec`` drafting ``k`` tokens per step (see module doc)."""
+    if not req.output_ids:
+        return ReplayStats()
+    logits, feats = tf if tf is not None else teacher_forced(target, req, spec.feature_layers)
+    out, n_prompt, params = req.output_ids, len(req.prompt_ids), req.params
+    probs = None if params.greedy else probs_from_logits(logits, params)  # [n_out, vocab]
+    stats = ReplayStats()
+    rng = None if params.greedy else torch.Generator().manual_seed(params.seed or 0)
+    spec.begin(torch.tensor(req.prompt_ids), feats[:n_prompt] if feats is not None else None)
+    pos, new = 0, 1  # `new` tokens out[pos:pos + new] were settled by the last step
+    while pos + new < len(out):
+        _commit(spec, out, pos, new, feats, n_prompt)
+        pos += new
+        k_eff = min(k, params.max_new_tokens - pos - 1)
+        proposal = spec.propose(k_eff, params, rng) if k_eff > 0 else None
+        if proposal is None or proposal.num_tokens == 0:
+            chain: list[float] = []
+        elif probs is None:
+            chain = _greedy_chain(proposal.tokens, out[pos:])
+        else:
+            chain = _expected_chain(proposal, probs[pos:])
+        stats.observe(proposal.num_tokens if proposal is not None else 0, chain)
+        new = 1 + (int(sum(chain)) if probs is None else round(sum(chain)))
+    return stats
+
+
+def _commit(spec: Speculator, out: list[int], pos: int, new: int,
+            feats: torch.Tensor | None, n_prompt: int) -> None:
+    tokens = torch.tensor(out[pos : pos + new], dtype=torch.long)
+    # out[j] is produced by sequence position n_prompt + j - 1
+    f = feats[n_prompt + pos - 1 : n_prompt + pos + new - 1] if feats is not None else None
+    spec.commit(tokens, f)
+
+
+def _greedy_chain(drafts: torch.Tensor, logged: list[int]) -> list[float]:
+    """1.0 for each leading draft equal to the logged token, then stop."""
+    n = min(drafts.shape[0], len(logged))
+    match = drafts[:n] == torch.tensor(logged[:n], dtype=torch.long)
+    accepted = int(torch.cumprod(match, dim=0).sum()) if n else 0
+    return [1.0] * accepted
+
+
+def _expected_chain(proposal, p: torch.Tensor) -> list[float]:
+    """P(draft i accepted) = Π_{j≤i} Σ_x min(p_j, q_j); p: ``[remaining, vocab]``."""
+    n = min(proposal.num_tokens, p.shape[0])
+    if n == 0:
+        return []
+    q = proposal.probs
+    if q is None:  # deterministic proposer: q is one-hot, min(p, q) = p(draft)
+        alpha = p[torch.arange(n), proposal.tokens[:n]]
+    else:
+        alpha = torch.minimum(p[:n], q[:n].to(p.device)).sum(-1)
+    return torch.cumprod(alpha.clamp(0.0, 1.0), dim=0).tolist()
+
+
+def replay(target: Target, speculators: dict[str, Speculator], requests: list[ReplayRequest],
+           k: int, progress: Callable[[int], None] | None = None) -> dict[str, list[ReplayStats]]:
+    """Replay every request with every speculator (same requests for all, one target pass
+    per request shared by all of them); ``progress(n_done)`` after each request."""
+    layers = tuple(sorted({layer for s in speculators.values() for layer in s.feature_layers}))
+    results: dict[str, list[ReplayStats]] = {name: [] for name in speculators}
+    for i, req in enumerate(requests):
+        logits, feats = (teacher_forced(target, req, layers) if req.output_ids
+                         else (None, None))
+        for name, spec in speculators.items():
+            tf = None
+            if logits is not None:
+                tf = (logits, _select(feats, layers, spec.feature_layers, target))
+            results[name].append(replay_request(target, spec, req, k, tf))
+        if progress is not None:
+            progress(i + 1)
+    return results
+
+
+def _select(feats: torch.Tensor | None, have: tuple[int, ...], want: tuple[int, ...],
+            target: Target) -> torch.Tensor | None:
+    """The columns of ``feats`` (layers ``have``) for layers ``want``, in that order."""
+    if not want or feats is None:
+        return None
+    h = target.info.hidden_size
+    return torch.cat([feats[:, have.index(i) * h : (have.index(i) + 1) * h] for i in want], -1)

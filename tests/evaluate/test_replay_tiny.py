@@ -1,0 +1,117 @@
+"""Shadow replay on tiny random-init targets agrees with live decoding."""
+
+import pytest
+import torch
+
+from autospec.engine.generate import SpeculativeEngine
+from autospec.engine.reference import OracleSpeculator, RandomSpeculator
+from autospec.engine.sampling import SamplingParams
+from autospec.engine.target import tiny_target
+from autospec.evaluate.replay import ReplayRequest, replay, replay_request
+from autospec.speculators.registry import new_speculator
+
+PROMPTS = [[1, 2, 3, 4, 5, 1, 2, 3], [9, 8, 7, 9, 8, 7, 9, 8], list(range(5, 30))]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_target(vocab_size=64, seed=0)
+
+
+def _live(target, spec, prompt, params, k):
+    res = SpeculativeEngine(target, spec, k).generate(prompt, params)
+    return res, ReplayRequest(prompt_ids=prompt, output_ids=res.token_ids, params=params)
+
+
+@pytest.mark.parametrize("kind", ["ngram", "draft", "eagle3"])
+@pytest.mark.parametrize("k", [2, 5])
+def test_greedy_replay_equals_live_counts_tiny_random_init(target, kind, k):
+    params = SamplingParams(max_new_tokens=30, ignore_eos=True)
+    spec = new_speculator(kind, target)
+    for prompt in PROMPTS:
+        live, req = _live(target, spec, prompt, params, k)
+        shadow = replay_request(target, spec, req, k)
+        assert shadow.steps == live.stats.num_drafts
+        assert shadow.draft_tokens == live.stats.num_draft_tokens
+        assert shadow.accepted == live.stats.num_accepted_tokens
+        assert shadow.accepted_per_position == [float(a) for a in
+                                                live.stats.accepted_per_position]
+
+
+def test_oracle_replays_to_k_plus_one_and_random_to_about_one(target):
+    k = 4
+    params = SamplingParams(max_new_tokens=1 + 5 * (k + 1), ignore_eos=True)
+    plain = SpeculativeEngine(target).generate(PROMPTS[0], params).token_ids
+    req = ReplayRequest(prompt_ids=PROMPTS[0], output_ids=plain, params=params)
+    out = replay(target, {"oracle": OracleSpeculator(plain),
+                          "random": RandomSpeculator(64, seed=1)}, [req], k)
+    assert out["oracle"][0].tau == k + 1
+    assert out["random"][0].tau < 1.2 and out["random"][0].draft_tokens > 0
+
+
+def test_sampled_replay_expectation_matches_live_average(target):
+    """Expected acceptance of sampled requests ≈ the mean over many live seeded runs."""
+    k = 3
+    spec = RandomSpeculator(64, seed=2, peaked=3.0)
+    live_tau, shadow_tau = [], []
+    for seed in range(40):
+        params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=seed, ignore_eos=True)
+        live, req = _live(target, spec, PROMPTS[2], params, k)
+        live_tau.append(live.stats.tau)
+        shadow_tau.append(replay_request(target, spec, req, k).tau)
+    live_mean = sum(live_tau) / len(live_tau)
+    shadow_mean = sum(shadow_tau) / len(shadow_tau)
+    assert live_mean > 1.02  # the draft does get accepted sometimes
+    assert abs(live_mean - shadow_mean) < 0.1 * live_mean, (live_mean, shadow_mean)
+
+
+def test_replay_shares_one_target_pass_between_speculators(target, monkeypatch):
+    calls = []
+    forward = target.forward
+    monkeypatch.setattr(target, "forward", lambda *a, **kw: calls.append(1) or forward(*a, **kw))
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    reqs = [ReplayRequest(p, SpeculativeEngine(target).generate(p, params).token_ids, params)
+            for p in PROMPTS]
+    calls.clear()
+    specs = {kind: new_speculator(kind, target) for kind in ("ngram", "eagle3", "draft")}
+    out = replay(target, specs, reqs, 3)
+    assert len(calls) == len(reqs)
+    assert all(len(v) == len(reqs) for v in out.values())
+    assert torch.isfinite(torch.tensor([s.tau for v in out.values() for s in v])).all()
+
+
+class _Recording:
+    """Delegates to a speculator and records every call, to compare live with replay."""
+
+    def __init__(self, spec):
+        self.spec, self.calls = spec, []
+        self.feature_layers = spec.feature_layers
+
+    def begin(self, prompt_ids, features):
+        self.calls.append(("begin", prompt_ids.tolist(), features))
+        self.spec.begin(prompt_ids, features)
+
+    def commit(self, tokens, features):
+        self.calls.append(("commit", tokens.tolist(), features))
+        self.spec.commit(tokens, features)
+
+    def propose(self, k, sampling, generator):
+        proposal = self.spec.propose(k, sampling, generator)
+        self.calls.append(("propose", proposal.tokens.tolist(), None))
+        return proposal
+
+
+@pytest.mark.parametrize("kind", ["draft", "eagle3"])
+def test_replay_feeds_the_speculator_exactly_what_live_decoding_does_tiny_random_init(
+        target, kind):
+    """Same calls, same tokens, same target features (to float tolerance), same drafts."""
+    params = SamplingParams(max_new_tokens=20, ignore_eos=True)
+    live_rec = _Recording(new_speculator(kind, target))
+    _, req = _live(target, live_rec, PROMPTS[0], params, 3)
+    shadow_rec = _Recording(new_speculator(kind, target))
+    replay_request(target, shadow_rec, req, 3)
+    assert [c[:2] for c in live_rec.calls] == [c[:2] for c in shadow_rec.calls]
+    for (_, _, a), (_, _, b) in zip(live_rec.calls, shadow_rec.calls, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.allclose(a, b, atol=1e-4), (a - b).abs().max()
