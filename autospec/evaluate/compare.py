@@ -1,0 +1,170 @@
+"""Paired comparison of speculator versions on the same held-out requests.
+
+τ of a set of requests is a ratio of sums, ``(Σ accepted + Σ steps) / Σ steps``, i.e.
+tokens per target forward over the whole set (long requests weigh more, as they do in
+serving). The confidence interval of ``Δτ = τ(candidate) − τ(incumbent)`` comes from a
+**paired** bootstrap: the same resampled requests for both versions, so the
+request-to-request variation that both share cancels.
+
+Estimated speedup over target-only decoding, per version:
+``τ · t_step / (t_propose(d) + t_verify(d + 1))`` with ``d`` the mean draft tokens per
+step, ``t_step`` a 1-token target forward, ``t_verify(n)`` a target forward over ``n``
+tokens and ``t_propose(d)`` the speculator's cost of proposing ``d`` tokens — so a slow
+speculator with a slightly higher τ does not win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autospec.evaluate.replay import ReplayStats
+
+
+@dataclass(frozen=True)
+class Interval:
+    delta: float  # point estimate of τ(candidate) − τ(incumbent)
+    low: float
+    high: float
+
+
+@dataclass
+class SegmentResult:
+    segment: str
+    num_requests: int
+    tau: dict[str, float]  # version -> τ on this segment
+    delta: Interval | None = None  # candidate vs incumbent, when there are two versions
+
+
+@dataclass
+class Costs:
+    """Measured seconds: a 1-token target step, target forwards by size, one propose."""
+
+    step_s: float
+    verify_s: dict[int, float]  # n tokens -> seconds
+    propose_s: dict[str, float] = field(default_factory=dict)  # version -> seconds per propose
+
+    def verify(self, n: float) -> float:
+        """Seconds of a target forward over ``n`` tokens (linear between measured sizes)."""
+        sizes = sorted(self.verify_s)
+        return float(np.interp(n, sizes, [self.verify_s[s] for s in sizes]))
+
+
+@dataclass
+class Evaluation:
+    """Everything the gate decides on; versions[0] is the candidate, versions[1] the
+    incumbent when comparing two."""
+
+    versions: list[str]
+    num_requests: int
+    tau: dict[str, float]
+    draft_tokens_per_step: dict[str, float]
+    accepted_per_position: dict[str, list[float]]  # acceptance rate at each draft position
+    delta: Interval | None
+    segments: list[SegmentResult]
+    speedup: dict[str, float]  # estimated, over target-only
+    k: int
+    ci_level: float
+
+    @property
+    def candidate(self) -> str:
+        return self.versions[0]
+
+    @property
+    def incumbent(self) -> str | None:
+        return self.versions[1] if len(self.versions) > 1 else None
+
+
+def _sums(stats: Sequence[ReplayStats]) -> tuple[np.ndarray, np.ndarray]:
+    accepted = np.array([s.accepted for s in stats], dtype=np.float64)
+    steps = np.array([s.steps for s in stats], dtype=np.float64)
+    return accepted, steps
+
+
+def set_tau(stats: Sequence[ReplayStats]) -> float:
+    accepted, steps = _sums(stats)
+    return float((accepted.sum() + steps.sum()) / steps.sum()) if steps.sum() else 1.0
+
+
+def paired_bootstrap(candidate: Sequence[ReplayStats], incumbent: Sequence[ReplayStats], *,
+                     level: float = 0.95, resamples: int = 2000, seed: int = 0) -> Interval:
+    """Percentile CI of Δτ over requests resampled with replacement (the same for both)."""
+    assert len(candidate) == len(incumbent) > 0
+    acc_c, steps_c = _sums(candidate)
+    acc_i, steps_i = _sums(incumbent)
+    n = len(candidate)
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples)  # [resamples, n]
+
+    def tau(acc: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        total_steps = np.maximum(weights @ steps, 1e-12)
+        return (weights @ acc + total_steps) / total_steps
+
+    deltas = tau(acc_c, steps_c) - tau(acc_i, steps_i)
+    tail = (1.0 - level) / 2 * 100
+    low, high = np.percentile(deltas, [tail, 100 - tail])
+    return Interval(delta=set_tau(candidate) - set_tau(incumbent), low=float(low),
+                    high=float(high))
+
+
+def estimated_speedup(stats: Sequence[ReplayStats], propose_s: float, costs: Costs) -> float:
+    """τ · t_step / (t_propose + t_verify(d + 1)); see the module docstring."""
+    accepted, steps = _sums(stats)
+    total_steps = steps.sum()
+    if not total_steps:
+        return 1.0
+    tau = (accepted.sum() + total_steps) / total_steps
+    drafted = sum(s.draft_tokens for s in stats) / total_steps
+    return float(tau * costs.step_s / (propose_s + costs.verify(drafted + 1)))
+
+
+def compare(results: dict[str, list[ReplayStats]], segments: Sequence[str], costs: Costs, *,
+            k: int, level: float = 0.95, resamples: int = 2000,
+            seed: int = 0) -> Evaluation:
+    """Build an :class:`Evaluation` from per-request replay results of each version."""
+    versions = list(results)
+    n = len(segments)
+    assert all(len(v) == n for v in results.values()) and n > 0
+    pair = versions[:2] if len(versions) > 1 else None
+    delta = (paired_bootstrap(results[pair[0]], results[pair[1]], level=level,
+                              resamples=resamples, seed=seed) if pair else None)
+    return Evaluation(
+        versions=versions, num_requests=n,
+        tau={v: set_tau(s) for v, s in results.items()},
+        draft_tokens_per_step={v: _per_step(s) for v, s in results.items()},
+        accepted_per_position={v: _position_rates(s) for v, s in results.items()},
+        delta=delta,
+        segments=_segments(results, segments, pair, level, resamples, seed),
+        speedup={v: estimated_speedup(s, costs.propose_s.get(v, 0.0), costs)
+                 for v, s in results.items()},
+        k=k, ci_level=level,
+    )
+
+
+def _per_step(stats: Sequence[ReplayStats]) -> float:
+    steps = sum(s.steps for s in stats)
+    return sum(s.draft_tokens for s in stats) / steps if steps else 0.0
+
+
+def _position_rates(stats: Sequence[ReplayStats]) -> list[float]:
+    """Acceptance rate at position i: P(draft i accepted | drafts < i accepted)."""
+    width = max((len(s.accepted_per_position) for s in stats), default=0)
+    totals = np.zeros(width + 1)
+    totals[0] = sum(s.steps for s in stats if s.draft_tokens)  # steps that drafted
+    for s in stats:
+        totals[1 : len(s.accepted_per_position) + 1] += s.accepted_per_position
+    return [float(totals[i + 1] / totals[i]) if totals[i] else 0.0 for i in range(width)]
+
+
+def _segments(results, segments, pair, level, resamples, seed) -> list[SegmentResult]:
+    out = []
+    for seg in sorted(set(segments)):
+        idx = [i for i, s in enumerate(segments) if s == seg]
+        sub = {v: [stats[i] for i in idx] for v, stats in results.items()}
+        delta = (paired_bootstrap(sub[pair[0]], sub[pair[1]], level=level,
+                                  resamples=resamples, seed=seed) if pair else None)
+        out.append(SegmentResult(segment=seg, num_requests=len(idx),
+                                 tau={v: set_tau(s) for v, s in sub.items()}, delta=delta))
+    return out

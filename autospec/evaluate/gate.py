@@ -1,0 +1,91 @@
+"""The promotion gate: a pure function from a policy and an evaluation to a decision.
+
+A candidate is promoted only when **all** hold, each failure giving a reason:
+
+1. the held-out set has at least ``min_heldout`` requests;
+2. the lower bound of the confidence interval of Δτ is at least ``min_gain`` (> 0, so a
+   candidate equal to the incumbent is never promoted);
+3. no segment with at least ``min_segment_requests`` requests regresses by more than
+   ``segment_tolerance`` (point estimate of its Δτ);
+4. the estimated speedup does not fall (within ``speedup_tolerance``, relative).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autospec.evaluate.compare import Evaluation
+
+
+class GatePolicy(BaseModel):
+    """Thresholds of the promotion gate."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_gain: float = Field(0.05, gt=0, description="the CI's lower bound of Δτ must reach this")
+    min_heldout: int = Field(30, ge=1, description="fewest held-out requests to decide on")
+    segment_tolerance: float = Field(
+        0.10, ge=0, description="largest Δτ drop allowed in any segment with enough requests")
+    min_segment_requests: int = Field(
+        10, ge=1, description="segments with fewer requests are reported, not judged")
+    speedup_tolerance: float = Field(
+        0.02, ge=0, description="relative drop of estimated speedup allowed (measurement noise)")
+    ci_level: float = Field(0.95, gt=0.5, lt=1, description="confidence level of the interval")
+
+
+@dataclass(frozen=True)
+class Decision:
+    promote: bool
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        return "promote" if self.promote else "reject"
+
+
+def decide(policy: GatePolicy, evaluation: Evaluation) -> Decision:
+    """Promote ``evaluation.candidate`` over ``evaluation.incumbent``? With reasons."""
+    if evaluation.incumbent is None or evaluation.delta is None:
+        return Decision(False, ["no incumbent to compare with"])
+    checks = [_size(policy, evaluation), _gain(policy, evaluation),
+              *_segment_checks(policy, evaluation), _speed(policy, evaluation)]
+    failed = [msg for ok, msg in checks if not ok]
+    if failed:
+        return Decision(False, failed)
+    return Decision(True, [msg for _, msg in checks])
+
+
+def _size(policy: GatePolicy, ev: Evaluation) -> tuple[bool, str]:
+    ok = ev.num_requests >= policy.min_heldout
+    return ok, (f"held-out set has {ev.num_requests} requests "
+                f"({'≥' if ok else '<'} the policy's minimum {policy.min_heldout})")
+
+
+def _gain(policy: GatePolicy, ev: Evaluation) -> tuple[bool, str]:
+    d = ev.delta
+    assert d is not None
+    ok = d.low >= policy.min_gain
+    return ok, (f"Δτ = {d.delta:+.3f}, {ev.ci_level:.0%} CI [{d.low:+.3f}, {d.high:+.3f}]: "
+                f"lower bound {'≥' if ok else '<'} minimum gain {policy.min_gain:+.3f}")
+
+
+def _segment_checks(policy: GatePolicy, ev: Evaluation) -> list[tuple[bool, str]]:
+    checks = []
+    for seg in ev.segments:
+        if seg.num_requests < policy.min_segment_requests or seg.delta is None:
+            continue
+        ok = seg.delta.delta >= -policy.segment_tolerance
+        checks.append((ok, f"segment {seg.segment!r} ({seg.num_requests} requests): "
+                           f"Δτ = {seg.delta.delta:+.3f} "
+                           f"{'within' if ok else 'regresses beyond'} the tolerance "
+                           f"−{policy.segment_tolerance:.3f}"))
+    return checks
+
+
+def _speed(policy: GatePolicy, ev: Evaluation) -> tuple[bool, str]:
+    cand, inc = ev.speedup[ev.candidate], ev.speedup[ev.incumbent or ""]
+    ok = cand >= inc * (1 - policy.speedup_tolerance)
+    return ok, (f"estimated speedup {cand:.2f}× vs incumbent {inc:.2f}× "
+                f"({'does not fall' if ok else 'falls'})")

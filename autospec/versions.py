@@ -1,0 +1,50 @@
+"""Speculator versions by name: the built-in one and those registered in the store.
+
+Serving, evaluation and training all turn a version name into a speculator the same way:
+``builtin-ngram`` is the training-free n-gram speculator (served while no version is
+live); any other name is looked up in the store's registry and its artifact loaded with
+:func:`autospec.speculators.checkpoint.load_speculator` (checksums verified, target
+checked). Every refusal is a :class:`VersionLoadError` naming the version and the reason.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine
+
+from autospec import store
+from autospec.engine.target import Target
+from autospec.speculators.base import Speculator
+from autospec.speculators.checkpoint import SpeculatorLoadError, load_speculator
+from autospec.speculators.registry import new_speculator
+from autospec.store.artifacts import local_path
+
+BUILTIN_VERSION = "builtin-ngram"
+
+
+class VersionLoadError(RuntimeError):
+    """A version could not be loaded; the message names the version and why."""
+
+
+def load_speculator_version(db: Engine | None, target: Target,
+                            version: str) -> tuple[str, Speculator]:
+    """``(kind, speculator)`` for ``version``; :class:`VersionLoadError` if refused."""
+    if version == BUILTIN_VERSION:
+        return "ngram", new_speculator("ngram", target)
+    if db is None:
+        raise VersionLoadError(f"version {version!r}: no database to look it up in")
+    try:
+        with store.session_scope(db, readonly=True) as session:
+            row = store.get_speculator(session, version=version)
+            uri, kind, target_id = row.artifact_uri, row.kind, row.target_id
+    except store.NotFound as exc:
+        raise VersionLoadError(str(exc)) from None
+    if target_id != target.info.target_id:
+        raise VersionLoadError(f"version {version!r} is for target {target_id!r}, "
+                               f"not {target.info.target_id!r}")
+    path = local_path(uri)
+    if path is None:
+        raise VersionLoadError(f"version {version!r}: artifact {uri} is not a local directory")
+    try:
+        return kind, load_speculator(path, target)
+    except (SpeculatorLoadError, OSError, ValueError) as exc:
+        raise VersionLoadError(f"version {version!r}: {exc}") from None

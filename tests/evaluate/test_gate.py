@@ -1,0 +1,108 @@
+"""The paired bootstrap and the promotion gate, on synthetic replay results."""
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from autospec.evaluate.compare import Costs, compare
+from autospec.evaluate.gate import GatePolicy, decide
+from autospec.evaluate.replay import ReplayStats
+
+K = 5
+COSTS = Costs(step_s=0.05, verify_s={1: 0.05, 6: 0.06}, propose_s={"cand": 0.01, "inc": 0.01})
+POLICY = GatePolicy(min_gain=0.05, min_heldout=30, segment_tolerance=0.1,
+                    min_segment_requests=10)
+
+
+def _requests(rng, n, rate, difficulty):
+    """Per-request stats: each step accepts a prefix with per-position rate rate*difficulty."""
+    out = []
+    for i in range(n):
+        s = ReplayStats()
+        for _ in range(int(rng.integers(5, 30))):
+            a = float(np.clip(rate * difficulty[i], 0, 0.99))
+            accepted = 0
+            while accepted < K and rng.random() < a:
+                accepted += 1
+            s.observe(K, [1.0] * accepted)
+        out.append(s)
+    return out
+
+
+def _trial(seed, rate_cand, rate_inc, n=60, segments=None):
+    rng = np.random.default_rng(seed)
+    difficulty = rng.uniform(0.5, 1.5, size=n)  # shared by both versions: paired data
+    results = {"cand": _requests(rng, n, rate_cand, difficulty),
+               "inc": _requests(rng, n, rate_inc, difficulty)}
+    segs = segments or ["chat"] * n
+    return compare(results, segs, COSTS, k=K, resamples=1000, seed=seed)
+
+
+def test_identical_candidate_is_never_promoted():
+    rng = np.random.default_rng(0)
+    same = _requests(rng, 80, 0.6, np.ones(80))
+    ev = compare({"cand": same, "inc": same}, ["chat"] * 80, COSTS, k=K)
+    assert ev.delta.low == ev.delta.high == 0.0
+    decision = decide(POLICY, ev)
+    assert not decision.promote and any("lower bound <" in r for r in decision.reasons)
+
+
+@pytest.mark.parametrize("rate_cand", [0.5, 0.45, 0.35])
+def test_worse_or_equal_candidate_never_promoted_over_20_seeds(rate_cand):
+    promoted = [decide(POLICY, _trial(seed, rate_cand, 0.5)).promote for seed in range(20)]
+    assert not any(promoted)
+
+
+def test_clearly_better_candidate_is_promoted_over_20_seeds():
+    decisions = [decide(POLICY, _trial(seed, 0.75, 0.5)) for seed in range(20)]
+    assert all(d.promote for d in decisions), [d.reasons for d in decisions if not d.promote]
+
+
+def test_segment_regression_blocks_promotion_even_when_overall_tau_rises():
+    rng = np.random.default_rng(3)
+    ones = np.ones(40)
+    cand = _requests(rng, 40, 0.9, ones) + _requests(rng, 20, 0.2, ones[:20])
+    inc = _requests(rng, 40, 0.5, ones) + _requests(rng, 20, 0.6, ones[:20])
+    segs = ["support"] * 40 + ["code"] * 20
+    ev = compare({"cand": cand, "inc": inc}, segs, COSTS, k=K)
+    assert ev.delta.low > POLICY.min_gain  # overall a clear gain
+    decision = decide(POLICY, ev)
+    assert not decision.promote
+    assert any("segment 'code'" in r and "regresses" in r for r in decision.reasons)
+
+
+def test_small_heldout_set_blocks_promotion():
+    ev = _trial(1, 0.8, 0.4, n=12)
+    decision = decide(POLICY, ev)
+    assert not decision.promote and any("12 requests" in r for r in decision.reasons)
+
+
+def test_slower_speculator_with_higher_tau_does_not_win():
+    rng = np.random.default_rng(2)
+    difficulty = np.ones(60)
+    results = {"cand": _requests(rng, 60, 0.8, difficulty),
+               "inc": _requests(rng, 60, 0.5, difficulty)}
+    slow = Costs(step_s=0.05, verify_s={1: 0.05, 6: 0.06},
+                 propose_s={"cand": 0.25, "inc": 0.01})  # the candidate drafts 25x slower
+    ev = compare(results, ["chat"] * 60, slow, k=K)
+    assert ev.delta.low > POLICY.min_gain and ev.speedup["cand"] < ev.speedup["inc"]
+    decision = decide(POLICY, ev)
+    assert not decision.promote and any("falls" in r for r in decision.reasons)
+    assert slow.verify(3.5) == pytest.approx(0.055)
+
+
+def test_acceptance_rate_per_position_is_conditional():
+    s = ReplayStats()
+    s.observe(3, [1.0, 1.0, 1.0])
+    s.observe(3, [1.0])
+    s.observe(3, [])
+    ev = compare({"v": [s]}, ["x"], COSTS, k=3)
+    assert ev.accepted_per_position["v"] == pytest.approx([2 / 3, 1 / 2, 1.0])
+    assert ev.tau["v"] == pytest.approx((4 + 3) / 3)
+
+
+def test_policy_typo_is_an_error_naming_the_field():
+    with pytest.raises(ValidationError, match="min_gian"):
+        GatePolicy(min_gian=0.1)
+    with pytest.raises(ValidationError, match="min_gain"):
+        GatePolicy(min_gain=0)
