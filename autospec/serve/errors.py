@@ -46,13 +46,21 @@ def validation_error(exc: ValidationError | RequestValidationError) -> APIError:
     """The first problem of a pydantic validation error, as a 400 naming the field."""
     errors = exc.errors()
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    loc = [str(p) for p in first.get("loc", ()) if not _is_union_tag(p)]
     param = ".".join(loc) or None
     msg = str(first.get("msg", "invalid request"))
     text = f"{param}: {msg}" if param else msg
     if len(errors) > 1:
         text += f" (and {len(errors) - 1} more problems)"
     return APIError(400, text, param=param, code="invalid_value")
+
+
+def _is_union_tag(part: object) -> bool:
+    """pydantic's loc names union members (``str``, ``list[int]``); they are not fields."""
+    return isinstance(part, str) and (part in _TYPE_TAGS or "[" in part)
+
+
+_TYPE_TAGS = {"body", "str", "int", "float", "bool", "none", "dict", "list", "TextPart"}
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -99,6 +99,7 @@ class LLMServer:
         self._pending = 0
         self._closed = False
         versions.on_swap = self._on_swap
+        versions.on_failure = lambda _version, _reason: self.metrics.load_failures.inc()
         cur = versions.current
         self.metrics.set_version(cur.name, cur.kind)
         if writer is not None:

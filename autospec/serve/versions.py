@@ -90,11 +90,12 @@ class VersionManager:
     def __init__(self, *, target: Target, db: Engine | None, deployment: str = "default",
                  k: int = 5, speculation: bool = True, poll_interval_s: float = 1.0,
                  actor: str = "serve",
-                 on_swap: Callable[[ServedVersion, ServedVersion], None] | None = None) -> None:
+                 on_swap: Callable[[ServedVersion, ServedVersion], None] | None = None,
+                 on_failure: Callable[[str, str], None] | None = None) -> None:
         self.target, self.db, self.deployment, self.k = target, db, deployment, k
         self.poll_interval_s, self.actor = poll_interval_s, actor
         self.follows_pointer = speculation and db is not None
-        self.on_swap = on_swap
+        self.on_swap, self.on_failure = on_swap, on_failure
         self._current = builtin_version(target, k) if speculation else off_version(target)
         self._failed: tuple[str, int] | None = None  # (version, generation) that failed
         self._stop = threading.Event()
@@ -165,6 +166,8 @@ class VersionManager:
             self.load_failures += 1
             log.error("staying on %s: %s", self._current.name, exc)
             self._record_failure(version, str(exc))
+            if self.on_failure is not None:
+                self.on_failure(version, str(exc))
             return False
         old, self._current = self._current, new  # the swap: one reference assignment
         self._failed = None
