@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from autospec.bench.cli import bench_app
+from autospec.evaluate.cli import evaluate
 from autospec.serve.cli import serve
 from autospec.store.cli import db_app
 
@@ -21,6 +22,7 @@ app = typer.Typer(
 app.add_typer(db_app, name="db")
 app.add_typer(bench_app, name="bench")
 app.command("serve")(serve)
+app.command("evaluate")(evaluate)
 
 
 @app.command()

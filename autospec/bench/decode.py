@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from autospec.bench.prompts import BENCH_PROMPTS
+from autospec.engine.costs import verify_cost
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.reference import OracleSpeculator
 from autospec.engine.sampling import SamplingParams
@@ -101,25 +102,6 @@ def near_tie(target: Target, context: list[int]) -> dict:
     mantissa = 7 if target.dtype == torch.bfloat16 else 23
     ulp = 2.0 ** (torch.floor(torch.log2(top[0].abs().clamp_min(1e-6))).item() - mantissa)
     return {"margin": margin, "ulp": ulp, "near_tie": margin <= 4 * ulp}
-
-
-@torch.inference_mode()
-def verify_cost(target: Target, sizes=(1, 2, 4, 6, 8), context: int = 128,
-                repeats: int = 8) -> dict[int, float]:
-    """Fastest of ``repeats`` timings of a target forward over ``n`` tokens after ``context``."""
-    prompt = torch.arange(10, 10 + context)
-    cache = target.new_cache()
-    target.forward(prompt, cache, logits_to_keep=1)
-    result = {}
-    for n in sizes:
-        times = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            target.forward(torch.arange(20, 20 + n), cache)
-            times.append(time.perf_counter() - started)
-            cache.crop(context)
-        result[n] = min(times)  # the least disturbed run: robust to a shared machine
-    return result
 
 
 def build_runs(target: Target, prompts: list[list[int]], max_new: int, k: int,

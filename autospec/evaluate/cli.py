@@ -1,0 +1,110 @@
+"""``autospec evaluate``: shadow-evaluate versions on logged traffic; a table or ``--json``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+out = Console()
+err = Console(stderr=True)
+
+
+def parse_window(text: str) -> dict:
+    """``500`` (the newest 500 requests) or a duration ``24h`` / ``90m`` / ``7d``."""
+    from autospec.store.cli import parse_duration
+
+    if text.strip().isdigit():
+        n = int(text)
+        if n < 1:
+            raise typer.BadParameter("the window must hold at least 1 request")
+        return {"last": n}
+    return {"since": parse_duration(text)}
+
+
+def evaluate(
+    versions: list[str] = typer.Argument(..., help="candidate first, then the incumbent (and "
+                                         "any others); one version: compared with the live one"),
+    window: str = typer.Option("200", help="requests to replay: the newest N, or a duration "
+                               "such as 24h"),
+    target: str = typer.Option("smollm2-135m", help="the target the versions were built for"),
+    dtype: str = typer.Option("float32", help="target dtype for replay (float32 is exact)"),
+    k: int = typer.Option(5, min=1, max=16, help="draft tokens per step"),
+    deployment: str = typer.Option("default", help="whose traffic and live version"),
+    record: bool = typer.Option(True, help="write the evaluation and decision to the store"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+    json_path: Path | None = typer.Option(None, "--json-path", help="also write JSON here"),
+) -> None:
+    """Replay held-out logged requests with each version: τ, a paired CI of Δτ, per-segment
+    results, estimated speedup and the gate's decision (exit 0: promote, 3: reject)."""
+    from autospec import store
+    from autospec.engine.target import TargetLoadError, load_target
+    from autospec.evaluate.run import EvaluationError, evaluate_versions, select_requests
+    from autospec.versions import BUILTIN_VERSION, VersionLoadError
+
+    spec = parse_window(window)
+    try:
+        db = store.open_store()
+        if len(versions) == 1:
+            with store.session_scope(db, readonly=True) as session:
+                live = store.get_live(session, deployment=deployment)
+            versions = [versions[0], live.version if live else BUILTIN_VERSION]
+        examples = select_requests(db, deployment=deployment, **spec)
+        tgt = load_target(target, dtype=dtype)
+        with Progress(console=err, transient=True, disable=json_out) as bar:
+            task = bar.add_task("shadow replay", total=len(examples))
+            report = evaluate_versions(db=db, target=tgt, versions=versions, examples=examples,
+                                       k=k, record=record,
+                                       progress=lambda n, total: bar.update(task, completed=n))
+    except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    data = _as_json(report)
+    if json_path:
+        json_path.write_text(json.dumps(data, indent=2, default=str))
+    if json_out:
+        typer.echo(json.dumps(data, indent=2, default=str))
+    else:
+        _print(report)
+    if report.decision is not None and not report.decision.promote:
+        raise typer.Exit(3)
+
+
+def _as_json(report) -> dict:
+    data = asdict(report.evaluation)
+    data["decision"] = asdict(report.decision) if report.decision else None
+    data["evaluation_id"] = report.evaluation_id
+    data["window"] = [report.window_start, report.window_end]
+    return data
+
+
+def _print(report) -> None:
+    ev = report.evaluation
+    table = Table(title=f"shadow evaluation: {ev.num_requests} requests, k = {ev.k}")
+    for col in ("version", "τ", "drafts/step", "acceptance by position", "est. speedup"):
+        table.add_column(col, justify="left" if col == "version" else "right")
+    for v in ev.versions:
+        rates = " ".join(f"{r:.2f}" for r in ev.accepted_per_position[v])
+        table.add_row(v, f"{ev.tau[v]:.3f}", f"{ev.draft_tokens_per_step[v]:.2f}", rates,
+                      f"{ev.speedup[v]:.2f}×")
+    out.print(table)
+    if ev.delta is not None:
+        out.print(f"Δτ ({ev.candidate} − {ev.incumbent}) = {ev.delta.delta:+.3f}, "
+                  f"{ev.ci_level:.0%} CI [{ev.delta.low:+.3f}, {ev.delta.high:+.3f}]")
+    seg = Table(title="per segment")
+    for col in ("segment", "requests", *[f"τ {v}" for v in ev.versions], "Δτ [CI]"):
+        seg.add_column(col, justify="left" if col == "segment" else "right")
+    for s in ev.segments:
+        d = f"{s.delta.delta:+.3f} [{s.delta.low:+.3f}, {s.delta.high:+.3f}]" if s.delta else "—"
+        seg.add_row(s.segment, str(s.num_requests), *[f"{s.tau[v]:.3f}" for v in ev.versions], d)
+    out.print(seg)
+    if report.decision is not None:
+        colour = "green" if report.decision.promote else "red"
+        out.print(f"[bold {colour}]decision: {report.decision.verdict}[/]")
+        for reason in report.decision.reasons:
+            out.print(f"  • {reason}")

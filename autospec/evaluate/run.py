@@ -1,0 +1,126 @@
+"""Shadow evaluation as a service: logged requests + versions → evaluation, decision, record.
+
+:func:`evaluate_versions` replays the same requests with every version (one target pass
+per request), measures each version's propose cost and the target's verify cost,
+compares ``versions[0]`` (candidate) with ``versions[1]`` (incumbent), applies the gate
+and writes the evaluation with its decision and reasons to the store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine
+
+from autospec import store
+from autospec.engine.costs import propose_cost, verify_cost
+from autospec.engine.sampling import SamplingParams
+from autospec.engine.target import Target
+from autospec.evaluate.compare import Costs, Evaluation, compare
+from autospec.evaluate.gate import Decision, GatePolicy, decide
+from autospec.evaluate.replay import ReplayRequest, replay
+from autospec.speculators.base import Speculator
+from autospec.store.models import utcnow
+from autospec.store.queries import TrafficExample
+from autospec.versions import load_speculator_version
+
+log = logging.getLogger(__name__)
+
+
+class EvaluationError(ValueError):
+    """The evaluation cannot run as asked (no requests, unknown version...)."""
+
+
+@dataclass
+class EvaluationReport:
+    evaluation: Evaluation
+    decision: Decision | None  # None when fewer than two versions were compared
+    evaluation_id: int | None  # row in the store, when recorded
+    window_start: datetime | None
+    window_end: datetime | None
+
+
+def to_replay_request(ex: TrafficExample) -> ReplayRequest:
+    """A logged request as replay input; its sampling settings as it was served."""
+    sampling = ex.sampling or {}
+    params = SamplingParams(
+        max_new_tokens=int(sampling.get("max_tokens") or max(len(ex.output_ids), 1)),
+        temperature=float(ex.temperature or 0.0),
+        top_k=int(sampling.get("top_k") or 0),
+        top_p=float(sampling.get("top_p") or 1.0),
+        seed=sampling.get("seed"),
+    )
+    return ReplayRequest(prompt_ids=ex.prompt_ids, output_ids=ex.output_ids, params=params,
+                         segment=ex.segment, request_id=ex.id)
+
+
+def select_requests(db: Engine, *, last: int | None = None, since: timedelta | None = None,
+                    deployment: str | None = None) -> list[TrafficExample]:
+    """The newest usable logged requests (opted-out rows excluded): ``last`` N and/or
+    those of the last ``since``; oldest first."""
+    with store.session_scope(db, readonly=True) as session:
+        window = store.traffic_window(session, since=utcnow() - since if since else None,
+                                      limit=last, deployment=deployment, heldout_fraction=0.0)
+    return sorted(window.train + window.heldout, key=lambda ex: (ex.created_at, ex.id))
+
+
+def measure_costs(target: Target, specs: dict[str, Speculator], sample: ReplayRequest,
+                  k: int) -> Costs:
+    verify = verify_cost(target, sizes=sorted({1, 2, (k + 2) // 2, k + 1}),
+                         context=min(len(sample.prompt_ids), 256), repeats=4)
+    propose = {name: propose_cost(target, spec, sample.prompt_ids, k)
+               for name, spec in specs.items()}
+    return Costs(step_s=verify[1], verify_s=verify, propose_s=propose)
+
+
+def evaluate_versions(
+    *, db: Engine, target: Target, versions: Sequence[str], examples: list[TrafficExample],
+    k: int = 5, policy: GatePolicy | None = None, record: bool = True,
+    training_run_id: int | None = None, progress: Callable[[int, int], None] | None = None,
+) -> EvaluationReport:
+    """Replay ``examples`` with each version, compare, decide and (optionally) record."""
+    if not versions:
+        raise EvaluationError("name at least one speculator version to evaluate")
+    if len(set(versions)) != len(versions):
+        raise EvaluationError(f"a version is named twice: {list(versions)}")
+    if not examples:
+        raise EvaluationError("the window holds no usable requests (none logged, or all "
+                              "opted out); widen --window or send traffic first")
+    policy = policy or GatePolicy()
+    specs = {v: load_speculator_version(db, target, v)[1] for v in versions}
+    requests = [to_replay_request(ex) for ex in examples]
+    results = replay(target, specs, requests, k,
+                     progress=(lambda n: progress(n, len(requests))) if progress else None)
+    costs = measure_costs(target, specs, max(requests, key=lambda r: len(r.prompt_ids)), k)
+    evaluation = compare(results, [r.segment for r in requests], costs, k=k,
+                         level=policy.ci_level)
+    decision = decide(policy, evaluation) if len(versions) > 1 else None
+    start, end = examples[0].created_at, examples[-1].created_at
+    row_id = _record(db, evaluation, decision, policy, start, end,
+                     training_run_id) if record and decision else None
+    return EvaluationReport(evaluation, decision, row_id, start, end)
+
+
+def _record(db: Engine, ev: Evaluation, decision: Decision, policy: GatePolicy,
+            start: datetime, end: datetime, training_run_id: int | None) -> int:
+    assert ev.delta is not None and ev.incumbent is not None
+    per_segment = {
+        s.segment: {"num_requests": s.num_requests, "tau": s.tau,
+                    "delta": s.delta.delta if s.delta else None,
+                    "ci": [s.delta.low, s.delta.high] if s.delta else None}
+        for s in ev.segments
+    }
+    with store.session_scope(db) as session:
+        row = store.record_evaluation(
+            session, candidate=ev.candidate, incumbent=ev.incumbent,
+            decision=decision.verdict, reasons=decision.reasons, num_requests=ev.num_requests,
+            tau_candidate=ev.tau[ev.candidate], tau_incumbent=ev.tau[ev.incumbent],
+            delta_ci_low=ev.delta.low, delta_ci_high=ev.delta.high,
+            per_segment={"segments": per_segment, "speedup": ev.speedup, "k": ev.k},
+            window_start=start, window_end=end, training_run_id=training_run_id,
+            policy=policy.model_dump())
+        session.flush()
+        return int(row.id)
