@@ -44,3 +44,22 @@ def store(
     from autospec.bench.store import main
 
     main(database_url=database_url, rows=rows, json_path=json_path)
+
+
+@bench_app.command("serve")
+def serve(
+    target: str = typer.Option("smollm2-135m", help="target: a name, a model directory or .gguf"),
+    max_tokens: int = typer.Option(32, min=1, help="tokens per request in the decode phase"),
+    rounds: int = typer.Option(3, min=1, help="interleaved rounds over the configurations"),
+    concurrency: int = typer.Option(2, min=1, help="concurrent clients in the decode phase"),
+    short_requests: int = typer.Option(
+        40, min=5, help="1-token requests per round and config in the logging phase"),
+    k: int = typer.Option(5, min=1, help="draft tokens per step"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the figures here"),
+) -> None:
+    """Requests/s and p50/p99 over HTTP: logging on vs off, speculation on vs off."""
+    from autospec.bench.serve import run_serve_bench
+
+    run_serve_bench(target=target, max_tokens=max_tokens, rounds=rounds,
+                    concurrency=concurrency, short_requests=short_requests, k=k,
+                    json_path=json_path)

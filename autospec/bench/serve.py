@@ -1,0 +1,179 @@
+"""``autospec bench serve``: the serving application over HTTP, configurations side by side.
+
+One local Ray Serve instance runs three applications on the same target, each its own
+replica: ``spec+log`` (the live speculator — ``builtin-ngram`` in a fresh store — with
+traffic logging), ``spec`` (logging off) and ``target+log`` (speculation off). Requests go
+round-robin over the configurations in interleaved rounds, so drift on a shared machine hits
+all alike; the figures to read are the ratios.
+
+Two phases:
+
+- ``decode``: the fixed chat prompts, ``max_tokens`` greedy tokens, ``concurrency`` clients:
+  requests/s and p50/p99 latency; speculation on vs off;
+- ``logging``: one-token requests (prefill only, the least noise) to isolate what logging
+  adds to a request: Δp50 of ``spec+log`` vs ``spec`` (goal: < 1 ms).
+
+Everything lives in a temporary data directory (store, spill files).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import requests
+from rich.console import Console
+from rich.table import Table
+
+from autospec.bench.prompts import BENCH_PROMPTS
+
+log = logging.getLogger(__name__)
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "spec+log": {"speculation": "live", "log_traffic": True},
+    "spec": {"speculation": "live", "log_traffic": False},
+    "target+log": {"speculation": "off", "log_traffic": True},
+}
+GOAL_LOGGING_MS = 1.0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _one(session: requests.Session, url: str, body: dict[str, Any]) -> float:
+    started = time.perf_counter()
+    r = session.post(f"{url}/v1/chat/completions", json=body, timeout=300)
+    r.raise_for_status()
+    return time.perf_counter() - started
+
+
+def _batch(url: str, bodies: list[dict[str, Any]], concurrency: int) -> tuple[list[float], float]:
+    """Send ``bodies`` with ``concurrency`` clients; latencies (s) and the wall time."""
+    local = threading.local()
+
+    def send(body: dict[str, Any]) -> float:
+        if not hasattr(local, "session"):
+            local.session = requests.Session()
+        return _one(local.session, url, body)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        latencies = list(pool.map(send, bodies))
+    return latencies, time.perf_counter() - started
+
+
+def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int,
+           concurrency: int) -> dict[str, dict[str, float]]:
+    lat: dict[str, list[float]] = {name: [] for name in urls}
+    wall: dict[str, float] = dict.fromkeys(urls, 0.0)
+    names = list(urls)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:  # rotate the order
+            got, took = _batch(urls[name], bodies, concurrency)
+            lat[name].extend(got)
+            wall[name] += took
+    return {name: {"requests": len(lat[name]), "requests_per_s": len(lat[name]) / wall[name],
+                   "p50_ms": 1e3 * statistics.median(lat[name]),
+                   "p99_ms": 1e3 * _percentile(lat[name], 0.99)} for name in names}
+
+
+def _deploy(target: str, data_dir: Path, k: int) -> dict[str, str]:
+    import ray
+    from ray import serve
+
+    from autospec import store
+    from autospec.serve.app import build_app
+
+    url = f"sqlite:///{data_dir / 'autospec.db'}"
+    store.open_store(url, upgrade=True).dispose()
+    port = _free_port()
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             namespace="autospec-bench")
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    env = {"AUTOSPEC_DATA_DIR": str(data_dir)}
+    urls = {}
+    for name, overrides in CONFIGS.items():
+        route = name.replace("+", "-")
+        app = build_app({"target": target, "database_url": url, "speculator_k": k,
+                         "ray_actor_options": {"num_cpus": 1, "runtime_env": {"env_vars": env}},
+                         **overrides})
+        serve.run(app, name=route, route_prefix=f"/{route}")
+        urls[name] = f"http://127.0.0.1:{port}/{route}"
+    return urls
+
+
+def run_serve_bench(*, target: str, max_tokens: int, rounds: int, concurrency: int,
+                    short_requests: int, k: int, json_path: Path | None) -> dict[str, Any]:
+    """Deploy, measure both phases, print the tables, optionally write JSON."""
+    from ray import serve
+
+    with tempfile.TemporaryDirectory(prefix="autospec-bench-serve-") as tmp:
+        urls = _deploy(target, Path(tmp), k)
+        try:
+            decode_bodies = [{"messages": m, "max_tokens": max_tokens, "temperature": 0}
+                             for m in BENCH_PROMPTS]
+            short = [{"messages": BENCH_PROMPTS[i % len(BENCH_PROMPTS)], "max_tokens": 1,
+                      "temperature": 0} for i in range(short_requests)]
+            _phase(urls, decode_bodies[:2], 1, 1)  # warm-up
+            decode = _phase(urls, decode_bodies, rounds, concurrency)
+            logging_phase = _phase({n: urls[n] for n in ("spec+log", "spec")}, short, rounds, 1)
+        finally:
+            serve.shutdown()
+    result = _summarize(target, decode, logging_phase, max_tokens, concurrency)
+    _print(result)
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _summarize(target: str, decode: dict[str, dict[str, float]],
+               logging_phase: dict[str, dict[str, float]], max_tokens: int,
+               concurrency: int) -> dict[str, Any]:
+    on, off = decode["spec+log"], decode["target+log"]
+    delta = logging_phase["spec+log"]["p50_ms"] - logging_phase["spec"]["p50_ms"]
+    return {
+        "target": target, "max_tokens": max_tokens, "concurrency": concurrency,
+        "cpus": os.cpu_count(), "decode": decode, "logging": logging_phase,
+        "speculation_speedup_rps": on["requests_per_s"] / off["requests_per_s"],
+        "speculation_p50_ratio": on["p50_ms"] / off["p50_ms"],
+        "logging_rps_ratio": on["requests_per_s"] / decode["spec"]["requests_per_s"],
+        "logging_added_p50_ms": delta,
+        "logging_goal_met": delta < GOAL_LOGGING_MS,
+    }
+
+
+def _print(result: dict[str, Any]) -> None:
+    console = Console()
+    for phase, title in (("decode", f"decode: {result['max_tokens']} tokens, "
+                          f"{result['concurrency']} clients"),
+                         ("logging", "logging cost: 1-token requests, 1 client")):
+        table = Table(title=f"bench serve ({result['target']}) — {title}")
+        for col in ("config", "requests", "req/s", "p50 ms", "p99 ms"):
+            table.add_column(col, justify="left" if col == "config" else "right")
+        for name, row in result[phase].items():
+            table.add_row(name, str(row["requests"]), f"{row['requests_per_s']:.2f}",
+                          f"{row['p50_ms']:.1f}", f"{row['p99_ms']:.1f}")
+        console.print(table)
+    console.print(f"speculation on/off: {result['speculation_speedup_rps']:.2f}× req/s, "
+                  f"p50 ×{result['speculation_p50_ratio']:.2f}")
+    verdict = "meets" if result["logging_goal_met"] else "MISSES"
+    console.print(f"logging adds {result['logging_added_p50_ms']:+.2f} ms at p50 "
+                  f"({verdict} the < {GOAL_LOGGING_MS:.0f} ms goal); req/s ratio "
+                  f"{result['logging_rps_ratio']:.3f}")

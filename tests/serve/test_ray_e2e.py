@@ -1,0 +1,225 @@
+"""End to end through Ray Serve: the official ``openai`` client, hot-swap under load, and a
+corrupt candidate. One local Ray + Serve instance for the module; each test deploys its own
+application (own route prefix, own SQLite store, own data dir) and deletes it afterwards."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from autospec import store
+
+from .helpers import promote, register_artifact
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def serve_url() -> Iterator[str]:
+    ray = pytest.importorskip("ray")
+    from ray import serve
+
+    port = _free_port()
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False,
+             namespace="autospec-tests")
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()
+    ray.shutdown()
+
+
+class App:
+    """One deployed application: its URL and its store."""
+
+    def __init__(self, base: str, name: str, db: Any) -> None:
+        self.url, self.name, self.db = f"{base}/{name}", name, db
+
+    def openai(self):  # type: ignore[no-untyped-def]
+        from openai import OpenAI
+
+        return OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+    def rows(self) -> int:
+        with store.session_scope(self.db, readonly=True) as session:
+            return store.request_counts(session)[None]
+
+
+@pytest.fixture
+def deploy(serve_url: str, tmp_path: Path, sqlite_url: str) -> Iterator[Any]:
+    from ray import serve
+
+    from autospec.serve.app import build_app
+
+    db = store.open_store(sqlite_url, upgrade=True)
+    names: list[str] = []
+
+    def _deploy(**config: Any) -> App:
+        name = f"app{len(names)}-{int(time.time() * 1000) % 100000}"
+        env = {"AUTOSPEC_DATA_DIR": str(tmp_path / "autospec-data")}
+        config.setdefault("ray_actor_options", {"num_cpus": 0.5,
+                                                "runtime_env": {"env_vars": env}})
+        serve.run(build_app({"database_url": sqlite_url, **config}), name=name,
+                  route_prefix=f"/{name}")
+        names.append(name)
+        return App(serve_url, name, db)
+
+    yield _deploy
+    for name in names:
+        serve.delete(name)
+    db.dispose()
+
+
+def _check_openai_client(app: App, model: str) -> None:
+    client = app.openai()
+    raw = client.completions.with_raw_response.create(
+        model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
+    completion = raw.parse()
+    version = raw.headers["x-autospec-speculator"]
+    assert completion.model_extra["autospec"]["version"] == version
+    assert completion.usage.completion_tokens <= 8 and completion.choices[0].finish_reason
+
+    chat = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8,
+        temperature=0)
+    assert chat.choices[0].message.role == "assistant"
+    assert chat.model_extra["autospec"]["num_drafts"] >= 1
+
+    pieces, last = [], None
+    for chunk in client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8,
+            temperature=0, stream=True):
+        if chunk.choices:
+            pieces.append(chunk.choices[0].delta.content or "")
+        last = chunk
+    assert "".join(pieces) == chat.choices[0].message.content
+    assert last is not None and last.model_extra["autospec"]["version"] == version
+    assert [m.id for m in client.models.list().data] == [model]
+
+
+def test_openai_client_against_the_tiny_target(deploy, tiny_model_dir):
+    app = deploy(target=str(tiny_model_dir), model_name="tiny", dtype="float32")
+    _check_openai_client(app, "tiny")
+    assert requests.get(f"{app.url}/health", timeout=10).status_code == 200
+    assert "autospec:spec_decode_num_drafts_total" in requests.get(f"{app.url}/metrics").text
+    for body in (b"\xff\xfe", b"{bad", json.dumps({"prompt": "x" * (2 << 20)}).encode()):
+        r = requests.post(f"{app.url}/v1/completions", data=body, timeout=30)
+        assert r.status_code in (400, 413) and "error" in r.json()
+
+
+@pytest.mark.integration
+def test_openai_client_against_the_default_target(deploy):
+    app = deploy(target="smollm2-135m",
+                 ray_actor_options={"num_cpus": 1})
+    _check_openai_client(app, "smollm2-135m")
+
+
+def _load(app: App, stop: threading.Event, out: list[dict[str, Any]], seed: int) -> None:
+    session = requests.Session()
+    i = 0
+    while not stop.is_set():
+        i += 1
+        started = time.monotonic()
+        try:
+            r = session.post(f"{app.url}/v1/completions", timeout=60, json={
+                "prompt": f"request {seed} {i}: one two three one two three", "max_tokens": 8,
+                "temperature": 0.7 if i % 2 else 0, "seed": i, "stream": i % 3 == 0})
+            ok = r.status_code == 200
+            version = r.headers.get("x-autospec-speculator")
+            if ok and i % 3 == 0:
+                chunks = [line[6:] for line in r.text.split("\n\n") if line.startswith("data: ")]
+                ok = chunks[-1] == "[DONE]"
+                body_version = json.loads(chunks[-2])["autospec"]["version"]
+            elif ok:
+                body_version = r.json()["autospec"]["version"]
+            else:
+                body_version = None
+        except requests.RequestException as exc:
+            ok, version, body_version = False, repr(exc), None
+        out.append({"start": started, "end": time.monotonic(), "ok": ok,
+                    "version": version, "body_version": body_version})
+
+
+def test_hot_swap_under_load(deploy, tiny_model_dir, tiny_llm, tmp_path):
+    app = deploy(target=str(tiny_model_dir), model_name="tiny", dtype="float32", replicas=2)
+    register_artifact(app.db, tiny_llm, tmp_path, "swap-v1", "ngram")
+    register_artifact(app.db, tiny_llm, tmp_path, "swap-v2", "draft")
+    stop, results = threading.Event(), []
+    threads = [threading.Thread(target=_load, args=(app, stop, results, n)) for n in range(4)]
+    for t in threads:
+        t.start()
+    t0 = time.monotonic()
+    moves = []
+    for at, version in ((8, "swap-v1"), (18, "swap-v2")):
+        time.sleep(max(0.0, t0 + at - time.monotonic()))
+        promote(app.db, version)
+        moves.append((time.monotonic(), version))
+    time.sleep(max(0.0, t0 + 30 - time.monotonic()))
+    stop.set()
+    for t in threads:
+        t.join()
+
+    failed = [r for r in results if not r["ok"]]
+    assert not failed, failed[:5]
+    assert all(r["version"] == r["body_version"] for r in results)
+    previous_versions = ["builtin-ngram", "swap-v1"]
+    untils = [moves[1][0], float("inf")]
+    assert all(r["version"] == "builtin-ngram" for r in results if r["end"] < moves[0][0])
+    lags = []
+    for (moved, version), previous, until in zip(moves, previous_versions, untils, strict=True):
+        window = [r for r in results if moved <= r["start"] < until]
+        late = [r["start"] - moved for r in window if r["version"] == previous]
+        lags.append(max(late, default=0.0))
+        assert all(r["version"] == version for r in window if r["start"] > moved + 10)
+        assert any(r["version"] == version for r in window)
+    assert max(lags) <= 10
+    deadline = time.monotonic() + 30
+    while app.rows() != len(results) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert app.rows() == len(results)
+    print(f"\nhot-swap under load: {len(results)} requests, 0 failed, "
+          f"swap lag (last old-version start after the move) {lags[0]:.2f}s / {lags[1]:.2f}s")
+
+
+def test_a_corrupt_candidate_is_refused_and_recorded(deploy, tiny_model_dir, tiny_llm,
+                                                      tmp_path):
+    app = deploy(target=str(tiny_model_dir), model_name="tiny", dtype="float32", replicas=2)
+    register_artifact(app.db, tiny_llm, tmp_path, "good", "ngram")
+    bad = register_artifact(app.db, tiny_llm, tmp_path, "bad", "draft")
+    weights = bad / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x00")
+
+    def versions(n: int) -> set[str]:
+        out = set()
+        for _ in range(n):
+            r = requests.post(f"{app.url}/v1/completions", timeout=30,
+                              json={"prompt": "hello", "max_tokens": 2})
+            assert r.status_code == 200
+            out.add(r.headers["x-autospec-speculator"])
+        return out
+
+    promote(app.db, "good")
+    deadline = time.monotonic() + 10
+    while versions(4) != {"good"}:
+        assert time.monotonic() < deadline
+    promote(app.db, "bad")
+    time.sleep(4)  # several polls on every replica
+    assert versions(12) == {"good"}
+    with store.session_scope(app.db, readonly=True) as session:
+        events = store.list_events(session, kinds=["failure"])
+    assert len(events) == 2  # one per replica, not one per poll
+    assert {e.version for e in events} == {"bad"} and "sha256" in events[0].reason
+    assert requests.get(f"{app.url}/health", timeout=10).status_code == 200
