@@ -8,7 +8,7 @@ import torch
 
 from autospec.engine.sampling import sample
 from autospec.speculators.base import Speculator
-from autospec.speculators.config import DraftConfig, Eagle3Config, NgramConfig
+from autospec.speculators.config import AnyConfig
 
 
 def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -27,7 +27,7 @@ class SavableSpeculator(Speculator):
     raises ``ValueError`` on anything it cannot accept.
     """
 
-    config: NgramConfig | DraftConfig | Eagle3Config
+    config: AnyConfig
 
     @abc.abstractmethod
     def state_tensors(self) -> dict[str, torch.Tensor]:

@@ -167,19 +167,41 @@ class Eagle3Config(_Transformer):
         return cls(**values)
 
 
-SpeculatorConfig = Annotated[
-    NgramConfig | DraftConfig | Eagle3Config, Field(discriminator="kind")
-]
-_ADAPTER: TypeAdapter[NgramConfig | DraftConfig | Eagle3Config] = TypeAdapter(SpeculatorConfig)
+class SuffixConfig(_Base):
+    """Most frequent continuation in past traffic (a suffix index) or in the request itself."""
+
+    kind: Literal["suffix"] = Field(default="suffix", description="speculator kind tag")
+    corpus_tokens: int = Field(
+        default=0, ge=0, description="tokens in the indexed corpus (separators included); "
+        "set by the builder, checked against the stored arrays")
+    max_match: int = Field(default=32, ge=1, le=1024,
+                           description="longest suffix of the sequence matched in the corpus")
+    max_local_ngram: int = Field(default=4, ge=1, le=64,
+                                 description="longest n-gram matched within the request")
+    min_token_prob: float = Field(
+        default=0.1, ge=0.0, le=1.0,
+        description="stop proposing at a token whose estimated probability is below this")
+    prompt_tail: int = Field(default=4, ge=0, le=256,
+                             description="prompt tokens indexed before each output")
+
+    @classmethod
+    def for_target(cls, info: TargetInfo, **overrides: Any) -> SuffixConfig:
+        return cls(target_id=info.target_id, target_revision=info.revision, **overrides)
+
+
+AnyConfig = NgramConfig | DraftConfig | Eagle3Config | SuffixConfig
+SpeculatorConfig = Annotated[AnyConfig, Field(discriminator="kind")]
+_ADAPTER: TypeAdapter[AnyConfig] = TypeAdapter(SpeculatorConfig)
 
 CONFIG_KINDS: dict[str, type[_Base]] = {
     "ngram": NgramConfig,
     "draft": DraftConfig,
     "eagle3": Eagle3Config,
+    "suffix": SuffixConfig,
 }
 
 
-def parse_config(data: dict[str, Any]) -> NgramConfig | DraftConfig | Eagle3Config:
+def parse_config(data: dict[str, Any]) -> AnyConfig:
     """Validate a config dict (e.g. a checkpoint's ``config.json``) into its kind's model.
 
     Raises ``pydantic.ValidationError`` naming the offending field, or ``ValueError``

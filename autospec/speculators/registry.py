@@ -13,15 +13,22 @@ from typing import Any
 
 from autospec.engine.target import Target
 from autospec.speculators.common import SavableSpeculator
-from autospec.speculators.config import DraftConfig, Eagle3Config, NgramConfig
+from autospec.speculators.config import (
+    AnyConfig,
+    DraftConfig,
+    Eagle3Config,
+    NgramConfig,
+    SuffixConfig,
+)
 from autospec.speculators.draft import DraftSpeculator
 from autospec.speculators.eagle3 import Eagle3Speculator
 from autospec.speculators.ngram import NgramSpeculator
+from autospec.speculators.suffix import SuffixSpeculator
 
 
 @dataclass(frozen=True)
 class SpeculatorKind:
-    config_cls: type[NgramConfig | DraftConfig | Eagle3Config]
+    config_cls: type[AnyConfig]
     speculator_cls: type[SavableSpeculator]
     #: the kind builds transformer layers (takes the target's architecture hints)
     has_layers: bool
@@ -31,6 +38,7 @@ SPECULATOR_KINDS: dict[str, SpeculatorKind] = {
     "ngram": SpeculatorKind(NgramConfig, NgramSpeculator, has_layers=False),
     "draft": SpeculatorKind(DraftConfig, DraftSpeculator, has_layers=True),
     "eagle3": SpeculatorKind(Eagle3Config, Eagle3Speculator, has_layers=True),
+    "suffix": SpeculatorKind(SuffixConfig, SuffixSpeculator, has_layers=False),
 }
 
 
@@ -48,9 +56,7 @@ def speculator_kind(kind: str) -> SpeculatorKind:
         ) from None
 
 
-def build_speculator(
-    config: NgramConfig | DraftConfig | Eagle3Config, target: Target
-) -> SavableSpeculator:
+def build_speculator(config: AnyConfig, target: Target) -> SavableSpeculator:
     """An untrained (randomly initialised, deterministic) speculator of ``config``'s kind."""
     entry = speculator_kind(getattr(config, "kind", repr(type(config))))
     if not isinstance(config, entry.config_cls):

@@ -16,8 +16,8 @@ from autospec.speculators.registry import (
 )
 
 
-def test_registry_lists_the_three_kinds() -> None:
-    assert sorted(SPECULATOR_KINDS) == ["draft", "eagle3", "ngram"]
+def test_registry_lists_the_four_kinds() -> None:
+    assert sorted(SPECULATOR_KINDS) == ["draft", "eagle3", "ngram", "suffix"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,46 @@
+"""Training candidates on fresh traffic: ``eagle3`` and ``draft`` by gradient, ``suffix`` by index.
+
+Layout (each module's docstring states its contract):
+
+- :mod:`~autospec.train.data` — a traffic window -> prompt+output sequences, held-out split,
+  anchors; :mod:`~autospec.train.features` — teacher-forced target passes, cached in half
+  precision; :mod:`~autospec.train.models` — the losses (trainees), warm starts and
+  initialisations; :mod:`~autospec.train.kinds` — the per-kind recipes;
+- :mod:`~autospec.train.loop` — the plain PyTorch loop (runs without Ray);
+  :mod:`~autospec.train.ray_trainer` — the thin Ray Train wrapper (DDP, checkpoints, resume);
+- :mod:`~autospec.train.run` — one run end to end, with registration;
+  :mod:`~autospec.train.cli` — ``autospec train``.
+
+Knows nothing of serving. Typical use::
+
+    from autospec.train import TrainRequest, train_candidate, parse_window
+    outcome = train_candidate(TrainRequest(kind="eagle3", window=parse_window("24h")),
+                              engine=store_engine, target=target)
+    outcome.version  # registered as a candidate
+"""
+
+from autospec.train.data import TrainingData, TrainSequence, WindowSpec, parse_window
+from autospec.train.errors import (
+    EmptyWindow,
+    IncumbentMismatch,
+    TrainingError,
+    TrainingInputError,
+    WindowTooSmall,
+)
+from autospec.train.run import TRAINABLE_KINDS, TrainOutcome, TrainRequest, train_candidate
+
+__all__ = [
+    "TRAINABLE_KINDS",
+    "EmptyWindow",
+    "IncumbentMismatch",
+    "TrainOutcome",
+    "TrainRequest",
+    "TrainSequence",
+    "TrainingData",
+    "TrainingError",
+    "TrainingInputError",
+    "WindowSpec",
+    "WindowTooSmall",
+    "parse_window",
+    "train_candidate",
+]

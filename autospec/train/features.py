@@ -1,0 +1,142 @@
+"""Teacher-forced target passes over training sequences, cached in half precision.
+
+:func:`extract_features` runs the frozen target over every sequence (prompt + output),
+in right-padded batches of similar length, and keeps per position:
+
+- ``features``: the concatenated hidden states of ``feature_layers`` (what the
+  ``eagle3`` head reads; ``[N, len(layers) * H]``, stored as ``dtype``, bfloat16 by
+  default) — only when layers are asked for;
+- ``top_ids`` / ``top_logprobs``: the target's ``top_k`` most likely next tokens and
+  their log-probabilities (``[N, top_k]``, int32 / float16); ``top_ids[:, 0]`` is the
+  target's greedy choice. Distillation losses use them as the target's distribution.
+
+The sequences are stored flat (``ids [N]``, ``offsets [S + 1]``, ``prompt_lens [S]``),
+so a :class:`FeatureCache` is a handful of tensors: it lives in memory for the epochs
+of one run and is written with safetensors (never pickle) when Ray workers need it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import safetensors.torch
+import torch
+
+from autospec.engine.target import Target
+from autospec.train.data import TrainSequence
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOP_K = 20
+
+
+@dataclass
+class FeatureCache:
+    """Flat per-position tensors of a list of sequences; see the module docstring."""
+
+    ids: torch.Tensor  # [N] int64
+    offsets: torch.Tensor  # [S + 1] int64: sequence i is ids[offsets[i]:offsets[i + 1]]
+    prompt_lens: torch.Tensor  # [S] int64
+    top_ids: torch.Tensor  # [N, K] int32: target's most likely next tokens (argmax first)
+    top_logprobs: torch.Tensor  # [N, K] float16: their log-probabilities
+    features: torch.Tensor | None = None  # [N, F] half precision, F = len(layers) * H
+
+    def __len__(self) -> int:
+        return int(self.offsets.shape[0]) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.ids.shape[0])
+
+    def lengths(self) -> torch.Tensor:
+        return self.offsets[1:] - self.offsets[:-1]  # [S]
+
+    def span(self, i: int) -> slice:
+        return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+
+    def save(self, path: str | Path) -> None:
+        tensors = {"ids": self.ids, "offsets": self.offsets, "prompt_lens": self.prompt_lens,
+                   "top_ids": self.top_ids, "top_logprobs": self.top_logprobs}
+        if self.features is not None:
+            tensors["features"] = self.features
+        safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> FeatureCache:
+        t = safetensors.torch.load_file(str(path))
+        return cls(ids=t["ids"], offsets=t["offsets"], prompt_lens=t["prompt_lens"],
+                   top_ids=t["top_ids"], top_logprobs=t["top_logprobs"],
+                   features=t.get("features"))
+
+
+@torch.inference_mode()
+def extract_features(
+    target: Target,
+    sequences: list[TrainSequence],
+    *,
+    feature_layers: tuple[int, ...] = (),
+    top_k: int = DEFAULT_TOP_K,
+    dtype: torch.dtype = torch.bfloat16,
+    batch_tokens: int = 4096,
+    progress: Callable[[int], None] | None = None,
+) -> FeatureCache:
+    """Run the frozen target over ``sequences``; ``progress(n)`` after each batch of n."""
+    if not sequences:
+        raise ValueError("no sequences to extract features from")
+    n_seq = len(sequences)
+    lengths = torch.tensor([len(s.ids) for s in sequences])
+    offsets = torch.zeros(n_seq + 1, dtype=torch.long)
+    offsets[1:] = lengths.cumsum(0)
+    total = int(offsets[-1])
+    ids = torch.tensor([t for s in sequences for t in s.ids], dtype=torch.long)
+    top_ids = torch.empty(total, top_k, dtype=torch.int32)
+    top_lp = torch.empty(total, top_k, dtype=torch.float16)
+    width = len(feature_layers) * target.info.hidden_size
+    features = torch.empty(total, width, dtype=dtype) if feature_layers else None
+    for batch in _length_batches(lengths, batch_tokens):
+        out = _forward_batch(target, [sequences[i].ids for i in batch], feature_layers)
+        for row, i in enumerate(batch):
+            span, n = slice(int(offsets[i]), int(offsets[i + 1])), int(lengths[i])
+            logp = torch.log_softmax(out.logits[row, :n].float(), dim=-1)  # [n, V]
+            values, indices = logp.topk(top_k, dim=-1)
+            top_ids[span], top_lp[span] = indices.int(), values.half()
+            if features is not None:
+                features[span] = torch.cat(
+                    [out.hidden_states[layer][row, :n] for layer in feature_layers], -1
+                ).to(dtype)
+        if progress is not None:
+            progress(len(batch))
+    return FeatureCache(ids=ids, offsets=offsets,
+                        prompt_lens=torch.tensor([s.prompt_len for s in sequences]),
+                        top_ids=top_ids, top_logprobs=top_lp, features=features)
+
+
+def _forward_batch(target: Target, seqs: list[list[int]], layers: tuple[int, ...]):
+    """One padded target forward (right padding, attention mask)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, seq in enumerate(seqs):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+    return target.model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
+                        output_hidden_states=bool(layers), use_cache=False)
+
+
+def _length_batches(lengths: torch.Tensor, batch_tokens: int) -> list[list[int]]:
+    """Indices grouped by similar length, each group padded to <= ``batch_tokens``."""
+    order = torch.argsort(lengths, descending=True, stable=True).tolist()
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = int(lengths[current[0]]) if current else int(lengths[i])
+        if current and longest * (len(current) + 1) > batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches

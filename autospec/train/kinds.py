@@ -1,0 +1,197 @@
+"""Per-kind training recipes: how a speculator becomes a trainee and back, and what it needs.
+
+Each recipe (:data:`RECIPES`, an explicit registry) turns a freshly initialised or
+warm-started speculator into a trainee (:mod:`autospec.train.models`) and the trainee's
+weights back into the speculator's ``state_tensors()`` names, in two ways:
+
+- ``trainee(spec, job)`` in the driver process (the speculator's own modules);
+- ``trainee_from_tensors(config, state, shared, job)`` in a Ray worker, which has no
+  target: ``shared`` holds the frozen target tensors the kind borrows (the embedding
+  for ``eagle3``; the embedding and LM head for ``draft``), shipped with the job.
+
+``prepare(spec, data, target, incumbent, job)`` sets the draft vocabulary and
+initialisation (warm start from the incumbent, or from the target's own weights).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from transformers import LlamaForCausalLM
+
+from autospec.engine.target import Target
+from autospec.speculators.common import SavableSpeculator
+from autospec.speculators.config import DraftConfig, Eagle3Config
+from autospec.speculators.draft import DraftSpeculator, llama_config
+from autospec.speculators.eagle3 import Eagle3Head, Eagle3Speculator, build_draft_vocab
+from autospec.train.data import TrainSequence
+from autospec.train.errors import IncumbentMismatch
+from autospec.train.models import (
+    DraftTrainee,
+    Eagle3Trainee,
+    init_draft_from_target,
+    init_eagle3_from_target,
+    warm_start_eagle3,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TraineeOptions:
+    """What the trainee needs besides weights (JSON-able, shipped to Ray workers)."""
+
+    ttt_steps: int = 3
+    loss: str = "kl"
+    step_decay: float = 0.8
+    eos_ids: tuple[int, ...] = ()
+
+
+class Recipe(Protocol):
+    feature_layers_needed: bool
+
+    def prepare(self, spec: SavableSpeculator, train: list[TrainSequence], target: Target,
+                incumbent: SavableSpeculator | None) -> dict[str, Any]: ...
+
+    def trainee(self, spec: SavableSpeculator, opts: TraineeOptions) -> nn.Module: ...
+
+    def shared(self, spec: SavableSpeculator) -> dict[str, torch.Tensor]: ...
+
+    def trainee_from_tensors(self, config: Any, state: dict[str, torch.Tensor],
+                             shared: dict[str, torch.Tensor],
+                             opts: TraineeOptions) -> nn.Module: ...
+
+    def state_of(self, trainee: nn.Module) -> dict[str, torch.Tensor]: ...
+
+    def load_state(self, trainee: nn.Module, state: dict[str, torch.Tensor]) -> None: ...
+
+
+def token_counts(train: list[TrainSequence], vocab_size: int) -> torch.Tensor:
+    """Output-token counts first, prompt tokens only to break ties / fill: ``[vocab_size]``."""
+    out, prompt = Counter(), Counter()
+    for seq in train:
+        out.update(seq.ids[seq.prompt_len :])
+        prompt.update(seq.ids[: seq.prompt_len])
+    counts = torch.zeros(vocab_size, dtype=torch.float64)
+    for table, weight in ((out, 1e6), (prompt, 1.0)):
+        if table:
+            ids = torch.tensor(list(table.keys()))
+            keep = (ids >= 0) & (ids < vocab_size)
+            counts[ids[keep]] += weight * torch.tensor(list(table.values()),
+                                                       dtype=torch.float64)[keep]
+    return counts
+
+
+class Eagle3Recipe:
+    feature_layers_needed = True
+
+    def prepare(self, spec: SavableSpeculator, train: list[TrainSequence], target: Target,
+                incumbent: SavableSpeculator | None) -> dict[str, Any]:
+        assert isinstance(spec, Eagle3Speculator)
+        spec.head.float()
+        cfg = spec.config
+        counts = token_counts(train, cfg.target_vocab_size)
+        d2t = build_draft_vocab(counts, cfg.draft_vocab_size, vocab_size=cfg.target_vocab_size,
+                                always=target.info.eos_token_ids)
+        seen = int((counts >= 1e6).sum())
+        coverage = float(counts[d2t].sum() // 1e6) / max(1.0, float(counts.sum() // 1e6))
+        if incumbent is None:
+            spec.head.set_draft_vocab(d2t)
+            init_eagle3_from_target(spec, target)
+            return {"init": "target-lm-head", "draft_vocab_seen_tokens": seen,
+                    "draft_vocab_output_coverage": coverage}
+        if not isinstance(incumbent, Eagle3Speculator) or _arch(incumbent.config) != _arch(cfg):
+            raise IncumbentMismatch("the incumbent eagle3 head has another architecture "
+                                    "(hidden size, layers, heads); train with --from-scratch")
+        kept = warm_start_eagle3(spec, incumbent, d2t, target)
+        return {"init": "incumbent", "draft_vocab_rows_kept": kept,
+                "draft_vocab_seen_tokens": seen, "draft_vocab_output_coverage": coverage}
+
+    def trainee(self, spec: SavableSpeculator, opts: TraineeOptions) -> nn.Module:
+        assert isinstance(spec, Eagle3Speculator)
+        return Eagle3Trainee(spec.head, steps=opts.ttt_steps, loss=opts.loss,
+                             step_decay=opts.step_decay, eos_ids=opts.eos_ids)
+
+    def shared(self, spec: SavableSpeculator) -> dict[str, torch.Tensor]:
+        assert isinstance(spec, Eagle3Speculator)
+        return {"embed_weight": spec.head.embed_weight.float()}
+
+    def trainee_from_tensors(self, config: Eagle3Config, state: dict[str, torch.Tensor],
+                             shared: dict[str, torch.Tensor], opts: TraineeOptions) -> nn.Module:
+        head = Eagle3Head(config, shared["embed_weight"])
+        head.load_state_dict(state)
+        head.set_draft_vocab(state["d2t"].long())
+        return Eagle3Trainee(head, steps=opts.ttt_steps, loss=opts.loss,
+                             step_decay=opts.step_decay, eos_ids=opts.eos_ids)
+
+    def state_of(self, trainee: nn.Module) -> dict[str, torch.Tensor]:
+        assert isinstance(trainee, Eagle3Trainee)
+        return dict(trainee.head.state_dict())
+
+    def load_state(self, trainee: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        assert isinstance(trainee, Eagle3Trainee)
+        trainee.head.load_state_dict(state)
+        trainee.head.set_draft_vocab(state["d2t"].long())
+
+
+class DraftRecipe:
+    feature_layers_needed = False
+
+    def prepare(self, spec: SavableSpeculator, train: list[TrainSequence], target: Target,
+                incumbent: SavableSpeculator | None) -> dict[str, Any]:
+        assert isinstance(spec, DraftSpeculator)
+        spec.model.float()
+        if incumbent is None:
+            return {"init": "target-layers", "copied_layers": init_draft_from_target(spec, target)}
+        if not isinstance(incumbent, DraftSpeculator) or _arch(incumbent.config) != _arch(
+                spec.config):
+            raise IncumbentMismatch("the incumbent draft has another architecture; "
+                                    "train with --from-scratch")
+        spec.load_tensors(incumbent.state_tensors())
+        spec.model.float()
+        return {"init": "incumbent"}
+
+    def trainee(self, spec: SavableSpeculator, opts: TraineeOptions) -> nn.Module:
+        assert isinstance(spec, DraftSpeculator)
+        return DraftTrainee(spec.model, eos_ids=opts.eos_ids)
+
+    def shared(self, spec: SavableSpeculator) -> dict[str, torch.Tensor]:
+        assert isinstance(spec, DraftSpeculator)
+        if not spec.config.share_target_embeddings:
+            return {}
+        return {"embed": spec.model.model.embed_tokens.weight.float(),
+                "lm_head": spec.model.lm_head.weight.float()}
+
+    def trainee_from_tensors(self, config: DraftConfig, state: dict[str, torch.Tensor],
+                             shared: dict[str, torch.Tensor], opts: TraineeOptions) -> nn.Module:
+        model = LlamaForCausalLM(llama_config(config))
+        if shared:
+            model.model.embed_tokens.weight = nn.Parameter(shared["embed"], requires_grad=False)
+            model.lm_head.weight = nn.Parameter(shared["lm_head"], requires_grad=False)
+        trainee = DraftTrainee(model, eos_ids=opts.eos_ids)
+        self.load_state(trainee, state)
+        return trainee
+
+    def state_of(self, trainee: nn.Module) -> dict[str, torch.Tensor]:
+        assert isinstance(trainee, DraftTrainee)
+        frozen = {n for n, p in trainee.model.named_parameters() if not p.requires_grad}
+        return {n: t for n, t in trainee.model.state_dict().items() if n not in frozen}
+
+    def load_state(self, trainee: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        assert isinstance(trainee, DraftTrainee)
+        _, unexpected = trainee.model.load_state_dict(state, strict=False)
+        assert not unexpected, f"unexpected draft tensors {unexpected}"
+
+
+def _arch(config: Any) -> dict[str, Any]:
+    """The config fields that fix tensor shapes (besides the draft vocabulary)."""
+    skip = {"target_id", "target_revision", "draft_vocab_size", "ttt_steps"}
+    return {k: v for k, v in config.model_dump().items() if k not in skip}
+
+
+RECIPES: dict[str, Recipe] = {"eagle3": Eagle3Recipe(), "draft": DraftRecipe()}

@@ -1,0 +1,165 @@
+"""The training loop: plain PyTorch, one function, deterministic under a seed.
+
+:func:`train_loop` optimises a trainee (:mod:`autospec.train.models`) over a
+:class:`~autospec.train.features.FeatureCache` for ``epochs`` epochs with AdamW, a
+linear-warmup cosine learning rate (:func:`get_lr`) and gradient clipping. It runs
+alone (``world_size=1``) or as one rank of a data-parallel group (the Ray wrapper
+passes the DDP-wrapped module as ``model`` and the rank): every rank draws the same
+seeded batch order and takes every ``world_size``-th batch, so all ranks run the same
+number of steps. ``on_epoch_end`` is where a caller checkpoints; a :class:`LoopState`
+given back as ``resume`` continues after its last finished epoch exactly as an
+uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from autospec.train.features import FeatureCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """Optimisation hyperparameters of one run."""
+
+    epochs: int = 3
+    batch_size: int = 8  # sequences per optimiser step (per rank)
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # the cosine ends at lr * min_lr_ratio
+    warmup_steps: int = 10
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    log_every: int = 5  # loss curve: one point per this many steps
+
+
+@dataclass
+class LoopState:
+    """Where a run is: finished epochs, steps, the curve so far (checkpointed per epoch)."""
+
+    epoch: int = 0
+    step: int = 0
+    examples_seen: int = 0
+    loss_curve: list[tuple[int, float]] = field(default_factory=list)
+    optimizer: dict | None = None
+
+
+@dataclass
+class StepMetrics:
+    step: int
+    epoch: int
+    loss: float
+    lr: float
+    accuracy: list[float]  # top-1 agreement with the target per unrolled step
+
+
+def get_lr(step: int, total: int, cfg: LoopConfig) -> float:
+    """Linear warmup for ``warmup_steps``, then cosine from ``lr`` to ``lr * min_lr_ratio``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
+
+
+def epoch_batches(lengths: torch.Tensor, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    """Seeded batches of sequence indices, grouped by similar length, in shuffled order."""
+    gen = torch.Generator().manual_seed(seed * 1000 + epoch)
+    order = torch.randperm(len(lengths), generator=gen).tolist()
+    pool = batch_size * 16  # sort within pools: little padding, still shuffled
+    batches = []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start : start + pool], key=lambda i: int(lengths[i]))
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    shuffle = torch.randperm(len(batches), generator=gen).tolist()
+    return [batches[i] for i in shuffle]
+
+
+def train_loop(
+    trainee: nn.Module,
+    cache: FeatureCache,
+    cfg: LoopConfig,
+    *,
+    model: nn.Module | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    resume: LoopState | None = None,
+    on_step: Callable[[StepMetrics], None] | None = None,
+    on_epoch_end: Callable[[LoopState], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> LoopState:
+    """Train ``trainee`` (through ``model``, its DDP wrapper, if given); the final state."""
+    model = model if model is not None else trainee
+    torch.manual_seed(cfg.seed + rank)
+    params = [p for p in trainee.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                  betas=(0.9, 0.95))
+    state = resume or LoopState()
+    if state.optimizer is not None:
+        optimizer.load_state_dict(state.optimizer)
+    lengths = cache.lengths()
+    per_epoch = len(epoch_batches(lengths, cfg.batch_size, cfg.seed, 0)) // world_size
+    if per_epoch == 0:
+        raise ValueError(f"{len(cache)} sequences make no batch for {world_size} ranks")
+    total = per_epoch * cfg.epochs
+    model.train()
+    running, started = [], time.perf_counter()
+    for epoch in range(state.epoch, cfg.epochs):
+        batches = epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch)
+        for indices in batches[rank : per_epoch * world_size : world_size]:
+            lr = get_lr(state.step, total, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss, correct, counted = model(**trainee.make_batch(cache, indices))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            optimizer.step()
+            state.step += 1
+            state.examples_seen += len(indices) * world_size
+            running.append(float(loss.detach()))
+            if state.step % cfg.log_every == 0 or state.step == total:
+                state.loss_curve.append((state.step, sum(running) / len(running)))
+                running = []
+            if on_step is not None:
+                acc = (correct.float() / counted.clamp_min(1)).tolist()
+                on_step(StepMetrics(state.step, epoch, float(loss), lr, acc))
+            if should_stop is not None and should_stop():
+                raise KeyboardInterrupt("training stopped on request")
+        state.epoch = epoch + 1
+        state.optimizer = optimizer.state_dict()
+        if on_epoch_end is not None:
+            on_epoch_end(state)
+    model.eval()
+    log.info("trained %d steps (%d examples) in %.1fs", state.step, state.examples_seen,
+             time.perf_counter() - started)
+    return state
+
+
+@torch.no_grad()
+def evaluate(trainee: nn.Module, cache: FeatureCache, batch_size: int = 8) -> dict[str, object]:
+    """Held-out loss and top-1 agreement with the target at each unrolled step."""
+    was_training = trainee.training
+    trainee.eval()
+    total_loss, batches = 0.0, 0
+    correct = counted = None
+    for start in range(0, len(cache), batch_size):
+        indices = list(range(start, min(len(cache), start + batch_size)))
+        loss, c, n = trainee(**trainee.make_batch(cache, indices))
+        total_loss, batches = total_loss + float(loss), batches + 1
+        correct = c if correct is None else correct + c
+        counted = n if counted is None else counted + n
+    trainee.train(was_training)
+    assert correct is not None and counted is not None
+    accuracy = (correct.float() / counted.clamp_min(1)).tolist()
+    return {"loss": total_loss / max(1, batches), "accuracy": accuracy,
+            "positions": int(counted[0])}

@@ -1,0 +1,181 @@
+"""A thin Ray Train wrapper: the plain loop of :mod:`autospec.train.loop` on N workers.
+
+:func:`ray_fit` writes a *job* directory under the run's storage (features, initial
+weights and the frozen target tensors the kind borrows, all safetensors; hyperparameters
+as JSON), then runs :func:`_worker` on ``workers`` Ray workers with ``TorchTrainer``
+(``ScalingConfig``: CPU workers here, ``use_gpu=True`` on a GPU cluster). Each worker
+rebuilds the trainee from the job (no target needed), wraps it with DDP
+(``ray.train.torch.prepare_model``) and calls :func:`~autospec.train.loop.train_loop`
+on its share of the batches. After every epoch rank 0 reports a checkpoint (trainee
+weights and optimiser state as safetensors, the loop state as JSON; never pickle);
+when a worker dies, Ray restarts the group (``FailureConfig(max_failures)``) and the
+loop resumes from the latest checkpoint. ``fail_at_step`` injects one such death (for
+tests and drills): the first attempt to pass that step raises, later attempts do not.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import torch
+
+from autospec.train.errors import TrainingError
+from autospec.train.features import FeatureCache
+from autospec.train.kinds import RECIPES, TraineeOptions
+from autospec.train.loop import LoopConfig, LoopState, train_loop
+
+log = logging.getLogger(__name__)
+
+STATE_FILE, OPTIM_FILE, LOOP_FILE = "state.safetensors", "optimizer.safetensors", "loop.json"
+
+
+def ray_fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
+            shared: dict[str, torch.Tensor], opts: TraineeOptions, cache: FeatureCache,
+            loop: LoopConfig, workers: int, storage_path: Path, name: str,
+            use_gpu: bool = False, max_failures: int = 1,
+            fail_at_step: int | None = None) -> tuple[dict[str, torch.Tensor], LoopState]:
+    """Train on ``workers`` Ray workers; the final trainee state and loop state."""
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    job = Path(storage_path) / name / "job"
+    job.mkdir(parents=True, exist_ok=True)
+    cache.save(job / "features.safetensors")
+    safetensors.torch.save_file(_contiguous(state), str(job / "init.safetensors"))
+    safetensors.torch.save_file(_contiguous(shared), str(job / "shared.safetensors"))
+    (job / "job.json").write_text(json.dumps({
+        "kind": kind, "config": config.model_dump(mode="json"), "opts": asdict(opts),
+        "loop": asdict(loop), "fail_at_step": fail_at_step,
+        "fault_marker": str(job / "fault-injected")}))
+    if not ray.is_initialized():
+        ray.init(num_cpus=max(2, workers), include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    trainer = TorchTrainer(
+        _worker, train_loop_config={"job": str(job)},
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu,
+                                     resources_per_worker={"CPU": 1}),
+        run_config=RunConfig(name=name, storage_path=str(Path(storage_path).resolve()),
+                             failure_config=FailureConfig(max_failures=max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2)))
+    try:
+        result = trainer.fit()
+    except ray.train.TrainingFailedError as exc:
+        raise TrainingError(f"Ray Train run {name} failed: {_root_cause(exc)}") from exc
+    if result.checkpoint is None:
+        raise TrainingError(f"Ray Train run {name} finished without a checkpoint")
+    with result.checkpoint.as_directory() as directory:
+        return _read_checkpoint(Path(directory))
+
+
+def _worker(cfg: dict[str, Any]) -> None:
+    """One Ray worker: rebuild the trainee, resume if there is a checkpoint, train."""
+    import ray.train
+    import ray.train.torch
+
+    from autospec.speculators.config import parse_config
+
+    job = Path(cfg["job"])
+    spec = json.loads((job / "job.json").read_text())
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(1, ctx.get_local_world_size())))
+    recipe = RECIPES[spec["kind"]]
+    opts = TraineeOptions(**{**spec["opts"], "eos_ids": tuple(spec["opts"]["eos_ids"])})
+    trainee = recipe.trainee_from_tensors(
+        parse_config(spec["config"]), safetensors.torch.load_file(str(job / "init.safetensors")),
+        safetensors.torch.load_file(str(job / "shared.safetensors")), opts)
+    resume = None
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            state, resume = _read_checkpoint(Path(directory))
+        recipe.load_state(trainee, state)
+        log.info("rank %d resumes after epoch %d", rank, resume.epoch)
+    model = ray.train.torch.prepare_model(
+        trainee, parallel_strategy_kwargs={"broadcast_buffers": False})
+    cache = FeatureCache.load(job / "features.safetensors")
+    loop = LoopConfig(**spec["loop"])
+
+    def report(state: LoopState) -> None:
+        metrics = {"epoch": state.epoch, "step": state.step,
+                   "loss": state.loss_curve[-1][1] if state.loss_curve else float("nan")}
+        if rank != 0:
+            ray.train.report(metrics, checkpoint=None)
+            return
+        with tempfile.TemporaryDirectory() as directory:
+            _write_checkpoint(Path(directory), recipe.state_of(trainee), state)
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+
+    fault = _fault(spec)
+    train_loop(trainee, cache, loop, model=model, rank=rank, world_size=world, resume=resume,
+               on_epoch_end=report, on_step=fault)
+
+
+def _fault(spec: dict[str, Any]):
+    """The fault-injection hook: die once at step ``fail_at_step`` (marker file: once)."""
+    step, marker = spec.get("fail_at_step"), Path(spec["fault_marker"])
+    if step is None:
+        return None
+
+    def maybe_die(metrics) -> None:
+        if metrics.step == step and not marker.exists():
+            marker.write_text("injected")
+            raise RuntimeError(f"injected worker failure at step {step}")
+
+    return maybe_die
+
+
+def _write_checkpoint(directory: Path, state: dict[str, torch.Tensor], loop: LoopState) -> None:
+    safetensors.torch.save_file(_contiguous(state), str(directory / STATE_FILE))
+    tensors, meta = _flatten_optimizer(loop.optimizer or {})
+    safetensors.torch.save_file(tensors, str(directory / OPTIM_FILE))
+    (directory / LOOP_FILE).write_text(json.dumps({
+        "epoch": loop.epoch, "step": loop.step, "examples_seen": loop.examples_seen,
+        "loss_curve": loop.loss_curve, "optimizer": meta}))
+
+
+def _read_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], LoopState]:
+    state = safetensors.torch.load_file(str(directory / STATE_FILE))
+    info = json.loads((directory / LOOP_FILE).read_text())
+    optimizer = _unflatten_optimizer(
+        safetensors.torch.load_file(str(directory / OPTIM_FILE)), info["optimizer"])
+    loop = LoopState(epoch=info["epoch"], step=info["step"], examples_seen=info["examples_seen"],
+                     loss_curve=[tuple(p) for p in info["loss_curve"]], optimizer=optimizer)
+    return state, loop
+
+
+def _flatten_optimizer(sd: dict) -> tuple[dict[str, torch.Tensor], dict]:
+    """An optimizer ``state_dict`` as named tensors plus JSON (no pickle)."""
+    tensors: dict[str, torch.Tensor] = {}
+    for index, values in sd.get("state", {}).items():
+        for key, value in values.items():
+            tensors[f"{index}.{key}"] = torch.as_tensor(value).contiguous()
+    return tensors, {"param_groups": sd.get("param_groups", [])}
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict | None:
+    if not meta.get("param_groups"):
+        return None
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, tensor in tensors.items():
+        index, key = name.split(".", 1)
+        state.setdefault(int(index), {})[key] = tensor
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def _contiguous(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+
+
+def _root_cause(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    interesting = [line for line in text if "Error" in line or "error" in line]
+    return (interesting[-1] if interesting else (text[-1] if text else repr(exc)))[:500]

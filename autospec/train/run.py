@@ -1,0 +1,330 @@
+"""One training run, end to end: window -> candidate artifact -> registered version.
+
+:func:`train_candidate` does, in order:
+
+1. checks the input before anything is recorded: the incumbent to warm-start from (the
+   ``--incumbent`` version, else the deployment's live version when it is of the same
+   kind) must be loadable for this target (:class:`IncumbentMismatch` otherwise), and the
+   window must hold at least ``min_requests`` training requests (:class:`EmptyWindow`,
+   :class:`WindowTooSmall`);
+2. records a ``training_runs`` row (status ``running``, window, config);
+3. fits the candidate: ``suffix`` indexes the window's outputs; ``eagle3`` / ``draft``
+   extract target features (:mod:`autospec.train.features`) and run the plain loop in
+   this process (``workers=0``) or on Ray Train workers (:mod:`autospec.train.ray_trainer`);
+4. writes the artifact (safetensors + config + manifest with SHA-256) into a temporary
+   directory under the artifact dir, renames it to ``<artifact dir>/<version>``, then in
+   one transaction registers the version as a ``candidate`` (parent, window, metrics)
+   and closes the run as ``succeeded`` with its loss curve and examples seen.
+
+Any failure or interruption (an exception, Ctrl-C, a Ray run that runs out of retries)
+after step 2 closes the run as ``failed`` with the reason, removes the partial artifact
+and registers nothing; the error is re-raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from sqlalchemy import Engine
+
+from autospec import store
+from autospec.engine.sampling import SamplingParams
+from autospec.engine.target import Target
+from autospec.settings import get_settings
+from autospec.speculators.checkpoint import SpeculatorLoadError, load_speculator, save_speculator
+from autospec.speculators.common import SavableSpeculator
+from autospec.speculators.config import SuffixConfig
+from autospec.speculators.registry import build_speculator, new_speculator
+from autospec.speculators.suffix import suffix_from_documents
+from autospec.store.artifacts import local_path
+from autospec.train.data import TrainingData, TrainSequence, WindowSpec, load_training_data
+from autospec.train.errors import IncumbentMismatch, TrainingInputError
+from autospec.train.features import FeatureCache, extract_features
+from autospec.train.kinds import RECIPES, TraineeOptions
+from autospec.train.loop import LoopConfig, LoopState, StepMetrics, evaluate, train_loop
+
+log = logging.getLogger(__name__)
+
+TRAINABLE_KINDS = ("eagle3", "draft", "suffix")
+DEFAULT_LR = {"eagle3": 3e-3, "draft": 3e-4}
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """What to train, on which traffic, how."""
+
+    kind: str
+    window: WindowSpec = field(default_factory=WindowSpec)
+    epochs: int = 3
+    workers: int = 0  # 0: this process; N >= 1: Ray Train with N workers
+    from_scratch: bool = False
+    incumbent: str | None = None  # version to warm-start from (default: live, same kind)
+    deployment: str = "default"
+    min_requests: int = 1  # the policy minimum of training requests
+    seed: int = 0
+    batch_size: int = 8
+    lr: float | None = None  # None: the kind's default
+    loss: str = "kl"
+    overrides: dict[str, Any] = field(default_factory=dict)  # config fields of a new speculator
+    use_gpu: bool = False
+    max_failures: int = 1
+    storage_path: Path | None = None  # Ray run storage (default: <data dir>/ray-train)
+    fail_at_step: int | None = None  # fault injection for tests and drills (Ray only)
+
+
+@dataclass
+class TrainOutcome:
+    version: str
+    run_id: int
+    artifact: Path
+    sha256: str
+    parent: str | None
+    metrics: dict[str, Any]
+
+
+class Progress:
+    """Progress callbacks (the CLI draws them with rich); the default logs."""
+
+    def phase(self, name: str, total: int | None) -> None:
+        log.info("%s (%s)", name, total)
+
+    def advance(self, n: int = 1) -> None:
+        pass
+
+    def step(self, metrics: StepMetrics) -> None:
+        pass
+
+
+def train_candidate(request: TrainRequest, *, engine: Engine, target: Target,
+                    progress: Progress | None = None,
+                    should_stop: Callable[[], bool] | None = None) -> TrainOutcome:
+    """Train, write and register one candidate; see the module docstring."""
+    progress = progress or Progress()
+    if request.kind not in TRAINABLE_KINDS:
+        raise TrainingInputError(f"cannot train kind {request.kind!r}; trainable kinds: "
+                                 f"{', '.join(TRAINABLE_KINDS)}")
+    with store.session_scope(engine) as session:
+        parent = _incumbent_version(session, request)
+        data = load_training_data(session, request.window, min_requests=request.min_requests)
+    incumbent = _load_incumbent(engine, parent, target) if parent else None
+    with store.session_scope(engine) as session:
+        run_id = store.start_training_run(
+            session, kind=request.kind, parent_version=parent, window_start=data.start,
+            window_end=data.end, train_requests=len(data.train),
+            heldout_requests=len(data.heldout), config=_jsonable(request)).id
+    try:
+        spec, metrics = fit(request, data, target, incumbent, progress, should_stop)
+        metrics = {**metrics, "window": data.describe(), "parent": parent}
+        return _register(engine, request, spec, target, metrics, run_id, parent)
+    except BaseException as exc:
+        _record_failure(engine, run_id, exc)
+        raise
+
+
+def _incumbent_version(session, request: TrainRequest) -> str | None:
+    if request.from_scratch:
+        return None
+    if request.incumbent:
+        row = store.get_speculator(session, version=request.incumbent)
+        if row.kind != request.kind:
+            raise IncumbentMismatch(f"incumbent {row.version} is a {row.kind} speculator, "
+                                    f"not {request.kind}")
+        return row.version
+    live = store.get_live(session, deployment=request.deployment)
+    if live is None:
+        return None
+    row = store.get_speculator(session, version=live.version)
+    return row.version if row.kind == request.kind else None
+
+
+def _load_incumbent(engine: Engine, version: str, target: Target) -> SavableSpeculator:
+    with store.session_scope(engine, readonly=True) as session:
+        row = store.get_speculator(session, version=version)
+        uri, target_id, revision = row.artifact_uri, row.target_id, row.target_revision
+    info = target.info
+    if target_id != info.target_id or (revision and revision != info.revision):
+        raise IncumbentMismatch(
+            f"incumbent {version} was built for target {target_id!r} (revision {revision}), "
+            f"not {info.target_id!r} (revision {info.revision}); train with --from-scratch")
+    try:
+        return load_speculator(local_path(uri) or uri, target)
+    except SpeculatorLoadError as exc:
+        raise IncumbentMismatch(f"cannot warm-start from {version}: {exc}") from exc
+
+
+# -- fitting --------------------------------------------------------------------------------
+def fit(request: TrainRequest, data: TrainingData, target: Target,
+        incumbent: SavableSpeculator | None, progress: Progress,
+        should_stop: Callable[[], bool] | None = None) -> tuple[SavableSpeculator, dict]:
+    """The trained speculator and its metrics (nothing is written or registered)."""
+    torch.manual_seed(request.seed)
+    if request.kind == "suffix":
+        return _fit_suffix(request, data, target, incumbent)
+    return _fit_gradient(request, data, target, incumbent, progress, should_stop)
+
+
+def _fit_suffix(request: TrainRequest, data: TrainingData, target: Target,
+                incumbent: SavableSpeculator | None) -> tuple[SavableSpeculator, dict]:
+    started = time.perf_counter()
+    base = incumbent.config if incumbent is not None else SuffixConfig.for_target(target.info)
+    config = base.model_copy(update=request.overrides)
+    spec = suffix_from_documents(config, [(s.ids[: s.prompt_len], s.ids[s.prompt_len :])
+                                          for s in data.train], target)
+    metrics = {"corpus_tokens": spec.corpus_tokens, "build_s": time.perf_counter() - started,
+               "examples_seen": len(data.train)}
+    if data.heldout:
+        metrics["heldout_replay_tau_k5"] = replay_tau(spec, data.heldout, k=5)
+    return spec, metrics
+
+
+def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
+                  incumbent: SavableSpeculator | None, progress: Progress,
+                  should_stop: Callable[[], bool] | None) -> tuple[SavableSpeculator, dict]:
+    recipe = RECIPES[request.kind]
+    if incumbent is not None:
+        spec = build_speculator(incumbent.config.model_copy(update=request.overrides), target)
+    else:
+        spec = new_speculator(request.kind, target, **request.overrides)
+    init = recipe.prepare(spec, data.train, target, incumbent)
+    layers = spec.feature_layers if recipe.feature_layers_needed else ()
+    started = time.perf_counter()
+    train_cache = _extract(target, data.train, layers, progress, "target features (train)")
+    held = _extract(target, data.heldout, layers, progress, "target features (held out)")
+    feature_s = time.perf_counter() - started
+    opts = TraineeOptions(ttt_steps=getattr(spec.config, "ttt_steps", 1), loss=request.loss,
+                          eos_ids=tuple(target.info.eos_token_ids))
+    trainee = recipe.trainee(spec, opts)
+    before = evaluate(trainee, held) if held is not None else None
+    loop = LoopConfig(epochs=request.epochs, batch_size=request.batch_size,
+                      lr=request.lr or DEFAULT_LR[request.kind], seed=request.seed)
+    started = time.perf_counter()
+    if request.workers == 0:
+        progress.phase("training", len(data.train) * request.epochs // request.batch_size)
+        state = train_loop(trainee, train_cache, loop, on_step=progress.step,
+                           should_stop=should_stop)
+    else:
+        state = _fit_on_ray(request, recipe, spec, trainee, opts, train_cache, loop, progress)
+    train_s = time.perf_counter() - started
+    after = evaluate(trainee, held) if held is not None else None
+    spec.to(target.device)  # fresh per-request state on the right device
+    return spec, {**init, "loss_curve": state.loss_curve, "steps": state.step,
+                  "examples_seen": state.examples_seen, "epochs": request.epochs,
+                  "train_tokens": train_cache.num_tokens, "feature_s": feature_s,
+                  "train_s": train_s, "workers": request.workers,
+                  "heldout_before": before, "heldout_after": after, "loss": request.loss,
+                  "lr": loop.lr, "batch_size": loop.batch_size}
+
+
+def _extract(target: Target, seqs: list[TrainSequence], layers: tuple[int, ...],
+             progress: Progress, name: str) -> FeatureCache | None:
+    if not seqs:
+        return None
+    progress.phase(name, len(seqs))
+    return extract_features(target, seqs, feature_layers=layers, progress=progress.advance)
+
+
+def _fit_on_ray(request: TrainRequest, recipe, spec: SavableSpeculator, trainee,
+                opts: TraineeOptions, cache: FeatureCache, loop: LoopConfig,
+                progress: Progress) -> LoopState:
+    from autospec.train.ray_trainer import ray_fit
+
+    progress.phase(f"training on {request.workers} Ray workers", None)
+    storage = request.storage_path or get_settings().data_dir / "ray-train"
+    state_tensors, state = ray_fit(
+        kind=request.kind, config=spec.config, state=recipe.state_of(trainee),
+        shared=recipe.shared(spec), opts=opts, cache=cache, loop=loop,
+        workers=request.workers, storage_path=storage,
+        name=f"{request.kind}-{uuid.uuid4().hex[:8]}", use_gpu=request.use_gpu,
+        max_failures=request.max_failures, fail_at_step=request.fail_at_step)
+    recipe.load_state(trainee, state_tensors)
+    return state
+
+
+def replay_tau(spec: SavableSpeculator, sequences: list[TrainSequence], k: int = 5) -> float:
+    """τ of a feature-free speculator replayed over logged greedy outputs (exact for greedy).
+
+    Steps as the engine takes them: propose up to ``k`` after the settled tokens, accept
+    the prefix equal to the logged output, settle it plus the next logged token.
+    """
+    steps = settled_total = 0
+    greedy = SamplingParams()
+    for seq in sequences:
+        prompt, out = seq.ids[: seq.prompt_len], seq.ids[seq.prompt_len :]
+        spec.begin(torch.tensor(prompt), None)
+        pos = 0  # out[:pos] settled; the first output token comes from the prompt pass
+        new = out[:1]
+        while True:
+            spec.commit(torch.tensor(new), None)
+            pos += len(new)
+            if pos >= len(out):
+                break
+            drafts = spec.propose(min(k, len(out) - pos - 1), greedy, None).tokens.tolist()
+            accepted = 0
+            while accepted < len(drafts) and drafts[accepted] == out[pos + accepted]:
+                accepted += 1
+            new = out[pos : pos + accepted + 1]
+            steps += 1
+            settled_total += accepted + 1
+    return settled_total / steps if steps else 1.0
+
+
+# -- registration ---------------------------------------------------------------------------
+def _register(engine: Engine, request: TrainRequest, spec: SavableSpeculator, target: Target,
+              metrics: dict[str, Any], run_id: int, parent: str | None) -> TrainOutcome:
+    root = get_settings().resolved_artifact_dir
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".partial-{uuid.uuid4().hex}"
+    final: Path | None = None
+    try:
+        sha = save_speculator(spec, tmp)
+        with store.session_scope(engine) as session:
+            version = store.next_version(session, kind=request.kind)
+            final = root / version
+            tmp.rename(final)
+            store.register_speculator(
+                session, version=version, kind=request.kind, target_id=target.info.target_id,
+                target_revision=target.info.revision, artifact_uri=str(final), sha256=sha,
+                parent=parent, draft_vocab_size=getattr(spec.config, "draft_vocab_size", None),
+                training_run_id=run_id, meta={"metrics": _summary(metrics)}, actor="trainer")
+            store.finish_training_run(session, run_id=run_id, status="succeeded",
+                                      version=version, metrics=metrics)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if final is not None:
+            shutil.rmtree(final, ignore_errors=True)
+        raise
+    log.info("registered %s (%s) from run %d", version, final, run_id)
+    return TrainOutcome(version=version, run_id=run_id, artifact=final, sha256=sha,
+                        parent=parent, metrics=metrics)
+
+
+def _record_failure(engine: Engine, run_id: int, exc: BaseException) -> None:
+    reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__
+    message = f"{reason}: {exc}".strip().rstrip(":")
+    try:
+        with store.session_scope(engine) as session:
+            store.finish_training_run(session, run_id=run_id, status="failed", error=message)
+    except store.StoreError as store_exc:  # the original error matters more
+        log.error("could not record the failure of run %d: %s", run_id, store_exc)
+
+
+def _summary(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The registry row's short view of the metrics (the run row keeps them all)."""
+    keys = ("examples_seen", "steps", "train_tokens", "heldout_after", "heldout_replay_tau_k5",
+            "corpus_tokens", "init", "window")
+    return {k: metrics[k] for k in keys if k in metrics}
+
+
+def _jsonable(request: TrainRequest) -> dict[str, Any]:
+    data = asdict(request)
+    data["window"] = request.window.describe()
+    data["storage_path"] = str(request.storage_path) if request.storage_path else None
+    return data
