@@ -5,16 +5,28 @@ Serving, evaluation and training all turn a version name into a speculator the s
 live); any other name is looked up in the store's registry and its artifact loaded with
 :func:`autospec.speculators.checkpoint.load_speculator` (checksums verified, target
 checked). Every refusal is a :class:`VersionLoadError` naming the version and the reason.
+
+The built-in version is also registered in the store (:func:`register_builtin`, an
+``ngram`` artifact under the artifact directory) the first time something must refer to
+it — an evaluation against it, a pointer moving back to it — so the registry's foreign
+keys hold.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 from sqlalchemy import Engine
 
 from autospec import store
 from autospec.engine.target import Target
+from autospec.settings import get_settings
 from autospec.speculators.base import Speculator
-from autospec.speculators.checkpoint import SpeculatorLoadError, load_speculator
+from autospec.speculators.checkpoint import (
+    SpeculatorLoadError,
+    load_speculator,
+    save_speculator,
+)
 from autospec.speculators.registry import new_speculator
 from autospec.store.artifacts import local_path
 
@@ -48,3 +60,33 @@ def load_speculator_version(db: Engine | None, target: Target,
         return kind, load_speculator(path, target)
     except (SpeculatorLoadError, OSError, ValueError) as exc:
         raise VersionLoadError(f"version {version!r}: {exc}") from None
+
+
+def register_builtin(db: Engine, target: Target) -> None:
+    """Register :data:`BUILTIN_VERSION` for ``target`` if it is not registered yet."""
+    with store.session_scope(db, readonly=True) as session:
+        try:
+            store.get_speculator(session, version=BUILTIN_VERSION)
+            return
+        except store.NotFound:
+            pass
+    path = get_settings().resolved_artifact_dir / BUILTIN_VERSION / target.info.revision
+    sha = save_speculator(new_speculator("ngram", target), path)
+    # another process may register it first: then its row stands
+    with contextlib.suppress(store.Conflict), store.session_scope(db) as session:
+        store.register_speculator(
+            session, version=BUILTIN_VERSION, kind="ngram", target_id=target.info.target_id,
+            target_revision=target.info.revision, artifact_uri=str(path), sha256=sha,
+            meta={"builtin": True})
+
+
+def check_registered(db: Engine, versions: list[str]) -> None:
+    """Fail fast (before loading a target) on a version that is not registered."""
+    with store.session_scope(db, readonly=True) as session:
+        for version in versions:
+            if version == BUILTIN_VERSION:
+                continue
+            try:
+                store.get_speculator(session, version=version)
+            except store.NotFound as exc:
+                raise VersionLoadError(str(exc)) from None

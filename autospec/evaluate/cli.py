@@ -45,7 +45,7 @@ def evaluate(
     from autospec import store
     from autospec.engine.target import TargetLoadError, load_target
     from autospec.evaluate.run import EvaluationError, evaluate_versions, select_requests
-    from autospec.versions import BUILTIN_VERSION, VersionLoadError
+    from autospec.versions import BUILTIN_VERSION, VersionLoadError, check_registered
 
     spec = parse_window(window)
     try:
@@ -54,7 +54,11 @@ def evaluate(
             with store.session_scope(db, readonly=True) as session:
                 live = store.get_live(session, deployment=deployment)
             versions = [versions[0], live.version if live else BUILTIN_VERSION]
+        check_registered(db, versions)
         examples = select_requests(db, deployment=deployment, **spec)
+        if not examples:
+            raise EvaluationError(f"no usable logged requests in the window {window!r} of "
+                                  f"deployment {deployment!r} (none logged, or all opted out)")
         tgt = load_target(target, dtype=dtype)
         with Progress(console=err, transient=True, disable=json_out) as bar:
             task = bar.add_task("shadow replay", total=len(examples))
