@@ -1,0 +1,394 @@
+"""One controller cycle: lease → fresh traffic? → window → train → evaluate → gate → promote.
+
+:meth:`Controller.run_cycle` does, in order:
+
+1. takes the deployment's lease (:mod:`autospec.controller.lease`); held by another
+   controller → outcome ``busy``, nothing done;
+2. closes cycles a dead controller left unfinished (``interrupted``; their training runs
+   still ``running`` are closed ``failed``; their candidates stay unpromoted);
+3. counts usable requests newer than the last consumed window; fewer than the policy's
+   ``window.min_fresh_requests`` → ``nothing_to_do``;
+4. snapshots the window: the newest ``max_requests`` usable requests up to the newest one
+   now (``until`` pinned, so traffic arriving meanwhile is not mixed in), split by time
+   into train and held-out parts. Its key ``<deployment>/<newest id>/<size>`` is recorded
+   with a ``cycle_start`` note; a window whose key was already consumed → ``nothing_to_do``;
+5. trains one candidate per kind of ``training.kinds`` (:func:`autospec.train.run.train_candidate`,
+   each registered as a ``candidate``; stopped at ``training.time_budget`` or when the lease
+   is lost); a kind that fails is recorded and skipped;
+6. shadow-evaluates each candidate against the incumbent (the live version, or the built-in
+   one) on the held-out part (:func:`autospec.evaluate.run.evaluate_versions`, recorded);
+7. in **one transaction**: checks the fencing token and that the pointer still names the
+   incumbent, moves the pointer to the best passing candidate (highest shadow τ; reason names
+   the evaluation), marks failing candidates ``rejected``, and writes the ``cycle`` record.
+   So a crash anywhere leaves either nothing or everything of the promotion: a registered
+   candidate is never live without its evaluation and cycle record.
+
+Outcomes and :attr:`CycleResult.exit_code`: ``promoted`` / ``nothing_to_do`` / ``busy`` → 0,
+``rejected`` → 3, ``failed`` → 2. ``promoted`` and ``rejected`` consume the window (a second
+run over it does nothing); ``failed`` does not (the next run retries it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+
+from autospec import store
+from autospec.controller import records
+from autospec.controller.lease import HeldLease, LeaseLost, holder_name, try_acquire
+from autospec.controller.policy import Policy
+from autospec.engine.target import Target
+from autospec.store.models import utcnow
+from autospec.versions import BUILTIN_VERSION, VersionLoadError, register_builtin
+
+log = logging.getLogger(__name__)
+
+EXIT_CODES = {"promoted": 0, "nothing_to_do": 0, "busy": 0, "rejected": 3, "failed": 2}
+HOOK_STAGES = ("started", "registered", "evaluated", "promoted")
+
+
+@dataclass
+class CycleResult:
+    """What a cycle (or an attempt at one) did."""
+
+    outcome: str
+    reasons: list[str] = field(default_factory=list)
+    cycle_id: str | None = None
+    window_key: str | None = None
+    fresh_requests: int = 0
+    candidates: list[str] = field(default_factory=list)
+    evaluations: list[int] = field(default_factory=list)
+    promoted: str | None = None
+    incumbent: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.outcome]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "exit_code": self.exit_code}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The cycle's pinned window of traffic."""
+
+    window: store.TrafficWindow
+    since: datetime | None
+    until: datetime
+    newest_id: int
+    key: str
+
+
+@dataclass
+class Candidate:
+    version: str
+    run_id: int
+    evaluation_id: int | None = None
+    tau: float | None = None
+    promote: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+
+class CycleFailed(RuntimeError):
+    """The cycle cannot go on; the message is recorded as the reason."""
+
+
+class Controller:
+    """Runs cycles (and the canary/drift watch) for one deployment under one policy.
+
+    ``target`` is the target model or a zero-argument callable that loads it (called at most
+    once, only when a cycle has a window to train on). ``hooks`` maps a stage of
+    :data:`HOOK_STAGES` to a callable run at that point (crash drills and tests).
+    """
+
+    def __init__(self, engine: Engine, policy: Policy,
+                 target: Target | Callable[[], Target], *, holder: str | None = None,
+                 hooks: Mapping[str, Callable[[], None]] | None = None) -> None:
+        unknown = set(hooks or {}) - set(HOOK_STAGES)
+        if unknown:
+            raise ValueError(f"unknown hook stages {sorted(unknown)}; known: {HOOK_STAGES}")
+        self.engine = engine
+        self.policy = policy
+        self.holder = holder or holder_name()
+        self.hooks = dict(hooks or {})
+        self._target = target
+        self.deployment = policy.deployment
+
+    # -- entry points -------------------------------------------------------------------
+    def run_cycle(self, *, trigger: str = "manual") -> CycleResult:
+        """One cycle now (see the module docstring)."""
+        lease = self._acquire()
+        if lease is None:
+            return self._busy()
+        try:
+            self.recover()
+            return self.cycle(lease, trigger=trigger,
+                              min_fresh=self.policy.window.min_fresh_requests)
+        finally:
+            lease.release()
+
+    def target(self) -> Target:
+        if callable(self._target) and not isinstance(self._target, Target):
+            self._target = self._target()
+        return self._target
+
+    def _acquire(self) -> HeldLease | None:
+        return try_acquire(self.engine, name=records.lease_name(self.deployment),
+                           holder=self.holder, ttl=self.policy.lease.ttl)
+
+    def _busy(self) -> CycleResult:
+        with store.session_scope(self.engine, readonly=True) as session:
+            lease = store.get_lease(session, name=records.lease_name(self.deployment))
+            who = lease.holder if lease else "another controller"
+        return CycleResult("busy", [f"the lease is held by {who}"])
+
+    def _hook(self, stage: str) -> None:
+        if stage in self.hooks:
+            self.hooks[stage]()
+
+    # -- recovery -----------------------------------------------------------------------
+    def recover(self) -> list[str]:
+        """Close cycles left unfinished by a dead controller (call while holding the lease)."""
+        closed = []
+        with store.session_scope(self.engine) as session:
+            for cyc in records.cycles(session, deployment=self.deployment):
+                if cyc.end is None:
+                    self._close_interrupted(session, cyc)
+                    closed.append(cyc.cycle_id)
+        return closed
+
+    def _close_interrupted(self, session, cyc: records.CycleRecord) -> None:  # type: ignore[no-untyped-def]
+        for run in store.list_training_runs(session, status="running"):
+            if run.started_at >= cyc.started_at:
+                store.finish_training_run(session, run_id=run.id, status="failed",
+                                          error=f"interrupted: cycle {cyc.cycle_id} died")
+        orphans = [s.version for s in store.list_speculators(session, state="candidate")
+                   if s.created_at >= cyc.started_at]
+        reason = (f"cycle {cyc.cycle_id} of {cyc.actor} did not finish (process died or lost "
+                  f"its lease); nothing was promoted; candidates left unpromoted: "
+                  f"{', '.join(orphans) or 'none'}")
+        log.warning("%s", reason)
+        store.record_event(session, kind="failure", actor=self.holder, reason=reason,
+                           deployment=self.deployment,
+                           details={"type": "cycle", "cycle_id": cyc.cycle_id})
+        records.note(session, type_="cycle", actor=self.holder, deployment=self.deployment,
+                     reason=reason, cycle_id=cyc.cycle_id, outcome="interrupted",
+                     window_key=cyc.start.get("window_key"),
+                     newest_id=cyc.start.get("newest_id"), candidates=orphans,
+                     reasons=[reason], recovered_by=self.holder)
+
+    # -- the cycle ----------------------------------------------------------------------
+    def cycle(self, lease: HeldLease, *, trigger: str, min_fresh: int) -> CycleResult:
+        """The cycle body, under ``lease`` (held by the caller)."""
+        fresh, incumbent = self._fresh_and_incumbent()
+        if fresh < min_fresh:
+            return CycleResult("nothing_to_do", [f"{fresh} fresh requests since the last "
+                               f"cycle; the policy needs {min_fresh}"], fresh_requests=fresh)
+        snap = self._snapshot()
+        if snap is None:
+            return CycleResult("nothing_to_do", ["no usable traffic"], fresh_requests=fresh)
+        result = CycleResult("failed", cycle_id=uuid.uuid4().hex[:12], window_key=snap.key,
+                             fresh_requests=fresh, incumbent=incumbent)
+        if not self._start(lease, result, snap, trigger):
+            return CycleResult("nothing_to_do", [f"window {snap.key} was already consumed"],
+                               fresh_requests=fresh)
+        try:
+            return self._run(lease, result, snap, incumbent)
+        except (CycleFailed, LeaseLost, store.StoreError, VersionLoadError) as exc:
+            return self._fail(result, str(exc))
+        except Exception as exc:  # a boundary: record anything unexpected, keep scheduling
+            log.exception("cycle %s failed", result.cycle_id)
+            return self._fail(result, f"{type(exc).__name__}: {exc}")
+
+    def _fresh_and_incumbent(self) -> tuple[int, str]:
+        with store.session_scope(self.engine, readonly=True) as session:
+            last = records.last_consumed_newest_id(session, deployment=self.deployment)
+            fresh = records.fresh_requests(session, deployment=self.deployment, after_id=last)
+            pointer = store.get_live(session, deployment=self.deployment)
+            return fresh, pointer.version if pointer else BUILTIN_VERSION
+
+    def _snapshot(self) -> Snapshot | None:
+        win = self.policy.window
+        with store.session_scope(self.engine, readonly=True) as session:
+            newest = records.newest_request(session, deployment=self.deployment)
+            if newest is None:
+                return None
+            since = utcnow() - win.max_age if win.max_age else None
+            until = newest[1] + timedelta(microseconds=1)
+            window = store.traffic_window(
+                session, since=since, until=until, heldout_fraction=win.heldout_fraction,
+                limit=win.max_requests, deployment=self.deployment)
+        return Snapshot(window, since, until, newest[0],
+                        f"{self.deployment}/{newest[0]}/{window.total}")
+
+    def _start(self, lease: HeldLease, result: CycleResult, snap: Snapshot,
+               trigger: str) -> bool:
+        with store.session_scope(self.engine) as session:
+            if records.window_done(session, deployment=self.deployment, window_key=snap.key):
+                return False
+            records.note(session, type_="cycle_start", actor=self.holder,
+                         deployment=self.deployment, reason=f"cycle ({trigger})",
+                         cycle_id=result.cycle_id, window_key=snap.key,
+                         newest_id=snap.newest_id, trigger=trigger, token=lease.token,
+                         window_requests=snap.window.total,
+                         train_requests=len(snap.window.train),
+                         heldout_requests=len(snap.window.heldout),
+                         incumbent=result.incumbent, policy=self.policy.name)
+        log.info("cycle %s: window %s (%d train, %d held out), incumbent %s", result.cycle_id,
+                 snap.key, len(snap.window.train), len(snap.window.heldout), result.incumbent)
+        self._hook("started")
+        return True
+
+    def _run(self, lease: HeldLease, result: CycleResult, snap: Snapshot,
+             incumbent: str) -> CycleResult:
+        if len(snap.window.heldout) < self.policy.gate.min_heldout:
+            raise CycleFailed(f"the window holds {len(snap.window.heldout)} held-out requests; "
+                              f"the gate needs {self.policy.gate.min_heldout}")
+        target = self.target()
+        if incumbent == BUILTIN_VERSION:
+            register_builtin(self.engine, target)
+        candidates = self._train_all(lease, snap, target, result)
+        if not candidates:
+            raise CycleFailed("no candidate could be trained: " + "; ".join(result.reasons))
+        for cand in candidates:
+            self._evaluate(cand, snap, target, incumbent, result)
+        self._hook("evaluated")
+        return self._conclude(lease, result, candidates, incumbent)
+
+    # -- training and evaluation --------------------------------------------------------
+    def _train_all(self, lease: HeldLease, snap: Snapshot, target: Target,
+                   result: CycleResult) -> list[Candidate]:
+        from autospec.train.errors import TrainingError
+
+        out = []
+        for kind in self.policy.training.kinds:
+            try:
+                outcome = self._train(kind, lease, snap, target)
+            except (TrainingError, store.StoreError, VersionLoadError) as exc:
+                self._kind_failed(result, kind, exc)
+                continue
+            out.append(Candidate(outcome.version, outcome.run_id))
+            result.candidates.append(outcome.version)
+            self._hook("registered")
+        return out
+
+    def _train(self, kind: str, lease: HeldLease, snap: Snapshot, target: Target):  # type: ignore[no-untyped-def]
+        from autospec.train.data import WindowSpec
+        from autospec.train.errors import IncumbentMismatch
+        from autospec.train.run import TrainRequest, train_candidate
+
+        tp, win = self.policy.training, self.policy.window
+        spec = WindowSpec(since=snap.since, until=snap.until, limit=win.max_requests,
+                          deployment=self.deployment, heldout_fraction=win.heldout_fraction)
+        deadline = time.monotonic() + tp.time_budget.total_seconds()
+        request = TrainRequest(kind=kind, window=spec, epochs=tp.epochs, workers=tp.workers,
+                               from_scratch=tp.from_scratch, deployment=self.deployment,
+                               min_requests=tp.min_train_requests, seed=self.policy.seed,
+                               batch_size=tp.batch_size)
+
+        def should_stop() -> bool:
+            return lease.lost or time.monotonic() > deadline
+
+        try:
+            return train_candidate(request, engine=self.engine, target=target,
+                                   should_stop=should_stop)
+        except IncumbentMismatch as exc:
+            log.warning("%s: cannot warm-start (%s); training from scratch", kind, exc)
+            request = TrainRequest(**{**request.__dict__, "from_scratch": True})
+            return train_candidate(request, engine=self.engine, target=target,
+                                   should_stop=should_stop)
+
+    def _kind_failed(self, result: CycleResult, kind: str, exc: Exception) -> None:
+        reason = f"training {kind} failed: {exc}"
+        log.warning("cycle %s: %s", result.cycle_id, reason)
+        result.reasons.append(reason)
+        with store.session_scope(self.engine) as session:
+            store.record_event(session, kind="failure", actor=self.holder, reason=reason,
+                               deployment=self.deployment,
+                               details={"type": "training", "kind": kind,
+                                        "cycle_id": result.cycle_id})
+
+    def _evaluate(self, cand: Candidate, snap: Snapshot, target: Target, incumbent: str,
+                  result: CycleResult) -> None:
+        from autospec.evaluate.run import EvaluationError, evaluate_versions
+
+        try:
+            report = evaluate_versions(
+                db=self.engine, target=target, versions=[cand.version, incumbent],
+                examples=snap.window.heldout, k=self.policy.evaluation.k,
+                policy=self.policy.gate, record=True, training_run_id=cand.run_id)
+        except (EvaluationError, VersionLoadError) as exc:
+            cand.reasons = [f"evaluation failed: {exc}"]
+            return
+        assert report.decision is not None
+        cand.evaluation_id = report.evaluation_id
+        cand.tau = report.evaluation.tau[cand.version]
+        cand.promote, cand.reasons = report.decision.promote, list(report.decision.reasons)
+        if report.evaluation_id is not None:
+            result.evaluations.append(report.evaluation_id)
+
+    # -- conclusion ---------------------------------------------------------------------
+    def _conclude(self, lease: HeldLease, result: CycleResult, candidates: list[Candidate],
+                  incumbent: str) -> CycleResult:
+        passing = sorted((c for c in candidates if c.promote), key=lambda c: -(c.tau or 0))
+        best = passing[0] if passing else None
+        failing = [c for c in candidates if not c.promote]
+        result.reasons += [f"{c.version}: {r}" for c in candidates for r in c.reasons]
+        with store.session_scope(self.engine) as session:
+            lease.fence(session)
+            if best is not None:
+                self._promote(session, lease, best, incumbent, result)
+                self._hook("promoted")
+            for cand in failing:
+                store.set_state(session, version=cand.version, state="rejected",
+                                actor=self.holder, reason="; ".join(cand.reasons)[:2000])
+            result.outcome = "promoted" if best else "rejected"
+            result.promoted = best.version if best else None
+            self._end(session, result)
+        log.info("cycle %s: %s %s", result.cycle_id, result.outcome, result.promoted or "")
+        return result
+
+    def _promote(self, session, lease: HeldLease, best: Candidate, incumbent: str,  # type: ignore[no-untyped-def]
+                 result: CycleResult) -> None:
+        pointer = store.get_live(session, deployment=self.deployment)
+        current = pointer.version if pointer else BUILTIN_VERSION
+        if current != incumbent:
+            raise CycleFailed(f"the live pointer moved from {incumbent} to {current} during "
+                              f"the cycle; the evaluation is stale")
+        store.set_live(
+            session, version=best.version, actor=self.holder, deployment=self.deployment,
+            reason=f"controller: gate passed, evaluation #{best.evaluation_id} "
+                   f"(shadow τ {best.tau:.3f} vs {incumbent}); cycle {result.cycle_id}",
+            details={"evaluation_id": best.evaluation_id, "shadow_tau": best.tau,
+                     "incumbent": incumbent, "cycle_id": result.cycle_id,
+                     "window_key": result.window_key, "fencing_token": lease.token,
+                     "policy": self.policy.name})
+
+    def _end(self, session, result: CycleResult) -> None:  # type: ignore[no-untyped-def]
+        newest_id = int(result.window_key.rsplit("/", 2)[1]) if result.window_key else None
+        records.note(session, type_="cycle", actor=self.holder, deployment=self.deployment,
+                     reason=f"cycle {result.outcome}", version=result.promoted,
+                     cycle_id=result.cycle_id, outcome=result.outcome,
+                     window_key=result.window_key, newest_id=newest_id,
+                     candidates=result.candidates, evaluations=result.evaluations,
+                     promoted=result.promoted, incumbent=result.incumbent,
+                     reasons=result.reasons[-50:])
+
+    def _fail(self, result: CycleResult, reason: str) -> CycleResult:
+        log.error("cycle %s failed: %s", result.cycle_id, reason)
+        result.outcome, result.promoted = "failed", None
+        result.reasons.append(reason)
+        with store.session_scope(self.engine) as session:
+            store.record_event(session, kind="failure", actor=self.holder, reason=reason,
+                               deployment=self.deployment,
+                               details={"type": "cycle", "cycle_id": result.cycle_id})
+            self._end(session, result)
+        return result

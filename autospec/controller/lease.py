@@ -1,0 +1,115 @@
+"""Holding the controller lease while working: acquire, heartbeat, fence, release.
+
+:class:`HeldLease` wraps :func:`autospec.store.acquire_lease`: a background thread renews
+the lease every third of its TTL; if a renewal fails (the lease expired and someone else
+took it) :attr:`HeldLease.lost` turns true and long work (training) stops. Before any
+pointer move the caller calls :meth:`HeldLease.fence` *inside the move's transaction*: it
+renews the lease (a row write, so on PostgreSQL a concurrent acquirer waits for our
+commit, and on SQLite the write lock serialises them) and checks the fencing token is
+still ours — a controller that lost its lease can never move the pointer.
+
+A holder that dies simply stops renewing; its lease frees after ``ttl``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from datetime import timedelta
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from autospec import store
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(RuntimeError):
+    """The controller no longer holds its lease (expired and taken, or fenced out)."""
+
+
+def holder_name() -> str:
+    """A name unique to this controller instance: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class HeldLease:
+    """A lease this process holds; use :func:`try_acquire` to get one."""
+
+    def __init__(self, engine: Engine, grant: store.LeaseGrant, ttl: timedelta) -> None:
+        self.engine = engine
+        self.grant = grant
+        self.ttl = ttl
+        self._lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._heartbeat, daemon=True,
+                                        name=f"lease-{grant.name}")
+        self._thread.start()
+
+    @property
+    def name(self) -> str:
+        return self.grant.name
+
+    @property
+    def holder(self) -> str:
+        return self.grant.holder
+
+    @property
+    def token(self) -> int:
+        return self.grant.token
+
+    @property
+    def lost(self) -> bool:
+        return self._lost.is_set()
+
+    def _heartbeat(self) -> None:
+        interval = max(self.ttl.total_seconds() / 3, 0.05)
+        while not self._stop.wait(interval):
+            try:
+                with store.session_scope(self.engine) as session:
+                    ok = store.renew_lease(session, name=self.name, holder=self.holder,
+                                           ttl=self.ttl)
+            except store.StoreError as exc:  # keep trying until the TTL runs out
+                log.warning("lease %s: renewal failed: %s", self.name, exc)
+                continue
+            if not ok:
+                log.error("lease %s: lost (expired or taken over)", self.name)
+                self._lost.set()
+                return
+
+    def fence(self, session: Session) -> None:
+        """Renew and check the token inside the caller's transaction; :class:`LeaseLost`."""
+        if self.lost or not store.renew_lease(session, name=self.name, holder=self.holder,
+                                              ttl=self.ttl):
+            self._lost.set()
+            raise LeaseLost(f"lease {self.name} is no longer held by {self.holder}")
+        row = store.get_lease(session, name=self.name)
+        if row is None or row.token != self.token:
+            self._lost.set()
+            raise LeaseLost(f"lease {self.name}: fencing token {self.token} is stale "
+                            f"(now {row.token if row else 'none'})")
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self.lost:
+            return
+        try:
+            with store.session_scope(self.engine) as session:
+                store.release_lease(session, name=self.name, holder=self.holder)
+        except store.StoreError as exc:  # it expires by itself
+            log.warning("lease %s: release failed (it will expire): %s", self.name, exc)
+
+
+def try_acquire(engine: Engine, *, name: str, holder: str, ttl: timedelta) -> HeldLease | None:
+    """The lease, held and heart-beaten, or None when another holder has it."""
+    with store.session_scope(engine) as session:
+        grant = store.acquire_lease(session, name=name, holder=holder, ttl=ttl)
+    if grant is None:
+        return None
+    log.info("lease %s acquired by %s (token %d)", name, holder, grant.token)
+    return HeldLease(engine, grant, ttl)

@@ -1,0 +1,251 @@
+"""Controller policies: YAML files validated by strict pydantic models.
+
+A policy says *when* the controller runs (``schedule``), *which traffic* a cycle uses
+(``window``), *what* it trains (``training``), *how* a candidate is judged (``evaluation``
+and ``gate``, the latter exactly :class:`autospec.evaluate.gate.GatePolicy`), *how* a fresh
+promotion is watched (``canary``) and *when* live acceptance counts as drift (``drift``).
+Every model forbids unknown keys, so a typo is an error, and every error names the file and
+the field (``policies/x.yaml: canary.max_shortfall: Input should be less than 1``).
+
+Durations are strings such as ``45s``, ``30m``, ``6h``, ``2d``, ``1w``.
+
+Shipped policies live in the ``autospec/policies`` package directory (``default``,
+``conservative``) and are found through :mod:`importlib.resources`, so they work from an
+installed wheel; :func:`load_policy` takes either one of those names or a path.
+This module knows nothing of the store, models or scheduling.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from autospec.evaluate.gate import GatePolicy
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+TRAINABLE = Literal["eagle3", "draft", "suffix"]
+
+
+class PolicyError(ValueError):
+    """A policy file is missing, not YAML, or fails validation; the message names the field."""
+
+
+def parse_duration(value: Any) -> timedelta:
+    """``"30m"`` / ``"6h"`` / ``"2d"`` (or a number of seconds) → timedelta."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a duration like 45s, 30m, 6h, 2d, 1w")
+        seconds = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))}).total_seconds()
+    if seconds <= 0:
+        raise ValueError(f"a duration must be positive, got {value!r}")
+    return timedelta(seconds=seconds)
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Schedule(_Strict):
+    """When cycles run: exactly one of ``interval`` and ``cron``."""
+
+    interval: Duration | None = Field(None, description="run a cycle this often (e.g. 6h)")
+    cron: str | None = Field(
+        None, description="crontab expression (minute hour day month weekday), UTC")
+    misfire_grace: Duration = Field(
+        timedelta(hours=1), description="a run missed by up to this long still runs (once)")
+    watch_interval: Duration = Field(
+        timedelta(minutes=1), description="how often the canary / drift watch runs")
+
+    @field_validator("cron")
+    @classmethod
+    def _crontab(cls, value: str | None) -> str | None:
+        if value is not None:
+            from apscheduler.triggers.cron import CronTrigger
+
+            try:
+                CronTrigger.from_crontab(value, timezone="UTC")
+            except ValueError as exc:
+                raise ValueError(f"{value!r} is not a crontab expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> Schedule:
+        if (self.interval is None) == (self.cron is None):
+            raise ValueError("give exactly one of 'interval' and 'cron'")
+        return self
+
+
+class Window(_Strict):
+    """Which traffic a cycle snapshots."""
+
+    min_fresh_requests: int = Field(
+        200, ge=1, description="usable requests newer than the last cycle's window needed "
+        "before a cycle trains anything")
+    max_requests: int = Field(
+        5000, ge=2, description="window size: the newest N usable requests")
+    max_age: Duration | None = Field(
+        None, description="ignore requests older than this (None: no age limit)")
+    heldout_fraction: float = Field(
+        0.2, gt=0, lt=1, description="newest fraction of the window held out for evaluation, "
+        "never trained on")
+
+
+class Training(_Strict):
+    """What a cycle trains, and its budget."""
+
+    kinds: list[TRAINABLE] = Field(
+        ["suffix"], min_length=1, description="speculator kinds trained as candidates, "
+        "each evaluated against the incumbent")
+    epochs: int = Field(3, ge=1, le=1000, description="passes over the window (gradient kinds)")
+    time_budget: Duration = Field(
+        timedelta(hours=1), description="stop training a candidate after this long")
+    min_train_requests: int = Field(
+        50, ge=1, description="fewest training (not held-out) requests to train on")
+    workers: int = Field(0, ge=0, description="0: train in the controller; N: Ray Train workers")
+    batch_size: int = Field(8, ge=1, description="training batch size (gradient kinds)")
+    from_scratch: bool = Field(
+        False, description="never warm-start from the live version of the same kind")
+
+    @model_validator(mode="after")
+    def _unique(self) -> Training:
+        if len(set(self.kinds)) != len(self.kinds):
+            raise ValueError(f"kinds are listed twice: {self.kinds}")
+        return self
+
+
+class EvaluationSpec(_Strict):
+    """How candidates are shadow-evaluated."""
+
+    k: int = Field(5, ge=1, le=16, description="draft tokens per step (match the serving k)")
+
+
+class Canary(_Strict):
+    """Watch a fresh promotion's live acceptance against its shadow evaluation."""
+
+    enabled: bool = Field(True, description="watch promotions and roll back on a shortfall")
+    requests: int = Field(
+        100, ge=1, description="live requests of the new version to judge the canary on")
+    max_shortfall: float = Field(
+        0.10, ge=0, lt=1, description="roll back when live τ < shadow τ × (1 − this)")
+
+
+class Drift(_Strict):
+    """Trigger an early cycle when live acceptance falls well below the evaluated one."""
+
+    enabled: bool = Field(True, description="check for drift between scheduled cycles")
+    window: Duration = Field(
+        timedelta(hours=1), description="live τ is measured over this recent period")
+    min_requests: int = Field(
+        100, ge=1, description="fewest live requests in the window to judge drift on")
+    max_drop: float = Field(
+        0.15, gt=0, lt=1, description="drift when live τ < evaluated τ × (1 − this)")
+    min_fresh_requests: int = Field(
+        50, ge=1, description="fresh requests an early (drift) cycle needs")
+    cooldown: Duration = Field(
+        timedelta(hours=1), description="at most one early cycle per this period")
+
+
+class LeaseSpec(_Strict):
+    """The single-flight lease of controller work."""
+
+    ttl: Duration = Field(
+        timedelta(minutes=5), description="a dead holder's lease frees after this long "
+        "(renewed every third of it while working)")
+
+
+class Policy(_Strict):
+    """A retraining and promotion policy (one YAML file)."""
+
+    name: str = Field("custom", description="shown by status and recorded with each cycle")
+    description: str = Field("", description="what this policy is for")
+    deployment: str = Field("default", description="the deployment whose traffic and live "
+                            "pointer the controller manages")
+    seed: int = Field(0, description="training seed")
+    schedule: Schedule = Field(default_factory=lambda: Schedule(interval=timedelta(hours=6)),
+                               description="when cycles run")
+    window: Window = Field(default_factory=Window, description="which traffic a cycle uses")
+    training: Training = Field(default_factory=Training, description="what a cycle trains")
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec,
+                                       description="shadow evaluation settings")
+    gate: GatePolicy = Field(default_factory=GatePolicy, description="promotion gate")
+    canary: Canary = Field(default_factory=Canary, description="post-promotion canary watch")
+    drift: Drift = Field(default_factory=Drift, description="drift trigger")
+    lease: LeaseSpec = Field(default_factory=LeaseSpec, description="single-flight lease")
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able view (durations in seconds), recorded with each cycle."""
+        return self.model_dump(mode="json")
+
+
+SHIPPED = ("default", "conservative")
+
+
+def shipped_policy_text(name: str) -> str:
+    """The YAML of a policy shipped inside the package (works from a wheel)."""
+    resource = resources.files("autospec").joinpath("policies", f"{name}.yaml")
+    if not resource.is_file():
+        raise PolicyError(f"no shipped policy {name!r}; shipped: {', '.join(SHIPPED)} "
+                          f"(or pass a path to a YAML file)")
+    return resource.read_text(encoding="utf-8")
+
+
+def load_policy(spec: str | Path = "default") -> Policy:
+    """A shipped policy by name (``default``, ``conservative``) or a YAML file by path."""
+    path = Path(spec)
+    if isinstance(spec, str) and spec in SHIPPED and not path.exists():
+        return parse_policy(shipped_policy_text(spec), source=f"policies/{spec}.yaml")
+    if not path.is_file():
+        raise PolicyError(f"policy file {path} does not exist (shipped policies: "
+                          f"{', '.join(SHIPPED)})")
+    return parse_policy(path.read_text(encoding="utf-8"), source=str(path))
+
+
+def parse_policy(text: str, *, source: str = "<policy>") -> Policy:
+    """Validate YAML text; :class:`PolicyError` naming ``source`` and each bad field."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{source}: not valid YAML: {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PolicyError(f"{source}: a policy is a mapping of sections, "
+                          f"not {type(data).__name__}")
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(_describe(source, exc)) from None
+
+
+def _describe(source: str, exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field (check the spelling; see autospec/policies/default.yaml)"
+        lines.append(f"{source}: {field}: {message}")
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""What the controller writes to, and reads back from, the store's audit log.
+
+The controller keeps no state of its own: everything it must remember lives in the
+``events`` table as ``note`` events whose ``details["type"]`` says what they are, plus
+``promotion`` / ``rollback`` / ``rejection`` / ``failure`` events written by the registry:
+
+- ``cycle_start`` {cycle_id, window_key, newest_id, trigger, token} — a cycle took the
+  lease and snapshotted a window;
+- ``cycle`` {cycle_id, window_key, newest_id, outcome, reasons, candidates, evaluations,
+  promoted, ...} — the cycle's end. A window whose key has a ``cycle`` record with a
+  consuming outcome (``promoted``, ``rejected``) is done: a later run over it does nothing;
+  ``failed`` and ``interrupted`` cycles do not consume their window;
+- ``canary`` {version, promotion_event, verdict, live_tau, shadow_tau, requests};
+- ``drift`` {version, live_tau, evaluated_tau} — an early cycle was triggered.
+
+Fresh traffic is counted by request id: usable requests (not opted out, with token ids)
+of the deployment with an id above the last consumed window's newest id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from autospec import store
+from autospec.store.models import Event, Request
+
+CONSUMING = ("promoted", "rejected")
+_SCAN = 500  # newest note events scanned for cycle records
+
+
+def lease_name(deployment: str) -> str:
+    return f"controller:{deployment}"
+
+
+def schedule_lease_name(deployment: str) -> str:
+    """The row whose ``expires_at`` is the scheduler's next cycle (see scheduler module)."""
+    return f"controller-schedule:{deployment}"
+
+
+@dataclass(frozen=True)
+class CycleRecord:
+    """One cycle as recorded (start, and end when it finished)."""
+
+    cycle_id: str
+    started_at: datetime
+    start: dict[str, Any]
+    end: dict[str, Any] | None
+    ended_at: datetime | None
+    actor: str
+
+    @property
+    def outcome(self) -> str:
+        return self.end["outcome"] if self.end else "running"
+
+    def as_dict(self) -> dict[str, Any]:
+        end = self.end or {}
+        return {"cycle_id": self.cycle_id, "started_at": self.started_at,
+                "ended_at": self.ended_at, "actor": self.actor, "outcome": self.outcome,
+                "trigger": self.start.get("trigger"), "window_key": self.start.get("window_key"),
+                "window_requests": self.start.get("window_requests"),
+                "candidates": end.get("candidates", []), "promoted": end.get("promoted"),
+                "reasons": end.get("reasons", []), "evaluations": end.get("evaluations", [])}
+
+
+def note(session: Session, *, type_: str, actor: str, deployment: str, reason: str = "",
+         version: str | None = None, **details: Any) -> Event:
+    """Append one controller note event."""
+    return store.record_event(session, kind="note", actor=actor, reason=reason,
+                              deployment=deployment, version=version,
+                              details={"type": type_, **details})
+
+
+def notes(session: Session, *, deployment: str, type_: str,
+          limit: int = _SCAN) -> list[Event]:
+    """The deployment's notes of one type, newest first (among the newest ``limit`` notes)."""
+    events = store.list_events(session, kinds=["note"], deployment=deployment, limit=limit)
+    return [e for e in events if (e.details or {}).get("type") == type_]
+
+
+def cycles(session: Session, *, deployment: str, limit: int = 20) -> list[CycleRecord]:
+    """Recent cycles, newest first, each with its end record when it has one."""
+    events = store.list_events(session, kinds=["note"], deployment=deployment, limit=_SCAN)
+    ends = {e.details["cycle_id"]: e for e in events
+            if (e.details or {}).get("type") == "cycle"}
+    records = []
+    for e in events:
+        if (e.details or {}).get("type") != "cycle_start":
+            continue
+        end = ends.get(e.details["cycle_id"])
+        records.append(CycleRecord(
+            cycle_id=e.details["cycle_id"], started_at=e.created_at, start=e.details,
+            end=end.details if end else None, ended_at=end.created_at if end else None,
+            actor=e.actor))
+    return records[:limit]
+
+
+def last_consumed_newest_id(session: Session, *, deployment: str) -> int:
+    """The newest request id of the last window a cycle consumed (0: none yet)."""
+    for e in notes(session, deployment=deployment, type_="cycle"):
+        if e.details.get("outcome") in CONSUMING:
+            return int(e.details.get("newest_id") or 0)
+    return 0
+
+
+def window_done(session: Session, *, deployment: str, window_key: str) -> bool:
+    return any(e.details.get("window_key") == window_key and e.details.get("outcome") in CONSUMING
+               for e in notes(session, deployment=deployment, type_="cycle"))
+
+
+def _usable(deployment: str):  # type: ignore[no-untyped-def]
+    return (Request.deployment == deployment, Request.opted_out.is_(False),
+            Request.prompt_ids.is_not(None), Request.output_ids.is_not(None))
+
+
+def fresh_requests(session: Session, *, deployment: str, after_id: int) -> int:
+    """Usable requests of ``deployment`` with an id above ``after_id``."""
+    query = select(func.count()).select_from(Request).where(
+        Request.id > after_id, *_usable(deployment))
+    return int(session.scalar(query) or 0)
+
+
+def newest_request(session: Session, *, deployment: str) -> tuple[int, datetime] | None:
+    """(id, created_at) of the deployment's newest usable request."""
+    row = session.execute(
+        select(Request.id, Request.created_at).where(*_usable(deployment))
+        .order_by(Request.created_at.desc(), Request.id.desc()).limit(1)).first()
+    return (int(row.id), row.created_at) if row else None
