@@ -46,20 +46,25 @@ def serve(
     detach: bool = typer.Option(False, help="with --address: deploy and return"),
 ) -> None:
     """Serve the target with speculative decoding over an OpenAI-compatible HTTP API."""
+    from pydantic import ValidationError
+
     from autospec.serve.config import ServeConfig
 
     if detach and address is None:
         raise typer.BadParameter("--detach needs --address (a local Ray ends with this command)")
-    url = _prepare_database(database_url)
     actor_options: dict[str, float] = {"num_cpus": num_cpus}
     if num_gpus:
         actor_options["num_gpus"] = num_gpus
-    config = ServeConfig(
-        target=target, replicas=replicas, max_ongoing_requests=max_ongoing_requests,
-        max_pending_requests=max_pending_requests, speculator_k=speculator_k,
-        speculation=speculation, deployment=deployment, dtype=dtype,  # type: ignore[arg-type]
-        database_url=url, log_traffic=log_traffic, ray_actor_options=actor_options,
-        startup_timeout_s=startup_timeout)
+    try:
+        config = ServeConfig(
+            target=target, replicas=replicas, max_ongoing_requests=max_ongoing_requests,
+            max_pending_requests=max_pending_requests, speculator_k=speculator_k,
+            speculation=speculation, deployment=deployment, dtype=dtype,  # type: ignore[arg-type]
+            database_url=None, log_traffic=log_traffic, ray_actor_options=actor_options,
+            startup_timeout_s=startup_timeout)
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    config = config.model_copy(update={"database_url": _prepare_database(database_url)})
     endpoint = deploy(config, host=host, port=port, address=address)
     typer.echo(f"autospec is serving {target} at {endpoint}  (OpenAI API: {endpoint}/v1)")
     if detach:

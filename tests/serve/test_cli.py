@@ -27,6 +27,11 @@ def test_detach_needs_an_address():
     assert out.exit_code != 0 and "--address" in out.output
 
 
+def test_a_bad_option_value_is_a_usage_error():
+    out = CliRunner().invoke(app, ["serve", "--speculation", "sometimes"])
+    assert out.exit_code == 2 and "speculation" in out.output
+
+
 def test_the_serve_config_file_builds_the_application():
     config = yaml.safe_load((ROOT / "ops" / "serve_config.yaml").read_text())
     [application] = config["applications"]
