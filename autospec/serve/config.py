@@ -3,7 +3,7 @@ config file (``ops/serve_config.yaml``, ``args:``) and the tests.
 
 A typo in a field name is an error naming the field (``extra="forbid"``). The model knows
 nothing of Ray: replica counts and Ray's own queue limits are read by
-:mod:`autospec.serve.deployment` when it builds the application.
+:mod:`autospec.serve.app` when it builds the application.
 """
 
 from __future__ import annotations
@@ -12,8 +12,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: the version name served when no live version exists (the training-free n-gram speculator)
-BUILTIN_VERSION = "builtin-ngram"
+# the version name served while no version is live (the training-free n-gram speculator);
+# defined with the shared version resolver so evaluation and serving agree on it
+from autospec.versions import BUILTIN_VERSION
+
+__all__ = ["BUILTIN_VERSION", "OFF_VERSION", "ServeConfig"]
+
 #: the version name served with speculation off (target-only decoding)
 OFF_VERSION = "off"
 

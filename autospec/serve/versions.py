@@ -14,6 +14,8 @@ that fails to load (checksum, shape, missing file, unknown version) leaves the r
 current version; the failure is logged, recorded once in the audit log (event kind
 ``failure``) and not retried until the pointer moves again.
 
+A pointer moved back to ``builtin-ngram`` serves the built-in speculator again (version
+names resolve through :mod:`autospec.versions`, as evaluation resolves them).
 With no live pointer yet the replica serves the training-free n-gram speculator under the
 version name :data:`~autospec.serve.config.BUILTIN_VERSION` (``builtin-ngram``); with
 speculation off it serves target-only decoding as :data:`~autospec.serve.config.OFF_VERSION`.
@@ -34,9 +36,8 @@ from autospec import store
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.target import Target
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION
-from autospec.speculators.checkpoint import SpeculatorLoadError, load_speculator
 from autospec.speculators.registry import new_speculator
-from autospec.store.artifacts import local_path
+from autospec.versions import VersionLoadError, load_speculator_version
 
 log = logging.getLogger(__name__)
 
@@ -62,25 +63,10 @@ def off_version(target: Target) -> ServedVersion:
     return ServedVersion(OFF_VERSION, "none", SpeculativeEngine(target, None))
 
 
-class VersionLoadError(RuntimeError):
-    """A version could not be loaded; the message names the version and why."""
-
-
-def load_version(db: Engine, target: Target, version: str, k: int) -> ServedVersion:
-    """Load registered ``version`` from its artifact; :class:`VersionLoadError` if refused."""
-    try:
-        with store.session_scope(db, readonly=True) as session:
-            row = store.get_speculator(session, version=version)
-            uri, kind = row.artifact_uri, row.kind
-    except store.NotFound as exc:
-        raise VersionLoadError(str(exc)) from exc
-    path = local_path(uri)
-    if path is None:
-        raise VersionLoadError(f"version {version!r}: artifact {uri} is not a local directory")
-    try:
-        speculator = load_speculator(path, target)
-    except (SpeculatorLoadError, OSError, ValueError) as exc:
-        raise VersionLoadError(f"version {version!r}: {exc}") from exc
+def load_version(db: Engine | None, target: Target, version: str, k: int) -> ServedVersion:
+    """``version`` ready to serve (the shared resolver of :mod:`autospec.versions`: the
+    built-in name, or a registered artifact); :class:`VersionLoadError` if refused."""
+    kind, speculator = load_speculator_version(db, target, version)
     return ServedVersion(version, kind, SpeculativeEngine(target, speculator, k))
 
 
