@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from autospec.bench.cli import bench_app
+from autospec.controller import cli as controller_cli
 from autospec.evaluate.cli import evaluate
 from autospec.serve.cli import serve
 from autospec.store.cli import db_app
@@ -23,6 +24,9 @@ app.add_typer(db_app, name="db")
 app.add_typer(bench_app, name="bench")
 app.command("serve")(serve)
 app.command("evaluate")(evaluate)
+app.add_typer(controller_cli.controller_app, name="controller")
+for _name in ("status", "promote", "rollback", "versions", "history"):
+    app.command(_name)(getattr(controller_cli, _name))
 
 
 @app.command()

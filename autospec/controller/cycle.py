@@ -43,6 +43,7 @@ from sqlalchemy import Engine
 from autospec import store
 from autospec.controller import records
 from autospec.controller.lease import HeldLease, LeaseLost, holder_name, try_acquire
+from autospec.controller.operations import ensure_pointer
 from autospec.controller.policy import Policy
 from autospec.engine.target import Target
 from autospec.store.models import utcnow
@@ -363,6 +364,7 @@ class Controller:
         if current != incumbent:
             raise CycleFailed(f"the live pointer moved from {incumbent} to {current} during "
                               f"the cycle; the evaluation is stale")
+        ensure_pointer(session, deployment=self.deployment, actor=self.holder)
         store.set_live(
             session, version=best.version, actor=self.holder, deployment=self.deployment,
             reason=f"controller: gate passed, evaluation #{best.evaluation_id} "

@@ -1,0 +1,329 @@
+"""Operator commands: ``status``, ``promote``, ``rollback``, ``versions``, ``history`` and
+``controller run|once|watch``.
+
+Every command takes ``--json`` (one JSON document on stdout) and prints rich tables
+otherwise. The database is ``AUTOSPEC_DATABASE_URL`` (or the default SQLite file).
+Errors are one line on stderr, never a traceback. Exit codes, for scripts:
+
+- ``0`` — done: promoted, rolled back, listed; ``controller once``: promoted, nothing to
+  do, or another controller holds the lease;
+- ``2`` — error: bad policy file or option, database unreachable, unknown version, a
+  cycle that failed (training/evaluation error, lost lease);
+- ``3`` — refused: the gate rejected every candidate (``controller once``), ``promote``
+  without a passing evaluation against the live version, nothing to roll back to.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+out = Console()
+err = Console(stderr=True)
+
+EXIT_ERROR, EXIT_REFUSED = 2, 3
+
+controller_app = typer.Typer(help="Run the retraining controller (scheduled or one cycle).",
+                             no_args_is_help=True)
+
+POLICY_HELP = "a shipped policy (default, conservative) or the path of a YAML file"
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    from autospec.controller.operations import Refused
+    from autospec.controller.policy import PolicyError
+    from autospec.engine.target import TargetLoadError
+    from autospec.evaluate.run import EvaluationError
+    from autospec.store.errors import StoreError
+    from autospec.train.errors import TrainingError
+    from autospec.versions import VersionLoadError
+
+    try:
+        yield
+    except Refused as exc:
+        _fail(str(exc), EXIT_REFUSED)
+    except (PolicyError, StoreError, TrainingError, EvaluationError, VersionLoadError,
+            TargetLoadError) as exc:
+        _fail(str(exc), EXIT_ERROR)
+
+
+def _fail(message: str, code: int) -> None:
+    label = "refused" if code == EXIT_REFUSED else "error"
+    err.print(f"[bold red]{label}:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _emit(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def _actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+def _db():  # type: ignore[no-untyped-def]
+    from autospec import store
+
+    return store.open_store()
+
+
+# -- status ---------------------------------------------------------------------------------
+def status(
+    deployment: str = typer.Option("default", help="the deployment to report on"),
+    policy: str = typer.Option("default", help=POLICY_HELP + " (for the fresh-traffic "
+                               "minimum)"),
+    cycles: int = typer.Option(5, min=1, help="how many recent cycles to show"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+) -> None:
+    """Live version and its τ (shadow; live over the last hour and day), traffic, fresh
+    requests since the last cycle, recent cycles, next scheduled run, lease, failures."""
+    from autospec.controller.policy import load_policy
+    from autospec.controller.status import collect_status
+
+    with _errors():
+        pol = load_policy(policy)
+        data = collect_status(_db(), deployment=deployment, policy=pol, cycles=cycles)
+    if json_out:
+        _emit(data)
+    else:
+        _print_status(data)
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _print_status(data: dict[str, Any]) -> None:
+    live = data["live"]
+    table = Table(title=f"deployment {data['deployment']}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("live version", f"{live['version']}"
+                  + (" (built-in, nothing promoted)" if not live["pointer"] else ""))
+    table.add_row("previous", str(live.get("previous_version") or "—"))
+    tau = data["tau"]
+    table.add_row("τ shadow / 1h / 24h", f"{_fmt(tau['shadow'])} / {_fmt(tau['live_1h'])} "
+                  f"({tau['requests_1h']} req) / {_fmt(tau['live_24h'])} "
+                  f"({tau['requests_24h']} req)")
+    traffic = data["traffic"]
+    table.add_row("requests 1h / 24h / all",
+                  f"{traffic['last_hour']} / {traffic['last_day']} / {traffic['total']}")
+    table.add_row("fresh since last cycle",
+                  f"{data['fresh_requests']} (policy {data['policy']} needs "
+                  f"{data['min_fresh_requests']})")
+    sched = data["schedule"]
+    table.add_row("next scheduled cycle", "—" if not sched else
+                  f"{sched['next_run']} by {sched['holder']}"
+                  + (" [red](overdue: no scheduler running?)[/]" if sched["overdue"] else ""))
+    lease = data["lease"]
+    table.add_row("lease", "free" if not lease else
+                  f"{lease['holder']} (token {lease['token']}, until {lease['expires_at']})")
+    canary = data["canary"]
+    table.add_row("canary", "—" if not canary else
+                  f"{canary['version']}: {canary['requests']} of {canary['needed']} requests, "
+                  f"live τ {_fmt(canary['live_tau'])} vs shadow {_fmt(canary['shadow_tau'])}")
+    out.print(table)
+    _print_cycles(data["cycles"])
+    if data["failures"]:
+        fails = Table(title="recent failures")
+        for col in ("time", "actor", "version", "reason"):
+            fails.add_column(col)
+        for f in data["failures"]:
+            fails.add_row(str(f["time"]), f["actor"], str(f["version"] or "—"), f["reason"])
+        out.print(fails)
+
+
+def _print_cycles(cycles: list[dict[str, Any]]) -> None:
+    table = Table(title="recent cycles")
+    for col in ("started", "trigger", "window", "outcome", "promoted", "reasons"):
+        table.add_column(col)
+    for c in cycles:
+        reasons = [r if len(r) <= 90 else r[:89] + "…" for r in c["reasons"][-2:]]
+        table.add_row(str(c["started_at"])[:19], str(c["trigger"]), str(c["window_key"]),
+                      c["outcome"], str(c["promoted"] or "—"), "\n".join(reasons))
+    out.print(table)
+
+
+# -- promote / rollback ---------------------------------------------------------------------
+def promote(
+    version: str = typer.Argument(..., help="the version to make live"),
+    force: bool = typer.Option(False, help="promote without a passing evaluation (audited "
+                               "as an override; needs --reason)"),
+    reason: str = typer.Option("", help="why (required with --force)"),
+    deployment: str = typer.Option("default", help="the deployment whose pointer moves"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Make VERSION live — only with a passing evaluation against the live version, unless
+    --force --reason "..." (exit 0 promoted, 3 refused, 2 error)."""
+    from autospec.controller.operations import promote_version
+
+    if force and not reason.strip():
+        _fail("--force needs --reason \"...\" (it is recorded in the audit log)", EXIT_ERROR)
+    with _errors():
+        data = promote_version(_db(), version=version, actor=_actor(), force=force,
+                               reason=reason, deployment=deployment)
+    if json_out:
+        _emit(data)
+    else:
+        out.print(f"[green]{data['kind']}:[/] {data['from']} → {data['version']} "
+                  f"({data['reason']})", highlight=False)
+
+
+def rollback(
+    reason: str = typer.Option("operator rollback", help="why (recorded)"),
+    deployment: str = typer.Option("default", help="the deployment whose pointer moves"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Point the deployment back at its previous version, in one step (exit 0, 3 nothing
+    to roll back, 2 error)."""
+    from autospec.controller.operations import rollback_version
+
+    with _errors():
+        data = rollback_version(_db(), actor=_actor(), reason=reason, deployment=deployment)
+    if json_out:
+        _emit(data)
+    else:
+        out.print(f"[yellow]rolled back:[/] {data['from']} → {data['version']}",
+                  highlight=False)
+
+
+# -- versions / history ---------------------------------------------------------------------
+def versions(
+    state: str | None = typer.Option(None, help="only this state (candidate, live, retired, "
+                                     "rejected, rolled_back)"),
+    limit: int = typer.Option(50, min=1, help="newest N"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Registered speculator versions, newest first, with their last evaluation."""
+    from autospec.controller.operations import list_versions
+
+    with _errors():
+        rows = list_versions(_db(), state=state, limit=limit)
+    if json_out:
+        _emit(rows)
+        return
+    table = Table(title="speculator versions")
+    for col in ("version", "kind", "state", "parent", "created", "last evaluation"):
+        table.add_column(col)
+    for r in rows:
+        ev = r["evaluation"]
+        table.add_row(r["version"], r["kind"], r["state"], str(r["parent"] or "—"),
+                      str(r["created_at"])[:19], "—" if not ev else
+                      f"#{ev['id']} {ev['decision']} vs {ev['incumbent']}: τ "
+                      f"{_fmt(ev['tau_candidate'])} vs {_fmt(ev['tau_incumbent'])}")
+    out.print(table)
+
+
+def history(
+    deployment: str = typer.Option("default", help="the deployment"),
+    limit: int = typer.Option(30, min=1, help="newest N events"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """The audit log: promotions, rollbacks, overrides, rejections, failures and cycles."""
+    from autospec.controller.operations import list_history
+
+    with _errors():
+        rows = list_history(_db(), deployment=deployment, limit=limit)
+    if json_out:
+        _emit(rows)
+        return
+    table = Table(title="history")
+    for col in ("time", "event", "actor", "version", "from", "reason"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["time"])[:19], r["event"], r["actor"], str(r["version"] or "—"),
+                      str(r["from_version"] or "—"), r["reason"])
+    out.print(table)
+
+
+# -- controller run / once / watch ----------------------------------------------------------
+def _controller(policy: str, target: str, dtype: str):  # type: ignore[no-untyped-def]
+    from autospec.controller.cycle import Controller
+    from autospec.controller.policy import load_policy
+    from autospec.engine.target import load_target
+
+    pol = load_policy(policy)
+    return Controller(_db(), pol, lambda: load_target(target, dtype=dtype))
+
+
+TARGET_OPT = typer.Option("smollm2-135m", help="the served target: a name, directory or .gguf")
+DTYPE_OPT = typer.Option("float32", help="target dtype for training and replay")
+
+
+@controller_app.command("once")
+def once(
+    policy: str = typer.Option("default", help=POLICY_HELP),
+    target: str = TARGET_OPT,
+    dtype: str = DTYPE_OPT,
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Run one cycle now (cron-friendly). Exit 0: promoted, nothing to do or busy;
+    3: every candidate rejected; 2: error."""
+    with _errors():
+        result = _controller(policy, target, dtype).run_cycle(trigger="once")
+    if json_out:
+        _emit(result.as_dict())
+    else:
+        colour = {"promoted": "green", "rejected": "yellow", "failed": "red"}.get(
+            result.outcome, "blue")
+        out.print(f"[bold {colour}]{result.outcome}[/] {result.promoted or ''}")
+        for reason in result.reasons:
+            out.print(f"  • {reason}", highlight=False)
+    raise typer.Exit(result.exit_code)
+
+
+@controller_app.command("watch")
+def watch(
+    policy: str = typer.Option("default", help=POLICY_HELP),
+    target: str = TARGET_OPT,
+    dtype: str = DTYPE_OPT,
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """One canary/drift check now (rolls back on a canary shortfall; drift runs a cycle)."""
+    from autospec.controller.watch import Watcher
+
+    with _errors():
+        result = Watcher(_controller(policy, target, dtype)).run()
+    if json_out:
+        _emit(result.as_dict())
+    else:
+        out.print(f"[bold]{result.action}[/] {result.version or ''}")
+        for reason in result.reasons:
+            out.print(f"  • {reason}", highlight=False)
+    code = result.cycle.exit_code if result.cycle else 0
+    raise typer.Exit(code)
+
+
+@controller_app.command("run")
+def run(
+    policy: str = typer.Option("default", help=POLICY_HELP),
+    target: str = TARGET_OPT,
+    dtype: str = DTYPE_OPT,
+    log_level: str = typer.Option("INFO", help="logging level"),
+) -> None:
+    """Run the scheduler in the foreground: cycles on the policy's schedule, the canary /
+    drift watch in between. Ctrl-C stops it (a running cycle is recorded as interrupted
+    by the next controller)."""
+    from autospec.controller.scheduler import run_forever
+
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with _errors():
+        controller = _controller(policy, target, dtype)
+        try:
+            run_forever(controller)
+        except KeyboardInterrupt:
+            err.print("stopped")
+

@@ -1,0 +1,125 @@
+"""APScheduler (3.x) wiring of ``autospec controller run``.
+
+Two jobs, both ``coalesce=True`` (missed runs collapse into one), ``max_instances=1`` (a
+run still going when the next is due is not doubled) and ``misfire_grace_time`` =
+``schedule.misfire_grace`` (a run missed by up to that long still runs, once):
+
+- ``cycle``: :meth:`Controller.run_cycle` on the policy's interval or cron trigger (UTC);
+- ``watch``: :meth:`Watcher.run` (canary, drift → early cycle) every ``watch_interval``.
+
+Across restarts: the next cycle time is published as the ``expires_at`` of the lease row
+``controller-schedule:<deployment>`` (held by the scheduling process; ``autospec status``
+reads it, and a time in the past means no scheduler is running). A scheduler that starts
+and finds that time already past (a run was missed while nothing was running) runs one
+cycle at once — however many were missed.
+
+Jobs never raise into the scheduler: a cycle records its own failures; anything else is
+logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED, JobEvent
+from apscheduler.schedulers.base import BaseScheduler
+from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from autospec import store
+from autospec.controller import records
+from autospec.controller.cycle import Controller
+from autospec.controller.policy import Schedule
+from autospec.controller.watch import Watcher
+from autospec.store.models import utcnow
+
+log = logging.getLogger(__name__)
+
+JOB_DEFAULTS = {"coalesce": True, "max_instances": 1}
+
+
+def cycle_trigger(schedule: Schedule) -> BaseTrigger:
+    if schedule.cron is not None:
+        return CronTrigger.from_crontab(schedule.cron, timezone="UTC")
+    assert schedule.interval is not None
+    return IntervalTrigger(seconds=schedule.interval.total_seconds(), timezone="UTC")
+
+
+def build_scheduler(controller: Controller, *, scheduler: BaseScheduler | None = None,
+                    watch: bool = True) -> BaseScheduler:
+    """A scheduler (default: blocking, UTC) with the policy's jobs added, not started."""
+    sched = scheduler or BlockingScheduler(timezone="UTC")
+    schedule = controller.policy.schedule
+    grace = int(schedule.misfire_grace.total_seconds())
+    first = utcnow() if overdue(controller) else None
+    sched.add_job(lambda: run_cycle_job(controller), cycle_trigger(schedule), id="cycle",
+                  name="controller cycle", misfire_grace_time=grace, replace_existing=True,
+                  **JOB_DEFAULTS, **({"next_run_time": first} if first else {}))
+    if watch:
+        sched.add_job(lambda: Watcher(controller).run(), IntervalTrigger(
+            seconds=schedule.watch_interval.total_seconds(), timezone="UTC"), id="watch",
+            name="canary and drift watch", misfire_grace_time=grace, replace_existing=True,
+            **JOB_DEFAULTS)
+    sched.add_listener(lambda event: _after_job(sched, controller, event),
+                       EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
+    return sched
+
+
+def run_cycle_job(controller: Controller) -> dict[str, Any]:
+    result = controller.run_cycle(trigger="schedule")
+    log.info("scheduled cycle: %s %s", result.outcome, "; ".join(result.reasons[-3:]))
+    return result.as_dict()
+
+
+def overdue(controller: Controller) -> bool:
+    """True when a published next cycle time has passed with nobody running it."""
+    with store.session_scope(controller.engine, readonly=True) as session:
+        row = store.get_lease(session, name=records.schedule_lease_name(controller.deployment))
+    return row is not None and row.expires_at <= utcnow()
+
+
+def publish_next_run(controller: Controller, next_run: datetime | None) -> bool:
+    """Record ``next_run`` as the schedule lease's expiry (False: another scheduler has it)."""
+    if next_run is None:
+        return False
+    ttl = max(next_run.astimezone(timezone.utc) - utcnow(), timedelta(seconds=1))
+    with store.session_scope(controller.engine) as session:
+        grant = store.acquire_lease(
+            session, name=records.schedule_lease_name(controller.deployment),
+            holder=controller.holder, ttl=ttl)
+    return grant is not None
+
+
+def _after_job(sched: BaseScheduler, controller: Controller, event: JobEvent) -> None:
+    if getattr(event, "exception", None) is not None:
+        log.error("job %s raised: %s", event.job_id, event.exception)
+    if event.code == EVENT_JOB_MISSED:
+        log.warning("job %s missed its run time beyond the grace period", event.job_id)
+    publish_from(sched, controller)
+
+
+def publish_from(sched: BaseScheduler, controller: Controller) -> None:
+    job = sched.get_job("cycle")
+    try:
+        publish_next_run(controller, job.next_run_time if job else None)
+    except store.StoreError as exc:
+        log.warning("could not publish the next run time: %s", exc)
+
+
+def run_forever(controller: Controller) -> None:
+    """``autospec controller run``: block, running the policy's jobs until interrupted."""
+    first = utcnow() if overdue(controller) else None
+    sched = build_scheduler(controller)
+    trigger = cycle_trigger(controller.policy.schedule)
+    next_run = first or trigger.get_next_fire_time(None, utcnow())
+    try:
+        publish_next_run(controller, next_run)
+    except store.StoreError as exc:
+        log.warning("could not publish the next run time: %s", exc)
+    log.info("controller %s: policy %s, next cycle %s", controller.holder,
+             controller.policy.name, next_run)
+    sched.start()

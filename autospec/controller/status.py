@@ -1,0 +1,102 @@
+"""What ``autospec status`` reports, as one JSON-able dict (the CLI draws it).
+
+Everything is read from the store in one read-only transaction, so the report agrees with
+the live pointer the replicas follow: the live version is the pointer's (``builtin-ngram``
+when nothing was ever promoted), its shadow τ comes from the newest evaluation naming it,
+its live τ from the requests it served in the last hour and day; fresh requests are counted
+past the last consumed window; the next scheduled cycle is the schedule lease's expiry.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+
+from autospec import store
+from autospec.controller import records
+from autospec.controller.operations import cycle_rows
+from autospec.controller.policy import Policy
+from autospec.controller.watch import evaluated_tau, pending_canary
+from autospec.store.models import utcnow
+from autospec.versions import BUILTIN_VERSION
+
+
+def collect_status(engine: Engine, *, deployment: str, policy: Policy,
+                   cycles: int = 5) -> dict[str, Any]:
+    now = utcnow()
+    with store.session_scope(engine, readonly=True) as session:
+        pointer = store.get_live(session, deployment=deployment)
+        version = pointer.version if pointer else BUILTIN_VERSION
+        live = {"version": version, "pointer": pointer is not None,
+                "previous_version": pointer.previous_version if pointer else None,
+                "updated_at": pointer.updated_at if pointer else None,
+                "updated_by": pointer.updated_by if pointer else None,
+                "generation": pointer.generation if pointer else 0}
+        hour = _tau(session, deployment, version, now - timedelta(hours=1))
+        day = _tau(session, deployment, version, now - timedelta(days=1))
+        last_id = records.last_consumed_newest_id(session, deployment=deployment)
+        return {
+            "deployment": deployment, "time": now, "policy": policy.name, "live": live,
+            "tau": {"shadow": evaluated_tau(session, version),
+                    "live_1h": hour.tau if hour else None,
+                    "requests_1h": hour.requests if hour else 0,
+                    "live_24h": day.tau if day else None,
+                    "requests_24h": day.requests if day else 0},
+            "traffic": {
+                "last_hour": _count(session, now - timedelta(hours=1)),
+                "last_day": _count(session, now - timedelta(days=1)),
+                "total": _count(session, None)},
+            "fresh_requests": records.fresh_requests(session, deployment=deployment,
+                                                     after_id=last_id),
+            "min_fresh_requests": policy.window.min_fresh_requests,
+            "cycles": cycle_rows(session, deployment=deployment, limit=cycles),
+            "schedule": _schedule(session, deployment),
+            "lease": _lease(session, records.lease_name(deployment)),
+            "canary": _canary(session, deployment, policy),
+            "failures": _failures(session, deployment, now - timedelta(days=1)),
+        }
+
+
+def _tau(session, deployment: str, version: str, since):  # type: ignore[no-untyped-def]
+    stats = store.live_tau(session, since=since, deployment=deployment, versions=[version])
+    return stats[0] if stats else None
+
+
+def _count(session, since) -> int:  # type: ignore[no-untyped-def]
+    return sum(store.request_counts(session, since=since).values())
+
+
+def _schedule(session, deployment: str) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    row = store.get_lease(session, name=records.schedule_lease_name(deployment))
+    if row is None:
+        return None
+    return {"next_run": row.expires_at, "holder": row.holder,
+            "overdue": row.expires_at <= utcnow()}
+
+
+def _lease(session, name: str) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    row = store.get_lease(session, name=name)
+    if row is None or row.expires_at <= utcnow():
+        return None
+    return {"holder": row.holder, "token": row.token, "acquired_at": row.acquired_at,
+            "expires_at": row.expires_at}
+
+
+def _canary(session, deployment: str, policy: Policy) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    promo = pending_canary(session, deployment=deployment)
+    if promo is None:
+        return None
+    stats = store.live_tau(session, since=promo.created_at, deployment=deployment,
+                           versions=[promo.version])
+    return {"version": promo.version, "shadow_tau": promo.details.get("shadow_tau"),
+            "live_tau": stats[0].tau if stats else None,
+            "requests": stats[0].requests if stats else 0,
+            "needed": policy.canary.requests}
+
+
+def _failures(session, deployment: str, since) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    events = store.list_events(session, kinds=["failure"], since=since, limit=10)
+    return [{"time": e.created_at, "actor": e.actor, "version": e.version,
+             "reason": e.reason} for e in events if e.deployment in (None, deployment)]

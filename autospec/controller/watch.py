@@ -1,0 +1,178 @@
+"""The canary watch after a promotion, and the drift trigger.
+
+:meth:`Watcher.run` (under the controller lease, like a cycle) does:
+
+**Canary.** The newest pointer move of the deployment is a ``promotion`` or ``override``
+of the version now live, with a shadow τ in its details (the controller and
+``autospec promote`` put it there), and no ``canary`` verdict yet. Once that version has
+served at least ``canary.requests`` requests since the move, its live τ
+(:func:`autospec.store.live_tau`) is compared with the shadow τ: if
+``live τ < shadow τ × (1 − canary.max_shortfall)`` the pointer is rolled back
+(:func:`autospec.store.rollback`, in the same transaction as the fencing check, a check
+that the pointer still names that version, and the ``canary`` note), the reason giving
+both τ and the request count; otherwise the canary passes. Fewer requests: pending.
+
+**Drift.** With no canary pending: if the live version served at least
+``drift.min_requests`` requests in the last ``drift.window`` and its live τ is below its
+evaluated τ (the newest evaluation naming it, as candidate or incumbent) by more than
+``drift.max_drop`` (relative), a ``drift`` note is written and an early cycle runs at once
+with ``drift.min_fresh_requests`` as its fresh-traffic minimum — at most once per
+``drift.cooldown``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from autospec import store
+from autospec.controller import records
+from autospec.controller.cycle import Controller, CycleResult
+from autospec.controller.lease import HeldLease
+from autospec.store.models import utcnow
+from autospec.versions import BUILTIN_VERSION
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WatchResult:
+    """What the watch did: ``none``, ``busy``, ``canary_pending``, ``canary_passed``,
+    ``rolled_back`` or ``drift``."""
+
+    action: str
+    reasons: list[str] = field(default_factory=list)
+    version: str | None = None
+    cycle: CycleResult | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "reasons": self.reasons, "version": self.version,
+                "cycle": self.cycle.as_dict() if self.cycle else None}
+
+
+class Watcher:
+    """Canary and drift checks for a :class:`Controller`'s deployment and policy."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self.policy = controller.policy
+        self.deployment = controller.deployment
+
+    def run(self) -> WatchResult:
+        lease = self.controller._acquire()
+        if lease is None:
+            return WatchResult("busy")
+        try:
+            self.controller.recover()
+            result = self.canary(lease) if self.policy.canary.enabled else None
+            if result is not None:
+                return result
+            return self.drift(lease) if self.policy.drift.enabled else WatchResult("none")
+        finally:
+            lease.release()
+
+    # -- canary -------------------------------------------------------------------------
+    def canary(self, lease: HeldLease) -> WatchResult | None:
+        """A canary result, or None when no canary is pending."""
+        with store.session_scope(self.controller.engine) as session:
+            promo = pending_canary(session, deployment=self.deployment)
+            if promo is None:
+                return None
+            version, shadow = promo.version, float(promo.details["shadow_tau"])
+            stat = _live(session, self.deployment, version, since=promo.created_at)
+            need = self.policy.canary.requests
+            if stat is None or stat.requests < need or stat.tau is None:
+                seen = stat.requests if stat else 0
+                return WatchResult("canary_pending", [f"{version}: {seen} of {need} canary "
+                                   f"requests served"], version)
+            limit = shadow * (1 - self.policy.canary.max_shortfall)
+            verdict = "rollback" if stat.tau < limit else "pass"
+            reason = (f"canary of {version}: live τ {stat.tau:.3f} over {stat.requests} "
+                      f"requests vs shadow τ {shadow:.3f} (evaluation "
+                      f"#{promo.details.get('evaluation_id')}); "
+                      f"{'below' if verdict == 'rollback' else 'within'} the allowed "
+                      f"{self.policy.canary.max_shortfall:.0%} shortfall (τ ≥ {limit:.3f})")
+            if verdict == "rollback":
+                lease.fence(session)
+                pointer = store.get_live(session, deployment=self.deployment)
+                if pointer is None or pointer.version != version:
+                    return None
+                store.rollback(session, actor=self.controller.holder, reason=reason,
+                               deployment=self.deployment,
+                               details={"type": "canary", "promotion_event": promo.id,
+                                        "live_tau": stat.tau, "shadow_tau": shadow,
+                                        "requests": stat.requests})
+            records.note(session, type_="canary", actor=self.controller.holder,
+                         deployment=self.deployment, reason=reason, version=version,
+                         verdict=verdict, promotion_event=promo.id, live_tau=stat.tau,
+                         shadow_tau=shadow, requests=stat.requests)
+        log.log(logging.WARNING if verdict == "rollback" else logging.INFO, "%s", reason)
+        return WatchResult("rolled_back" if verdict == "rollback" else "canary_passed",
+                           [reason], version)
+
+    # -- drift --------------------------------------------------------------------------
+    def drift(self, lease: HeldLease) -> WatchResult:
+        dp = self.policy.drift
+        now = utcnow()
+        with store.session_scope(self.controller.engine) as session:
+            version = live_or_builtin(session, self.deployment)
+            evaluated = evaluated_tau(session, version)
+            stat = _live(session, self.deployment, version, since=now - dp.window)
+            if evaluated is None or stat is None or stat.tau is None \
+                    or stat.requests < dp.min_requests:
+                return WatchResult("none", version=version)
+            if stat.tau >= evaluated * (1 - dp.max_drop):
+                return WatchResult("none", version=version)
+            recent = [e for e in records.notes(session, deployment=self.deployment,
+                                               type_="drift") if e.created_at > now - dp.cooldown]
+            if recent:
+                return WatchResult("none", ["drift seen, early cycle on cooldown"], version)
+            reason = (f"drift: live τ of {version} is {stat.tau:.3f} over {stat.requests} "
+                      f"requests in the last {dp.window}, below its evaluated τ "
+                      f"{evaluated:.3f} by more than {dp.max_drop:.0%}; early cycle")
+            records.note(session, type_="drift", actor=self.controller.holder,
+                         deployment=self.deployment, reason=reason, version=version,
+                         live_tau=stat.tau, evaluated_tau=evaluated, requests=stat.requests)
+        log.warning("%s", reason)
+        cycle = self.controller.cycle(lease, trigger="drift", min_fresh=dp.min_fresh_requests)
+        return WatchResult("drift", [reason], version, cycle)
+
+
+def pending_canary(session: Session, *, deployment: str) -> Any | None:
+    """The promotion event whose canary is still open, or None."""
+    moves = store.list_events(session, kinds=["promotion", "override", "rollback"],
+                              deployment=deployment, limit=1)
+    if not moves or moves[0].kind == "rollback":
+        return None
+    promo = moves[0]
+    if (promo.details or {}).get("shadow_tau") is None:
+        return None
+    pointer = store.get_live(session, deployment=deployment)
+    if pointer is None or pointer.version != promo.version:
+        return None
+    done = any(e.details.get("promotion_event") == promo.id
+               for e in records.notes(session, deployment=deployment, type_="canary"))
+    return None if done else promo
+
+
+def live_or_builtin(session: Session, deployment: str) -> str:
+    pointer = store.get_live(session, deployment=deployment)
+    return pointer.version if pointer else BUILTIN_VERSION
+
+
+def evaluated_tau(session: Session, version: str) -> float | None:
+    """τ of ``version`` in the newest evaluation naming it (candidate or incumbent)."""
+    for ev in store.list_evaluations(session, limit=200):
+        if ev.candidate == version and ev.tau_candidate is not None:
+            return float(ev.tau_candidate)
+        if ev.incumbent == version and ev.tau_incumbent is not None:
+            return float(ev.tau_incumbent)
+    return None
+
+
+def _live(session: Session, deployment: str, version: str, *, since: Any) -> Any | None:
+    stats = store.live_tau(session, since=since, deployment=deployment, versions=[version])
+    return stats[0] if stats else None
