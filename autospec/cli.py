@@ -13,6 +13,7 @@ from autospec.controller import cli as controller_cli
 from autospec.evaluate.cli import evaluate
 from autospec.serve.cli import serve
 from autospec.store.cli import db_app
+from autospec.train.cli import train
 
 app = typer.Typer(
     name="autospec",
@@ -27,6 +28,7 @@ app.command("evaluate")(evaluate)
 app.add_typer(controller_cli.controller_app, name="controller")
 for _name in ("status", "promote", "rollback", "versions", "history"):
     app.command(_name)(getattr(controller_cli, _name))
+app.command("train")(train)
 
 
 @app.command()

@@ -126,13 +126,14 @@ def train_loop(
             optimizer.step()
             state.step += 1
             state.examples_seen += len(indices) * world_size
-            running.append(float(loss.detach()))
+            step_loss = float(loss.detach())
+            running.append(step_loss)
             if state.step % cfg.log_every == 0 or state.step == total:
                 state.loss_curve.append((state.step, sum(running) / len(running)))
                 running = []
             if on_step is not None:
                 acc = (correct.float() / counted.clamp_min(1)).tolist()
-                on_step(StepMetrics(state.step, epoch, float(loss), lr, acc))
+                on_step(StepMetrics(state.step, epoch, step_loss, lr, acc))
             if should_stop is not None and should_stop():
                 raise KeyboardInterrupt("training stopped on request")
         state.epoch = epoch + 1

@@ -1,0 +1,60 @@
+"""``autospec train`` on a tiny random-init target: prints the version; clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autospec.cli import app
+
+
+@pytest.fixture
+def cli_env(monkeypatch, db_with_traffic, sqlite_url, tiny):
+    import autospec.engine.target as target_module
+
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", sqlite_url)
+    monkeypatch.setattr(target_module, "load_target", lambda *a, **k: tiny)
+    return sqlite_url
+
+
+def _run(*args: str):
+    return CliRunner().invoke(app, ["train", *args])
+
+
+def test_cli_train_tiny_random_init_prints_the_registered_version(cli_env) -> None:
+    result = _run("--kind", "suffix", "--window", "100", "--min-requests", "5")
+    assert result.exit_code == 0, result.output
+    assert "registered suffix-" in result.output and "candidate" in result.output
+    result = _run("--kind", "eagle3", "--window", "100", "--epochs", "1",
+                  "--draft-vocab-size", "32", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["version"].startswith("eagle3-") and data["metrics"]["examples_seen"] > 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--kind", "eagle3", "--window", "100", "--min-requests", "500"], "policy minimum is 500"),
+    (["--kind", "medusa"], "unknown kind 'medusa'"),
+    (["--kind", "eagle3", "--window", "soon"], "bad window 'soon'"),
+    (["--kind", "eagle3", "--window", "100", "--incumbent", "nope-1"], "not registered"),
+    (["--kind", "eagle3", "--window", "100", "--draft-vocab-size", "100000"],
+     "draft_vocab_size"),
+])
+def test_cli_train_tiny_random_init_bad_input_is_one_line_without_traceback(
+        cli_env, args, message) -> None:
+    result = _run(*args)
+    assert result.exit_code != 0
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_train_empty_window_is_a_clear_error(monkeypatch, tmp_path, tiny) -> None:
+    import autospec.engine.target as target_module
+
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", f"sqlite:///{tmp_path / 'empty.db'}")
+    monkeypatch.setattr(target_module, "load_target", lambda *a, **k: tiny)
+    result = _run("--kind", "draft")
+    assert result.exit_code == 2
+    assert "no usable request" in result.output and "Traceback" not in result.output

@@ -1,0 +1,136 @@
+"""Runs end to end on tiny random-init targets: registration, warm start, failures, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from autospec import store
+from autospec.settings import get_settings
+from autospec.speculators.checkpoint import load_speculator, save_speculator
+from autospec.speculators.eagle3 import Eagle3Speculator
+from autospec.train import (
+    EmptyWindow,
+    IncumbentMismatch,
+    TrainRequest,
+    WindowSpec,
+    WindowTooSmall,
+    train_candidate,
+)
+
+EAGLE = {"draft_vocab_size": 40}
+
+
+def _request(kind: str = "eagle3", **kw) -> TrainRequest:
+    kw.setdefault("overrides", EAGLE if kind == "eagle3" else {})
+    return TrainRequest(kind=kind, epochs=kw.pop("epochs", 2),
+                        window=kw.pop("window", WindowSpec(heldout_fraction=0.2)), **kw)
+
+
+def _artifacts() -> list[Path]:
+    root = get_settings().resolved_artifact_dir
+    return sorted(root.iterdir()) if root.exists() else []
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "draft", "suffix"])
+def test_run_tiny_random_init_registers_a_candidate(db_with_traffic, tiny, kind) -> None:
+    outcome = train_candidate(_request(kind), engine=db_with_traffic, target=tiny)
+    with store.session_scope(db_with_traffic) as s:
+        row = store.get_speculator(s, version=outcome.version)
+        run = store.get_training_run(s, run_id=outcome.run_id)
+        assert (row.state, row.kind, row.parent, row.sha256) == ("candidate", kind, None,
+                                                                 outcome.sha256)
+        assert row.training_run_id == run.id and row.target_revision == tiny.info.revision
+        assert run.status == "succeeded" and run.version == outcome.version
+        assert run.finished_at is not None and run.train_requests == 48
+        assert run.metrics["window"]["heldout_requests"] == 12
+        assert run.metrics["examples_seen"] > 0
+        if kind != "suffix":
+            assert len(run.metrics["loss_curve"]) >= 2
+    assert _artifacts() == [outcome.artifact]  # no partial directory left behind
+    spec = load_speculator(outcome.artifact, tiny)  # verified manifest, safetensors only
+    assert spec.kind == kind
+
+
+def test_run_tiny_random_init_warm_starts_from_live_with_a_new_draft_vocab(
+        db_with_traffic, tiny) -> None:
+    first = train_candidate(_request(), engine=db_with_traffic, target=tiny)
+    with store.session_scope(db_with_traffic) as s:
+        store.set_live(s, version=first.version, actor="test", reason="test")
+    second = train_candidate(_request(overrides={"draft_vocab_size": 48}),
+                             engine=db_with_traffic, target=tiny)
+    assert second.parent == first.version
+    assert second.metrics["init"] == "incumbent"
+    assert second.metrics["draft_vocab_rows_kept"] == 40  # every old row still exists
+    scratch = train_candidate(_request(from_scratch=True), engine=db_with_traffic, target=tiny)
+    assert scratch.parent is None and scratch.metrics["init"] == "target-lm-head"
+
+
+def test_warm_start_tiny_random_init_keeps_rows_that_still_exist(tiny) -> None:
+    from autospec.speculators.registry import new_speculator
+    from autospec.train.models import warm_start_eagle3
+
+    old = new_speculator("eagle3", tiny, draft_vocab_size=16)
+    assert isinstance(old, Eagle3Speculator)
+    old.head.set_draft_vocab(torch.arange(16) * 2)  # even ids
+    torch.nn.init.normal_(old.head.lm_head.weight)
+    new = new_speculator("eagle3", tiny, draft_vocab_size=20)
+    new_d2t = torch.cat([torch.arange(0, 20, 2), torch.arange(41, 60, 2)])  # 10 kept, 10 new
+    kept = warm_start_eagle3(new, old, new_d2t, tiny)
+    assert kept == 10
+    for j, t in enumerate(new_d2t.tolist()):
+        if t < 20:
+            torch.testing.assert_close(new.head.lm_head.weight[j],
+                                       old.head.lm_head.weight[t // 2])
+        else:  # a new token: the target's own LM-head row
+            torch.testing.assert_close(new.head.lm_head.weight[j],
+                                       tiny.model.lm_head.weight[t].to(new.head.lm_head.weight))
+    torch.testing.assert_close(new.head.fc.weight, old.head.fc.weight)
+
+
+def test_checkpoint_tiny_random_init_trained_head_round_trips(db_with_traffic, tiny,
+                                                              tmp_path) -> None:
+    outcome = train_candidate(_request(), engine=db_with_traffic, target=tiny)
+    spec = load_speculator(outcome.artifact, tiny)
+    again = tmp_path / "again"
+    assert save_speculator(spec, again) == outcome.sha256  # bit-identical artifact
+
+
+def test_run_tiny_random_init_interrupted_registers_nothing_and_records_why(
+        db_with_traffic, tiny) -> None:
+    steps = []
+
+    def stop() -> bool:
+        steps.append(1)
+        return len(steps) >= 3
+
+    with pytest.raises(KeyboardInterrupt):
+        train_candidate(_request(), engine=db_with_traffic, target=tiny, should_stop=stop)
+    with store.session_scope(db_with_traffic) as s:
+        assert store.list_speculators(s) == []
+        (run,) = store.list_training_runs(s)
+        assert run.status == "failed" and run.error.startswith("interrupted")
+        assert run.version is None and run.finished_at is not None
+    assert _artifacts() == []
+
+
+def test_run_bad_input_is_a_clear_error_and_records_no_run(db_with_traffic, tiny, other_tiny,
+                                                           tmp_path) -> None:
+    with pytest.raises(WindowTooSmall, match="policy minimum is 100"):
+        train_candidate(_request(min_requests=100), engine=db_with_traffic, target=tiny)
+    first = train_candidate(_request(), engine=db_with_traffic, target=tiny)
+    with store.session_scope(db_with_traffic) as s:
+        store.set_live(s, version=first.version, actor="test", reason="test")
+    with pytest.raises(IncumbentMismatch, match="built for target 'tiny-llama-0'"):
+        train_candidate(_request(), engine=db_with_traffic, target=other_tiny)
+    with pytest.raises(IncumbentMismatch, match="is a eagle3 speculator, not draft"):
+        train_candidate(_request("draft", incumbent=first.version), engine=db_with_traffic,
+                        target=tiny)
+    with store.session_scope(db_with_traffic) as s:
+        assert len(store.list_training_runs(s)) == 1  # only the successful one
+    empty = store.open_store(f"sqlite:///{tmp_path / 'empty.db'}", upgrade=True)
+    with pytest.raises(EmptyWindow):
+        train_candidate(_request(), engine=empty, target=tiny)
+    empty.dispose()
