@@ -1,0 +1,92 @@
+"""Helpers for controller tests: a tiny target's own traffic, a fast test policy, a clock.
+
+Traffic: a few distinct random prompts, each sent several times, answered greedily by the
+tiny target (so logged outputs are the target's, as in production). Repeated prompts are
+what a suffix speculator learns from, so a suffix candidate beats the built-in n-gram one
+on the held-out part and the gate passes.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autospec import store
+from autospec.controller.policy import Policy, parse_policy
+from autospec.engine.target import Target
+
+T0 = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=2)
+
+TEST_POLICY = textwrap.dedent("""\
+    name: test
+    schedule: {interval: 1h, watch_interval: 1s}
+    window: {min_fresh_requests: 20, max_requests: 200, heldout_fraction: 0.3}
+    training: {kinds: [suffix], min_train_requests: 5}
+    evaluation: {k: 4}
+    gate: {min_heldout: 5, min_gain: 0.05, min_segment_requests: 1000}
+    canary: {requests: 10, max_shortfall: 0.2}
+    drift: {window: 1h, min_requests: 10, max_drop: 0.3, min_fresh_requests: 5, cooldown: 1h}
+    lease: {ttl: 4s}
+    """)
+
+
+def fast_policy(**sections: dict[str, Any]) -> Policy:
+    base = parse_policy(TEST_POLICY, source="test.yaml").model_dump()
+    for name, values in sections.items():
+        base[name] = {**base[name], **values}
+    return Policy.model_validate(base)
+
+
+def write_policy(path: Path, text: str = TEST_POLICY) -> Path:
+    path.write_text(text)
+    return path
+
+
+@torch.inference_mode()
+def greedy_traffic(target: Target, *, prompts: int = 4, repeats: int = 10, seed: int = 0,
+                   prompt_len: int = 6, output_len: int = 20) -> list[tuple[list[int], list[int]]]:
+    """``prompts × repeats`` (prompt, greedy output) pairs, interleaved."""
+    gen = torch.Generator().manual_seed(seed)
+    vocab = target.info.vocab_size - 1
+    base = torch.randint(2, vocab, (prompts, prompt_len), generator=gen)
+    out = target.model.generate(base, attention_mask=torch.ones_like(base),
+                                max_new_tokens=output_len, min_new_tokens=output_len,
+                                do_sample=False, pad_token_id=0)
+    pairs = [(p.tolist(), o[prompt_len:].tolist()) for p, o in zip(base, out, strict=True)]
+    return [pairs[i % prompts] for i in range(prompts * repeats)]
+
+
+def log_traffic(engine: Any, pairs: list[tuple[list[int], list[int]]], *,
+                start: datetime = T0, version: str | None = None) -> None:
+    records = [store.RequestRecord(prompt_ids=p, output_ids=o, speculator_version=version,
+                                   created_at=start + timedelta(seconds=i))
+               for i, (p, o) in enumerate(pairs)]
+    store.write_requests(engine, records)
+
+
+def live_requests(engine: Any, version: str, *, n: int, tau: float,
+                  start: datetime | None = None) -> None:
+    """``n`` statistics-only requests served by ``version`` with acceptance length ``tau``."""
+    start = start or datetime.now(timezone.utc)
+    steps = 10
+    accepted = round((tau - 1) * steps)
+    records = [store.RequestRecord(speculator_version=version, num_drafts=steps,
+                                   num_draft_tokens=steps * 4, num_accepted_tokens=accepted,
+                                   opted_out=True, created_at=start + timedelta(milliseconds=i))
+               for i in range(n)]
+    store.write_requests(engine, records)
+
+
+def events(engine: Any, *kinds: str) -> list[Any]:
+    with store.session_scope(engine, readonly=True) as session:
+        return store.list_events(session, kinds=list(kinds) or None, limit=1000)
+
+
+def live_version(engine: Any) -> str | None:
+    with store.session_scope(engine, readonly=True) as session:
+        pointer = store.get_live(session)
+        return pointer.version if pointer else None

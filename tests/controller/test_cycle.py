@@ -1,0 +1,89 @@
+"""The cycle on a tiny target: promote on a real gain, reject otherwise, once per window;
+three controllers on one database run exactly one cycle per window."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from autospec import store
+from autospec.controller import records
+from autospec.controller.cycle import Controller
+
+from .helpers import T0, events, fast_policy, live_version, log_traffic
+
+
+def _cycle_notes(engine, outcome: str | None = None) -> list:  # type: ignore[no-untyped-def]
+    with store.session_scope(engine, readonly=True) as session:
+        notes = records.notes(session, deployment="default", type_="cycle")
+    return [n for n in notes if outcome is None or n.details["outcome"] == outcome]
+
+
+def test_a_cycle_promotes_a_better_candidate_once_per_window(db, tiny, traffic) -> None:
+    log_traffic(db, traffic)
+    controller = Controller(db, fast_policy(), tiny)
+    first = controller.run_cycle()
+    assert first.outcome == "promoted" and first.exit_code == 0, first.reasons
+    assert live_version(db) == first.promoted and first.promoted.startswith("suffix-")
+    (promotion,) = [e for e in events(db, "promotion") if e.version == first.promoted]
+    assert f"evaluation #{first.evaluations[0]}" in promotion.reason
+    assert promotion.details["shadow_tau"] > 1 and promotion.from_version == "builtin-ngram"
+    with store.session_scope(db, readonly=True) as session:
+        (ev,) = store.list_evaluations(session, candidate=first.promoted)
+        assert ev.decision == "promote" and ev.incumbent == "builtin-ngram"
+        assert ev.num_requests == len(traffic) - 28  # the held-out part only
+
+    again = controller.run_cycle()
+    assert again.outcome == "nothing_to_do" and "0 fresh requests" in again.reasons[0]
+    assert len(_cycle_notes(db)) == 1
+
+
+def test_not_enough_fresh_traffic_does_nothing(db, tiny, traffic) -> None:
+    log_traffic(db, traffic[:10])
+    result = Controller(db, fast_policy(), tiny).run_cycle()
+    assert result.outcome == "nothing_to_do" and "10 fresh requests" in result.reasons[0]
+    assert _cycle_notes(db) == [] and live_version(db) is None
+
+
+def test_a_rejected_candidate_consumes_the_window_and_exits_3(db, tiny, traffic) -> None:
+    log_traffic(db, traffic)
+    policy = fast_policy(gate={"min_gain": 50.0})
+    result = Controller(db, policy, tiny).run_cycle()
+    assert result.outcome == "rejected" and result.exit_code == 3
+    assert any("minimum gain" in r for r in result.reasons)
+    assert live_version(db) is None
+    with store.session_scope(db, readonly=True) as session:
+        assert store.get_speculator(session, version=result.candidates[0]).state == "rejected"
+    assert Controller(db, policy, tiny).run_cycle().outcome == "nothing_to_do"
+    # fresh traffic makes a new window
+    log_traffic(db, traffic, start=T0 + timedelta(minutes=10))
+    assert Controller(db, policy, tiny).run_cycle().outcome == "rejected"
+    assert len(_cycle_notes(db, "rejected")) == 2
+
+
+def test_three_controllers_run_one_cycle_per_window(db_url, tiny, traffic) -> None:
+    engines = [store.open_store(db_url, upgrade=True) for _ in range(3)]
+    log_traffic(engines[0], traffic)
+    policy = fast_policy()
+    barrier = threading.Barrier(3)
+    outcomes: list[str] = []
+
+    def controller(engine) -> None:  # type: ignore[no-untyped-def]
+        ctl = Controller(engine, policy, tiny)
+        barrier.wait()
+        for _ in range(3):
+            outcomes.append(ctl.run_cycle(trigger="test").outcome)
+
+    threads = [threading.Thread(target=controller, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert outcomes.count("promoted") == 1, outcomes
+    assert set(outcomes) <= {"promoted", "busy", "nothing_to_do"}
+    assert len(_cycle_notes(engines[0])) == 1
+    with store.session_scope(engines[0], readonly=True) as session:
+        assert len(store.list_speculators(session, kind="suffix")) == 1
+        assert store.get_lease(session, name=records.lease_name("default")) is None
+    for e in engines:
+        e.dispose()
