@@ -1,0 +1,65 @@
+"""Canary watch and drift: a promotion whose live τ falls short of its shadow τ is rolled
+back automatically (audited, with the reason); drift triggers an early cycle."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from autospec import store
+from autospec.controller import records
+from autospec.controller.cycle import Controller
+from autospec.controller.watch import Watcher
+
+from .helpers import T0, events, fast_policy, live_requests, live_version, log_traffic
+
+
+def _promoted(db, tiny, traffic) -> tuple[Controller, str, float]:  # type: ignore[no-untyped-def]
+    log_traffic(db, traffic)
+    controller = Controller(db, fast_policy(), tiny)
+    result = controller.run_cycle()
+    assert result.outcome == "promoted", result.reasons
+    (promo,) = [e for e in events(db, "promotion") if e.version == result.promoted]
+    return controller, result.promoted, promo.details["shadow_tau"]
+
+
+def test_a_canary_shortfall_rolls_back_automatically(db, tiny, traffic) -> None:
+    controller, version, shadow = _promoted(db, tiny, traffic)
+    live_requests(db, version, n=4, tau=1.2)
+    pending = Watcher(controller).run()
+    assert pending.action == "canary_pending" and "4 of 10" in pending.reasons[0]
+    live_requests(db, version, n=8, tau=1.2)
+    result = Watcher(controller).run()
+    assert result.action == "rolled_back", result.reasons
+    assert live_version(db) == "builtin-ngram"
+    (rollback,) = events(db, "rollback")
+    assert rollback.version == "builtin-ngram" and rollback.from_version == version
+    assert "canary" in rollback.reason and "12 requests" in rollback.reason
+    assert f"{shadow:.3f}" in rollback.reason and rollback.details["live_tau"] < shadow
+    with store.session_scope(db, readonly=True) as session:
+        assert store.get_speculator(session, version=version).state == "rolled_back"
+    assert Watcher(controller).run().action == "none"  # concluded; not rolled back twice
+
+
+def test_a_canary_within_tolerance_passes_once(db, tiny, traffic) -> None:
+    controller, version, shadow = _promoted(db, tiny, traffic)
+    live_requests(db, version, n=10, tau=shadow * 0.95)
+    assert Watcher(controller).run().action == "canary_passed"
+    assert live_version(db) == version
+    assert Watcher(controller).run().action == "none"
+
+
+def test_drift_triggers_an_early_cycle(db, tiny, traffic) -> None:
+    controller, version, shadow = _promoted(db, tiny, traffic)
+    live_requests(db, version, n=10, tau=shadow)
+    assert Watcher(controller).run().action == "canary_passed"
+    live_requests(db, version, n=20, tau=1.1)  # acceptance collapses: traffic changed
+    log_traffic(db, traffic[:8], start=T0 + timedelta(minutes=30))  # a little fresh traffic
+    result = Watcher(controller).run()
+    assert result.action == "drift", result.as_dict()
+    assert "below its evaluated τ" in result.reasons[0]
+    assert result.cycle is not None and result.cycle.outcome in ("promoted", "rejected")
+    with store.session_scope(db, readonly=True) as session:
+        (latest, *_) = records.cycles(session, deployment="default")
+    assert latest.start["trigger"] == "drift"
+    again = Watcher(controller).run()  # cooldown: no second early cycle
+    assert again.action == "none" and again.cycle is None
