@@ -11,6 +11,7 @@ import typer
 from autospec.bench.cli import bench_app
 from autospec.controller import cli as controller_cli
 from autospec.evaluate.cli import evaluate
+from autospec.loadgen.cli import loadgen
 from autospec.serve.cli import serve
 from autospec.store.cli import db_app
 from autospec.train.cli import train
@@ -29,6 +30,7 @@ app.add_typer(controller_cli.controller_app, name="controller")
 for _name in ("status", "promote", "rollback", "versions", "history"):
     app.command(_name)(getattr(controller_cli, _name))
 app.command("train")(train)
+app.command("loadgen")(loadgen)
 
 
 @app.command()

@@ -1,0 +1,126 @@
+"""One request through the official ``openai`` client, measured.
+
+:class:`Driver` wraps an ``openai.OpenAI`` client pointed at ``<url>/v1`` (no retries, so
+every failure is counted) and turns a :class:`~autospec.loadgen.source.Prompt` into a
+chat or completion request with the ``x-autospec-segment`` header. It returns a
+:class:`Result`: latency, tokens, and the acceptance statistics the server put in the
+response's ``autospec`` object (``version``, ``num_drafts``, ``num_accepted_tokens``...),
+with the version also read from the ``x-autospec-speculator`` header. Errors are returned
+as results (``ok=False``), never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autospec.loadgen.source import Prompt
+
+log = logging.getLogger(__name__)
+
+SEGMENT_HEADER = "x-autospec-segment"
+VERSION_HEADER = "x-autospec-speculator"
+
+
+@dataclass
+class Result:
+    """What one request did; times in seconds, ``start_s`` from the run's start."""
+
+    index: int
+    segment: str
+    start_s: float
+    latency_s: float
+    ok: bool
+    error: str | None = None
+    version: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    tau: float | None = None
+    text: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Driver:
+    """Sends prompts to one OpenAI-compatible endpoint."""
+
+    def __init__(self, url: str, *, model: str | None = None, max_tokens: int = 64,
+                 temperature: float = 0.0, timeout_s: float = 300.0,
+                 api_key: str = "unused", keep_text: bool = False) -> None:
+        from openai import OpenAI
+
+        self.url = url.rstrip("/")
+        self.client = OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0,
+                             timeout=timeout_s)
+        self.max_tokens, self.temperature, self.keep_text = max_tokens, temperature, keep_text
+        self._model = model
+
+    @property
+    def model(self) -> str:
+        """The model named in requests: as given, else the first one the server lists."""
+        if self._model is None:
+            models = self.client.models.list().data
+            if not models:
+                raise RuntimeError(f"{self.url}/v1/models lists no model")
+            self._model = models[0].id
+        return self._model
+
+    def send(self, prompt: Prompt, *, index: int = 0, start_s: float = 0.0) -> Result:
+        """Send one request; never raises for a failed request."""
+        import openai
+
+        params = {"max_tokens": self.max_tokens, "temperature": self.temperature,
+                  **prompt.overrides}
+        headers = {SEGMENT_HEADER: prompt.segment}
+        started = time.perf_counter()
+        try:
+            raw, body = self._create(prompt, params, headers)
+        except openai.OpenAIError as exc:
+            return Result(index, prompt.segment, start_s, time.perf_counter() - started,
+                          ok=False, error=_describe(exc))
+        latency = time.perf_counter() - started
+        return _result(index, prompt.segment, start_s, latency, raw.headers, body,
+                       self.keep_text)
+
+    def _create(self, prompt: Prompt, params: dict[str, Any],
+                headers: dict[str, str]) -> tuple[Any, Any]:
+        if prompt.messages is not None:
+            raw = self.client.chat.completions.with_raw_response.create(
+                model=self.model, messages=prompt.messages, extra_headers=headers,
+                **params)  # type: ignore[arg-type]
+        else:
+            raw = self.client.completions.with_raw_response.create(
+                model=self.model, prompt=prompt.prompt or "", extra_headers=headers, **params)
+        return raw, raw.parse()
+
+
+def _describe(exc: Exception) -> str:
+    status = getattr(exc, "status_code", None)
+    name = type(exc).__name__
+    return f"{name} {status}" if status is not None else name
+
+
+def _result(index: int, segment: str, start_s: float, latency: float, headers: Any,
+            body: Any, keep_text: bool) -> Result:
+    info = (body.model_extra or {}).get("autospec") or {}
+    usage = body.usage
+    choice = body.choices[0] if body.choices else None
+    text = None
+    if keep_text and choice is not None:
+        text = getattr(getattr(choice, "message", None), "content", None) \
+            or getattr(choice, "text", None)
+    return Result(
+        index=index, segment=segment, start_s=start_s, latency_s=latency, ok=True,
+        version=headers.get(VERSION_HEADER) or info.get("version"),
+        prompt_tokens=usage.prompt_tokens if usage else 0,
+        completion_tokens=usage.completion_tokens if usage else 0,
+        num_drafts=int(info.get("num_drafts") or 0),
+        num_draft_tokens=int(info.get("num_draft_tokens") or 0),
+        num_accepted_tokens=int(info.get("num_accepted_tokens") or 0),
+        tau=info.get("tau"), text=text)
