@@ -1,0 +1,82 @@
+"""End to end on a tiny target with a tokenizer: requests served over the OpenAI API are
+logged → the controller trains a suffix candidate on them → shadow-evaluates it against the
+built-in version → promotes it → the replica hot-swaps and responses name the new version
+in ``x-autospec-speculator``."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autospec import store
+from autospec.controller.cycle import Controller
+from autospec.engine.target import Target, load_target
+from autospec.serve.http import make_app
+
+from .helpers import fast_policy, make_tokenizer_model_dir
+
+
+def _serve_helpers():  # type: ignore[no-untyped-def]
+    """tests/serve/helpers.py (the serving tests' in-process server)."""
+    path = Path(__file__).resolve().parents[1] / "serve" / "helpers.py"
+    spec = importlib.util.spec_from_file_location("autospec_serve_test_helpers", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+serve_helpers = _serve_helpers()
+
+PROMPTS = ["The quick brown fox", "def add(a, b):", "Dear customer, thank you",
+           "SELECT name FROM users"]
+GREEDY = {"max_tokens": 16, "ignore_eos": True, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def tiny_llm(tmp_path_factory: pytest.TempPathFactory) -> Target:
+    directory = make_tokenizer_model_dir(tmp_path_factory.mktemp("tiny-llama"))
+    return load_target(str(directory), dtype="float32", device="cpu")
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_traffic_in_candidate_trained_evaluated_promoted_served(
+        tiny_llm: Target, sqlite_url: str, tmp_path: Path) -> None:
+    db = store.open_store(sqlite_url, upgrade=True)
+    server = serve_helpers.make_server(tiny_llm, db, poll_interval_s=0.1, speculator_k=4)
+    try:
+        with TestClient(make_app(server)) as client:
+            for i in range(40):
+                r = client.post("/v1/completions", json={
+                    "prompt": PROMPTS[i % len(PROMPTS)], **GREEDY})
+                assert r.status_code == 200
+                assert r.headers["x-autospec-speculator"] == "builtin-ngram"
+            assert server.writer is not None and server.writer.flush()
+            assert _logged(db) == 40
+
+            result = Controller(db, fast_policy(), tiny_llm).run_cycle(trigger="test")
+            assert result.outcome == "promoted", result.reasons
+            _wait_for(lambda: server.versions.current.name == result.promoted)
+
+            r = client.post("/v1/completions", json={"prompt": PROMPTS[0], **GREEDY})
+            assert r.status_code == 200
+            assert r.headers["x-autospec-speculator"] == result.promoted
+    finally:
+        server.close()
+        db.dispose()
+
+
+def _logged(db) -> int:  # type: ignore[no-untyped-def]
+    with store.session_scope(db, readonly=True) as session:
+        return sum(store.request_counts(session).values())
