@@ -320,10 +320,9 @@ def run(
 
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with _errors():
-        controller = _controller(policy, target, dtype)
-        try:
-            run_forever(controller)
-        except KeyboardInterrupt:
-            err.print("stopped")
+    try:
+        with _errors():
+            run_forever(_controller(policy, target, dtype))
+    except KeyboardInterrupt:
+        err.print("stopped")
 

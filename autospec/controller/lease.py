@@ -111,5 +111,5 @@ def try_acquire(engine: Engine, *, name: str, holder: str, ttl: timedelta) -> He
         grant = store.acquire_lease(session, name=name, holder=holder, ttl=ttl)
     if grant is None:
         return None
-    log.info("lease %s acquired by %s (token %d)", name, holder, grant.token)
+    log.debug("lease %s acquired by %s (token %d)", name, holder, grant.token)
     return HeldLease(engine, grant, ttl)

@@ -99,13 +99,23 @@ def _after_job(sched: BaseScheduler, controller: Controller, event: JobEvent) ->
         log.error("job %s raised: %s", event.job_id, event.exception)
     if event.code == EVENT_JOB_MISSED:
         log.warning("job %s missed its run time beyond the grace period", event.job_id)
-    publish_from(sched, controller)
+    if event.job_id == "cycle":
+        publish_from(sched, controller, after=event.scheduled_run_time)
 
 
-def publish_from(sched: BaseScheduler, controller: Controller) -> None:
+def publish_from(sched: BaseScheduler, controller: Controller, *,
+                 after: datetime | None = None) -> None:
+    """Publish the cycle job's next run (computed from its trigger: the event may arrive
+    before the scheduler has advanced the job)."""
     job = sched.get_job("cycle")
+    if job is None:
+        return
+    now = utcnow()
+    next_run = job.trigger.get_next_fire_time(after, now) if after else job.next_run_time
+    if next_run is not None and next_run <= now:
+        next_run = job.trigger.get_next_fire_time(next_run, now)
     try:
-        publish_next_run(controller, job.next_run_time if job else None)
+        publish_next_run(controller, next_run)
     except store.StoreError as exc:
         log.warning("could not publish the next run time: %s", exc)
 

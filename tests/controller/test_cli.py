@@ -1,0 +1,100 @@
+"""Operator CLI: status, promote (gated; --force --reason audited), rollback, versions,
+history and ``controller once`` — JSON output and exit codes scripts can rely on."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from typer.testing import CliRunner
+
+from autospec.cli import app
+
+from .helpers import T0, events, live_version, log_traffic, write_policy
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def cli(db, sqlite_url, tiny, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", sqlite_url)
+    monkeypatch.setattr("autospec.engine.target.load_target", lambda *a, **k: tiny)
+    policy = write_policy(tmp_path / "policy.yaml")
+    rejecting = tmp_path / "rejecting.yaml"
+    rejecting.write_text(policy.read_text().replace("min_gain: 0.05", "min_gain: 50"))
+
+    def invoke(*args: str, policy_file=policy):  # type: ignore[no-untyped-def]
+        extra = ["--policy", str(policy_file)] if args[0] in ("controller", "status") else []
+        return runner.invoke(app, [*args, *extra])
+
+    invoke.rejecting = rejecting  # type: ignore[attr-defined]
+    return invoke
+
+
+def test_controller_once_exit_codes_and_status(cli, db, traffic) -> None:
+    log_traffic(db, traffic)
+    rejected = cli("controller", "once", "--json", policy_file=cli.rejecting)
+    assert rejected.exit_code == 3, rejected.output
+    assert json.loads(rejected.stdout)["outcome"] == "rejected"
+    log_traffic(db, traffic, start=T0 + timedelta(minutes=10))  # a fresh window
+    promoted = cli("controller", "once", "--json")
+    assert promoted.exit_code == 0, promoted.output
+    data = json.loads(promoted.stdout)
+    assert data["outcome"] == "promoted" and live_version(db) == data["promoted"]
+    again = cli("controller", "once", "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["outcome"] == "nothing_to_do"
+
+    status = json.loads(cli("status", "--json").stdout)
+    assert status["live"]["version"] == data["promoted"]
+    assert status["live"]["previous_version"] == "builtin-ngram"
+    assert status["tau"]["shadow"] > 1 and status["fresh_requests"] == 0
+    assert [c["outcome"] for c in status["cycles"]] == ["promoted", "rejected"]
+    assert status["cycles"][1]["reasons"] and status["lease"] is None
+    assert status["traffic"]["total"] == 2 * len(traffic)
+    assert status["canary"]["version"] == data["promoted"]
+    table = cli("status")
+    assert table.exit_code == 0 and data["promoted"][:12] in table.stdout
+
+
+def test_promote_needs_a_passing_evaluation_or_an_audited_override(cli, db, traffic) -> None:
+    log_traffic(db, traffic)
+    once = cli("controller", "once", "--json", policy_file=cli.rejecting)
+    candidate = json.loads(once.stdout)["candidates"][0]
+
+    refused = cli("promote", candidate)
+    assert refused.exit_code == 3 and "decided reject" in refused.output
+    assert "--force" in refused.output and "Traceback" not in refused.output
+    no_reason = cli("promote", candidate, "--force")
+    assert no_reason.exit_code == 2 and "--reason" in no_reason.output
+    unknown = cli("promote", "no-such-version")
+    assert unknown.exit_code == 2 and "not registered" in unknown.output
+
+    forced = cli("promote", candidate, "--force", "--reason", "hotfix for ticket 42", "--json")
+    assert forced.exit_code == 0, forced.output
+    assert json.loads(forced.stdout)["kind"] == "override" and live_version(db) == candidate
+    (override,) = events(db, "override")
+    assert override.reason == "hotfix for ticket 42" and override.actor.startswith("cli")
+
+    back = cli("rollback", "--json")
+    assert back.exit_code == 0 and json.loads(back.stdout)["version"] == "builtin-ngram"
+    assert live_version(db) == "builtin-ngram"
+
+    versions = json.loads(cli("versions", "--json").stdout)
+    row = next(v for v in versions if v["version"] == candidate)
+    assert row["state"] == "rolled_back" and row["evaluation"]["decision"] == "reject"
+    history = json.loads(cli("history", "--json").stdout)
+    kinds = [h["event"] for h in history]
+    assert {"rollback", "override", "rejection", "cycle rejected"} <= set(kinds)
+    assert cli("versions").exit_code == 0 and cli("history").exit_code == 0
+
+
+def test_rollback_with_nothing_to_roll_back_is_refused(cli) -> None:
+    result = cli("rollback")
+    assert result.exit_code == 3 and "no previous version" in result.output
+
+
+def test_a_store_error_is_one_line_and_exit_2(monkeypatch) -> None:
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", "sqlite:////nonexistent-dir/x/y.db")
+    result = runner.invoke(app, ["status"])
+    assert result.exit_code == 2 and "Traceback" not in result.output

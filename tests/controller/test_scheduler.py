@@ -1,0 +1,78 @@
+"""Scheduler wiring: jobs from the policy with coalesce / max_instances / misfire grace;
+the next run is published for ``status``; a run missed while no scheduler was running is
+made up once at start-up, however many were missed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from autospec import store
+from autospec.controller import records, scheduler
+from autospec.controller.cycle import Controller, CycleResult
+from autospec.controller.status import collect_status
+from autospec.store.models import utcnow
+
+from .helpers import fast_policy
+
+
+def _jobs(controller: Controller) -> dict:
+    sched = BackgroundScheduler(timezone="UTC")
+    scheduler.build_scheduler(controller, scheduler=sched)
+    return {job.id: job for job in sched.get_jobs()}
+
+
+def test_jobs_follow_the_policy(db, tiny) -> None:
+    jobs = _jobs(Controller(db, fast_policy(), tiny))
+    assert set(jobs) == {"cycle", "watch"}
+    for job in jobs.values():
+        assert job.coalesce is True and job.max_instances == 1
+        assert job.misfire_grace_time == 3600
+    assert isinstance(jobs["cycle"].trigger, IntervalTrigger)
+    assert jobs["cycle"].trigger.interval == timedelta(hours=1)
+    assert jobs["watch"].trigger.interval == timedelta(seconds=1)
+    cron = Controller(db, fast_policy(schedule={"interval": None, "cron": "0 3 * * *"}), tiny)
+    assert isinstance(_jobs(cron)["cycle"].trigger, CronTrigger)
+
+
+def test_a_missed_run_is_made_up_once_and_the_next_run_published(db, tiny,
+                                                                  monkeypatch) -> None:
+    controller = Controller(db, fast_policy(), tiny)
+    with store.session_scope(db) as session:  # a scheduler said "next run 3 h ago", then died
+        store.acquire_lease(session, name=records.schedule_lease_name("default"),
+                            holder="dead-host:1:abc", ttl=timedelta(hours=-3))
+    assert collect_status(db, deployment="default", policy=controller.policy)[
+        "schedule"]["overdue"]
+    runs: list[str] = []
+    ran = threading.Event()
+
+    def fake_cycle(*, trigger: str) -> CycleResult:
+        runs.append(trigger)
+        ran.set()
+        return CycleResult("nothing_to_do")
+
+    monkeypatch.setattr(controller, "run_cycle", fake_cycle)
+    sched = BackgroundScheduler(timezone="UTC")
+    scheduler.build_scheduler(controller, scheduler=sched, watch=False)
+    sched.start()
+    try:
+        assert ran.wait(10)
+        time.sleep(0.5)
+        assert runs == ["schedule"]  # one catch-up run, not one per missed interval
+        deadline = time.monotonic() + 5
+        while True:
+            status = collect_status(db, deployment="default", policy=controller.policy)
+            if status["schedule"]["holder"] == controller.holder:
+                break
+            assert time.monotonic() < deadline, status["schedule"]
+            time.sleep(0.05)
+        next_run = status["schedule"]["next_run"]
+        assert not status["schedule"]["overdue"]
+        assert timedelta(minutes=55) < next_run - utcnow() <= timedelta(hours=1)
+    finally:
+        sched.shutdown(wait=False)
