@@ -10,6 +10,7 @@ import typer
 
 from autospec.bench.cli import bench_app
 from autospec.controller import cli as controller_cli
+from autospec.demo.cli import demo
 from autospec.evaluate.cli import evaluate
 from autospec.loadgen.cli import loadgen
 from autospec.serve.cli import serve
@@ -31,17 +32,7 @@ for _name in ("status", "promote", "rollback", "versions", "history"):
     app.command(_name)(getattr(controller_cli, _name))
 app.command("train")(train)
 app.command("loadgen")(loadgen)
-
-
-@app.command()
-def demo(
-    target: str = typer.Option("smollm2-135m", help="target model: a name, a directory or a .gguf"),
-    max_new_tokens: int = typer.Option(48, help="tokens to generate per prompt"),
-) -> None:
-    """Run the main job on the embedded default (for now: a speculative decode run)."""
-    from autospec.bench.decode import run_demo
-
-    run_demo(target=target, max_new_tokens=max_new_tokens)
+app.command("demo")(demo)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,133 @@
+"""The demo's report: a rich table per phase, the decisions, a PNG chart, JSON, Markdown.
+
+- :func:`phase_table` — live version, τ live and shadow, tokens/s, speedup over
+  target-only (paired prompts), requests, time;
+- :func:`write_chart` — τ of every live response over time, one colour per speculator
+  version, a rolling mean per version, the phases shaded and labelled, controller decisions
+  marked (matplotlib, Agg backend: no display needed);
+- :func:`write_json` — the phase figures, decisions, audit events and every sample;
+- :func:`write_markdown` — the same tables as ``report.md`` next to the chart.
+
+Reads a :class:`~autospec.demo.run.DemoResult`; measures nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from autospec.demo.run import DemoResult, PhaseFigures
+
+COLUMNS = ("phase", "traffic", "live version", "τ live", "τ shadow", "tok/s",
+           "target-only tok/s", "speedup", "requests", "time s")
+
+
+def _f(value: float | None, spec: str = ".2f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def phase_row(p: PhaseFigures) -> list[str]:
+    versions = ", ".join(f"{v} ({n})" for v, n in p.versions.items()) \
+        if len(p.versions) > 1 else (p.live_version or "—")
+    return [p.name, p.domain, versions, _f(p.tau_live), _f(p.tau_shadow),
+            _f(p.tokens_per_s, ".1f"), _f(p.target_tokens_per_s, ".1f"),
+            _f(p.speedup, ".2f") + ("×" if p.speedup else ""),
+            f"{p.requests}" + (f" ({p.errors} failed)" if p.errors else ""),
+            f"{p.end_t - p.start_t:.0f}"]
+
+
+def phase_table(result: DemoResult) -> Table:
+    table = Table(title=f"autospec demo ({result.plan['mode']}, {result.target}) — "
+                  f"{result.took_s / 60:.1f} min")
+    for col in COLUMNS:
+        table.add_column(col, justify="left" if col in ("phase", "traffic", "live version")
+                         else "right")
+    for p in result.phases:
+        table.add_row(*phase_row(p))
+    return table
+
+
+def decision_table(result: DemoResult) -> Table:
+    table = Table(title="controller decisions")
+    for col in ("t s", "after", "what", "version", "reasons"):
+        table.add_column(col, overflow="fold")
+    for d in result.decisions:
+        table.add_row(f"{d.t:.0f}", d.after_phase, d.outcome, d.version or "—",
+                      "\n".join(d.reasons) or "—")
+    return table
+
+
+def write_json(result: DemoResult, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.as_dict(), indent=2, default=str) + "\n",
+                    encoding="utf-8")
+
+
+def write_markdown(result: DemoResult, path: Path, chart: Path | None) -> None:
+    lines = [f"# autospec demo ({result.plan['mode']})", "",
+             f"Target `{result.target}`, {result.plan['max_tokens']} tokens per request, "
+             f"k = {result.plan['k']}, greedy; took {result.took_s / 60:.1f} minutes. "
+             f"Speedup: output tokens/s of the live app over the target-only app on the same "
+             f"prompts (every {result.plan['baseline_every']}th prompt of a phase, sent to both "
+             f"back to back).", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(phase_row(p)) + " |" for p in result.phases]
+    lines += ["", "## Controller decisions", ""]
+    for d in result.decisions:
+        lines.append(f"- **{d.outcome}** {d.version or ''} (t = {d.t:.0f} s, after "
+                     f"{d.after_phase})")
+        lines += [f"  - {r}" for r in d.reasons]
+    lines += ["", "## Audit log (pointer moves and notes)", ""]
+    lines += [f"- {e['at']} {e['kind']} {e['version'] or ''} by {e['actor']}: {e['reason']}"
+              for e in result.events]
+    if chart is not None:
+        lines += ["", f"![τ over time]({chart.name})"]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_chart(result: DemoResult, path: Path) -> Path:
+    """τ per live response over time, coloured by version; returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    live = [s for s in result.samples if s.app == "live" and s.ok and s.tau is not None]
+    versions = list(dict.fromkeys(s.version or "?" for s in live))
+    colours = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(11, 5), dpi=110)
+    for i, p in enumerate(result.phases):
+        ax.axvspan(p.start_t, p.end_t, color="0.93" if i % 2 else "0.97", zorder=0)
+        ax.text((p.start_t + p.end_t) / 2, 1.0, f"{p.name}\n{p.domain}", ha="center",
+                va="bottom", fontsize=8, transform=ax.get_xaxis_transform(), clip_on=False)
+    for i, version in enumerate(versions):
+        pts = [s for s in live if (s.version or "?") == version]
+        xs, ys = [s.t for s in pts], [s.tau for s in pts]
+        ax.scatter(xs, ys, s=14, color=colours(i), alpha=0.55, label=version)
+        ax.plot(xs, _rolling(ys, 6), color=colours(i), linewidth=2)
+    for d in result.decisions:
+        if d.outcome in ("promoted", "drift", "rolled_back"):
+            ax.axvline(d.t, color="black" if d.outcome == "promoted" else "crimson",
+                       linestyle="--", linewidth=1)
+            ax.text(d.t, 0.02, f" {d.outcome}", rotation=90, fontsize=8, va="bottom",
+                    transform=ax.get_xaxis_transform())
+    ax.set_xlabel("seconds since the demo started")
+    ax.set_ylabel("τ per request (accepted + 1 per step)")
+    ax.set_ylim(bottom=1.0)
+    ax.legend(title="speculator version", loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _rolling(values: list[float], n: int) -> list[float]:
+    out = []
+    for i in range(len(values)):
+        window = values[max(0, i - n + 1): i + 1]
+        out.append(sum(window) / len(window))
+    return out

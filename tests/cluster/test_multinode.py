@@ -1,0 +1,129 @@
+"""A real two-node Ray cluster (separate ``ray start`` processes on this machine): serving
+replicas on both nodes, a 2-worker Ray Train run across them, and a promotion that reaches
+every replica. Tiny random-init target with SmolLM2's tokenizer; one SQLite store that both
+nodes see (same machine). Slow (two Ray nodes start), end to end."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autospec import store
+from autospec.loadgen import DomainSource, Driver, LoadSpec, Schedule, run_load
+from tests.serve.helpers import make_tiny_model_dir
+
+from .ray_nodes import CLUSTER_ENV, TwoNodeCluster, free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(900)]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TwoNodeCluster]:
+    ray = pytest.importorskip("ray")
+    for key, value in CLUSTER_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    c = TwoNodeCluster(cpus_per_node=2, log_dir=tmp_path)
+    try:
+        c.start()
+        ray.init(address=c.address, log_to_driver=False, configure_logging=False)
+        c.wait_for_nodes(ray, 2)
+        yield c
+    finally:
+        try:
+            from ray import serve
+
+            if ray.is_initialized():
+                serve.shutdown()
+        finally:
+            ray.shutdown()
+            c.stop()
+
+
+def _replica_nodes(ray, app: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    from ray.util.state import list_actors
+
+    actors = list_actors(filters=[("state", "=", "ALIVE")], detail=True, limit=1000)
+    return {a.actor_id: a.node_id for a in actors
+            if a.class_name.startswith(f"ServeReplica:{app}:")}
+
+
+def _train_worker_nodes() -> set[str]:
+    from ray.util.state import list_actors
+
+    actors = list_actors(detail=True, limit=1000)
+    return {a.node_id for a in actors if "RayTrainWorker" in a.class_name}
+
+
+def _versions(url: str, n: int) -> list[str | None]:
+    spec = LoadSpec(schedule=Schedule.constant({"support": 1.0}), concurrency=4, requests=n)
+    results = run_load(spec, DomainSource(seed=int(time.time())),
+                       Driver(url, max_tokens=8, timeout_s=120, model="tiny"))
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    return [r.version for r in results]
+
+
+def test_serving_training_and_promotion_across_two_nodes(cluster, tmp_path: Path,
+                                                         sqlite_url: str) -> None:
+    import ray
+    from ray import serve
+
+    from autospec.engine.target import load_target
+    from autospec.serve.app import AutospecServer
+    from autospec.serve.config import ServeConfig
+    from autospec.train import TrainRequest, WindowSpec, train_candidate
+
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert len(nodes) == 2
+    model_dir = make_tiny_model_dir(tmp_path / "tiny")
+    db = store.open_store(sqlite_url, upgrade=True)
+    data_dir = tmp_path / "autospec-data"
+    port = free_port()
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+    cfg = ServeConfig(target=str(model_dir), dtype="float32", device="cpu", model_name="tiny",
+                      database_url=sqlite_url, poll_interval_s=0.5, replicas=2)
+    app = AutospecServer.options(
+        num_replicas=2, max_replicas_per_node=1,
+        ray_actor_options={"num_cpus": 0.5, "runtime_env": {
+            "env_vars": {"AUTOSPEC_DATA_DIR": str(data_dir)}}},
+    ).bind(cfg.model_dump(mode="json"))
+    serve.run(app, name="autospec", route_prefix="/")
+    url = f"http://127.0.0.1:{port}"
+
+    # 1. two replicas, one on each node
+    placed = _replica_nodes(ray, "autospec")
+    assert len(placed) == 2 and set(placed.values()) == nodes, placed
+
+    # 2. traffic through both, logged to the one store
+    assert set(_versions(url, 40)) == {"builtin-ngram"}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with store.session_scope(db, readonly=True) as session:
+            if store.request_counts(session).get(None, 0) >= 40:
+                break
+        time.sleep(0.2)
+
+    # 3. a 2-worker Ray Train run on the cluster (1 CPU per worker, 1.5 free per node)
+    target = load_target(str(model_dir), dtype="float32", device="cpu")
+    outcome = train_candidate(
+        TrainRequest(kind="eagle3", epochs=1, workers=2, window=WindowSpec(heldout_fraction=0.2),
+                     overrides={"draft_vocab_size": 40}, batch_size=4,
+                     storage_path=tmp_path / "ray-train"),
+        engine=db, target=target)
+    assert outcome.metrics["workers"] == 2
+    assert _train_worker_nodes() == nodes  # one worker on each node
+
+    # 4. promotion: every replica serves the new version within ~10 s
+    with store.session_scope(db) as session:
+        store.set_live(session, version=outcome.version, actor="test", reason="multi-node test")
+    moved = time.monotonic()
+    while set(_versions(url, 8)) != {outcome.version}:
+        assert time.monotonic() - moved < 15, "a replica did not pick up the promotion"
+    took = time.monotonic() - moved
+    # 24 concurrent requests through the proxy reach both replicas: all name the new version
+    assert set(_versions(url, 24)) == {outcome.version}
+    assert took < 15
+    db.dispose()
