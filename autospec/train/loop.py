@@ -51,6 +51,7 @@ class LoopState:
     examples_seen: int = 0
     loss_curve: list[tuple[int, float]] = field(default_factory=list)
     optimizer: dict | None = None
+    resumes: int = 0  # times the run resumed from a checkpoint (a worker died)
 
 
 @dataclass

@@ -97,6 +97,7 @@ def _worker(cfg: dict[str, Any]) -> None:
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             state, resume = _read_checkpoint(Path(directory))
+        resume.resumes += 1
         recipe.load_state(trainee, state)
         log.info("rank %d resumes after epoch %d", rank, resume.epoch)
     model = ray.train.torch.prepare_model(
@@ -139,7 +140,7 @@ def _write_checkpoint(directory: Path, state: dict[str, torch.Tensor], loop: Loo
     safetensors.torch.save_file(tensors, str(directory / OPTIM_FILE))
     (directory / LOOP_FILE).write_text(json.dumps({
         "epoch": loop.epoch, "step": loop.step, "examples_seen": loop.examples_seen,
-        "loss_curve": loop.loss_curve, "optimizer": meta}))
+        "loss_curve": loop.loss_curve, "resumes": loop.resumes, "optimizer": meta}))
 
 
 def _read_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], LoopState]:
@@ -148,7 +149,8 @@ def _read_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], LoopStat
     optimizer = _unflatten_optimizer(
         safetensors.torch.load_file(str(directory / OPTIM_FILE)), info["optimizer"])
     loop = LoopState(epoch=info["epoch"], step=info["step"], examples_seen=info["examples_seen"],
-                     loss_curve=[tuple(p) for p in info["loss_curve"]], optimizer=optimizer)
+                     loss_curve=[tuple(p) for p in info["loss_curve"]], optimizer=optimizer,
+                     resumes=info.get("resumes", 0))
     return state, loop
 
 

@@ -218,7 +218,7 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
     return spec, {**init, "loss_curve": state.loss_curve, "steps": state.step,
                   "examples_seen": state.examples_seen, "epochs": request.epochs,
                   "train_tokens": train_cache.num_tokens, "feature_s": feature_s,
-                  "train_s": train_s, "workers": request.workers,
+                  "train_s": train_s, "workers": request.workers, "resumes": state.resumes,
                   "heldout_before": before, "heldout_after": after, "loss": request.loss,
                   "lr": loop.lr, "batch_size": loop.batch_size}
 

@@ -1,0 +1,287 @@
+"""``autospec bench train``: log domain traffic, train each kind on it, measure on held-out.
+
+1. **Traffic.** The default target answers ``--requests`` prompts of one domain
+   (:mod:`autospec.workloads`) greedily; the rows go through the store's
+   :class:`~autospec.store.TrafficWriter` into a SQLite database cached under
+   ``<cache dir>/bench-traffic/`` (keyed by target revision, domain, count, length,
+   seed), so reruns skip this step. Prompts are answered in left-padded batches with
+   Hugging Face ``generate`` (greedy, the target's own numerics): ~2× the throughput of
+   one-at-a-time decoding on two cores. Every row is what the target said.
+2. **Training.** :func:`autospec.train.run.train_candidate` trains ``eagle3`` and
+   ``draft`` and builds ``suffix`` on the train part of the window (the newest
+   ``heldout_fraction`` is never trained on), registering candidates in a scratch store.
+3. **Measurement**, side by side in one process on the held-out requests: the engine
+   target-only, and with ngram / suffix / draft / eagle3 at ``k`` drafts (greedy, so
+   every output must equal target-only): τ, tokens/s, speedup; plus the cost of one
+   draft step of each kind and of a target verify of ``n`` tokens against a 1-token step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from autospec.engine.target import Target
+from autospec.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+
+def traffic_db_path(target: Target, domain: str, requests: int, max_new: int,
+                    seed: int) -> Path:
+    """Where the cached traffic database of these settings lives."""
+    key = f"{target.info.target_id}:{target.info.revision}:{target.dtype}:{domain}:" \
+          f"{requests}:{max_new}:{seed}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return get_settings().cache_dir / "bench-traffic" / f"{domain}-{requests}-{digest}.db"
+
+
+@torch.inference_mode()
+def generate_traffic(target: Target, url: str, *, domain: str, requests: int, max_new: int,
+                     seed: int = 0, batch_size: int = 16) -> int:
+    """Answer ``requests`` prompts of ``domain`` greedily and log them at ``url``; rows."""
+    from rich.progress import Progress
+
+    from autospec.store import TrafficWriter, open_store
+    from autospec.workloads import domain_prompts
+
+    tok = target.tokenizer
+    chats = domain_prompts(domain, requests, seed)
+    prompts = [target.encode_chat(m) for m in chats]
+    eos = set(target.info.eos_token_ids)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else target.info.eos_token_ids[0]
+    engine = open_store(url, upgrade=True)
+    written = 0
+    with TrafficWriter(engine) as writer, Progress() as progress:
+        task = progress.add_task(f"logging {domain} traffic", total=requests)
+        for start in range(0, requests, batch_size):
+            batch = prompts[start : start + batch_size]
+            started = time.perf_counter()
+            outputs = _greedy_batch(target, batch, max_new, pad)
+            ms = (time.perf_counter() - started) * 1000 / len(batch)
+            for chat, ids, out in zip(chats[start:], batch, outputs, strict=False):
+                out = _cut_at_eos(out, eos)
+                writer.record(prompt_text=chat[-1]["content"], prompt_ids=ids,
+                              output_ids=out, output_text=target.decode(out), segment=domain,
+                              temperature=0.0, latency_ms=ms,
+                              finish_reason="stop" if out and out[-1] in eos else "length")
+                written += 1
+            progress.advance(task, len(batch))
+        writer.flush()
+    engine.dispose()
+    return written
+
+
+def _greedy_batch(target: Target, prompts: list[list[int]], max_new: int,
+                  pad: int) -> list[list[int]]:
+    """Greedy continuations of left-padded ``prompts`` (each up to ``max_new`` tokens)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    out = target.model.generate(input_ids=ids.to(target.device),
+                                attention_mask=mask.to(target.device),
+                                max_new_tokens=max_new, do_sample=False, pad_token_id=pad)
+    return [row[width:].tolist() for row in out]
+
+
+def _cut_at_eos(ids: list[int], eos: set[int]) -> list[int]:
+    for i, tok in enumerate(ids):
+        if tok in eos:
+            return ids[: i + 1]
+    return ids
+
+
+def ensure_traffic(target: Target, *, domain: str, requests: int, max_new: int,
+                   seed: int = 0) -> str:
+    """The URL of a cached traffic database with these settings (generated once)."""
+    path = traffic_db_path(target, domain, requests, max_new, seed)
+    url = f"sqlite:///{path}"
+    if path.exists():
+        log.info("using cached traffic %s", path)
+        return url
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".partial.db")
+    for stale in path.parent.glob(tmp.name + "*"):
+        stale.unlink()
+    started = time.perf_counter()
+    generate_traffic(target, f"sqlite:///{tmp}", domain=domain, requests=requests,
+                     max_new=max_new, seed=seed)
+    tmp.rename(path)
+    log.info("logged %d requests in %.0fs into %s", requests, time.perf_counter() - started,
+             path)
+    return url
+
+
+# -- the benchmark ----------------------------------------------------------------------------
+class TimedSpeculator:
+    """Forwards to a speculator and adds up the seconds spent in it (draft-side cost)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.kind = inner.kind
+        self.feature_layers = inner.feature_layers
+        self.seconds = 0.0
+        self.proposals = 0
+
+    def _timed(self, fn, *args):
+        started = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def begin(self, prompt_ids, features) -> None:
+        self._timed(self.inner.begin, prompt_ids, features)
+
+    def commit(self, tokens, features) -> None:
+        self._timed(self.inner.commit, tokens, features)
+
+    def propose(self, k, sampling, generator):
+        self.proposals += 1
+        return self._timed(self.inner.propose, k, sampling, generator)
+
+
+def _measure(target: Target, specs: dict, prompts: list[list[int]], max_new: int,
+             k: int) -> dict[str, dict]:
+    """Every method on every prompt, interleaved (prompt by prompt) to share the noise."""
+    from autospec.engine.generate import SpeculativeEngine
+    from autospec.engine.sampling import SamplingParams
+
+    params = SamplingParams(max_new_tokens=max_new)
+    timed = {name: (TimedSpeculator(s) if s is not None else None) for name, s in specs.items()}
+    engines = {name: SpeculativeEngine(target, t, k) for name, t in timed.items()}
+    acc = {name: {"tokens": 0, "seconds": 0.0, "steps": 0, "accepted": 0, "outputs": []}
+           for name in specs}
+    for prompt in prompts:
+        for name, engine in engines.items():
+            res = engine.generate(prompt, params)
+            a = acc[name]
+            a["tokens"] += res.stats.output_tokens
+            a["seconds"] += res.stats.total_s - res.stats.ttft_s  # decode only
+            a["steps"] += res.stats.num_drafts
+            a["accepted"] += res.stats.num_accepted_tokens
+            a["outputs"].append(res.token_ids)
+    base = acc["target-only"]
+    out = {}
+    for name, a in acc.items():
+        t = timed[name]
+        same = sum(x == y for x, y in zip(a["outputs"], base["outputs"], strict=True))
+        out[name] = {
+            "tau": (a["accepted"] + a["steps"]) / a["steps"] if a["steps"] else 1.0,
+            "tokens_per_s": a["tokens"] / a["seconds"],
+            "speedup": (a["tokens"] / a["seconds"]) / (base["tokens"] / base["seconds"]),
+            "identical_outputs": f"{same}/{len(prompts)}",
+            "draft_ms_per_step": 1000 * t.seconds / max(1, a["steps"]) if t else 0.0,
+            "step_ms": 1000 * a["seconds"] / max(1, a["steps"]),
+        }
+    return out
+
+
+def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16",
+                    domain: str = "support", requests: int = 400, max_new: int = 128,
+                    kinds: tuple[str, ...] = ("eagle3", "suffix", "draft"), k: int = 5,
+                    epochs: int = 3, eval_requests: int = 24, heldout_fraction: float = 0.1,
+                    draft_vocab_size: int = 4096, ttt_steps: int = 3, seed: int = 0,
+                    workdir: Path | None = None, json_path: Path | None = None) -> dict:
+    """Traffic -> train each kind -> measure on held-out; the figures (also as JSON)."""
+    import json
+    import shutil
+    import tempfile
+
+    from autospec import store
+    from autospec.bench.decode import verify_cost
+    from autospec.engine.target import load_target
+    from autospec.speculators.checkpoint import load_speculator
+    from autospec.speculators.registry import new_speculator
+    from autospec.train import TrainRequest, WindowSpec, train_candidate
+    from autospec.train.data import load_training_data
+
+    target = load_target(target_spec, dtype=dtype)
+    url = ensure_traffic(target, domain=domain, requests=requests, max_new=max_new, seed=seed)
+    work = Path(workdir or tempfile.mkdtemp(prefix="autospec-bench-train-"))
+    work.mkdir(parents=True, exist_ok=True)
+    db_file = work / "traffic.db"
+    shutil.copy(url.removeprefix("sqlite:///"), db_file)
+    os.environ["AUTOSPEC_ARTIFACT_DIR"] = str(work / "artifacts")  # candidates stay in workdir
+    get_settings.cache_clear()
+    engine = store.open_store(f"sqlite:///{db_file}", upgrade=True)
+    window = WindowSpec(heldout_fraction=heldout_fraction, greedy_only=True)
+    report: dict = {"target": target.info.target_id, "dtype": str(target.dtype), "domain": domain,
+                    "requests": requests, "max_new_tokens": max_new, "k": k, "epochs": epochs,
+                    "draft_vocab_size": draft_vocab_size, "ttt_steps": ttt_steps,
+                    "threads": torch.get_num_threads(), "training": {}}
+    specs: dict = {"target-only": None, "ngram": new_speculator("ngram", target)}
+    for kind in kinds:
+        overrides = ({"draft_vocab_size": draft_vocab_size, "ttt_steps": ttt_steps}
+                     if kind == "eagle3" else {})
+        started = time.perf_counter()
+        outcome = train_candidate(TrainRequest(kind=kind, window=window, epochs=epochs,
+                                               from_scratch=True, overrides=overrides,
+                                               seed=seed), engine=engine, target=target)
+        wall = time.perf_counter() - started
+        m = outcome.metrics
+        report["training"][kind] = {
+            "version": outcome.version, "wall_s": wall, "feature_s": m.get("feature_s"),
+            "train_s": m.get("train_s"), "examples_seen": m.get("examples_seen"),
+            "train_tokens": m.get("train_tokens") or m.get("corpus_tokens"),
+            "heldout_before": m.get("heldout_before"), "heldout_after": m.get("heldout_after"),
+            "loss_curve": m.get("loss_curve"), "replay_tau": m.get("heldout_replay_tau_k5")}
+        log.info("%s trained in %.0fs: %s", kind, wall, report["training"][kind])
+        specs[kind] = load_speculator(outcome.artifact, target)  # the registered artifact
+    with store.session_scope(engine, readonly=True) as session:
+        data = load_training_data(session, window)
+    report["train_requests"], report["heldout_requests"] = len(data.train), len(data.heldout)
+    prompts = [s.ids[: s.prompt_len] for s in data.heldout[:eval_requests]]
+    report["eval_requests"] = len(prompts)
+    report["methods"] = _measure(target, specs, prompts, max_new, k)
+    cost = verify_cost(target, sizes=(1, 2, 4, k + 1, 8), context=160)
+    report["verify_ms"] = {n: s * 1000 for n, s in cost.items()}
+    report["verify_ratio"] = {n: s / cost[1] for n, s in cost.items()}
+    engine.dispose()
+    if json_path:
+        json_path.write_text(json.dumps(report, indent=2, default=str))
+    _print(report)
+    return report
+
+
+def _print(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"held-out {report['domain']} requests ({report['eval_requests']}, "
+                        f"greedy, k={report['k']}, {report['dtype']}), side by side")
+    for col in ("method", "τ", "tokens/s", "speedup", "identical", "draft ms/step",
+                "step ms"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for name, r in report["methods"].items():
+        table.add_row(name, f"{r['tau']:.2f}", f"{r['tokens_per_s']:.1f}",
+                      f"{r['speedup']:.2f}×", r["identical_outputs"],
+                      f"{r['draft_ms_per_step']:.1f}", f"{r['step_ms']:.1f}")
+    console.print(table)
+    train = Table(title="training (from scratch, one run each)")
+    for col in ("kind", "wall s", "features s", "train s", "examples", "held-out top-1 before → "
+                "after (per TTT step)"):
+        train.add_column(col)
+    for kind, t in report["training"].items():
+        before, after = t.get("heldout_before"), t.get("heldout_after")
+        acc = "—"
+        if before and after:
+            acc = " ".join(f"{b:.2f}→{a:.2f}" for b, a in zip(before["accuracy"],
+                                                             after["accuracy"], strict=True))
+        elif t.get("replay_tau"):
+            acc = f"replay τ {t['replay_tau']:.2f}"
+        train.add_row(kind, f"{t['wall_s']:.0f}", f"{t['feature_s'] or 0:.0f}",
+                      f"{t['train_s'] or 0:.0f}", str(t["examples_seen"]), acc)
+    console.print(train)
+    console.print("target forward of n tokens vs 1: " + ", ".join(
+        f"n={n}: {ms:.1f} ms ({report['verify_ratio'][n]:.2f}×)"
+        for n, ms in report["verify_ms"].items()))
