@@ -63,3 +63,28 @@ def serve(
     run_serve_bench(target=target, max_tokens=max_tokens, rounds=rounds,
                     concurrency=concurrency, short_requests=short_requests, k=k,
                     json_path=json_path)
+
+
+@bench_app.command("train")
+def train(
+    domain: str = typer.Option("support", help="workload domain: support, coding or json"),
+    requests: int = typer.Option(400, min=20, help="logged requests (cached traffic)"),
+    max_new_tokens: int = typer.Option(128, min=8, help="output tokens per logged request"),
+    kinds: str = typer.Option("eagle3,suffix,draft", help="kinds to train and measure"),
+    k: int = typer.Option(5, min=1, help="draft tokens per step"),
+    epochs: int = typer.Option(3, min=1, help="training epochs (eagle3, draft)"),
+    eval_requests: int = typer.Option(24, min=1, help="held-out requests decoded per method"),
+    draft_vocab_size: int = typer.Option(4096, min=2, help="eagle3 reduced vocabulary"),
+    ttt_steps: int = typer.Option(3, min=1, help="eagle3 training-time-test depth"),
+    dtype: str = typer.Option("bfloat16", help="target dtype"),
+    workdir: Path | None = typer.Option(None, help="where the scratch store and artifacts go"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the figures here"),
+) -> None:
+    """Log domain traffic, train each kind on it, measure τ and speed on held-out requests."""
+    from autospec.bench.train import run_train_bench
+
+    run_train_bench(domain=domain, requests=requests, max_new=max_new_tokens,
+                    kinds=tuple(s.strip() for s in kinds.split(",") if s.strip()), k=k,
+                    epochs=epochs, eval_requests=eval_requests,
+                    draft_vocab_size=draft_vocab_size, ttt_steps=ttt_steps, dtype=dtype,
+                    workdir=workdir, json_path=json_path)
