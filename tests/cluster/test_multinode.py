@@ -43,19 +43,20 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TwoNode
             c.stop()
 
 
-def _replica_nodes(ray, app: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    from ray.util.state import list_actors
+def _actors() -> list[dict]:
+    """The GCS actor table (the state API needs the dashboard, which these nodes skip)."""
+    from ray._private import state
 
-    actors = list_actors(filters=[("state", "=", "ALIVE")], detail=True, limit=1000)
-    return {a.actor_id: a.node_id for a in actors
-            if a.class_name.startswith(f"ServeReplica:{app}:")}
+    return list(state.actors().values())
+
+
+def _replica_nodes(app: str) -> dict[str, str]:
+    return {a["ActorID"]: a["Address"]["NodeID"] for a in _actors()
+            if a["State"] == "ALIVE" and a["ActorClassName"].startswith(f"ServeReplica:{app}:")}
 
 
 def _train_worker_nodes() -> set[str]:
-    from ray.util.state import list_actors
-
-    actors = list_actors(detail=True, limit=1000)
-    return {a.node_id for a in actors if "RayTrainWorker" in a.class_name}
+    return {a["Address"]["NodeID"] for a in _actors() if "RayTrainWorker" in a["ActorClassName"]}
 
 
 def _versions(url: str, n: int) -> list[str | None]:
@@ -94,7 +95,7 @@ def test_serving_training_and_promotion_across_two_nodes(cluster, tmp_path: Path
     url = f"http://127.0.0.1:{port}"
 
     # 1. two replicas, one on each node
-    placed = _replica_nodes(ray, "autospec")
+    placed = _replica_nodes("autospec")
     assert len(placed) == 2 and set(placed.values()) == nodes, placed
 
     # 2. traffic through both, logged to the one store
