@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -88,6 +89,7 @@ class TwoNodeCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)  # its own session: only this node
         self._kill_leftovers()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def _kill_leftovers(self) -> None:
         """Processes of this cluster still alive (matched by our unique temp dir), by PID."""
