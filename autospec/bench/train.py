@@ -219,13 +219,15 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
                     "draft_vocab_size": draft_vocab_size, "ttt_steps": ttt_steps,
                     "threads": torch.get_num_threads(), "training": {}}
     specs: dict = {"target-only": None, "ngram": new_speculator("ngram", target)}
+    features = get_settings().cache_dir / "bench-features"  # shared by kinds and reruns
     for kind in kinds:
         overrides = ({"draft_vocab_size": draft_vocab_size, "ttt_steps": ttt_steps}
                      if kind == "eagle3" else {})
         started = time.perf_counter()
         outcome = train_candidate(TrainRequest(kind=kind, window=window, epochs=epochs,
                                                from_scratch=True, overrides=overrides,
-                                               seed=seed), engine=engine, target=target)
+                                               seed=seed, feature_cache_dir=features),
+                                  engine=engine, target=target)
         wall = time.perf_counter() - started
         m = outcome.metrics
         report["training"][kind] = {

@@ -17,11 +17,14 @@ of one run and is written with safetensors (never pickle) when Ray workers need 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import safetensors
 import safetensors.torch
 import torch
 
@@ -57,12 +60,13 @@ class FeatureCache:
     def span(self, i: int) -> slice:
         return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, metadata: dict[str, str] | None = None) -> None:
         tensors = {"ids": self.ids, "offsets": self.offsets, "prompt_lens": self.prompt_lens,
                    "top_ids": self.top_ids, "top_logprobs": self.top_logprobs}
         if self.features is not None:
             tensors["features"] = self.features
-        safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+        safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, str(path),
+                                    metadata=metadata)
 
     @classmethod
     def load(cls, path: str | Path) -> FeatureCache:
@@ -140,3 +144,40 @@ def _length_batches(lengths: torch.Tensor, batch_tokens: int) -> list[list[int]]
     if current:
         batches.append(current)
     return batches
+
+
+def cached_extract(cache_dir: Path | None, target: Target, sequences: list[TrainSequence], *,
+                   feature_layers: tuple[int, ...] = (), top_k: int = DEFAULT_TOP_K,
+                   progress: Callable[[int], None] | None = None) -> FeatureCache:
+    """:func:`extract_features`, reusing a file in ``cache_dir`` made for the same inputs.
+
+    The key is the target (id, revision, dtype), ``top_k`` and every token of every
+    sequence; a cached file with features of the same layers also serves a request for
+    no features (draft after eagle3 on one window). ``cache_dir=None``: no reuse.
+    """
+    if cache_dir is None:
+        return extract_features(target, sequences, feature_layers=feature_layers, top_k=top_k,
+                                progress=progress)
+    digest = hashlib.sha256(json.dumps(
+        [target.info.target_id, target.info.revision, str(target.dtype), top_k,
+         [(s.prompt_len, s.ids) for s in sequences]]).encode()).hexdigest()[:24]
+    path = Path(cache_dir) / f"features-{digest}.safetensors"
+    wanted = ",".join(map(str, feature_layers))
+    if path.exists():
+        with safetensors.safe_open(str(path), "pt") as f:
+            have = (f.metadata() or {}).get("layers", "")
+        if not feature_layers or have == wanted:
+            log.info("reusing target features %s", path.name)
+            cache = FeatureCache.load(path)
+            if progress is not None:
+                progress(len(sequences))
+            return cache if feature_layers else FeatureCache(
+                ids=cache.ids, offsets=cache.offsets, prompt_lens=cache.prompt_lens,
+                top_ids=cache.top_ids, top_logprobs=cache.top_logprobs)
+    cache = extract_features(target, sequences, feature_layers=feature_layers, top_k=top_k,
+                             progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    cache.save(tmp, metadata={"layers": wanted})
+    tmp.rename(path)
+    return cache

@@ -47,7 +47,7 @@ from autospec.speculators.suffix import suffix_from_documents
 from autospec.store.artifacts import local_path
 from autospec.train.data import TrainingData, TrainSequence, WindowSpec, load_training_data
 from autospec.train.errors import IncumbentMismatch, TrainingInputError
-from autospec.train.features import FeatureCache, extract_features
+from autospec.train.features import FeatureCache, cached_extract
 from autospec.train.kinds import RECIPES, TraineeOptions
 from autospec.train.loop import LoopConfig, LoopState, StepMetrics, evaluate, train_loop
 
@@ -78,6 +78,7 @@ class TrainRequest:
     max_failures: int = 1
     storage_path: Path | None = None  # Ray run storage (default: <data dir>/ray-train)
     fail_at_step: int | None = None  # fault injection for tests and drills (Ray only)
+    feature_cache_dir: Path | None = None  # reuse target features across runs on one window
 
 
 @dataclass
@@ -196,8 +197,9 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
     init = recipe.prepare(spec, data.train, target, incumbent)
     layers = spec.feature_layers if recipe.feature_layers_needed else ()
     started = time.perf_counter()
-    train_cache = _extract(target, data.train, layers, progress, "target features (train)")
-    held = _extract(target, data.heldout, layers, progress, "target features (held out)")
+    where = request.feature_cache_dir
+    train_cache = _extract(target, data.train, layers, progress, "target features (train)", where)
+    held = _extract(target, data.heldout, layers, progress, "target features (held out)", where)
     feature_s = time.perf_counter() - started
     opts = TraineeOptions(ttt_steps=getattr(spec.config, "ttt_steps", 1), loss=request.loss,
                           eos_ids=tuple(target.info.eos_token_ids))
@@ -224,11 +226,12 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
 
 
 def _extract(target: Target, seqs: list[TrainSequence], layers: tuple[int, ...],
-             progress: Progress, name: str) -> FeatureCache | None:
+             progress: Progress, name: str, cache_dir: Path | None) -> FeatureCache | None:
     if not seqs:
         return None
     progress.phase(name, len(seqs))
-    return extract_features(target, seqs, feature_layers=layers, progress=progress.advance)
+    return cached_extract(cache_dir, target, seqs, feature_layers=layers,
+                          progress=progress.advance)
 
 
 def _fit_on_ray(request: TrainRequest, recipe, spec: SavableSpeculator, trainee,
@@ -326,5 +329,6 @@ def _summary(metrics: dict[str, Any]) -> dict[str, Any]:
 def _jsonable(request: TrainRequest) -> dict[str, Any]:
     data = asdict(request)
     data["window"] = request.window.describe()
-    data["storage_path"] = str(request.storage_path) if request.storage_path else None
+    for key in ("storage_path", "feature_cache_dir"):
+        data[key] = str(data[key]) if data[key] is not None else None
     return data
