@@ -25,6 +25,7 @@ from autospec.train.errors import (
     IncumbentMismatch,
     TrainingError,
     TrainingInputError,
+    TrainingStopped,
     WindowTooSmall,
 )
 from autospec.train.run import TRAINABLE_KINDS, TrainOutcome, TrainRequest, train_candidate
@@ -39,6 +40,7 @@ __all__ = [
     "TrainingData",
     "TrainingError",
     "TrainingInputError",
+    "TrainingStopped",
     "WindowSpec",
     "WindowTooSmall",
     "parse_window",

@@ -24,3 +24,7 @@ class WindowTooSmall(TrainingInputError):
 
 class IncumbentMismatch(TrainingInputError):
     """The incumbent to warm-start from was built for another target or architecture."""
+
+
+class TrainingStopped(TrainingError):
+    """The run was stopped on request (``should_stop``: a deadline, a lost lease)."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from autospec.train.errors import TrainingStopped
 from autospec.train.features import FeatureCache
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ def train_loop(
                 acc = (correct.float() / counted.clamp_min(1)).tolist()
                 on_step(StepMetrics(state.step, epoch, step_loss, lr, acc))
             if should_stop is not None and should_stop():
-                raise KeyboardInterrupt("training stopped on request")
+                raise TrainingStopped(f"stopped on request at step {state.step}")
         state.epoch = epoch + 1
         state.optimizer = optimizer.state_dict()
         if on_epoch_end is not None:

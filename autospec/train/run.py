@@ -16,7 +16,8 @@
    one transaction registers the version as a ``candidate`` (parent, window, metrics)
    and closes the run as ``succeeded`` with its loss curve and examples seen.
 
-Any failure or interruption (an exception, Ctrl-C, a Ray run that runs out of retries)
+Any failure or interruption (an exception, Ctrl-C, ``should_stop`` returning True — raised
+as :class:`TrainingStopped` —, a Ray run that runs out of retries)
 after step 2 closes the run as ``failed`` with the reason, removes the partial artifact
 and registers nothing; the error is re-raised.
 """
@@ -46,7 +47,7 @@ from autospec.speculators.registry import build_speculator, new_speculator
 from autospec.speculators.suffix import suffix_from_documents
 from autospec.store.artifacts import local_path
 from autospec.train.data import TrainingData, TrainSequence, WindowSpec, load_training_data
-from autospec.train.errors import IncumbentMismatch, TrainingInputError
+from autospec.train.errors import IncumbentMismatch, TrainingInputError, TrainingStopped
 from autospec.train.features import FeatureCache, cached_extract
 from autospec.train.kinds import RECIPES, TraineeOptions
 from autospec.train.loop import LoopConfig, LoopState, StepMetrics, evaluate, train_loop
@@ -310,7 +311,8 @@ def _register(engine: Engine, request: TrainRequest, spec: SavableSpeculator, ta
 
 
 def _record_failure(engine: Engine, run_id: int, exc: BaseException) -> None:
-    reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__
+    reason = {KeyboardInterrupt: "interrupted", TrainingStopped: "stopped"}.get(
+        type(exc), type(exc).__name__)
     message = f"{reason}: {exc}".strip().rstrip(":")
     try:
         with store.session_scope(engine) as session:

@@ -14,6 +14,7 @@ from autospec.speculators.eagle3 import Eagle3Speculator
 from autospec.train import (
     EmptyWindow,
     IncumbentMismatch,
+    TrainingStopped,
     TrainRequest,
     WindowSpec,
     WindowTooSmall,
@@ -98,7 +99,7 @@ def test_checkpoint_tiny_random_init_trained_head_round_trips(db_with_traffic, t
     assert save_speculator(spec, again) == outcome.sha256  # bit-identical artifact
 
 
-def test_run_tiny_random_init_interrupted_registers_nothing_and_records_why(
+def test_run_tiny_random_init_stopped_registers_nothing_and_records_why(
         db_with_traffic, tiny) -> None:
     steps = []
 
@@ -106,12 +107,12 @@ def test_run_tiny_random_init_interrupted_registers_nothing_and_records_why(
         steps.append(1)
         return len(steps) >= 3
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(TrainingStopped, match="stopped on request at step 3"):
         train_candidate(_request(), engine=db_with_traffic, target=tiny, should_stop=stop)
     with store.session_scope(db_with_traffic) as s:
         assert store.list_speculators(s) == []
         (run,) = store.list_training_runs(s)
-        assert run.status == "failed" and run.error.startswith("interrupted")
+        assert run.status == "failed" and run.error.startswith("stopped")
         assert run.version is None and run.finished_at is not None
     assert _artifacts() == []
 
