@@ -26,7 +26,7 @@ def demo(
     target: str = typer.Option("smollm2-135m", help="target: a name, a directory or a .gguf"),
     dtype: str = typer.Option("float32", help="target dtype for serving and the controller"),
     requests_per_phase: int | None = typer.Option(
-        None, min=4, help="requests per phase (default: 24 quick, 64 full)"),
+        None, min=4, help="requests per phase (default: 24 quick, 48 full)"),
     max_tokens: int | None = typer.Option(None, min=1, help="tokens per request "
                                           "(default: 48 quick, 64 full)"),
     domain_a: str = typer.Option("support", help="the first traffic domain"),
