@@ -49,7 +49,7 @@ def domain_prompts(name: str, n: int, seed: int = 0) -> list[Messages]:
     tries = 0
     while len(prompts) < n:
         messages = build(rng)
-        key = "\n".join(m["content"] for m in messages)
+        key = messages[-1]["content"]  # the user turn: no two requests ask the same
         tries += 1
         if key in seen and tries < 50 * n:  # the space is large; a repeat is rare
             continue
