@@ -111,8 +111,8 @@ def write_chart(result: DemoResult, path: Path) -> Path:
         if d.outcome in ("promoted", "drift", "rolled_back"):
             ax.axvline(d.t, color="black" if d.outcome == "promoted" else "crimson",
                        linestyle="--", linewidth=1)
-            ax.text(d.t, 0.02, f" {d.outcome}", rotation=90, fontsize=8, va="bottom",
-                    transform=ax.get_xaxis_transform())
+            ax.text(d.t, 0.02 if d.outcome == "promoted" else 0.55, f" {d.outcome}",
+                    rotation=90, fontsize=8, va="bottom", transform=ax.get_xaxis_transform())
     ax.set_xlabel("seconds since the demo started")
     ax.set_ylabel("τ per request (accepted + 1 per step)")
     ax.set_ylim(bottom=1.0)
