@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 CONSTRAINTS ?= constraints-cpu.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint demo bench clean
+.PHONY: install test test-fast lint demo docs clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ lint: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/autospec demo
+
+docs: $(STAMP)
+	$(PY) scripts/gen_cli_docs.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
