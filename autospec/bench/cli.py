@@ -77,7 +77,10 @@ def train(
     draft_vocab_size: int = typer.Option(4096, min=2, help="eagle3 reduced vocabulary"),
     ttt_steps: int = typer.Option(3, min=1, help="eagle3 training-time-test depth"),
     dtype: str = typer.Option("bfloat16", help="target dtype"),
+    draft_epochs: int | None = typer.Option(None, help="epochs for draft (default: --epochs)"),
     workdir: Path | None = typer.Option(None, help="where the scratch store and artifacts go"),
+    reuse: bool = typer.Option(False, "--reuse", help="measure candidates already trained "
+                               "in --workdir instead of training them again"),
     json_path: Path | None = typer.Option(None, "--json", help="write the figures here"),
 ) -> None:
     """Log domain traffic, train each kind on it, measure τ and speed on held-out requests."""
@@ -87,4 +90,5 @@ def train(
                     kinds=tuple(s.strip() for s in kinds.split(",") if s.strip()), k=k,
                     epochs=epochs, eval_requests=eval_requests,
                     draft_vocab_size=draft_vocab_size, ttt_steps=ttt_steps, dtype=dtype,
-                    workdir=workdir, json_path=json_path)
+                    draft_epochs=draft_epochs, reuse=reuse, workdir=workdir,
+                    json_path=json_path)

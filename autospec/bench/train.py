@@ -190,6 +190,7 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
                     kinds: tuple[str, ...] = ("eagle3", "suffix", "draft"), k: int = 5,
                     epochs: int = 3, eval_requests: int = 24, heldout_fraction: float = 0.1,
                     draft_vocab_size: int = 4096, ttt_steps: int = 3, seed: int = 0,
+                    draft_epochs: int | None = None, reuse: bool = False,
                     workdir: Path | None = None, json_path: Path | None = None) -> dict:
     """Traffic -> train each kind -> measure on held-out; the figures (also as JSON)."""
     import json
@@ -209,7 +210,8 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
     work = Path(workdir or tempfile.mkdtemp(prefix="autospec-bench-train-"))
     work.mkdir(parents=True, exist_ok=True)
     db_file = work / "traffic.db"
-    shutil.copy(url.removeprefix("sqlite:///"), db_file)
+    if not (reuse and db_file.exists()):
+        shutil.copy(url.removeprefix("sqlite:///"), db_file)
     os.environ["AUTOSPEC_ARTIFACT_DIR"] = str(work / "artifacts")  # candidates stay in workdir
     get_settings.cache_clear()
     engine = store.open_store(f"sqlite:///{db_file}", upgrade=True)
@@ -224,11 +226,14 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
         overrides = ({"draft_vocab_size": draft_vocab_size, "ttt_steps": ttt_steps}
                      if kind == "eagle3" else {})
         started = time.perf_counter()
-        outcome = train_candidate(TrainRequest(kind=kind, window=window, epochs=epochs,
-                                               from_scratch=True, overrides=overrides,
-                                               seed=seed, feature_cache_dir=features),
-                                  engine=engine, target=target)
-        wall = time.perf_counter() - started
+        outcome = _reused(engine, kind) if reuse else None
+        if outcome is None:
+            request = TrainRequest(kind=kind, window=window,
+                                   epochs=draft_epochs if kind == "draft" and draft_epochs
+                                   else epochs, from_scratch=True, overrides=overrides,
+                                   seed=seed, feature_cache_dir=features)
+            outcome = train_candidate(request, engine=engine, target=target)
+        wall = outcome.metrics.get("wall_s") or time.perf_counter() - started
         m = outcome.metrics
         report["training"][kind] = {
             "version": outcome.version, "wall_s": wall, "feature_s": m.get("feature_s"),
@@ -252,6 +257,22 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
         json_path.write_text(json.dumps(report, indent=2, default=str))
     _print(report)
     return report
+
+
+def _reused(engine, kind: str):
+    """The newest succeeded run of ``kind`` in the scratch store (``--reuse``), as an outcome."""
+    from autospec import store
+    from autospec.train import TrainOutcome
+
+    with store.session_scope(engine, readonly=True) as session:
+        for run in store.list_training_runs(session, status="succeeded"):
+            if run.kind == kind and run.version:
+                row = store.get_speculator(session, version=run.version)
+                wall = (run.finished_at - run.started_at).total_seconds()
+                return TrainOutcome(version=row.version, run_id=run.id,
+                                    artifact=Path(row.artifact_uri), sha256=row.sha256,
+                                    parent=row.parent, metrics={**run.metrics, "wall_s": wall})
+    return None
 
 
 def _print(report: dict) -> None:

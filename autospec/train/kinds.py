@@ -145,7 +145,7 @@ class DraftRecipe:
     def prepare(self, spec: SavableSpeculator, train: list[TrainSequence], target: Target,
                 incumbent: SavableSpeculator | None) -> dict[str, Any]:
         assert isinstance(spec, DraftSpeculator)
-        spec.model.float()
+        _unshare_for_training(spec)
         if incumbent is None:
             return {"init": "target-layers", "copied_layers": init_draft_from_target(spec, target)}
         if not isinstance(incumbent, DraftSpeculator) or _arch(incumbent.config) != _arch(
@@ -153,7 +153,6 @@ class DraftRecipe:
             raise IncumbentMismatch("the incumbent draft has another architecture; "
                                     "train with --from-scratch")
         spec.load_tensors(incumbent.state_tensors())
-        spec.model.float()
         return {"init": "incumbent"}
 
     def trainee(self, spec: SavableSpeculator, opts: TraineeOptions) -> nn.Module:
@@ -186,6 +185,20 @@ class DraftRecipe:
         assert isinstance(trainee, DraftTrainee)
         _, unexpected = trainee.model.load_state_dict(state, strict=False)
         assert not unexpected, f"unexpected draft tensors {unexpected}"
+
+
+def _unshare_for_training(spec: DraftSpeculator) -> None:
+    """Train in float32 on frozen float32 *copies* of the borrowed target tensors.
+
+    ``model.float()`` converts parameters in place, and the draft's embedding and LM head
+    are the target's own Parameters: casting them would change the target's dtype.
+    """
+    model = spec.model
+    if spec.config.share_target_embeddings:
+        for owner in (model.model.embed_tokens, model.lm_head):
+            owner.weight = nn.Parameter(owner.weight.detach().float().clone(),
+                                        requires_grad=False)
+    model.float()
 
 
 def _arch(config: Any) -> dict[str, Any]:

@@ -135,3 +135,14 @@ def test_run_bad_input_is_a_clear_error_and_records_no_run(db_with_traffic, tiny
     with pytest.raises(EmptyWindow):
         train_candidate(_request(), engine=empty, target=tiny)
     empty.dispose()
+
+
+def test_run_tiny_random_init_bfloat16_target_is_left_untouched(db_with_traffic) -> None:
+    """Training in float32 must not cast the target tensors a draft or head borrows."""
+    from autospec.engine.target import tiny_target
+
+    target = tiny_target(dtype=torch.bfloat16)
+    for kind in ("draft", "eagle3"):
+        train_candidate(_request(kind, epochs=1), engine=db_with_traffic, target=target)
+        assert {p.dtype for p in target.model.parameters()} == {torch.bfloat16}
+        target.forward(torch.arange(5), target.new_cache())  # still runs
