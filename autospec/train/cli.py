@@ -1,0 +1,153 @@
+"""``autospec train``: train one candidate on a window of traffic and register it.
+
+Prints the registered version (``--json``: one JSON object with version, run id,
+artifact, SHA-256 and metrics). Bad input — an empty window, a window below the
+policy minimum, an incumbent built for another target, an unknown kind or a bad
+option — is one line on stderr, no traceback, exit status 2; a run that fails is
+recorded as failed (nothing registered) and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+out = Console()
+err = Console(stderr=True)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    import pydantic
+
+    from autospec.engine.target import TargetLoadError
+    from autospec.speculators.registry import UnknownSpeculatorKind
+    from autospec.store.errors import StoreError
+    from autospec.train.errors import TrainingError, TrainingInputError
+
+    try:
+        yield
+    except (TrainingInputError, UnknownSpeculatorKind, TargetLoadError,
+            pydantic.ValidationError) as exc:
+        _fail(exc, 2)
+    except (TrainingError, StoreError) as exc:
+        _fail(exc, 1)
+    except KeyboardInterrupt:
+        err.print("[bold red]interrupted:[/] the run is recorded as failed; nothing registered")
+        raise typer.Exit(130) from None
+
+
+def _fail(exc: BaseException, code: int) -> None:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if type(exc).__name__ == "ValidationError":
+        text = " ".join(str(exc).split("\n")[:3])
+    err.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code) from None
+
+
+class _RichProgress:
+    """Draws the run's phases as rich progress bars (training: loss and accuracy)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task: Any = None
+
+    def phase(self, name: str, total: int | None) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, completed=self.progress.tasks[-1].total or 0)
+        self.task = self.progress.add_task(name, total=total, info="")
+
+    def advance(self, n: int = 1) -> None:
+        self.progress.advance(self.task, n)
+
+    def step(self, metrics) -> None:
+        acc = "/".join(f"{a:.2f}" for a in metrics.accuracy)
+        self.progress.update(self.task, advance=1,
+                             info=f"loss {metrics.loss:.3f} acc {acc} epoch {metrics.epoch + 1}")
+
+
+def train(
+    kind: str = typer.Option(..., help="eagle3, draft or suffix"),
+    window: str = typer.Option("7d", help="traffic: newest N requests (500), a duration "
+                               "(24h, 7d) or both (7d:500)"),
+    workers: int = typer.Option(0, min=0, help="0: train in this process; N: Ray Train, "
+                                "N workers (DDP)"),
+    epochs: int = typer.Option(3, min=1, help="passes over the training part"),
+    from_scratch: bool = typer.Option(False, "--from-scratch",
+                                      help="do not warm-start from the incumbent"),
+    incumbent: str | None = typer.Option(None, help="version to warm-start from "
+                                         "(default: the live one, if of this kind)"),
+    deployment: str = typer.Option("default", help="deployment whose live version is "
+                                   "the incumbent"),
+    segment: str | None = typer.Option(None, help="only traffic of this segment"),
+    min_requests: int = typer.Option(20, min=1, help="policy minimum of training requests"),
+    heldout_fraction: float = typer.Option(0.1, min=0.0, max=0.9,
+                                           help="newest share held out, never trained on"),
+    anchors: int = typer.Option(0, min=0, help="requests from before the window mixed in"),
+    draft_vocab_size: int | None = typer.Option(None, help="eagle3: reduced vocabulary size"),
+    ttt_steps: int | None = typer.Option(None, help="eagle3: training-time-test depth"),
+    num_layers: int | None = typer.Option(None, help="draft: decoder layers"),
+    loss: str = typer.Option("kl", help="eagle3: kl (target distribution) or ce (greedy)"),
+    lr: float | None = typer.Option(None, help="peak learning rate (default per kind)"),
+    batch_size: int = typer.Option(8, min=1, help="sequences per step (per worker)"),
+    seed: int = typer.Option(0, help="seed (the run is deterministic under it)"),
+    max_failures: int = typer.Option(1, min=0, help="Ray: worker failures to survive"),
+    use_gpu: bool = typer.Option(False, "--use-gpu", help="Ray: GPU workers"),
+    target: str = typer.Option("smollm2-135m", help="target: a name, a directory or a .gguf"),
+    dtype: str = typer.Option("auto", help="target dtype: float32, bfloat16 or auto"),
+    database_url: str | None = typer.Option(None, "--url",
+                                            help="database (default AUTOSPEC_DATABASE_URL)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Train a candidate speculator on fresh traffic and register it."""
+    logging.getLogger("autospec").setLevel(logging.WARNING)
+    with _errors():
+        from autospec import store
+        from autospec.engine.target import load_target
+        from autospec.train import TRAINABLE_KINDS, TrainingInputError, TrainRequest
+        from autospec.train.data import parse_window
+        from autospec.train.run import train_candidate
+
+        if kind not in TRAINABLE_KINDS:
+            raise TrainingInputError(f"unknown kind {kind!r}; trainable kinds: "
+                                     f"{', '.join(TRAINABLE_KINDS)}")
+        spec = parse_window(window)
+        spec = type(spec)(since=spec.since, limit=spec.limit, segment=segment,
+                          heldout_fraction=heldout_fraction, anchor_requests=anchors)
+        overrides = {k: v for k, v in (("draft_vocab_size", draft_vocab_size),
+                                       ("ttt_steps", ttt_steps), ("num_layers", num_layers))
+                     if v is not None}
+        request = TrainRequest(kind=kind, window=spec, epochs=epochs, workers=workers,
+                               from_scratch=from_scratch, incumbent=incumbent,
+                               deployment=deployment, min_requests=min_requests, seed=seed,
+                               batch_size=batch_size, lr=lr, loss=loss, overrides=overrides,
+                               use_gpu=use_gpu, max_failures=max_failures)
+        engine = store.open_store(database_url, upgrade=True)
+        model = load_target(target, dtype=dtype)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("{task.fields[info]}"))
+        with Progress(*columns, console=err, transient=as_json) as bars:
+            outcome = train_candidate(request, engine=engine, target=model,
+                                      progress=_RichProgress(bars))
+    if as_json:
+        out.print_json(json.dumps({"version": outcome.version, "run_id": outcome.run_id,
+                                   "parent": outcome.parent, "artifact": str(outcome.artifact),
+                                   "sha256": outcome.sha256, "metrics": outcome.metrics},
+                                  default=str))
+        return
+    m = outcome.metrics
+    after = m.get("heldout_after") or {}
+    detail = (f"held-out top-1 {after['accuracy'][0]:.3f}" if after else
+              f"held-out replay τ(k=5) {m['heldout_replay_tau_k5']:.2f}"
+              if "heldout_replay_tau_k5" in m else "")
+    out.print(f"registered [bold]{outcome.version}[/] (candidate, parent "
+              f"{outcome.parent or 'none'}) from run {outcome.run_id}: "
+              f"{m.get('examples_seen', 0)} examples seen; {detail}")
+    out.print(f"artifact {outcome.artifact} sha256 {outcome.sha256[:16]}…")

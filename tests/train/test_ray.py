@@ -1,0 +1,55 @@
+"""Ray Train with 2 CPU workers (DDP) on a tiny random-init target; slow (Ray start-up)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autospec import store
+from autospec.settings import get_settings
+from autospec.speculators.checkpoint import load_speculator
+from autospec.train import TrainingError, TrainRequest, WindowSpec, train_candidate
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def _request(tmp_path, **kw) -> TrainRequest:
+    return TrainRequest(kind="eagle3", epochs=3, workers=2,
+                        window=WindowSpec(heldout_fraction=0.2),
+                        overrides={"draft_vocab_size": 40}, storage_path=tmp_path / "ray", **kw)
+
+
+def test_ray_two_workers_tiny_random_init_survive_a_worker_death(ray_local, db_with_traffic,
+                                                                 tiny, tmp_path) -> None:
+    # 48 train sequences, 8 per step, 2 ranks: 3 steps per epoch; step 5 is in epoch 2
+    outcome = train_candidate(_request(tmp_path, fail_at_step=5, max_failures=1),
+                              engine=db_with_traffic, target=tiny)
+    assert any((tmp_path / "ray").rglob("fault-injected"))  # the failure did happen
+    spec = load_speculator(outcome.artifact, tiny)
+    assert spec.kind == "eagle3"
+    m = outcome.metrics
+    assert m["steps"] == 9 and m["examples_seen"] == 3 * 48 and m["workers"] == 2
+    assert m["resumes"] == 1  # from the epoch-1 checkpoint, not from scratch
+    assert m["heldout_after"]["loss"] < m["heldout_before"]["loss"]
+    with store.session_scope(db_with_traffic) as s:
+        assert store.get_training_run(s, run_id=outcome.run_id).status == "succeeded"
+
+
+def test_ray_tiny_random_init_killed_run_leaves_no_candidate(ray_local, db_with_traffic, tiny,
+                                                             tmp_path) -> None:
+    with pytest.raises(TrainingError, match="injected worker failure"):
+        train_candidate(_request(tmp_path, fail_at_step=2, max_failures=0),
+                        engine=db_with_traffic, target=tiny)
+    with store.session_scope(db_with_traffic) as s:
+        assert store.list_speculators(s) == []
+        (run,) = store.list_training_runs(s)
+        assert run.status == "failed" and "injected worker failure" in run.error
+    root = get_settings().resolved_artifact_dir
+    assert not root.exists() or not any(root.iterdir())
