@@ -7,6 +7,10 @@
   message; set but unreachable → the test fails (it never passes without having run);
 - ``db_url``: both of the above (the PostgreSQL case carries the ``postgres`` marker);
 - ``engine``: an Engine on ``db_url`` migrated to head.
+
+Torch runs on one thread in tests (and in the subprocesses and Ray workers they start):
+the models here are tiny or small, and on a 2-core machine shared with Ray actors, OpenMP
+threads spinning at barriers made tiny-model forwards up to 30x slower.
 """
 
 from __future__ import annotations
@@ -19,6 +23,14 @@ from pathlib import Path
 import pytest
 
 POSTGRES_ENV = "AUTOSPEC_TEST_POSTGRES_URL"
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture(autouse=True)
