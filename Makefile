@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS ?= constraints-cpu.txt
 STAMP := $(VENV)/.installed
+DEMO_ARGS ?= --quick
 
 .PHONY: install test test-fast lint demo docs clean
 
@@ -28,7 +29,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 demo: $(STAMP)
-	$(VENV)/bin/autospec demo
+	$(VENV)/bin/autospec demo $(DEMO_ARGS)
 
 docs: $(STAMP)
 	$(PY) scripts/gen_cli_docs.py
