@@ -99,3 +99,19 @@ def engine(db_url: str):  # type: ignore[no-untyped-def]
     migrate.upgrade(eng)
     yield eng
     eng.dispose()
+
+
+@pytest.fixture(scope="session")
+def tiny():  # type: ignore[no-untyped-def]
+    """A 4-layer, 64-token, 32-wide random-init Llama target (EOS = 63, no tokenizer)."""
+    from autospec.engine.target import tiny_target
+
+    return tiny_target(vocab_size=64, hidden_size=32, num_layers=4, seed=0)
+
+
+@pytest.fixture(scope="session")
+def other_tiny():  # type: ignore[no-untyped-def]
+    """Another tiny target (another id and revision)."""
+    from autospec.engine.target import tiny_target
+
+    return tiny_target(vocab_size=64, hidden_size=32, num_layers=4, seed=1)

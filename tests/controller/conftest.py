@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import torch
 
 from autospec import store
 from autospec.engine.target import Target, tiny_target
 
 from .helpers import greedy_traffic
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread, and the test machine is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

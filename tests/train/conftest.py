@@ -7,37 +7,15 @@ store's synchronous ``write_requests`` with increasing timestamps.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
 import torch
 
 from autospec import store
-from autospec.engine.target import Target, tiny_target
+from autospec.engine.target import Target
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread, and the test machine is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="session")
-def tiny() -> Target:
-    """A 4-layer, 64-token, 32-wide random-init Llama target (EOS = 63)."""
-    return tiny_target(vocab_size=64, hidden_size=32, num_layers=4, seed=0)
-
-
-@pytest.fixture(scope="session")
-def other_tiny() -> Target:
-    """Another tiny target (another id and revision)."""
-    return tiny_target(vocab_size=64, hidden_size=32, num_layers=4, seed=1)
 
 
 @torch.inference_mode()
