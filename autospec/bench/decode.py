@@ -109,6 +109,8 @@ def build_runs(target: Target, prompts: list[list[int]], max_new: int, k: int,
     from autospec.speculators.checkpoint import load_speculator
     from autospec.speculators.registry import new_speculator
 
+    # warm-up: one-time kernel and allocator costs must not land on the first run timed
+    hf_generate(target, prompts[:1], 4)
     base = engine_run("engine-target-only", SpeculativeEngine(target), prompts, max_new)
     runs = [hf_generate(target, prompts, max_new), hf_generate(target, prompts, max_new, k),
             base]
