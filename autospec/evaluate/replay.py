@@ -80,13 +80,15 @@ def teacher_forced(target: Target, req: ReplayRequest,
 
 
 @torch.inference_mode()
-def replay_request(target: Target, spec: Speculator, req: ReplayRequest, k: int,
+def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, k: int,
                    tf: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> ReplayStats:
     """Replay one request with ``spec`` drafting ``k`` tokens per step (see module doc)."""
     if not req.output_ids:
         return ReplayStats()
-    logits, feats = tf if tf is not None else teacher_forced(target, req, spec.feature_layers)
     out, n_prompt, params = req.output_ids, len(req.prompt_ids), req.params
+    if tf is None and params.greedy and not spec.feature_layers:
+        tf = (None, None)  # counted against the logged tokens alone: no target pass needed
+    logits, feats = tf if tf is not None else teacher_forced(target, req, spec.feature_layers)
     probs = None if params.greedy else probs_from_logits(logits, params)  # [n_out, vocab]
     stats = ReplayStats()
     rng = None if params.greedy else torch.Generator().manual_seed(params.seed or 0)

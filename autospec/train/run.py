@@ -39,6 +39,8 @@ from sqlalchemy import Engine
 from autospec import store
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
+from autospec.evaluate.compare import set_tau
+from autospec.evaluate.replay import ReplayRequest, replay_request
 from autospec.settings import get_settings
 from autospec.speculators.checkpoint import SpeculatorLoadError, load_speculator, save_speculator
 from autospec.speculators.common import SavableSpeculator
@@ -253,31 +255,16 @@ def _fit_on_ray(request: TrainRequest, recipe, spec: SavableSpeculator, trainee,
 
 
 def replay_tau(spec: SavableSpeculator, sequences: list[TrainSequence], k: int = 5) -> float:
-    """τ of a feature-free speculator replayed over logged greedy outputs (exact for greedy).
-
-    Steps as the engine takes them: propose up to ``k`` after the settled tokens, accept
-    the prefix equal to the logged output, settle it plus the next logged token.
+    """τ of a feature-free speculator replayed over logged greedy outputs (exact for greedy;
+    :func:`autospec.evaluate.replay.replay_request` counts the steps as the engine takes them).
     """
-    steps = settled_total = 0
-    greedy = SamplingParams()
+    stats = []
     for seq in sequences:
-        prompt, out = seq.ids[: seq.prompt_len], seq.ids[seq.prompt_len :]
-        spec.begin(torch.tensor(prompt), None)
-        pos = 0  # out[:pos] settled; the first output token comes from the prompt pass
-        new = out[:1]
-        while True:
-            spec.commit(torch.tensor(new), None)
-            pos += len(new)
-            if pos >= len(out):
-                break
-            drafts = spec.propose(min(k, len(out) - pos - 1), greedy, None).tokens.tolist()
-            accepted = 0
-            while accepted < len(drafts) and drafts[accepted] == out[pos + accepted]:
-                accepted += 1
-            new = out[pos : pos + accepted + 1]
-            steps += 1
-            settled_total += accepted + 1
-    return settled_total / steps if steps else 1.0
+        out = seq.ids[seq.prompt_len :]
+        req = ReplayRequest(prompt_ids=seq.ids[: seq.prompt_len], output_ids=out,
+                            params=SamplingParams(max_new_tokens=max(len(out), 1)))
+        stats.append(replay_request(None, spec, req, k))
+    return set_tau(stats)
 
 
 # -- registration ---------------------------------------------------------------------------
