@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,12 @@ from autospec.engine.sampling import SamplingParams
 from autospec.speculators.checkpoint import SpeculatorLoadError, load_speculator, save_speculator
 from autospec.speculators.config import SuffixConfig
 from autospec.speculators.registry import new_speculator
-from autospec.speculators.suffix import SuffixSpeculator, suffix_array, suffix_from_documents
+from autospec.speculators.suffix import (
+    SuffixSpeculator,
+    build_corpus,
+    suffix_array,
+    suffix_from_documents,
+)
 
 GREEDY = SamplingParams()
 DOCS = [([1, 2], [10, 11, 12, 13, 2]), ([1, 2], [10, 11, 12, 14, 2]),
@@ -95,3 +102,200 @@ def test_suffix_tiny_random_init_is_lossless_through_the_engine(tiny) -> None:
     empty = new_speculator("suffix", tiny)
     again = SpeculativeEngine(tiny, empty, 5).generate(prompt, SamplingParams(max_new_tokens=40))
     assert again.token_ids == plain.token_ids
+
+
+# -- the optimised search proposes exactly what the plain search did -----------------------
+class _Reference:
+    """The suffix speculator's proposal logic before its per-step optimisation (commit
+    053815b, ``git show 053815b:autospec/speculators/suffix.py``): every proposal searches
+    the longest match afresh (binary search over its length, each a binary search over
+    the suffix array) and counts the next tokens with ``np.unique``. Slow; the oracle."""
+
+    def __init__(self, config: SuffixConfig, tokens: np.ndarray, sa: np.ndarray) -> None:
+        self.config = config
+        self._padded = np.concatenate([tokens, [-1]]).astype(np.int32)
+        self._sa = sa.astype(np.int64)
+        self._seq: list[int] = []
+        self._local: dict[tuple[int, ...], Counter[int]] = {}
+
+    def begin(self, prompt: list[int]) -> None:
+        self._seq, self._local = [], {}
+        self._extend(prompt)
+
+    def propose(self, k: int) -> list[int]:
+        if k <= 0 or not self._seq:
+            return []
+        best = max((self._global_path(k), self._local_path(k)), key=_expected_accepted)
+        return [t for t, _ in best]
+
+    def _global_path(self, k: int) -> list[tuple[int, float]]:
+        lo, hi, depth = self._longest_match(self._seq[-self.config.max_match :])
+        path: list[tuple[int, float]] = []
+        while depth and len(path) < k and hi > lo:
+            nxt = self._padded[self._sa[lo:hi] + depth]
+            values, starts, counts = np.unique(nxt, return_index=True, return_counts=True)
+            usable = values != -1
+            if not usable.any():
+                break
+            j = int(np.argmax(np.where(usable, counts, -1)))
+            prob = counts[j] / (hi - lo)
+            if prob < self.config.min_token_prob:
+                break
+            path.append((int(values[j]), float(prob)))
+            lo, hi, depth = lo + int(starts[j]), lo + int(starts[j]) + int(counts[j]), depth + 1
+        return path
+
+    def _longest_match(self, context: list[int]) -> tuple[int, int, int]:
+        best = (0, 0, 0)
+        low, high = 1, len(context)
+        while low <= high:
+            m = (low + high) // 2
+            lo, hi = self._range(context[-m:])
+            if hi > lo:
+                best, low = (lo, hi, m), m + 1
+            else:
+                high = m - 1
+        return best
+
+    def _range(self, pattern: list[int]) -> tuple[int, int]:
+        pat = np.asarray(pattern, dtype=np.int32)
+        m, sa, toks = len(pat), self._sa, self._padded
+        n = len(sa)
+
+        def prefix(i: int) -> np.ndarray:
+            start = sa[i]
+            return toks[start : min(start + m, len(toks))]
+
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _less(prefix(mid), pat):
+                lo = mid + 1
+            else:
+                hi = mid
+        first, hi = lo, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            p = prefix(mid)
+            if len(p) == m and np.array_equal(p, pat):
+                lo = mid + 1
+            else:
+                hi = mid
+        return first, lo
+
+    def _extend(self, tokens: list[int]) -> None:
+        seq, local, top = self._seq, self._local, self.config.max_local_ngram
+        for token in tokens:
+            i = len(seq)
+            for n in range(1, min(top, i) + 1):
+                local.setdefault(tuple(seq[i - n : i]), Counter())[token] += 1
+            seq.append(token)
+
+    def _local_path(self, k: int) -> list[tuple[int, float]]:
+        context = self._seq[-self.config.max_local_ngram :]
+        path: list[tuple[int, float]] = []
+        while len(path) < k:
+            counter = next((self._local[key] for n in range(len(context), 0, -1)
+                            if (key := tuple(context[-n:])) in self._local), None)
+            if counter is None:
+                break
+            token, count = counter.most_common(1)[0]
+            prob = count / sum(counter.values())
+            if prob < self.config.min_token_prob:
+                break
+            path.append((token, prob))
+            context = [*context[1:], token] if len(context) == self.config.max_local_ngram \
+                else [*context, token]
+        return path
+
+
+def _less(a: np.ndarray, b: np.ndarray) -> bool:
+    n = min(len(a), len(b))
+    diff = np.nonzero(a[:n] != b[:n])[0]
+    if len(diff):
+        return bool(a[diff[0]] < b[diff[0]])
+    return len(a) < len(b)
+
+
+def _expected_accepted(path: list[tuple[int, float]]) -> float:
+    total, running = 0.0, 1.0
+    for _, prob in path:
+        running *= prob
+        total += running
+    return total
+
+
+def _markov(rng: np.random.Generator, vocab: int, length: int, loops: bool) -> list[int]:
+    """A sequence from a sparse random chain (a few likely successors per token); with
+    ``loops``, it may fall into repeating a short phrase, as small models do."""
+    successors = np.random.default_rng(vocab).integers(0, vocab, (vocab, 4))
+    seq = [int(rng.integers(vocab))]
+    for _ in range(length - 1):
+        seq.append(int(successors[seq[-1], rng.choice(4, p=[0.55, 0.25, 0.15, 0.05])]))
+    if loops and length > 6 and rng.random() < 0.5:
+        at, period = int(rng.integers(6, length)), int(rng.integers(1, 6))
+        seq = seq[:at] + (seq[max(0, at - period) : at] * length)[: length - at]
+    return seq
+
+
+def _request(rng: np.random.Generator, docs: list[list[int]], vocab: int) -> list[int]:
+    """A request stitched from spans of the corpus documents, with random tokens between
+    (so matches grow, reach ``max_match``, break and restart)."""
+    seq: list[int] = []
+    while len(seq) < 120:
+        if rng.random() < 0.75:
+            doc = docs[int(rng.integers(len(docs)))]
+            start = int(rng.integers(len(doc)))
+            seq += doc[start : start + int(rng.integers(1, 60))]
+        else:
+            seq += rng.integers(0, vocab + 2, int(rng.integers(1, 4))).tolist()
+    return seq
+
+
+@pytest.mark.parametrize("corpus", ["random-2", "markov-40", "loops-300", "random-5", "empty"])
+def test_suffix_proposes_what_the_plain_search_proposed(corpus: str) -> None:
+    kind, _, size = corpus.partition("-")
+    vocab = int(size or 10)
+    rng = np.random.default_rng(len(corpus) * 31)
+    if kind == "random":
+        docs = [rng.integers(0, vocab, int(rng.integers(1, 40))).tolist() for _ in range(60)]
+    else:
+        docs = [_markov(rng, vocab, int(rng.integers(5, 80)), kind == "loops")
+                for _ in range(0 if kind == "empty" else 80)]
+    configs = [_config(), _config(max_match=3, max_local_ngram=1, min_token_prob=0.0),
+               _config(max_match=1, prompt_tail=0, min_token_prob=0.4),
+               _config(max_match=12, max_local_ngram=2, prompt_tail=2, min_token_prob=0.25)]
+    steps = 0
+    for config in configs:
+        documents = [(doc[:4], doc[4:]) for doc in docs]
+        spec = suffix_from_documents(config, documents)
+        tokens = build_corpus(documents, config.prompt_tail)
+        assert spec.state_tensors()["tokens"].tolist() == tokens.tolist()
+        ref = _Reference(config, tokens, suffix_array(tokens))
+        for _ in range(4):  # several requests on one speculator: begin drops the last one
+            seq = _request(rng, docs or [[1, 2, 3]], vocab)
+            cut = int(rng.integers(0, 12))
+            spec.begin(torch.tensor(seq[:cut], dtype=torch.long), None)
+            ref.begin(seq[:cut])
+            while cut < len(seq):
+                k = int(rng.integers(0, 8))
+                got = spec.propose(k, GREEDY, None).tokens.tolist()
+                assert got == ref.propose(k), (config, seq[:cut], k)
+                assert spec._global_path(k) == ref._global_path(k)
+                assert spec._local_path(k) == ref._local_path(k)
+                m = int(rng.integers(1, 4))
+                spec.commit(torch.tensor(seq[cut : cut + m], dtype=torch.long), None)
+                ref._extend(seq[cut : cut + m])
+                cut, steps = cut + m, steps + 1
+    assert steps > 600
+
+
+def test_suffix_keeps_proposing_the_same_after_a_new_corpus_mid_request() -> None:
+    spec = suffix_from_documents(_config(), DOCS)
+    spec.begin(torch.tensor([5, 1, 2]), None)
+    assert spec.propose(5, GREEDY, None).tokens.tolist() == [10, 11, 12, 13, 2]
+    other = build_corpus([([1, 2], [10, 11, 30, 31])], 4)
+    spec.set_corpus(other, suffix_array(other))  # the match found before no longer holds
+    assert spec.propose(5, GREEDY, None).tokens.tolist() == [10, 11, 30, 31]
+    spec.commit(torch.tensor([10, 11]), None)
+    assert spec.propose(5, GREEDY, None).tokens.tolist() == [30, 31]
