@@ -22,11 +22,22 @@ Each proposal stops at ``k`` tokens or when a token's estimated probability fall
 ``min_token_prob``; the one with the larger expected accepted length
 (sum of cumulative products of the probabilities) wins. Proposals are deterministic
 (``probs`` is ``None``): under sampling the verifier treats them as one-hot drafts.
+
+**Cost per step** (a few tens of microseconds on a 50k-token corpus). The longest match
+is kept across commits: a committed token narrows its range to the suffixes whose next
+token is that token (two bisections, the next tokens being sorted inside the range). Only
+when it cannot grow (a mismatch, or ``max_match`` reached) is the longest match searched
+again, lazily at the next proposal, knowing it is at most as long as the last one plus the
+tokens committed since. The most frequent next token of a range is memoised per range.
+Searches compare Python ints and byte slices (the corpus as big-endian ``token + 1``
+words, whose byte order is the token order) through :mod:`bisect`, not numpy calls.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -42,6 +53,10 @@ from autospec.speculators.config import SuffixConfig
 log = logging.getLogger(__name__)
 
 SEPARATOR = -1
+#: ranges at least this wide find their most frequent next token with numpy, smaller in Python
+_NUMPY_RANGE = 64
+#: memoised ranges kept before the memo starts afresh
+_MEMO_LIMIT = 1 << 16
 
 
 def suffix_array(tokens: np.ndarray) -> np.ndarray:
@@ -96,6 +111,17 @@ class SuffixSpeculator(SavableSpeculator):
         # one sentinel past the end: a suffix running off the corpus reads a separator
         self._padded = np.concatenate([self._tokens, [SEPARATOR]]).astype(np.int32)
         self._sa = np.ascontiguousarray(sa, dtype=np.int64)
+        # views for the search: element access gives Python ints, slices compare in C
+        self._tok_at = memoryview(self._padded)  # [N + 1] token at a corpus position
+        self._sa_at = memoryview(self._sa)  # [N] suffix array entry
+        # big-endian (token + 1) words: byte order of a slice == token order, -1 first
+        self._tok_bytes = (self._padded.astype(np.int64) + 1).astype(">u4").tobytes()
+        first = self._padded[self._sa]  # [N] first token of each suffix, sorted
+        starts, counts = _runs(first)
+        ranges = zip(starts.tolist(), (starts + counts).tolist(), strict=True)
+        self._first = dict(zip(first[starts].tolist(), ranges, strict=True))  # token -> range
+        self._memo: dict[tuple[int, int, int], tuple[int, int, int] | None] = {}
+        self._stale(self.config.max_match)
 
     @property
     def corpus_tokens(self) -> int:
@@ -105,6 +131,7 @@ class SuffixSpeculator(SavableSpeculator):
     def begin(self, prompt_ids: torch.Tensor, features: torch.Tensor | None) -> None:
         assert prompt_ids.dim() == 1, f"prompt_ids must be [n], got {tuple(prompt_ids.shape)}"
         self._seq, self._local = [], {}
+        self._stale(0)  # the empty sequence matches nothing; each token adds at most one
         self._extend(prompt_ids.tolist())
 
     def commit(self, tokens: torch.Tensor, features: torch.Tensor | None) -> None:
@@ -121,73 +148,136 @@ class SuffixSpeculator(SavableSpeculator):
             return Proposal.empty()
         return Proposal(tokens=torch.tensor([t for t, _ in best], dtype=torch.long), probs=None)
 
+    def _extend(self, tokens: list[int]) -> None:
+        for token in tokens:
+            self._extend_local(token)
+            self._advance_match(token)
+
     # -- global index ---------------------------------------------------------------------
     def _global_path(self, k: int) -> list[tuple[int, float]]:
         """Most frequent continuation in the corpus of the longest matching suffix."""
-        lo, hi, depth = self._longest_match(self._seq[-self.config.max_match :])
+        lo, hi, depth = self._longest_match()
         path: list[tuple[int, float]] = []
-        while depth and len(path) < k and hi > lo:
-            nxt = self._padded[self._sa[lo:hi] + depth]  # sorted: same prefix, then next token
-            values, starts, counts = np.unique(nxt, return_index=True, return_counts=True)
-            usable = values != SEPARATOR
-            if not usable.any():
+        while depth and len(path) < k:
+            child = self._most_frequent_next(lo, hi, depth)
+            if child is None:  # only separators follow
                 break
-            j = int(np.argmax(np.where(usable, counts, -1)))
-            prob = counts[j] / (hi - lo)
+            token, start, count = child
+            prob = count / (hi - lo)
             if prob < self.config.min_token_prob:
                 break
-            path.append((int(values[j]), float(prob)))
-            lo, hi, depth = lo + int(starts[j]), lo + int(starts[j]) + int(counts[j]), depth + 1
+            path.append((token, prob))
+            lo, hi, depth = start, start + count, depth + 1
         return path
 
-    def _longest_match(self, context: list[int]) -> tuple[int, int, int]:
-        """Suffix-array range and length of the longest suffix of ``context`` in the corpus."""
-        best = (0, 0, 0)
-        low, high = 1, len(context)
-        while low <= high:  # occurrence is monotone in the suffix length: binary search it
-            m = (low + high) // 2
-            lo, hi = self._range(context[-m:])
-            if hi > lo:
-                best, low = (lo, hi, m), m + 1
-            else:
-                high = m - 1
-        return best
+    def _stale(self, bound: int) -> None:
+        """Forget the match; the longest one is at most ``bound`` tokens long."""
+        self._match: tuple[int, int, int] | None = None
+        self._bound = bound
 
-    def _range(self, pattern: list[int]) -> tuple[int, int]:
-        """``[lo, hi)``: the suffixes that start with ``pattern``."""
-        pat = np.asarray(pattern, dtype=np.int32)
-        m, sa, toks = len(pat), self._sa, self._padded
-        n = len(sa)
+    def _advance_match(self, token: int) -> None:
+        """Update the longest match for ``token`` appended to the sequence."""
+        if self._match is None:
+            self._bound = min(self._bound + 1, self.config.max_match)
+            return
+        lo, hi, depth = self._match
+        if depth < self.config.max_match:
+            narrowed = self._narrow(lo, hi, depth, token)
+            if narrowed is not None:  # the match grew by one: still the longest
+                self._match = (*narrowed, depth + 1)
+                return
+        # a mismatch (or max_match reached): the new longest match is at most ``depth`` long
+        self._stale(depth)
 
-        def prefix(i: int) -> np.ndarray:
-            start = sa[i]
-            return toks[start : min(start + m, len(toks))]
+    def _longest_match(self) -> tuple[int, int, int]:
+        """Suffix-array range and length of the longest suffix of the sequence in the
+        corpus (at most ``max_match`` tokens); the whole array and 0 when none occurs."""
+        if self._match is None:
+            seq = self._seq
+            best, high = (0, self.corpus_tokens, 0), min(self._bound, len(seq))
+            found = self._range(seq[-high:]) if high else None
+            if found is not None:  # the bound itself: the usual case once max_match is hit
+                best = (*found, high)
+            else:  # occurrence is monotone in the suffix length: binary search it
+                low, high = 1, high - 1
+                while low <= high:
+                    m = (low + high) // 2
+                    found = self._range(seq[-m:])
+                    if found is not None:
+                        best, low = (*found, m), m + 1
+                    else:
+                        high = m - 1
+            self._match = best
+        return self._match
 
-        lo, hi = 0, n
-        while lo < hi:  # first suffix >= pattern
-            mid = (lo + hi) // 2
-            if _less(prefix(mid), pat):
-                lo = mid + 1
-            else:
-                hi = mid
-        first, hi = lo, n
-        while lo < hi:  # first suffix that does not start with pattern
-            mid = (lo + hi) // 2
-            p = prefix(mid)
-            if len(p) == m and np.array_equal(p, pat):
-                lo = mid + 1
-            else:
-                hi = mid
-        return first, lo
+    def _narrow(self, lo: int, hi: int, depth: int, token: int) -> tuple[int, int] | None:
+        """The part of ``[lo, hi)`` (suffixes sharing ``depth`` tokens) whose next token is
+        ``token``, or ``None``; the next tokens are sorted inside the range."""
+        if depth == 0:
+            return self._first.get(token)
+        tok = self._tok_at
+
+        def next_token(start: int) -> int:
+            return tok[start + depth]
+
+        first = bisect_left(self._sa_at, token, lo, hi, key=next_token)
+        last = bisect_right(self._sa_at, token, first, hi, key=next_token)
+        return (first, last) if last > first else None
+
+    def _range(self, pattern: list[int]) -> tuple[int, int] | None:
+        """``[lo, hi)``: the suffixes that start with ``pattern`` (non-empty), or ``None``."""
+        found = self._first.get(pattern[0])
+        if found is None or len(pattern) == 1:
+            return found
+        rest = struct.pack(f">{len(pattern) - 1}I", *[t + 1 for t in pattern[1:]])
+        data, width = self._tok_bytes, len(rest)
+
+        def after_first(start: int) -> bytes:  # truncated at the corpus end, as ``rest`` sorts
+            return data[4 * start + 4 : 4 * start + 4 + width]
+
+        first = bisect_left(self._sa_at, rest, found[0], found[1], key=after_first)
+        last = bisect_right(self._sa_at, rest, first, found[1], key=after_first)
+        return (first, last) if last > first else None
+
+    def _most_frequent_next(self, lo: int, hi: int, depth: int) -> tuple[int, int, int] | None:
+        """(token, start, count): the most frequent token (the smallest on a tie) after the
+        ``depth`` shared tokens of ``[lo, hi)`` and its sub-range; ``None`` if only
+        separators follow. Memoised per range."""
+        key = (lo, hi, depth)
+        if key in self._memo:
+            return self._memo[key]
+        if hi - lo >= _NUMPY_RANGE:
+            nxt = self._padded[self._sa[lo:hi] + depth]  # sorted: same prefix, then next token
+            starts, counts = _runs(nxt)
+            counts[nxt[starts] == SEPARATOR] = 0
+            j = int(np.argmax(counts))  # the first maximum: the smallest token
+            child = (int(nxt[starts[j]]), lo + int(starts[j]), int(counts[j])) \
+                if counts[j] else None
+        else:
+            tok, child, best = self._tok_at, None, 0
+            nxt = [tok[start + depth] for start in self._sa_at[lo:hi]]
+            run = 0
+            for i in range(1, len(nxt) + 1):
+                if i == len(nxt) or nxt[i] != nxt[run]:
+                    if i - run > best and nxt[run] != SEPARATOR:
+                        child, best = (nxt[run], lo + run, i - run), i - run
+                    run = i
+        if len(self._memo) >= _MEMO_LIMIT:
+            self._memo.clear()
+        self._memo[key] = child
+        return child
 
     # -- request index --------------------------------------------------------------------
-    def _extend(self, tokens: list[int]) -> None:
-        seq, local, top = self._seq, self._local, self.config.max_local_ngram
-        for token in tokens:
-            i = len(seq)
-            for n in range(1, min(top, i) + 1):
-                local.setdefault(tuple(seq[i - n : i]), Counter())[token] += 1
-            seq.append(token)
+    def _extend_local(self, token: int) -> None:
+        seq, local = self._seq, self._local
+        i = len(seq)
+        for n in range(1, min(self.config.max_local_ngram, i) + 1):
+            key = tuple(seq[i - n : i])
+            counter = local.get(key)
+            if counter is None:
+                counter = local[key] = Counter()
+            counter[token] += 1
+        seq.append(token)
 
     def _local_path(self, k: int) -> list[tuple[int, float]]:
         """Most frequent continuation in this request of its longest matching n-gram."""
@@ -223,13 +313,12 @@ class SuffixSpeculator(SavableSpeculator):
         self.set_corpus(tokens, sa)
 
 
-def _less(a: np.ndarray, b: np.ndarray) -> bool:
-    """Lexicographic ``a < b`` of two int arrays (a shorter prefix sorts first)."""
-    n = min(len(a), len(b))
-    diff = np.nonzero(a[:n] != b[:n])[0]
-    if len(diff):
-        return bool(a[diff[0]] < b[diff[0]])
-    return len(a) < len(b)
+def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start index and length of each run of equal values in ``values`` (``[n]``)."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    return starts, np.diff(np.append(starts, len(values)))
 
 
 def _expected_accepted(path: list[tuple[int, float]]) -> float:

@@ -252,11 +252,20 @@ def _request(rng: np.random.Generator, docs: list[list[int]], vocab: int) -> lis
     return seq
 
 
-@pytest.mark.parametrize("corpus", ["random-2", "markov-40", "loops-300", "random-5", "empty"])
-def test_suffix_proposes_what_the_plain_search_proposed(corpus: str) -> None:
+@pytest.mark.parametrize(("corpus", "memo"), [
+    *[(corpus, memo) for corpus in ("random-2", "markov-40", "loops-300")
+      for memo in ("default", "python-only", "numpy-only")],
+    ("random-5", "default"), ("empty", "default")])
+def test_suffix_proposes_what_the_plain_search_proposed(corpus: str, memo: str,
+                                                        monkeypatch) -> None:
+    import autospec.speculators.suffix as suffix
+
+    if memo != "default":  # every range counted by one method, and the memo kept tiny
+        monkeypatch.setattr(suffix, "_NUMPY_RANGE", 10**9 if memo == "python-only" else 1)
+        monkeypatch.setattr(suffix, "_MEMO_LIMIT", 8)
     kind, _, size = corpus.partition("-")
     vocab = int(size or 10)
-    rng = np.random.default_rng(len(corpus) * 31)
+    rng = np.random.default_rng(len(corpus) * 31 + len(memo))
     if kind == "random":
         docs = [rng.integers(0, vocab, int(rng.integers(1, 40))).tolist() for _ in range(60)]
     else:
