@@ -249,17 +249,28 @@ def history(
 
 
 # -- controller run / once / watch ----------------------------------------------------------
-def _controller(policy: str, target: str, dtype: str):  # type: ignore[no-untyped-def]
+def _controller(policy: str, target: str, dtype: str,  # type: ignore[no-untyped-def]
+                address: str | None = None):
     from autospec.controller.cycle import Controller
     from autospec.controller.policy import load_policy
     from autospec.engine.target import load_target
 
     pol = load_policy(policy)
+    if address and pol.training.workers:  # join the cluster now, before a cycle starts
+        from autospec.train.ray_trainer import connect_ray
+
+        connect_ray(address=address, workers=pol.training.workers)
+    elif address:
+        err.print(f"note: policy {policy!r} trains in this process (training.workers: 0); "
+                  "--address is not used", highlight=False)
     return Controller(_db(), pol, lambda: load_target(target, dtype=dtype))
 
 
 TARGET_OPT = typer.Option("smollm2-135m", help="the served target: a name, directory or .gguf")
 DTYPE_OPT = typer.Option("float32", help="target dtype for training and replay")
+ADDRESS_OPT = typer.Option(None, "--address", help="Ray cluster for the policy's Ray Train "
+                           "runs (training.workers > 0): host:port, 'auto' or "
+                           "ray://host:10001; default RAY_ADDRESS, else a new local Ray")
 
 
 @controller_app.command("once")
@@ -267,12 +278,13 @@ def once(
     policy: str = typer.Option("default", help=POLICY_HELP),
     target: str = TARGET_OPT,
     dtype: str = DTYPE_OPT,
+    address: str | None = ADDRESS_OPT,
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Run one cycle now (cron-friendly). Exit 0: promoted, nothing to do or busy;
     3: every candidate rejected; 2: error."""
     with _errors():
-        result = _controller(policy, target, dtype).run_cycle(trigger="once")
+        result = _controller(policy, target, dtype, address).run_cycle(trigger="once")
     if json_out:
         _emit(result.as_dict())
     else:
@@ -289,13 +301,14 @@ def watch(
     policy: str = typer.Option("default", help=POLICY_HELP),
     target: str = TARGET_OPT,
     dtype: str = DTYPE_OPT,
+    address: str | None = ADDRESS_OPT,
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """One canary/drift check now (rolls back on a canary shortfall; drift runs a cycle)."""
     from autospec.controller.watch import Watcher
 
     with _errors():
-        result = Watcher(_controller(policy, target, dtype)).run()
+        result = Watcher(_controller(policy, target, dtype, address)).run()
     if json_out:
         _emit(result.as_dict())
     else:
@@ -311,6 +324,7 @@ def run(
     policy: str = typer.Option("default", help=POLICY_HELP),
     target: str = TARGET_OPT,
     dtype: str = DTYPE_OPT,
+    address: str | None = ADDRESS_OPT,
     log_level: str = typer.Option("INFO", help="logging level"),
 ) -> None:
     """Run the scheduler in the foreground: cycles on the policy's schedule, the canary /
@@ -322,7 +336,7 @@ def run(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         with _errors():
-            run_forever(_controller(policy, target, dtype))
+            run_forever(_controller(policy, target, dtype, address))
     except KeyboardInterrupt:
         err.print("stopped")
 

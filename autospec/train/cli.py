@@ -1,5 +1,8 @@
 """``autospec train``: train one candidate on a window of traffic and register it.
 
+With ``--workers N`` the run uses Ray Train: on the cluster at ``--address`` (or
+``RAY_ADDRESS``), else on a local Ray started for the run.
+
 Prints the registered version (``--json``: one JSON object with version, run id,
 artifact, SHA-256 and metrics). Bad input — an empty window, a window below the
 policy minimum, an incumbent built for another target, an unknown kind or a bad
@@ -100,6 +103,9 @@ def train(
     seed: int = typer.Option(0, help="seed (the run is deterministic under it)"),
     max_failures: int = typer.Option(1, min=0, help="Ray: worker failures to survive"),
     use_gpu: bool = typer.Option(False, "--use-gpu", help="Ray: GPU workers"),
+    address: str | None = typer.Option(None, help="Ray: join this cluster (host:port, "
+                                       "'auto' or ray://host:10001; default RAY_ADDRESS, "
+                                       "else a new local Ray)"),
     target: str = typer.Option("smollm2-135m", help="target: a name, a directory or a .gguf"),
     dtype: str = typer.Option("auto", help="target dtype: float32, bfloat16 or auto"),
     database_url: str | None = typer.Option(None, "--url",
@@ -118,6 +124,8 @@ def train(
         if kind not in TRAINABLE_KINDS:
             raise TrainingInputError(f"unknown kind {kind!r}; trainable kinds: "
                                      f"{', '.join(TRAINABLE_KINDS)}")
+        if address and not workers:
+            raise TrainingInputError("--address needs --workers N (it is where Ray Train runs)")
         spec = parse_window(window)
         spec = type(spec)(since=spec.since, limit=spec.limit, segment=segment,
                           heldout_fraction=heldout_fraction, anchor_requests=anchors)
@@ -130,6 +138,10 @@ def train(
                                batch_size=batch_size, lr=lr, loss=loss, overrides=overrides,
                                use_gpu=use_gpu, max_failures=max_failures)
         engine = store.open_store(database_url, upgrade=True)
+        if address:  # join the cluster now, before any work is done
+            from autospec.train.ray_trainer import connect_ray
+
+            connect_ray(address=address, workers=workers)
         model = load_target(target, dtype=dtype)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.fields[info]}"))

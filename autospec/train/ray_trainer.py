@@ -11,6 +11,14 @@ weights and optimiser state as safetensors, the loop state as JSON; never pickle
 when a worker dies, Ray restarts the group (``FailureConfig(max_failures)``) and the
 loop resumes from the latest checkpoint. ``fail_at_step`` injects one such death (for
 tests and drills): the first attempt to pass that step raises, later attempts do not.
+
+Which Ray (:func:`connect_ray`, called by :func:`ray_fit` and by the CLIs before a run):
+the one this process is already a driver of; else the cluster at ``address`` (``autospec
+train --address``, ``autospec controller ... --address``) or ``RAY_ADDRESS``; else a new
+local Ray (``address="local"``: never a ``ray start`` cluster found on the machine). Nothing
+here shuts Ray down: a local Ray started here ends with the process (and serves its later
+runs), and a cluster this process only joined is never stopped. On a multi-node cluster
+``storage_path`` must be a directory every node sees (a shared filesystem).
 """
 
 from __future__ import annotations
@@ -36,12 +44,38 @@ log = logging.getLogger(__name__)
 STATE_FILE, OPTIM_FILE, LOOP_FILE = "state.safetensors", "optimizer.safetensors", "loop.json"
 
 
+def connect_ray(*, address: str | None = None, workers: int = 2) -> str:
+    """Make this process a Ray driver; returns what it did: ``"existing"`` (already one),
+    ``"connected"`` (joined the cluster at ``address`` or ``RAY_ADDRESS``) or ``"started"``
+    (a new local Ray with ``max(2, workers)`` CPUs). A cluster that cannot be reached is a
+    :class:`TrainingError`."""
+    import ray
+
+    if ray.is_initialized():
+        return "existing"
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None or address == "local":
+        ray.init(address="local", num_cpus=max(2, workers), include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+        return "started"
+    try:  # an existing cluster: its resources are its own (no num_cpus here)
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise TrainingError(f"cannot join the Ray cluster at {address}: "
+                            f"{str(exc).strip().splitlines()[0] if str(exc) else exc!r}") from exc
+    log.info("joined the Ray cluster at %s", address)
+    return "connected"
+
+
 def ray_fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
             shared: dict[str, torch.Tensor], opts: TraineeOptions, cache: FeatureCache,
             loop: LoopConfig, workers: int, storage_path: Path, name: str,
             use_gpu: bool = False, max_failures: int = 1,
-            fail_at_step: int | None = None) -> tuple[dict[str, torch.Tensor], LoopState]:
-    """Train on ``workers`` Ray workers; the final trainee state and loop state."""
+            fail_at_step: int | None = None,
+            address: str | None = None) -> tuple[dict[str, torch.Tensor], LoopState]:
+    """Train on ``workers`` Ray workers; the final trainee state and loop state.
+    ``address``: the Ray cluster to join when this process is not a driver yet (else
+    ``RAY_ADDRESS``, else a new local Ray; see :func:`connect_ray`)."""
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -55,9 +89,7 @@ def ray_fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
         "kind": kind, "config": config.model_dump(mode="json"), "opts": asdict(opts),
         "loop": asdict(loop), "fail_at_step": fail_at_step,
         "fault_marker": str(job / "fault-injected")}))
-    if not ray.is_initialized():
-        ray.init(num_cpus=max(2, workers), include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+    connect_ray(address=address, workers=workers)
     trainer = TorchTrainer(
         _worker, train_loop_config={"job": str(job)},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu,

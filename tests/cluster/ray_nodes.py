@@ -53,10 +53,16 @@ class TwoNodeCluster:
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.procs.append(proc)
 
-    def start(self, timeout_s: float = 180) -> None:
+    def start(self, timeout_s: float = 180, *, worker: bool = True) -> None:
+        """The head node (up when this returns), then — unless ``worker=False`` — the worker."""
         self._start("head_node", ["--head", f"--port={self.port}", "--include-dashboard=false"])
         self._wait(lambda: self._status_ok(), timeout_s, "the head node")
-        self._start("worker_node", [f"--address={self.address}"])
+        if worker:
+            self._start("worker_node", [f"--address={self.address}"])
+
+    def alive(self) -> bool:
+        """Whether the cluster answers ``ray status`` (raises if a node process has exited)."""
+        return self._status_ok()
 
     def _status_ok(self) -> bool:
         for proc in self.procs:

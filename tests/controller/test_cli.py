@@ -98,3 +98,20 @@ def test_a_store_error_is_one_line_and_exit_2(monkeypatch) -> None:
     monkeypatch.setenv("AUTOSPEC_DATABASE_URL", "sqlite:////nonexistent-dir/x/y.db")
     result = runner.invoke(app, ["status"])
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_controller_address_joins_that_ray_cluster_when_the_policy_uses_ray_train(
+        cli, tmp_path, monkeypatch) -> None:
+    joined: list[tuple[str | None, int]] = []
+    monkeypatch.setattr("autospec.train.ray_trainer.connect_ray",
+                        lambda *, address=None, workers=2: joined.append((address, workers)))
+    ray_policy = write_policy(tmp_path / "ray.yaml", (tmp_path / "policy.yaml").read_text()
+                              .replace("min_train_requests: 5", "min_train_requests: 5, "
+                                       "workers: 2"))
+    done = cli("controller", "once", "--address", "10.0.0.7:6379", "--json",
+               policy_file=ray_policy)
+    assert done.exit_code == 0, done.output  # an empty store: nothing to do
+    assert joined == [("10.0.0.7:6379", 2)]
+    in_process = cli("controller", "once", "--address", "10.0.0.7:6379")
+    assert in_process.exit_code == 0 and "--address is not used" in in_process.output
+    assert joined == [("10.0.0.7:6379", 2)]

@@ -41,6 +41,8 @@ def test_cli_train_tiny_random_init_prints_the_registered_version(cli_env) -> No
     (["--kind", "eagle3", "--window", "100", "--incumbent", "nope-1"], "not registered"),
     (["--kind", "eagle3", "--window", "100", "--draft-vocab-size", "100000"],
      "draft_vocab_size"),
+    (["--kind", "eagle3", "--window", "100", "--address", "127.0.0.1:1"],
+     "--address needs --workers"),
 ])
 def test_cli_train_tiny_random_init_bad_input_is_one_line_without_traceback(
         cli_env, args, message) -> None:
