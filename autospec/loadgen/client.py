@@ -5,7 +5,8 @@ every failure is counted) and turns a :class:`~autospec.loadgen.source.Prompt` i
 chat or completion request with the ``x-autospec-segment`` header. It returns a
 :class:`Result`: latency, tokens, and the acceptance statistics the server put in the
 response's ``autospec`` object (``version``, ``num_drafts``, ``num_accepted_tokens``...),
-with the version also read from the ``x-autospec-speculator`` header. Errors are returned
+with the version also read from the ``x-autospec-speculator`` header and the replica that
+answered from ``x-autospec-replica``. Errors are returned
 as results (``ok=False``), never raised.
 """
 
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 SEGMENT_HEADER = "x-autospec-segment"
 VERSION_HEADER = "x-autospec-speculator"
+REPLICA_HEADER = "x-autospec-replica"
 
 
 @dataclass
@@ -42,6 +44,7 @@ class Result:
     num_accepted_tokens: int = 0
     tau: float | None = None
     text: str | None = None
+    replica: str | None = None  # x-autospec-replica: id=...; app=...; node=...; host=...
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,4 +126,4 @@ def _result(index: int, segment: str, start_s: float, latency: float, headers: A
         num_drafts=int(info.get("num_drafts") or 0),
         num_draft_tokens=int(info.get("num_draft_tokens") or 0),
         num_accepted_tokens=int(info.get("num_accepted_tokens") or 0),
-        tau=info.get("tau"), text=text)
+        tau=info.get("tau"), text=text, replica=headers.get(REPLICA_HEADER))

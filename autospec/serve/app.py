@@ -3,8 +3,9 @@
 Each replica builds its own :class:`~autospec.serve.server.LLMServer` (target, live version,
 decode thread, traffic writer) from a :class:`~autospec.serve.config.ServeConfig` and serves
 it through the FastAPI app of :mod:`autospec.serve.http`, built at replica start
-(``__serve_build_asgi_app__``). Ray's health check calls :meth:`LLMServer.health`; a
-replica that cannot serve is replaced.
+(``__serve_build_asgi_app__``); every answer names the replica, its application, Ray node
+and host in ``x-autospec-replica`` (:func:`replica_identity`). Ray's health check calls
+:meth:`LLMServer.health`; a replica that cannot serve is replaced.
 
 Hot-swap does not go through Ray: every replica watches the live pointer in the database
 (:mod:`autospec.serve.versions`), so a promotion or rollback from any process (the CLI, the
@@ -19,11 +20,13 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from typing import Any
 
 from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
+from ray.serve.exceptions import RayServeException
 
 from autospec.serve.config import ServeConfig
 from autospec.serve.http import make_app
@@ -37,8 +40,23 @@ APP_NAME = "autospec"
 def _replica_name() -> str:
     try:
         return f"serve:{serve.get_replica_context().replica_id.unique_id}"
-    except (RuntimeError, AttributeError):  # outside a replica
+    except (RayServeException, RuntimeError, AttributeError):  # outside a replica
         return f"serve:pid{os.getpid()}"
+
+
+def replica_identity() -> str:
+    """The ``x-autospec-replica`` value: ``id=<Serve replica id>; app=<application>;
+    node=<Ray node id>; host=<hostname>`` in a replica, ``id=pid<pid>; host=<hostname>``
+    outside one."""
+    host = socket.gethostname()
+    try:
+        ctx = serve.get_replica_context()
+        replica, app = ctx.replica_id.unique_id, ctx.app_name
+    except (RayServeException, RuntimeError, AttributeError):  # outside a replica
+        return f"id=pid{os.getpid()}; host={host}"
+    import ray
+
+    return f"id={replica}; app={app}; node={ray.get_runtime_context().get_node_id()}; host={host}"
 
 
 @serve.deployment(name="AutospecServer")
@@ -51,7 +69,7 @@ class AutospecServer:
         self.server = LLMServer.from_config(cfg, actor=_replica_name())
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return make_app(self.server)
+        return make_app(self.server, replica=replica_identity())
 
     def check_health(self) -> None:
         state = self.server.health()

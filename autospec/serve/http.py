@@ -6,7 +6,10 @@ as server-sent events ending with ``data: [DONE]``), ``GET /v1/models``, ``GET /
 
 Every completion answer names the speculator version that served it, in the header
 ``x-autospec-speculator`` and in the body's ``autospec`` object (for a stream: the header
-and the last chunk before ``[DONE]``). Request headers: ``x-autospec-segment`` labels the
+and the last chunk before ``[DONE]``). Every HTTP answer of a replica (errors and ``/health``
+included) names the replica in ``x-autospec-replica`` when :func:`make_app` is given one
+(``id=<Serve replica id>; app=<application>; node=<Ray node id>; host=<hostname>``; see
+:func:`autospec.serve.app.replica_identity`). Request headers: ``x-autospec-segment`` labels the
 request for per-segment evaluation (default: the route, ``completions`` or ``chat``);
 ``x-autospec-log: off`` keeps the request's statistics but no text or token ids.
 
@@ -51,17 +54,21 @@ from autospec.serve.server import LLMServer, Prepared, RequestContext, Served
 VERSION_HEADER = "x-autospec-speculator"
 SEGMENT_HEADER = "x-autospec-segment"
 LOG_HEADER = "x-autospec-log"
+REPLICA_HEADER = "x-autospec-replica"
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
 _OFF = {"off", "0", "false", "no"}
 
 M = TypeVar("M", bound=BaseModel)
 
 
-def make_app(server: LLMServer) -> FastAPI:
-    """The FastAPI app serving ``server`` (Ray Serve wraps it; tests use it directly)."""
+def make_app(server: LLMServer, *, replica: str | None = None) -> FastAPI:
+    """The FastAPI app serving ``server`` (Ray Serve wraps it; tests use it directly);
+    ``replica``: the ``x-autospec-replica`` value of every answer (none if None)."""
     app = FastAPI(title="autospec", description="OpenAI-compatible speculative decoding",
                   version="1")
     install_handlers(app)
+    if replica is not None:
+        app.add_middleware(ReplicaHeader, value=replica)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -99,6 +106,33 @@ def make_app(server: LLMServer) -> FastAPI:
         return JSONResponse(body.model_dump(), headers={VERSION_HEADER: served.version.name})
 
     return app
+
+
+class ReplicaHeader:
+    """ASGI middleware: adds ``x-autospec-replica: <value>`` to every HTTP answer (streams
+    included: the header goes out with the response start)."""
+
+    def __init__(self, app: Any, value: str) -> None:
+        self.app = app
+        self.header = (REPLICA_HEADER.encode("latin-1"), value.encode("latin-1", "replace"))
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_named(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, send_named)
+
+
+def parse_replica(value: str | None) -> dict[str, str]:
+    """The fields of an ``x-autospec-replica`` value (``{}`` for None or empty)."""
+    fields = (part.strip().partition("=") for part in (value or "").split(";"))
+    return {key: val for key, sep, val in fields if sep}
 
 
 # -- reading requests ---------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """A real two-node Ray cluster (separate ``ray start`` processes on this machine): serving
 replicas on both nodes, a 2-worker Ray Train run across them, and a promotion that reaches
-every replica. Tiny random-init target with SmolLM2's tokenizer; one SQLite store that both
-nodes see (same machine). Slow (two Ray nodes start), end to end."""
+every replica; each answer's ``x-autospec-replica`` header names the node that served it, so
+the test sees both nodes answer before and after the promotion. Tiny random-init target with
+SmolLM2's tokenizer; one SQLite store that both nodes see (same machine). Slow (two Ray nodes
+start), end to end."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from autospec import store
 from autospec.loadgen import DomainSource, Driver, LoadSpec, Schedule, run_load
+from autospec.serve.http import parse_replica
 from tests.serve.helpers import make_tiny_model_dir
 
 from .ray_nodes import CLUSTER_ENV, TwoNodeCluster, free_port
@@ -59,12 +62,17 @@ def _train_worker_nodes() -> set[str]:
     return {a["Address"]["NodeID"] for a in _actors() if "RayTrainWorker" in a["ActorClassName"]}
 
 
-def _versions(url: str, n: int) -> list[str | None]:
+def _served(url: str, n: int) -> list[tuple[str | None, str | None]]:
+    """(version, Ray node of the replica that answered) of ``n`` requests, 4 in flight."""
     spec = LoadSpec(schedule=Schedule.constant({"support": 1.0}), concurrency=4, requests=n)
     results = run_load(spec, DomainSource(seed=int(time.time())),
                        Driver(url, max_tokens=8, timeout_s=120, model="tiny"))
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]
-    return [r.version for r in results]
+    return [(r.version, parse_replica(r.replica).get("node")) for r in results]
+
+
+def _versions(url: str, n: int) -> list[str | None]:
+    return [version for version, _ in _served(url, n)]
 
 
 def test_serving_training_and_promotion_across_two_nodes(cluster, tmp_path: Path,
@@ -86,8 +94,10 @@ def test_serving_training_and_promotion_across_two_nodes(cluster, tmp_path: Path
     serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
     cfg = ServeConfig(target=str(model_dir), dtype="float32", device="cpu", model_name="tiny",
                       database_url=sqlite_url, poll_interval_s=0.5, replicas=2)
+    # the head's proxy prefers the replica on its own node while that one has room: 2 in
+    # flight per replica and 4 concurrent requests make the proxy use both nodes
     app = AutospecServer.options(
-        num_replicas=2, max_replicas_per_node=1,
+        num_replicas=2, max_replicas_per_node=1, max_ongoing_requests=2,
         ray_actor_options={"num_cpus": 0.5, "runtime_env": {
             "env_vars": {"AUTOSPEC_DATA_DIR": str(data_dir)}}},
     ).bind(cfg.model_dump(mode="json"))
@@ -98,8 +108,10 @@ def test_serving_training_and_promotion_across_two_nodes(cluster, tmp_path: Path
     placed = _replica_nodes("autospec")
     assert len(placed) == 2 and set(placed.values()) == nodes, placed
 
-    # 2. traffic through both, logged to the one store
-    assert set(_versions(url, 40)) == {"builtin-ngram"}
+    # 2. traffic through both (each answer names its replica's node), logged to the one store
+    served = _served(url, 40)
+    assert {version for version, _ in served} == {"builtin-ngram"}
+    assert {node for _, node in served} == nodes, served
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with store.session_scope(db, readonly=True) as session:
@@ -124,7 +136,9 @@ def test_serving_training_and_promotion_across_two_nodes(cluster, tmp_path: Path
     while set(_versions(url, 8)) != {outcome.version}:
         assert time.monotonic() - moved < 15, "a replica did not pick up the promotion"
     took = time.monotonic() - moved
-    # 24 concurrent requests through the proxy reach both replicas: all name the new version
-    assert set(_versions(url, 24)) == {outcome.version}
+    # after the promotion, replicas on both nodes answer, and every answer names the new version
+    served = _served(url, 24)
+    assert {version for version, _ in served} == {outcome.version}, served
+    assert {node for _, node in served} == nodes, served
     assert took < 15
     db.dispose()

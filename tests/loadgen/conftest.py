@@ -45,7 +45,8 @@ def served(tiny_llm: Target, sqlite_url: str, tmp_path: Path) -> Iterator[Served
     db = store.open_store(sqlite_url, upgrade=True)
     server = make_server(tiny_llm, db, poll_interval_s=0.1)
     port = free_port()
-    config = uvicorn.Config(make_app(server), host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn.Config(make_app(server, replica="id=loopback; host=test"), host="127.0.0.1",
+                            port=port, log_level="warning")
     http = uvicorn.Server(config)
     thread = threading.Thread(target=http.run, daemon=True)
     thread.start()

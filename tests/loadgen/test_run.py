@@ -38,6 +38,7 @@ def test_request_bound_run_labels_segments_and_reports_tau(served):
     summary = summarize(results, time.perf_counter() - started)
     assert [r.index for r in results] == list(range(8))
     assert all(r.ok and r.version == "builtin-ngram" for r in results), results
+    assert {r.replica for r in results} == {"id=loopback; host=test"}
     assert summary["requests"] == summary["ok"] == 8 and summary["errors"] == 0
     assert sum(v["requests"] for v in summary["by_segment"].values()) == 8
     steps = sum(r.num_drafts for r in results)

@@ -170,3 +170,29 @@ def test_speculation_off_serves_target_only(tiny_llm, db):
         assert r.json()["autospec"]["num_draft_tokens"] == 0
     finally:
         srv.close()
+
+
+def test_every_answer_names_the_replica_that_served_it(server):
+    from fastapi.testclient import TestClient
+
+    from autospec.serve.app import replica_identity
+    from autospec.serve.http import make_app, parse_replica
+
+    name = "id=r1; app=autospec; node=n1; host=h1"
+    with TestClient(make_app(server, replica=name), raise_server_exceptions=False) as c:
+        answers = [c.post("/v1/completions", json={"prompt": "abc", "max_tokens": 3}),
+                   c.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 3,
+                                                        "stream": True}),
+                   c.post("/v1/completions", json={"prompt": "abc", "n": 2}),  # a 400
+                   c.get("/health")]
+    assert [r.status_code for r in answers] == [200, 200, 400, 200]
+    assert {r.headers["x-autospec-replica"] for r in answers} == {name}
+    assert answers[1].text.rstrip().endswith("data: [DONE]")
+    assert parse_replica(name) == {"id": "r1", "app": "autospec", "node": "n1", "host": "h1"}
+    outside = parse_replica(replica_identity())  # not in a Serve replica: the process
+    assert outside["id"].startswith("pid") and outside["host"]
+
+
+def test_no_replica_header_without_a_replica_name(client):
+    r = client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 2})
+    assert r.status_code == 200 and "x-autospec-replica" not in r.headers
