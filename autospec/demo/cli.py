@@ -3,12 +3,18 @@
 Writes into ``--out`` (default: a fresh ``autospec-demo-<time>`` directory under the
 current one): ``data/`` (the SQLite store and speculator artifacts of this run),
 ``report.md``, ``tau.png`` and ``demo.json`` (or ``--json PATH``).
+
+Ctrl-C or a failure mid-run: Serve and Ray are shut down, the same report is written for
+the phases finished so far, marked partial with the reason (a failure's traceback goes to
+``traceback.txt`` next to it), and the command ends with one line on stderr and exit status
+130 (interrupted) or 1 (failed); no traceback on the terminal.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import traceback
 from pathlib import Path
 
 import typer
@@ -37,14 +43,7 @@ def demo(
     from rich.console import Console
 
     from autospec.demo.plan import plan_for
-    from autospec.demo.report import (
-        decision_table,
-        phase_table,
-        write_chart,
-        write_json,
-        write_markdown,
-    )
-    from autospec.demo.run import run_demo
+    from autospec.demo.run import DemoStopped, run_demo
     from autospec.loadgen.source import SourceError, canonical
 
     try:
@@ -62,15 +61,56 @@ def demo(
     console = Console()
     console.print(f"[bold]autospec demo[/] ({plan.mode}): {target}, {plan.requests_per_phase} "
                   f"requests per phase, {plan.max_tokens} tokens each; report in {out}")
-    result = run_demo(plan, data_dir=out / "data", target=target, dtype=dtype,
-                      reporter=ConsoleReporter(console))
+    err = Console(stderr=True)
+    try:
+        try:
+            result = run_demo(plan, data_dir=out / "data", target=target, dtype=dtype,
+                              reporter=ConsoleReporter(console))
+        except DemoStopped as stop:
+            _stopped(stop, out, json_path, console, err)
+        _report(result, out, json_path, console)
+    except KeyboardInterrupt:  # a second Ctrl-C while shutting down or writing the report
+        err.print("[bold red]interrupted[/] (again): the report may be incomplete")
+        raise typer.Exit(130) from None
+
+
+def _report(result, out: Path, json_path: Path | None, console) -> None:  # type: ignore[no-untyped-def]
+    """Write the chart, JSON and Markdown; print the tables and where they are."""
+    from autospec.demo.report import (
+        decision_table,
+        phase_table,
+        write_chart,
+        write_json,
+        write_markdown,
+    )
+
     chart = write_chart(result, out / "tau.png")
     write_json(result, json_path or out / "demo.json")
     write_markdown(result, out / "report.md", chart)
     console.print(phase_table(result))
-    console.print(decision_table(result))
+    if result.decisions:
+        console.print(decision_table(result))
     console.print(f"chart: {chart}\nreport: {out / 'report.md'}\nfigures: "
                   f"{json_path or out / 'demo.json'}")
+
+
+def _stopped(stop, out: Path, json_path: Path | None, console, err) -> None:  # type: ignore[no-untyped-def]
+    """The partial report of a run that ended early, one line on stderr, exit 130 or 1."""
+    if stop.__cause__ is not None:
+        (out / "traceback.txt").write_text("".join(traceback.format_exception(stop.__cause__)),
+                                           encoding="utf-8")
+    where = "no report written"
+    try:
+        _report(stop.result, out, json_path, console)
+        where = f"partial report in {out / 'report.md'}"
+    except Exception as exc:  # the run's failure is the news; a report that fails is a note
+        log.warning("the partial report could not be written: %s", exc)
+    extra = f"; traceback in {out / 'traceback.txt'}" if stop.__cause__ is not None else ""
+    from rich.markup import escape
+
+    err.print(f"[bold red]demo {escape(stop.result.partial or '')}[/]; {escape(where + extra)}",
+              highlight=False, soft_wrap=True)
+    raise typer.Exit(130 if stop.interrupted else 1)
 
 
 class ConsoleReporter:

@@ -8,7 +8,10 @@
 - :func:`write_json` — the phase figures, decisions, audit events and every sample;
 - :func:`write_markdown` — the same tables as ``report.md`` next to the chart.
 
-Reads a :class:`~autospec.demo.run.DemoResult`; measures nothing.
+A partial result (the run was interrupted or failed: ``result.partial`` says why) is
+reported the same way, marked partial everywhere: the table's title, a note at the top of
+``report.md`` (which phase did not finish), ``"complete": false`` in the JSON, the chart's
+title. Reads a :class:`~autospec.demo.run.DemoResult`; measures nothing.
 """
 
 from __future__ import annotations
@@ -38,9 +41,27 @@ def phase_row(p: PhaseFigures) -> list[str]:
             f"{p.end_t - p.start_t:.0f}"]
 
 
+def partial_note(result: DemoResult) -> str | None:
+    """One line on what a partial report lacks (None for a complete run)."""
+    if result.partial is None:
+        return None
+    done = [p.name for p in result.phases]
+    unfinished = [name for name in dict.fromkeys(s.phase for s in result.samples)
+                  if name not in done]
+    note = (f"partial report: {result.partial}; phases finished: "
+            f"{', '.join(done) if done else 'none'}")
+    if unfinished:
+        n = sum(1 for s in result.samples if s.phase in unfinished and s.app == "live")
+        note += (f"; phase {', '.join(unfinished)} did not finish (its {n} live responses are "
+                 f"in the chart and the JSON, not in the table)")
+    return note
+
+
 def phase_table(result: DemoResult) -> Table:
     table = Table(title=f"autospec demo ({result.plan['mode']}, {result.target}) — "
-                  f"{result.took_s / 60:.1f} min")
+                  f"{result.took_s / 60:.1f} min"
+                  + (" — PARTIAL" if result.partial is not None else ""),
+                  caption=partial_note(result))
     for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("phase", "traffic", "live version")
                          else "right")
@@ -66,13 +87,16 @@ def write_json(result: DemoResult, path: Path) -> None:
 
 
 def write_markdown(result: DemoResult, path: Path, chart: Path | None) -> None:
-    lines = [f"# autospec demo ({result.plan['mode']})", "",
-             f"Target `{result.target}`, {result.plan['max_tokens']} tokens per request, "
-             f"k = {result.plan['k']}, greedy; took {result.took_s / 60:.1f} minutes. "
-             f"Speedup: output tokens/s of the live app over the target-only app on the same "
-             f"prompts (every {result.plan['baseline_every']}th prompt of a phase, sent to both "
-             f"back to back).", "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    note = partial_note(result)
+    lines = [f"# autospec demo ({result.plan['mode']})" + (" — partial" if note else ""), ""]
+    if note:
+        lines += [f"> **{note[0].upper() + note[1:]}.**", ""]
+    lines += [f"Target `{result.target}`, {result.plan['max_tokens']} tokens per request, "
+              f"k = {result.plan['k']}, greedy; took {result.took_s / 60:.1f} minutes. "
+              f"Speedup: output tokens/s of the live app over the target-only app on the same "
+              f"prompts (every {result.plan['baseline_every']}th prompt of a phase, sent to "
+              f"both back to back).", "",
+              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(phase_row(p)) + " |" for p in result.phases]
     lines += ["", "## Controller decisions", ""]
     for d in result.decisions:
@@ -116,7 +140,10 @@ def write_chart(result: DemoResult, path: Path) -> Path:
     ax.set_xlabel("seconds since the demo started")
     ax.set_ylabel("τ per request (accepted + 1 per step)")
     ax.set_ylim(bottom=1.0)
-    ax.legend(title="speculator version", loc="upper left", fontsize=8)
+    if live:
+        ax.legend(title="speculator version", loc="upper left", fontsize=8)
+    if result.partial is not None:
+        ax.set_title(f"partial: {result.partial}", fontsize=9, loc="left", pad=22)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

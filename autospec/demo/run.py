@@ -22,6 +22,12 @@ to domain B, watch live τ drop, the drift trigger, the retrain and the recovery
 
 Every figure is measured in this run; nothing is assumed. Decisions and reasons come from
 the controller's results and the store's audit log. Progress goes to a ``Reporter``.
+
+A run that ends early — Ctrl-C (``KeyboardInterrupt``) or an exception at any stage — first
+shuts Serve and Ray down, then raises :class:`DemoStopped` carrying the partial
+:class:`DemoResult`: the phases finished so far (a phase counts once its figures are
+measured), every response sent, the decisions taken, and ``partial`` = what ended the run
+and where ("interrupted (Ctrl-C) during phase B1"). The CLI writes that as the report.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,13 +115,25 @@ class DemoResult:
     decisions: list[DecisionNote]
     samples: list[Sample]
     events: list[dict[str, Any]]
+    partial: str | None = None  # why the run ended early; None: it ran to the end
 
     def as_dict(self) -> dict[str, Any]:
         return {"plan": self.plan, "target": self.target, "data_dir": self.data_dir,
-                "took_s": self.took_s,
+                "took_s": self.took_s, "complete": self.partial is None,
+                "partial": self.partial,
                 "phases": [dict(asdict(p), live_version=p.live_version) for p in self.phases],
                 "decisions": [asdict(d) for d in self.decisions],
                 "events": self.events, "samples": [asdict(s) for s in self.samples]}
+
+
+class DemoStopped(Exception):
+    """The demo ended early (``interrupted``: Ctrl-C; else a failure, the ``__cause__``);
+    ``result`` is the partial result (``result.partial`` says why and where). Serve and Ray
+    are already shut down when this is raised."""
+
+    def __init__(self, result: DemoResult, *, interrupted: bool) -> None:
+        super().__init__(result.partial)
+        self.result, self.interrupted = result, interrupted
 
 
 class Reporter:
@@ -144,16 +163,39 @@ class Demo:
         self.db_url = f"sqlite:///{data_dir / 'autospec.db'}"
         self.t0 = time.perf_counter()
         self.samples: list[Sample] = []
-        self.phases: list[PhaseFigures] = []
+        self.phases: list[PhaseFigures] = []  # finished phases (figures measured)
         self.decisions: list[DecisionNote] = []
         self.source = DomainSource(seed=plan.seed)
         self.logged = 0  # live requests the store should hold
+        self.engine: Any = None
+        self.stage = "setting up"  # what the run is doing, for a partial report
+
+    @contextmanager
+    def _stage(self, name: str) -> Iterator[None]:
+        """Name what runs inside; on an exception the name stays (the partial report's)."""
+        before, self.stage = self.stage, name
+        yield
+        self.stage = before
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
     # -- set-up -------------------------------------------------------------------------
     def run(self) -> DemoResult:
+        """The whole demo; :class:`DemoStopped` (partial result) if it ends early."""
+        try:
+            self._run()
+        except KeyboardInterrupt:
+            raise DemoStopped(self._result(f"interrupted (Ctrl-C) during {self.stage}"),
+                              interrupted=True) from None
+        except Exception as exc:
+            text = str(exc).strip().splitlines()
+            raise DemoStopped(self._result(f"failed during {self.stage}: {type(exc).__name__}"
+                                           + (f": {text[0]}" if text else "")),
+                              interrupted=False) from exc
+        return self._result()
+
+    def _run(self) -> None:
         from autospec import store
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -161,17 +203,23 @@ class Demo:
         from autospec.settings import get_settings
 
         get_settings.cache_clear()
-        self.engine = store.open_store(self.db_url, upgrade=True)
+        with self._stage("opening the store"):
+            self.engine = store.open_store(self.db_url, upgrade=True)
         try:
-            self._start_serving()
-            self._load_target()
+            with self._stage("starting Ray and Serve"):
+                self._start_serving()
+            with self._stage("loading the target"):
+                self._load_target()
             self._phases()
         finally:
             self._stop_serving()
+
+    def _result(self, partial: str | None = None) -> DemoResult:
         return DemoResult(plan=asdict(self.plan), target=self.target_spec,
-                          data_dir=str(self.data_dir), took_s=self.now(), phases=self.phases,
-                          decisions=self.decisions, samples=self.samples,
-                          events=self._events())
+                          data_dir=str(self.data_dir), took_s=self.now(),
+                          phases=list(self.phases), decisions=list(self.decisions),
+                          samples=list(self.samples), events=self._events(strict=not partial),
+                          partial=partial)
 
     def _start_serving(self) -> None:
         import ray
@@ -206,6 +254,8 @@ class Demo:
         if ray.is_initialized():
             try:
                 serve.shutdown()
+            except Exception as exc:  # Ray goes down below all the same
+                log.warning("Serve did not shut down cleanly: %s", exc)
             finally:
                 ray.shutdown()
 
@@ -239,8 +289,12 @@ class Demo:
 
     def _phase(self, name: str, title: str, domain: str, n: int,
                stop_when: Callable[[int], bool] | None = None) -> PhaseFigures:
+        with self._stage(f"phase {name}"):
+            return self._run_phase(name, title, domain, n, stop_when)
+
+    def _run_phase(self, name: str, title: str, domain: str, n: int,
+                   stop_when: Callable[[int], bool] | None) -> PhaseFigures:
         phase = PhaseFigures(name=name, title=title, domain=domain, start_t=self.now())
-        self.phases.append(phase)
         self.say(f"[bold]phase {name}[/]: {title} — {n} requests of {domain}, "
                  f"{self.plan.max_tokens} tokens each")
         paired: list[tuple[Result, Result]] = []
@@ -254,6 +308,7 @@ class Demo:
             if stop_when is not None and stop_when(i + 1):
                 break
         self._close_phase(phase, results, paired)
+        self.phases.append(phase)  # finished: its figures are measured
         return phase
 
     def _send(self, driver: Driver, prompt: Prompt, phase: PhaseFigures, app: str) -> Result:
@@ -347,11 +402,12 @@ class Demo:
 
     # -- the controller -----------------------------------------------------------------
     def _cycle(self, after: str) -> None:
-        self._wait_logged()
-        self.say("controller: scheduled cycle (train candidates, shadow-evaluate, gate)...")
-        started = self.now()
-        result = self._controller().run_cycle(trigger="schedule")
-        self._note_cycle(after, result, started)
+        with self._stage(f"the controller cycle after {after}"):
+            self._wait_logged()
+            self.say("controller: scheduled cycle (train candidates, shadow-evaluate, gate)...")
+            started = self.now()
+            result = self._controller().run_cycle(trigger="schedule")
+            self._note_cycle(after, result, started)
 
     def _note_cycle(self, after: str, result: Any, started: float) -> None:
         self.decisions.append(DecisionNote(self.now(), after, "cycle", result.outcome,
@@ -367,7 +423,8 @@ class Demo:
         from autospec.controller.watch import Watcher
 
         started = self.now()
-        result = Watcher(self._controller(window_s)).run()
+        with self._stage(f"the controller watch after {after}"):
+            result = Watcher(self._controller(window_s)).run()
         if result.action in ("none", "canary_pending") and quiet:
             return result
         self.decisions.append(DecisionNote(self.now(), after, result.action, result.action,
@@ -402,14 +459,23 @@ class Demo:
             time.sleep(0.2)
         log.warning("the replica did not report %s within %.0fs", version, timeout_s)
 
-    def _events(self) -> list[dict[str, Any]]:
+    def _events(self, *, strict: bool = True) -> list[dict[str, Any]]:
+        """The audit log; for a partial report (``strict=False``) none if unreadable."""
         from autospec import store
 
-        with store.session_scope(self.engine, readonly=True) as session:
-            rows = store.list_events(session, deployment=DEPLOYMENT, limit=200)
-            return [{"kind": e.kind, "version": e.version, "actor": e.actor,
-                     "reason": e.reason, "at": e.created_at.isoformat()}
-                    for e in reversed(rows)]
+        if self.engine is None:
+            return []
+        try:
+            with store.session_scope(self.engine, readonly=True) as session:
+                rows = store.list_events(session, deployment=DEPLOYMENT, limit=200)
+                return [{"kind": e.kind, "version": e.version, "actor": e.actor,
+                         "reason": e.reason, "at": e.created_at.isoformat()}
+                        for e in reversed(rows)]
+        except Exception as exc:
+            if strict:
+                raise
+            log.warning("the audit log could not be read for the partial report: %s", exc)
+            return []
 
 
 def _rate(results: list[Result]) -> float | None:
@@ -427,5 +493,5 @@ def run_demo(plan: DemoPlan, *, data_dir: Path, target: str = "smollm2-135m",
     return Demo(plan, data_dir=data_dir, target=target, dtype=dtype, reporter=reporter).run()
 
 
-__all__ = ["DecisionNote", "Demo", "DemoResult", "PhaseFigures", "Reporter", "Sample",
-           "run_demo"]
+__all__ = ["DecisionNote", "Demo", "DemoResult", "DemoStopped", "PhaseFigures", "Reporter",
+           "Sample", "run_demo"]
