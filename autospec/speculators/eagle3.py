@@ -220,6 +220,15 @@ class Eagle3Head(nn.Module):
                     steps: int = 1) -> list[torch.Tensor]:
         """Logits ``[B, T, Vd]`` for each of ``steps`` unrolled draft steps.
 
+        The logits of :meth:`ttt_hidden`'s outputs (training computes them only at the
+        positions it counts).
+        """
+        return [self.logits(out) for out in self.ttt_hidden(features, next_ids, steps)]
+
+    def ttt_hidden(self, features: torch.Tensor, next_ids: torch.Tensor,
+                   steps: int = 1) -> list[torch.Tensor]:
+        """Output hiddens ``[B, T, H]`` for each of ``steps`` unrolled draft steps.
+
         ``features``: ``[B, T, 3H]`` target features of positions ``0..T-1``;
         ``next_ids``: ``[B, T]``, the token after each position (pair ``t`` is
         ``(features[t], next_ids[t])``). Every step's output at ``t`` predicts token
@@ -233,7 +242,7 @@ class Eagle3Head(nn.Module):
         assert features.dim() == 3 and next_ids.dim() == 2, "features [B,T,3H], next_ids [B,T]"
         _, t, _ = features.shape
         positions = torch.arange(t, device=features.device)
-        embeds = self.embed(next_ids)
+        embeds = self.embed(next_ids).to(features.dtype)
         hidden = self.project(features)
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
@@ -244,7 +253,7 @@ class Eagle3Head(nn.Module):
             values.append(v)
             mask = _ttt_mask(t, s, features.device)
             out = self.layer.finish(hidden, q, torch.cat(keys, 2), torch.cat(values, 2), mask)
-            outputs.append(self.logits(out))
+            outputs.append(out)
             hidden = F.pad(out[:, :-1], (0, 0, 1, 0))  # next step feeds the output at t - 1
         return outputs
 

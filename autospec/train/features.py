@@ -9,6 +9,9 @@ in right-padded batches of similar length, and keeps per position:
 - ``top_ids`` / ``top_logprobs``: the target's ``top_k`` most likely next tokens and
   their log-probabilities (``[N, top_k]``, int32 / float16); ``top_ids[:, 0]`` is the
   target's greedy choice. Distillation losses use them as the target's distribution.
+  They are computed only where a position predicts an output token (from
+  ``prompt_len - 1`` on; the LM head over the vocabulary is skipped for the rest of the
+  prompt) and hold ``0`` / ``-1e4`` before that: no loss reads them.
 
 The sequences are stored flat (``ids [N]``, ``offsets [S + 1]``, ``prompt_lens [S]``),
 so a :class:`FeatureCache` is a handful of tensors: it lives in memory for the epochs
@@ -100,26 +103,36 @@ def extract_features(
     top_lp = torch.empty(total, top_k, dtype=torch.float16)
     width = len(feature_layers) * target.info.hidden_size
     features = torch.empty(total, width, dtype=dtype) if feature_layers else None
+    prompt_lens = torch.tensor([s.prompt_len for s in sequences])
+    top_ids.zero_()  # positions before the output keep no teacher: no loss reads them
+    top_lp.fill_(-1e4)
     for batch in _length_batches(lengths, batch_tokens):
-        out = _forward_batch(target, [sequences[i].ids for i in batch], feature_layers)
+        longest = int(lengths[batch].max())
+        first = max(0, int(prompt_lens[batch].min()) - 1)  # first position predicting output
+        out = _forward_batch(target, [sequences[i].ids for i in batch], feature_layers,
+                             logits_to_keep=longest - first)
         for row, i in enumerate(batch):
-            span, n = slice(int(offsets[i]), int(offsets[i + 1])), int(lengths[i])
-            logp = torch.log_softmax(out.logits[row, :n].float(), dim=-1)  # [n, V]
+            start, n = int(offsets[i]), int(lengths[i])
+            lo = max(first, int(prompt_lens[i]) - 1)
+            logp = torch.log_softmax(out.logits[row, lo - first : n - first].float(), dim=-1)
             values, indices = logp.topk(top_k, dim=-1)
-            top_ids[span], top_lp[span] = indices.int(), values.half()
+            top_ids[start + lo : start + n], top_lp[start + lo : start + n] = indices.int(), \
+                values.half()
             if features is not None:
-                features[span] = torch.cat(
+                features[start : start + n] = torch.cat(
                     [out.hidden_states[layer][row, :n] for layer in feature_layers], -1
                 ).to(dtype)
         if progress is not None:
             progress(len(batch))
     return FeatureCache(ids=ids, offsets=offsets,
-                        prompt_lens=torch.tensor([s.prompt_len for s in sequences]),
-                        top_ids=top_ids, top_logprobs=top_lp, features=features)
+                        prompt_lens=prompt_lens, top_ids=top_ids, top_logprobs=top_lp,
+                        features=features)
 
 
-def _forward_batch(target: Target, seqs: list[list[int]], layers: tuple[int, ...]):
-    """One padded target forward (right padding, attention mask)."""
+def _forward_batch(target: Target, seqs: list[list[int]], layers: tuple[int, ...],
+                   logits_to_keep: int = 0):
+    """One padded target forward (right padding, attention mask); logits of the last
+    ``logits_to_keep`` positions (0: all)."""
     width = max(len(s) for s in seqs)
     ids = torch.zeros(len(seqs), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -127,7 +140,8 @@ def _forward_batch(target: Target, seqs: list[list[int]], layers: tuple[int, ...
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
     return target.model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
-                        output_hidden_states=bool(layers), use_cache=False)
+                        output_hidden_states=bool(layers), use_cache=False,
+                        logits_to_keep=logits_to_keep)
 
 
 def _length_batches(lengths: torch.Tensor, batch_tokens: int) -> list[list[int]]:

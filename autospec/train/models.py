@@ -88,40 +88,42 @@ class Eagle3Trainee(nn.Module):
 
     def forward(self, features: torch.Tensor, next_ids: torch.Tensor, top_ids: torch.Tensor,
                 top_logprobs: torch.Tensor, valid: torch.Tensor):
-        """features ``[B, T, F]``, next_ids ``[B, T]``, top_* ``[B, T, K]``, valid ``[B, T]``."""
+        """features ``[B, T, F]``, next_ids ``[B, T]``, top_* ``[B, T, K]``, valid ``[B, T]``.
+
+        The LM head and softmax run only at the positions a step counts.
+        """
         assert features.dim() == 3 and top_ids.dim() == 3 and valid.dim() == 2
-        outputs = self.head.ttt_forward(features, next_ids, self.steps)  # steps x [B, T, Vd]
+        outputs = self.head.ttt_hidden(features, next_ids, self.steps)  # steps x [B, T, H]
         t2d = torch.full((self.head.config.target_vocab_size,), -1, dtype=torch.long,
                          device=top_ids.device)
         t2d[self.head.d2t] = torch.arange(self.head.d2t.shape[0], device=top_ids.device)
         draft_ids = t2d[top_ids]  # [B, T, K]; -1: not in the draft vocabulary
-        greedy = top_ids[..., 0]  # [B, T] the target's choice
+        teachable = (draft_ids >= 0)[..., 0] if self.loss_kind == "ce" else (draft_ids >= 0).any(-1)
         loss = features.new_zeros((), dtype=torch.float32)
         correct, counted = [], []
-        for s, logits in enumerate(outputs):
-            mask = valid & F.pad(valid, (s, 0))[:, : valid.shape[1]]  # real prefix inside output
-            step_loss, mask = self._loss(logits.float(), draft_ids, top_logprobs, mask)
-            loss = loss + self.step_decay ** s * step_loss
-            hit = self.head.d2t[logits.argmax(-1)] == greedy
-            correct.append((hit & mask).sum())
+        for s, out in enumerate(outputs):
+            # real prefix inside the output, and a teacher the draft vocabulary can follow
+            mask = valid & F.pad(valid, (s, 0))[:, : valid.shape[1]] & teachable
+            logits = self.head.logits(out[mask]).float()  # [M, Vd]
+            loss = loss + self.step_decay ** s * self._loss(logits, draft_ids[mask],
+                                                            top_logprobs[mask])
+            correct.append((self.head.d2t[logits.argmax(-1)] == top_ids[mask][:, 0]).sum())
             counted.append(mask.sum())
         return loss, torch.stack(correct).detach(), torch.stack(counted).detach()
 
-    def _loss(self, logits: torch.Tensor, draft_ids: torch.Tensor, top_lp: torch.Tensor,
-              mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean loss over ``mask`` (which drops positions the draft vocabulary cannot teach)."""
-        logq = torch.log_softmax(logits, -1)  # [B, T, Vd]
+    def _loss(self, logits: torch.Tensor, draft_ids: torch.Tensor,
+              top_lp: torch.Tensor) -> torch.Tensor:
+        """Mean loss of rows ``logits [M, Vd]`` against the target's top-K ``[M, K]``."""
+        if logits.shape[0] == 0:
+            return logits.sum()  # no counted position: zero, still part of the graph
+        logq = torch.log_softmax(logits, -1)  # [M, Vd]
         present = draft_ids >= 0
         if self.loss_kind == "ce":
-            mask = mask & present[..., 0]
-            nll = -logq.gather(-1, draft_ids[..., :1].clamp_min(0)).squeeze(-1)
+            nll = -logq.gather(-1, draft_ids[:, :1]).squeeze(-1)
         else:
-            mask = mask & present.any(-1)
-            p = torch.softmax(top_lp.masked_fill(~present, -1e4), -1)  # [B, T, K]
-            p = p * present
+            p = torch.softmax(top_lp.float().masked_fill(~present, -1e4), -1) * present
             nll = -(p * logq.gather(-1, draft_ids.clamp_min(0))).sum(-1)
-        count = mask.sum().clamp_min(1)
-        return (nll * mask).sum() / count, mask
+        return nll.mean()
 
 
 class DraftTrainee(nn.Module):
