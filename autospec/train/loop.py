@@ -41,6 +41,7 @@ class LoopConfig:
     grad_clip: float = 1.0
     seed: int = 0
     log_every: int = 5  # loss curve: one point per this many steps
+    precision: str = "fp32"  # "bf16": forward/backward under bfloat16 autocast (fp32 weights)
 
 
 @dataclass
@@ -121,7 +122,8 @@ def train_loop(
             lr = get_lr(state.step, total, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            loss, correct, counted = model(**trainee.make_batch(cache, indices))
+            with _autocast(cfg.precision, params[0].device):
+                loss, correct, counted = model(**trainee.make_batch(cache, indices))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -146,6 +148,13 @@ def train_loop(
     log.info("trained %d steps (%d examples) in %.1fs", state.step, state.examples_seen,
              time.perf_counter() - started)
     return state
+
+
+def _autocast(precision: str, device: torch.device):
+    """bfloat16 autocast for ``"bf16"`` (weights and optimiser stay float32), else a no-op."""
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 @torch.no_grad()
