@@ -226,32 +226,39 @@ class Eagle3Head(nn.Module):
         return [self.logits(out) for out in self.ttt_hidden(features, next_ids, steps)]
 
     def ttt_hidden(self, features: torch.Tensor, next_ids: torch.Tensor,
-                   steps: int = 1) -> list[torch.Tensor]:
-        """Output hiddens ``[B, T, H]`` for each of ``steps`` unrolled draft steps.
+                   steps: int = 1, start: int = 0) -> list[torch.Tensor]:
+        """Output hiddens for each of ``steps`` unrolled draft steps.
 
         ``features``: ``[B, T, 3H]`` target features of positions ``0..T-1``;
         ``next_ids``: ``[B, T]``, the token after each position (pair ``t`` is
         ``(features[t], next_ids[t])``). Every step's output at ``t`` predicts token
-        ``t + 2`` (label ``next_ids[t + 1]``). Step 0 is the plain causal pass; step
-        ``s`` at ``t`` is the ``s``-th chained draft step after a real prefix ending at
-        ``t - s``: it feeds step ``s-1``'s output at ``t - 1`` and attends to step 0's
-        keys at ``<= t - s`` and to step ``j``'s key at ``t - s + j`` (``j = 1..s``),
-        exactly what decoding's KV cache holds. Outputs at ``t < s`` are meaningless
-        (mask them from the loss).
+        ``t + 2`` (label ``next_ids[t + 1]``). Step 0 is the plain causal pass over all
+        positions (``[B, T, H]``). Step ``s >= 1`` at ``t`` is the ``s``-th chained draft
+        step after a real prefix ending at ``t - s``: it feeds step ``s-1``'s output at
+        ``t - 1`` and attends to step 0's keys at ``<= t - s`` and to step ``j``'s key at
+        ``t - s + j`` (``j = 1..s``), exactly what decoding's KV cache holds. Draft steps
+        are computed only at positions ``start..T-1`` (``[B, T - start, H]``): training
+        sets ``start`` to where the outputs begin, since a draft step after a prefix that
+        ends in the prompt never happens in decoding. Outputs at ``t < start + s`` are
+        meaningless (mask them from the loss).
         """
         assert features.dim() == 3 and next_ids.dim() == 2, "features [B,T,3H], next_ids [B,T]"
         _, t, _ = features.shape
-        positions = torch.arange(t, device=features.device)
+        assert 0 <= start < t, f"start must be in [0, {t}), got {start}"
+        device = features.device
         embeds = self.embed(next_ids).to(features.dtype)
         hidden = self.project(features)
-        keys: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
-        outputs = []
-        for s in range(steps):
+        q, k0, v0 = self.layer.qkv(hidden, embeds, torch.arange(t, device=device))
+        out = self.layer.finish(hidden, q, k0, v0, _ttt_mask(t, t, 0, 0, device))
+        outputs = [out]
+        hidden = F.pad(out[:, max(start - 1, 0) : t - 1], (0, 0, 1 if start == 0 else 0, 0))
+        embeds, positions = embeds[:, start:], torch.arange(start, t, device=device)
+        keys, values = [k0], [v0]
+        for s in range(1, steps):
             q, k, v = self.layer.qkv(hidden, embeds, positions)
             keys.append(k)
             values.append(v)
-            mask = _ttt_mask(t, s, features.device)
+            mask = _ttt_mask(t, t - start, start, s, device)
             out = self.layer.finish(hidden, q, torch.cat(keys, 2), torch.cat(values, 2), mask)
             outputs.append(out)
             hidden = F.pad(out[:, :-1], (0, 0, 1, 0))  # next step feeds the output at t - 1
@@ -262,11 +269,13 @@ class Eagle3Head(nn.Module):
         return self.ttt_forward(features, next_ids, steps=1)[0]
 
 
-def _ttt_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
-    """Bool ``[T, (s + 1) T]``: step ``s`` queries over the keys of steps ``0..s``."""
-    q = torch.arange(t, device=device)[:, None]
+def _ttt_mask(t: int, w: int, start: int, s: int, device: torch.device) -> torch.Tensor:
+    """Bool ``[W, T + s W]``: step ``s``'s queries at ``start..start+W-1`` over the keys of
+    step 0 (all ``T`` positions) and of steps ``1..s`` (positions ``start..start+W-1``)."""
+    q = torch.arange(start, start + w, device=device)[:, None]
     u = torch.arange(t, device=device)[None, :]
-    blocks = [u <= q - s] + [u == q - s + j for j in range(1, s + 1)]
+    window = torch.arange(start, start + w, device=device)[None, :]
+    blocks = [u <= q - s] + [window == q - s + j for j in range(1, s + 1)]
     return torch.cat(blocks, dim=1)
 
 

@@ -93,7 +93,10 @@ class Eagle3Trainee(nn.Module):
         The LM head and softmax run only at the positions a step counts.
         """
         assert features.dim() == 3 and top_ids.dim() == 3 and valid.dim() == 2
-        outputs = self.head.ttt_hidden(features, next_ids, self.steps)  # steps x [B, T, H]
+        any_valid = valid.any(0)
+        start = int(any_valid.float().argmax()) if bool(any_valid.any()) else 0
+        # step 0: [B, T, H]; draft steps from the first counted position on: [B, T - start, H]
+        outputs = self.head.ttt_hidden(features, next_ids, self.steps, start=start)
         t2d = torch.full((self.head.config.target_vocab_size,), -1, dtype=torch.long,
                          device=top_ids.device)
         t2d[self.head.d2t] = torch.arange(self.head.d2t.shape[0], device=top_ids.device)
@@ -104,7 +107,9 @@ class Eagle3Trainee(nn.Module):
         for s, out in enumerate(outputs):
             # real prefix inside the output, and a teacher the draft vocabulary can follow
             mask = valid & F.pad(valid, (s, 0))[:, : valid.shape[1]] & teachable
-            logits = self.head.logits(out[mask]).float()  # [M, Vd]
+            if s:
+                mask[:, :start] = False
+            logits = self.head.logits(out[mask[:, -out.shape[1]:]]).float()  # [M, Vd]
             loss = loss + self.step_decay ** s * self._loss(logits, draft_ids[mask],
                                                             top_logprobs[mask])
             correct.append((self.head.d2t[logits.argmax(-1)] == top_ids[mask][:, 0]).sum())

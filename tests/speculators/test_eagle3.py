@@ -104,6 +104,21 @@ def test_eagle3_tiny_random_init_ttt_forward_matches_decoding(tiny, sequence, fe
                 torch.testing.assert_close(head.logits(hidden)[0], train[s][0, p + s])
 
 
+def test_eagle3_tiny_random_init_ttt_draft_steps_from_start_match_the_full_unroll(
+        tiny, sequence, feats) -> None:
+    """Draft steps computed only from ``start`` on equal the full unroll's there."""
+    head = _eagle(tiny).head
+    steps, t, start = 3, 20, 7
+    next_ids = sequence[None, 1 : t + 1]
+    with torch.no_grad():
+        full = head.ttt_hidden(feats[None, :t], next_ids, steps=steps)
+        part = head.ttt_hidden(feats[None, :t], next_ids, steps=steps, start=start)
+    torch.testing.assert_close(part[0], full[0])
+    for s in range(1, steps):
+        assert part[s].shape[1] == t - start
+        torch.testing.assert_close(part[s][:, s:], full[s][:, start + s :])
+
+
 def test_eagle3_tiny_random_init_ttt_forward_trains(tiny, sequence, feats) -> None:
     head = _eagle(tiny, draft_vocab_size=64).head
     features = feats[None, :20].clone()  # target features are inference-mode tensors
