@@ -13,8 +13,9 @@
    into train and held-out parts. Its key ``<deployment>/<newest id>/<size>`` is recorded
    with a ``cycle_start`` note; a window whose key was already consumed → ``nothing_to_do``;
 5. trains one candidate per kind of ``training.kinds`` (:func:`autospec.train.run.train_candidate`,
-   each registered as a ``candidate``; stopped at ``training.time_budget`` or when the lease
-   is lost); a kind that fails is recorded and skipped;
+   each registered as a ``candidate``; its training ends early, keeping what it learnt, when
+   ``training.time_budget`` is used up; it is stopped, registering nothing, when the lease
+   is lost or it overruns the budget by half); a kind that fails is recorded and skipped;
 6. shadow-evaluates each candidate against the incumbent (the live version, or the built-in
    one) on the held-out part (:func:`autospec.evaluate.run.evaluate_versions`, recorded);
 7. in **one transaction**: checks the fencing token and that the pointer still names the
@@ -289,11 +290,12 @@ class Controller:
         tp, win = self.policy.training, self.policy.window
         spec = WindowSpec(since=snap.since, until=snap.until, limit=win.max_requests,
                           deployment=self.deployment, heldout_fraction=win.heldout_fraction)
-        deadline = time.monotonic() + tp.time_budget.total_seconds()
+        budget = tp.time_budget.total_seconds()
+        deadline = time.monotonic() + 1.5 * budget + 60  # hard stop if the run overruns
         request = TrainRequest(kind=kind, window=spec, epochs=tp.epochs, workers=tp.workers,
                                from_scratch=tp.from_scratch, deployment=self.deployment,
                                min_requests=tp.min_train_requests, seed=self.policy.seed,
-                               batch_size=tp.batch_size)
+                               batch_size=tp.batch_size, time_budget_s=budget)
 
         def should_stop() -> bool:
             return lease.lost or time.monotonic() > deadline

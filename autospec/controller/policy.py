@@ -121,7 +121,8 @@ class Training(_Strict):
         "each evaluated against the incumbent")
     epochs: int = Field(3, ge=1, le=1000, description="passes over the window (gradient kinds)")
     time_budget: Duration = Field(
-        timedelta(hours=1), description="stop training a candidate after this long")
+        timedelta(hours=1), description="a candidate's training (features + epochs) ends "
+        "when this is used up, keeping what it learnt; it is abandoned at 1.5x")
     min_train_requests: int = Field(
         50, ge=1, description="fewest training (not held-out) requests to train on")
     workers: int = Field(0, ge=0, description="0: train in the controller; N: Ray Train workers")

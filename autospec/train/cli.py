@@ -101,6 +101,11 @@ def train(
     lr: float | None = typer.Option(None, help="peak learning rate (default per kind)"),
     batch_size: int = typer.Option(8, min=1, help="sequences per step (per worker)"),
     seed: int = typer.Option(0, help="seed (the run is deterministic under it)"),
+    precision: str = typer.Option("auto", help="fp32, bf16 (autocast, fp32 weights) or auto "
+                                  "(bf16 on CUDA and on CPUs with native bfloat16)"),
+    time_budget: float | None = typer.Option(
+        None, min=1.0, help="seconds for features + training; training ends early, keeping "
+        "what it learnt, when they are used up"),
     max_failures: int = typer.Option(1, min=0, help="Ray: worker failures to survive"),
     use_gpu: bool = typer.Option(False, "--use-gpu", help="Ray: GPU workers"),
     address: str | None = typer.Option(None, help="Ray: join this cluster (host:port, "
@@ -136,7 +141,8 @@ def train(
                                from_scratch=from_scratch, incumbent=incumbent,
                                deployment=deployment, min_requests=min_requests, seed=seed,
                                batch_size=batch_size, lr=lr, loss=loss, overrides=overrides,
-                               use_gpu=use_gpu, max_failures=max_failures)
+                               use_gpu=use_gpu, max_failures=max_failures,
+                               precision=precision, time_budget_s=time_budget)
         engine = store.open_store(database_url, upgrade=True)
         if address:  # join the cluster now, before any work is done
             from autospec.train.ray_trainer import connect_ray

@@ -8,7 +8,10 @@ passes the DDP-wrapped module as ``model`` and the rank): every rank draws the s
 seeded batch order and takes every ``world_size``-th batch, so all ranks run the same
 number of steps. ``on_epoch_end`` is where a caller checkpoints; a :class:`LoopState`
 given back as ``resume`` continues after its last finished epoch exactly as an
-uninterrupted run would.
+uninterrupted run would. ``precision="bf16"`` runs forward and backward under bfloat16
+autocast (weights and optimiser in float32). A ``time_budget_s`` ends the run when it is
+used up (the schedule then follows the clock, so the rate still ends low); a run cut short
+this way is deterministic only up to where the clock stopped it.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class LoopConfig:
     seed: int = 0
     log_every: int = 5  # loss curve: one point per this many steps
     precision: str = "fp32"  # "bf16": forward/backward under bfloat16 autocast (fp32 weights)
+    time_budget_s: float | None = None  # stop after this long; the schedule follows the clock
 
 
 @dataclass
@@ -54,6 +58,8 @@ class LoopState:
     loss_curve: list[tuple[int, float]] = field(default_factory=list)
     optimizer: dict | None = None
     resumes: int = 0  # times the run resumed from a checkpoint (a worker died)
+    elapsed_s: float = 0.0  # training seconds so far (the time budget's clock)
+    stopped_early: bool = False  # the time budget ended the run before its last epoch
 
 
 @dataclass
@@ -65,11 +71,17 @@ class StepMetrics:
     accuracy: list[float]  # top-1 agreement with the target per unrolled step
 
 
-def get_lr(step: int, total: int, cfg: LoopConfig) -> float:
-    """Linear warmup for ``warmup_steps``, then cosine from ``lr`` to ``lr * min_lr_ratio``."""
+def get_lr(step: int, total: int, cfg: LoopConfig, elapsed_s: float = 0.0) -> float:
+    """Linear warmup for ``warmup_steps``, then cosine from ``lr`` to ``lr * min_lr_ratio``.
+
+    With a time budget the cosine's progress is the larger of the step share and the
+    budget share used, so a run cut short by its budget still ends at the low rate.
+    """
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     progress = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+    if cfg.time_budget_s:
+        progress = max(progress, min(1.0, elapsed_s / cfg.time_budget_s))
     cosine = 0.5 * (1 + math.cos(math.pi * progress))
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
 
@@ -116,10 +128,16 @@ def train_loop(
     total = per_epoch * cfg.epochs
     model.train()
     running, started = [], time.perf_counter()
+    clock = _Clock(state.elapsed_s, world_size)
     for epoch in range(state.epoch, cfg.epochs):
         batches = epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch)
         for indices in batches[rank : per_epoch * world_size : world_size]:
-            lr = get_lr(state.step, total, cfg)
+            state.elapsed_s = clock.elapsed()
+            if cfg.time_budget_s is not None and state.step and \
+                    state.elapsed_s >= cfg.time_budget_s:
+                state.stopped_early = True
+                break
+            lr = get_lr(state.step, total, cfg, state.elapsed_s)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             with _autocast(cfg.precision, params[0].device):
@@ -140,14 +158,37 @@ def train_loop(
                 on_step(StepMetrics(state.step, epoch, step_loss, lr, acc))
             if should_stop is not None and should_stop():
                 raise TrainingStopped(f"stopped on request at step {state.step}")
-        state.epoch = epoch + 1
+        if not state.stopped_early:
+            state.epoch = epoch + 1
+        state.elapsed_s = clock.elapsed()
         state.optimizer = optimizer.state_dict()
-        if on_epoch_end is not None:
+        if on_epoch_end is not None:  # also after a cut-short epoch: the final checkpoint
             on_epoch_end(state)
+        if state.stopped_early:
+            log.info("time budget of %.0fs used after %d steps", cfg.time_budget_s, state.step)
+            break
     model.eval()
     log.info("trained %d steps (%d examples) in %.1fs", state.step, state.examples_seen,
              time.perf_counter() - started)
     return state
+
+
+class _Clock:
+    """Training seconds, continuing from ``already`` (a resumed run); with several ranks
+    every rank reads the slowest one's clock, so they agree on the rate and on stopping."""
+
+    def __init__(self, already: float, world_size: int) -> None:
+        self.origin = time.perf_counter() - already
+        self.shared = world_size > 1 and torch.distributed.is_available() and \
+            torch.distributed.is_initialized()
+
+    def elapsed(self) -> float:
+        value = time.perf_counter() - self.origin
+        if self.shared:
+            t = torch.tensor([value], dtype=torch.float64)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            value = float(t.item())
+        return value
 
 
 def _autocast(precision: str, device: torch.device):

@@ -172,7 +172,8 @@ def _write_checkpoint(directory: Path, state: dict[str, torch.Tensor], loop: Loo
     safetensors.torch.save_file(tensors, str(directory / OPTIM_FILE))
     (directory / LOOP_FILE).write_text(json.dumps({
         "epoch": loop.epoch, "step": loop.step, "examples_seen": loop.examples_seen,
-        "loss_curve": loop.loss_curve, "resumes": loop.resumes, "optimizer": meta}))
+        "loss_curve": loop.loss_curve, "resumes": loop.resumes, "elapsed_s": loop.elapsed_s,
+        "stopped_early": loop.stopped_early, "optimizer": meta}))
 
 
 def _read_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], LoopState]:
@@ -182,7 +183,8 @@ def _read_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], LoopStat
         safetensors.torch.load_file(str(directory / OPTIM_FILE)), info["optimizer"])
     loop = LoopState(epoch=info["epoch"], step=info["step"], examples_seen=info["examples_seen"],
                      loss_curve=[tuple(p) for p in info["loss_curve"]], optimizer=optimizer,
-                     resumes=info.get("resumes", 0))
+                     resumes=info.get("resumes", 0), elapsed_s=info.get("elapsed_s", 0.0),
+                     stopped_early=info.get("stopped_early", False))
     return state, loop
 
 

@@ -82,6 +82,8 @@ class TrainRequest:
     storage_path: Path | None = None  # Ray run storage (default: <data dir>/ray-train)
     fail_at_step: int | None = None  # fault injection for tests and drills (Ray only)
     feature_cache_dir: Path | None = None  # reuse target features across runs on one window
+    precision: str = "auto"  # fp32, bf16 (autocast) or auto: bf16 on CUDA / CPUs with bf16
+    time_budget_s: float | None = None  # features + training end within this (gradient kinds)
 
 
 @dataclass
@@ -197,9 +199,9 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
         spec = build_speculator(incumbent.config.model_copy(update=request.overrides), target)
     else:
         spec = new_speculator(request.kind, target, **request.overrides)
+    fit_started = started = time.perf_counter()
     init = recipe.prepare(spec, data.train, target, incumbent)
     layers = spec.feature_layers if recipe.feature_layers_needed else ()
-    started = time.perf_counter()
     where = request.feature_cache_dir
     train_cache = _extract(target, data.train, layers, progress, "target features (train)", where)
     held = _extract(target, data.heldout, layers, progress, "target features (held out)", where)
@@ -209,7 +211,9 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
     trainee = recipe.trainee(spec, opts)
     before = evaluate(trainee, held) if held is not None else None
     loop = LoopConfig(epochs=request.epochs, batch_size=request.batch_size,
-                      lr=request.lr or DEFAULT_LR[request.kind], seed=request.seed)
+                      lr=request.lr or DEFAULT_LR[request.kind], seed=request.seed,
+                      precision=resolve_precision(request.precision, target),
+                      time_budget_s=_loop_budget(request, time.perf_counter() - fit_started))
     started = time.perf_counter()
     if request.workers == 0:
         progress.phase("training", len(data.train) * request.epochs // request.batch_size)
@@ -225,7 +229,30 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
                   "train_tokens": train_cache.num_tokens, "feature_s": feature_s,
                   "train_s": train_s, "workers": request.workers, "resumes": state.resumes,
                   "heldout_before": before, "heldout_after": after, "loss": request.loss,
-                  "lr": loop.lr, "batch_size": loop.batch_size}
+                  "lr": loop.lr, "batch_size": loop.batch_size, "precision": loop.precision,
+                  "stopped_early": state.stopped_early}
+
+
+def resolve_precision(precision: str, target: Target) -> str:
+    """``auto`` -> ``bf16`` on CUDA and on CPUs with native bfloat16, else ``fp32``."""
+    from autospec.engine.target import cpu_has_native_bf16
+
+    if precision not in ("auto", "fp32", "bf16"):
+        raise TrainingInputError(f"precision must be auto, fp32 or bf16, got {precision!r}")
+    if precision != "auto":
+        return precision
+    return "bf16" if target.device.type == "cuda" or cpu_has_native_bf16() else "fp32"
+
+
+def _loop_budget(request: TrainRequest, used_s: float) -> float | None:
+    """What is left of the run's budget for the loop (a tenth kept for evaluation and saving)."""
+    if request.time_budget_s is None:
+        return None
+    left = 0.9 * request.time_budget_s - used_s
+    if left <= 0:
+        raise TrainingStopped(f"the time budget of {request.time_budget_s:.0f}s was used up "
+                              f"by feature extraction ({used_s:.0f}s)")
+    return left
 
 
 def _extract(target: Target, seqs: list[TrainSequence], layers: tuple[int, ...],

@@ -123,3 +123,33 @@ def test_get_lr_warms_up_then_decays() -> None:
     assert lrs[0] == 0.25 and lrs[3] == 1.0
     assert all(a >= b for a, b in itertools.pairwise(lrs[3:]))
     assert lrs[-1] >= 0.1
+
+
+def test_get_lr_follows_the_clock_under_a_time_budget() -> None:
+    cfg = LoopConfig(lr=1.0, warmup_steps=2, min_lr_ratio=0.1, time_budget_s=100.0)
+    assert get_lr(5, 1000, cfg, elapsed_s=0.0) == pytest.approx(get_lr(5, 1000, LoopConfig(
+        lr=1.0, warmup_steps=2, min_lr_ratio=0.1)))
+    assert get_lr(5, 1000, cfg, elapsed_s=50.0) == pytest.approx(0.55)  # half the budget
+    assert get_lr(5, 1000, cfg, elapsed_s=100.0) == pytest.approx(0.1)  # budget used: the floor
+
+
+def test_loop_tiny_random_init_stops_at_its_time_budget_with_a_final_checkpoint(
+        tiny, seqs, caches, monkeypatch) -> None:
+    import autospec.train.loop as loop_module
+
+    train, _ = caches
+    now = [0.0]
+
+    def fake_clock() -> float:  # every reading advances one second: steps are 1 s apart
+        now[0] += 1.0
+        return now[0]
+
+    monkeypatch.setattr(loop_module.time, "perf_counter", fake_clock)
+    _, trainee = _trainee("eagle3", tiny, seqs)
+    ends: list[LoopState] = []
+    state = train_loop(trainee, train, LoopConfig(epochs=50, batch_size=8, time_budget_s=10.0),
+                       on_epoch_end=ends.append)
+    assert state.stopped_early and 3 <= state.step <= 10  # far fewer than 50 epochs' 300
+    assert ends[-1] is state and state.epoch < 50  # the cut-short epoch was checkpointed
+    untimed = train_loop(_trainee("eagle3", tiny, seqs)[1], train, LoopConfig(epochs=1))
+    assert not untimed.stopped_early and untimed.step == 6
