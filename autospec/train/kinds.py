@@ -50,6 +50,7 @@ class TraineeOptions:
     loss: str = "kl"
     step_decay: float = 0.8
     eos_ids: tuple[int, ...] = ()
+    feature_noise: float = 0.0  # eagle3: training noise on the target features (x layer RMS)
 
 
 class Recipe(Protocol):
@@ -115,7 +116,8 @@ class Eagle3Recipe:
     def trainee(self, spec: SavableSpeculator, opts: TraineeOptions) -> nn.Module:
         assert isinstance(spec, Eagle3Speculator)
         return Eagle3Trainee(spec.head, steps=opts.ttt_steps, loss=opts.loss,
-                             step_decay=opts.step_decay, eos_ids=opts.eos_ids)
+                             step_decay=opts.step_decay, eos_ids=opts.eos_ids,
+                             feature_noise=opts.feature_noise)
 
     def shared(self, spec: SavableSpeculator) -> dict[str, torch.Tensor]:
         assert isinstance(spec, Eagle3Speculator)
@@ -127,7 +129,8 @@ class Eagle3Recipe:
         head.load_state_dict(state)
         head.set_draft_vocab(state["d2t"].long())
         return Eagle3Trainee(head, steps=opts.ttt_steps, loss=opts.loss,
-                             step_decay=opts.step_decay, eos_ids=opts.eos_ids)
+                             step_decay=opts.step_decay, eos_ids=opts.eos_ids,
+                             feature_noise=opts.feature_noise)
 
     def state_of(self, trainee: nn.Module) -> dict[str, torch.Tensor]:
         assert isinstance(trainee, Eagle3Trainee)

@@ -58,11 +58,13 @@ class Eagle3Trainee(nn.Module):
     """An :class:`Eagle3Head` under the training-time-test loss; see the module docstring."""
 
     def __init__(self, head: Eagle3Head, *, steps: int, loss: str = "kl",
-                 step_decay: float = 0.8, eos_ids: tuple[int, ...] = ()) -> None:
+                 step_decay: float = 0.8, eos_ids: tuple[int, ...] = (),
+                 feature_noise: float = 0.0) -> None:
         super().__init__()
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
         self.head, self.steps, self.loss_kind, self.step_decay = head, steps, loss, step_decay
+        self.feature_noise = feature_noise
         self.register_buffer("eos", torch.tensor(eos_ids, dtype=torch.long), persistent=False)
 
     def make_batch(self, cache: FeatureCache, indices: list[int]) -> dict[str, torch.Tensor]:
@@ -93,6 +95,8 @@ class Eagle3Trainee(nn.Module):
         The LM head and softmax run only at the positions a step counts.
         """
         assert features.dim() == 3 and top_ids.dim() == 3 and valid.dim() == 2
+        if self.training and self.feature_noise > 0:  # regularises a head fit on little data
+            features = _noisy(features, self.feature_noise, self.head.config.hidden_size)
         any_valid = valid.any(0)
         start = int(any_valid.float().argmax()) if bool(any_valid.any()) else 0
         # step 0: [B, T, H]; draft steps from the first counted position on: [B, T - start, H]
@@ -129,6 +133,14 @@ class Eagle3Trainee(nn.Module):
             p = torch.softmax(top_lp.float().masked_fill(~present, -1e4), -1) * present
             nll = -(p * logq.gather(-1, draft_ids.clamp_min(0))).sum(-1)
         return nll.mean()
+
+
+def _noisy(features: torch.Tensor, scale: float, width: int) -> torch.Tensor:
+    """``features`` plus Gaussian noise of ``scale`` times each layer block's RMS."""
+    blocks = features.unflatten(-1, (-1, width))  # [B, T, layers, H]
+    rms = blocks.float().pow(2).mean(-1, keepdim=True).sqrt()
+    noise = torch.randn(blocks.shape, device=features.device) * rms * scale
+    return (blocks + noise.to(blocks.dtype)).flatten(-2)
 
 
 class DraftTrainee(nn.Module):
