@@ -26,11 +26,12 @@ def caches(tiny, seqs) -> tuple[FeatureCache, FeatureCache]:
             extract_features(tiny, seqs[48:], feature_layers=layers))
 
 
-def _trainee(kind: str, tiny, seqs, *, loss: str = "kl"):
+def _trainee(kind: str, tiny, seqs, *, loss: str = "kl", feature_noise: float = 0.0):
     spec = new_speculator(kind, tiny, **({"draft_vocab_size": 48} if kind == "eagle3" else {}))
     recipe = RECIPES[kind]
     recipe.prepare(spec, seqs[:48], tiny, None)
-    opts = TraineeOptions(ttt_steps=3, loss=loss, eos_ids=tiny.info.eos_token_ids)
+    opts = TraineeOptions(ttt_steps=3, loss=loss, eos_ids=tiny.info.eos_token_ids,
+                          feature_noise=feature_noise)
     return spec, recipe.trainee(spec, opts)
 
 
@@ -153,3 +154,17 @@ def test_loop_tiny_random_init_stops_at_its_time_budget_with_a_final_checkpoint(
     assert ends[-1] is state and state.epoch < 50  # the cut-short epoch was checkpointed
     untimed = train_loop(_trainee("eagle3", tiny, seqs)[1], train, LoopConfig(epochs=1))
     assert not untimed.stopped_early and untimed.step == 6
+
+
+def test_eagle3_tiny_random_init_feature_noise_only_while_training(tiny, seqs, caches) -> None:
+    train, _ = caches
+    _, trainee = _trainee("eagle3", tiny, seqs, feature_noise=0.3)
+    batch = trainee.make_batch(train, [0, 1, 2])
+    trainee.train()
+    with torch.no_grad():
+        noisy = [float(trainee(**batch)[0]) for _ in range(2)]
+    assert noisy[0] != noisy[1]  # fresh noise each step
+    trainee.eval()
+    with torch.no_grad():
+        clean = [float(trainee(**batch)[0]) for _ in range(2)]
+    assert clean[0] == clean[1]  # evaluation sees the features as they are
