@@ -68,16 +68,17 @@ def serve(
 @bench_app.command("train")
 def train(
     domain: str = typer.Option("support", help="workload domain: support, coding or json"),
-    requests: int = typer.Option(400, min=20, help="logged requests (cached traffic)"),
+    requests: int = typer.Option(300, min=20, help="logged requests (cached traffic)"),
     max_new_tokens: int = typer.Option(128, min=8, help="output tokens per logged request"),
     kinds: str = typer.Option("eagle3,suffix,draft", help="kinds to train and measure"),
     k: int = typer.Option(5, min=1, help="draft tokens per step"),
-    epochs: int = typer.Option(3, min=1, help="training epochs (eagle3, draft)"),
+    epochs: int = typer.Option(16, min=1, help="training epochs (eagle3, draft)"),
     eval_requests: int = typer.Option(24, min=1, help="held-out requests decoded per method"),
     draft_vocab_size: int = typer.Option(4096, min=2, help="eagle3 reduced vocabulary"),
     ttt_steps: int = typer.Option(3, min=1, help="eagle3 training-time-test depth"),
     dtype: str = typer.Option("bfloat16", help="target dtype"),
-    draft_epochs: int | None = typer.Option(None, help="epochs for draft (default: --epochs)"),
+    draft_epochs: int = typer.Option(2, min=1, help="epochs for draft"),
+    feature_noise: float = typer.Option(0.2, min=0.0, help="eagle3 training feature noise"),
     workdir: Path | None = typer.Option(None, help="where the scratch store and artifacts go"),
     reuse: bool = typer.Option(False, "--reuse", help="measure candidates already trained "
                                "in --workdir instead of training them again"),
@@ -90,5 +91,6 @@ def train(
                     kinds=tuple(s.strip() for s in kinds.split(",") if s.strip()), k=k,
                     epochs=epochs, eval_requests=eval_requests,
                     draft_vocab_size=draft_vocab_size, ttt_steps=ttt_steps, dtype=dtype,
-                    draft_epochs=draft_epochs, reuse=reuse, workdir=workdir,
+                    draft_epochs=draft_epochs, feature_noise=feature_noise, reuse=reuse,
+                    workdir=workdir,
                     json_path=json_path)

@@ -186,11 +186,12 @@ def _measure(target: Target, specs: dict, prompts: list[list[int]], max_new: int
 
 
 def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16",
-                    domain: str = "support", requests: int = 400, max_new: int = 128,
+                    domain: str = "support", requests: int = 300, max_new: int = 128,
                     kinds: tuple[str, ...] = ("eagle3", "suffix", "draft"), k: int = 5,
-                    epochs: int = 3, eval_requests: int = 24, heldout_fraction: float = 0.1,
+                    epochs: int = 16, eval_requests: int = 24, heldout_fraction: float = 0.1,
                     draft_vocab_size: int = 4096, ttt_steps: int = 3, seed: int = 0,
-                    draft_epochs: int | None = None, reuse: bool = False,
+                    draft_epochs: int = 2, feature_noise: float = 0.2,
+                    reuse: bool = False,
                     workdir: Path | None = None, json_path: Path | None = None) -> dict:
     """Traffic -> train each kind -> measure on held-out; the figures (also as JSON)."""
     import json
@@ -219,6 +220,7 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
     report: dict = {"target": target.info.target_id, "dtype": str(target.dtype), "domain": domain,
                     "requests": requests, "max_new_tokens": max_new, "k": k, "epochs": epochs,
                     "draft_vocab_size": draft_vocab_size, "ttt_steps": ttt_steps,
+                    "feature_noise": feature_noise,
                     "threads": torch.get_num_threads(), "training": {}}
     specs: dict = {"target-only": None, "ngram": new_speculator("ngram", target)}
     features = get_settings().cache_dir / "bench-features"  # shared by kinds and reruns
@@ -231,7 +233,8 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
             request = TrainRequest(kind=kind, window=window,
                                    epochs=draft_epochs if kind == "draft" and draft_epochs
                                    else epochs, from_scratch=True, overrides=overrides,
-                                   seed=seed, feature_cache_dir=features)
+                                   seed=seed, feature_cache_dir=features,
+                                   feature_noise=feature_noise)
             outcome = train_candidate(request, engine=engine, target=target)
         wall = outcome.metrics.get("wall_s") or time.perf_counter() - started
         m = outcome.metrics

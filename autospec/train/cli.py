@@ -98,6 +98,8 @@ def train(
     ttt_steps: int | None = typer.Option(None, help="eagle3: training-time-test depth"),
     num_layers: int | None = typer.Option(None, help="draft: decoder layers"),
     loss: str = typer.Option("kl", help="eagle3: kl (target distribution) or ce (greedy)"),
+    feature_noise: float = typer.Option(0.2, min=0.0, help="eagle3: Gaussian noise on the "
+                                        "target features while training (x each layer's RMS)"),
     lr: float | None = typer.Option(None, help="peak learning rate (default per kind)"),
     batch_size: int = typer.Option(8, min=1, help="sequences per step (per worker)"),
     seed: int = typer.Option(0, help="seed (the run is deterministic under it)"),
@@ -142,7 +144,8 @@ def train(
                                deployment=deployment, min_requests=min_requests, seed=seed,
                                batch_size=batch_size, lr=lr, loss=loss, overrides=overrides,
                                use_gpu=use_gpu, max_failures=max_failures,
-                               precision=precision, time_budget_s=time_budget)
+                               precision=precision, time_budget_s=time_budget,
+                               feature_noise=feature_noise)
         engine = store.open_store(database_url, upgrade=True)
         if address:  # join the cluster now, before any work is done
             from autospec.train.ray_trainer import connect_ray

@@ -84,6 +84,7 @@ class TrainRequest:
     feature_cache_dir: Path | None = None  # reuse target features across runs on one window
     precision: str = "auto"  # fp32, bf16 (autocast) or auto: bf16 on CUDA / CPUs with bf16
     time_budget_s: float | None = None  # features + training end within this (gradient kinds)
+    feature_noise: float = 0.2  # eagle3: training noise on target features (x layer RMS)
 
 
 @dataclass
@@ -207,7 +208,8 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
     held = _extract(target, data.heldout, layers, progress, "target features (held out)", where)
     feature_s = time.perf_counter() - started
     opts = TraineeOptions(ttt_steps=getattr(spec.config, "ttt_steps", 1), loss=request.loss,
-                          eos_ids=tuple(target.info.eos_token_ids))
+                          eos_ids=tuple(target.info.eos_token_ids),
+                          feature_noise=request.feature_noise)
     trainee = recipe.trainee(spec, opts)
     before = evaluate(trainee, held) if held is not None else None
     loop = LoopConfig(epochs=request.epochs, batch_size=request.batch_size,
@@ -230,7 +232,7 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
                   "train_s": train_s, "workers": request.workers, "resumes": state.resumes,
                   "heldout_before": before, "heldout_after": after, "loss": request.loss,
                   "lr": loop.lr, "batch_size": loop.batch_size, "precision": loop.precision,
-                  "stopped_early": state.stopped_early}
+                  "stopped_early": state.stopped_early, "feature_noise": opts.feature_noise}
 
 
 def resolve_precision(precision: str, target: Target) -> str:
