@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -131,7 +132,7 @@ class Watcher:
             if recent:
                 return WatchResult("none", ["drift seen, early cycle on cooldown"], version)
             reason = (f"drift: live τ of {version} is {stat.tau:.3f} over {stat.requests} "
-                      f"requests in the last {dp.window}, below its evaluated τ "
+                      f"requests in the last {_span(dp.window)}, below its evaluated τ "
                       f"{evaluated:.3f} by more than {dp.max_drop:.0%}; early cycle")
             records.note(session, type_="drift", actor=self.controller.holder,
                          deployment=self.deployment, reason=reason, version=version,
@@ -176,3 +177,12 @@ def evaluated_tau(session: Session, version: str) -> float | None:
 def _live(session: Session, deployment: str, version: str, *, since: Any) -> Any | None:
     stats = store.live_tau(session, since=since, deployment=deployment, versions=[version])
     return stats[0] if stats else None
+
+
+def _span(window: timedelta) -> str:
+    """A drift window as an operator writes it: ``59s``, ``15m``, ``1h``, ``1h30m``."""
+    seconds = round(window.total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{v}{unit}" for v, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if v]
+    return "".join(parts) or "0s"

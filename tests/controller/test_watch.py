@@ -63,3 +63,13 @@ def test_drift_triggers_an_early_cycle(db, tiny, traffic) -> None:
     assert latest.start["trigger"] == "drift"
     again = Watcher(controller).run()  # cooldown: no second early cycle
     assert again.action == "none" and again.cycle is None
+
+
+def test_drift_window_reads_as_an_operator_writes_it() -> None:
+    from datetime import timedelta
+
+    from autospec.controller.watch import _span
+
+    assert _span(timedelta(seconds=58.6)) == "59s"
+    assert _span(timedelta(hours=1)) == "1h"
+    assert _span(timedelta(hours=1, minutes=30, seconds=5)) == "1h30m5s"
