@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS ?= constraints-cpu.txt
 STAMP := $(VENV)/.installed
-DEMO_ARGS ?= --quick
+DEMO_ARGS ?=
 
 .PHONY: install test test-fast lint demo docs clean
 

@@ -30,7 +30,8 @@ def demo(
     json_path: Path | None = typer.Option(None, "--json", help="write the phase figures "
                                           "here (default: OUT/demo.json)"),
     target: str = typer.Option("smollm2-135m", help="target: a name, a directory or a .gguf"),
-    dtype: str = typer.Option("float32", help="target dtype for serving and the controller"),
+    dtype: str = typer.Option("auto", help="target dtype for serving and the controller: "
+                              "float32, bfloat16 or auto (bfloat16 where the CPU has it)"),
     requests_per_phase: int | None = typer.Option(
         None, min=4, help="requests per phase (default: 24 quick, 48 full)"),
     max_tokens: int | None = typer.Option(None, min=1, help="tokens per request "

@@ -156,7 +156,7 @@ class Demo:
     """One demo run; :meth:`run` returns the measured :class:`DemoResult`."""
 
     def __init__(self, plan: DemoPlan, *, data_dir: Path, target: str = "smollm2-135m",
-                 dtype: str = "float32", reporter: Reporter | None = None) -> None:
+                 dtype: str = "auto", reporter: Reporter | None = None) -> None:
         self.plan, self.data_dir, self.target_spec, self.dtype = plan, data_dir, target, dtype
         self.say = (reporter or Reporter()).say
         self.reporter = reporter or Reporter()
@@ -488,7 +488,7 @@ def _f(value: float | None, spec: str = ".2f") -> str:
 
 
 def run_demo(plan: DemoPlan, *, data_dir: Path, target: str = "smollm2-135m",
-             dtype: str = "float32", reporter: Reporter | None = None) -> DemoResult:
+             dtype: str = "auto", reporter: Reporter | None = None) -> DemoResult:
     """Run the demo (see the module docstring) and return what it measured."""
     return Demo(plan, data_dir=data_dir, target=target, dtype=dtype, reporter=reporter).run()
 
