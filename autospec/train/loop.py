@@ -114,7 +114,6 @@ def train_loop(
 ) -> LoopState:
     """Train ``trainee`` (through ``model``, its DDP wrapper, if given); the final state."""
     model = model if model is not None else trainee
-    torch.manual_seed(cfg.seed + rank)
     params = [p for p in trainee.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay,
                                   betas=(0.9, 0.95))
@@ -130,6 +129,8 @@ def train_loop(
     running, started = [], time.perf_counter()
     clock = _Clock(state.elapsed_s, world_size)
     for epoch in range(state.epoch, cfg.epochs):
+        # random draws (feature noise, dropout) seeded per epoch: a resumed run repeats them
+        torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)
         batches = epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch)
         for indices in batches[rank : per_epoch * world_size : world_size]:
             state.elapsed_s = clock.elapsed()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from autospec import store
 from autospec.settings import get_settings
@@ -53,3 +54,18 @@ def test_ray_tiny_random_init_killed_run_leaves_no_candidate(ray_local, db_with_
         assert run.status == "failed" and "injected worker failure" in run.error
     root = get_settings().resolved_artifact_dir
     assert not root.exists() or not any(root.iterdir())
+
+
+def test_ray_two_workers_tiny_random_init_are_deterministic_through_a_worker_death(
+        ray_local, db_with_traffic, tiny, tmp_path) -> None:
+    """Same seed: a clean run and one that lost a worker and resumed give the same head."""
+    clean = train_candidate(_request(tmp_path / "a", seed=3), engine=db_with_traffic,
+                            target=tiny)
+    resumed = train_candidate(_request(tmp_path / "b", seed=3, fail_at_step=5, max_failures=1),
+                              engine=db_with_traffic, target=tiny)
+    assert resumed.metrics["resumes"] == 1 and clean.metrics["resumes"] == 0
+    assert resumed.metrics["feature_noise"] > 0  # random draws in the loop, still repeatable
+    a = load_speculator(clean.artifact, tiny).state_tensors()
+    b = load_speculator(resumed.artifact, tiny).state_tensors()
+    for name, tensor in a.items():
+        torch.testing.assert_close(tensor, b[name], rtol=0, atol=0, msg=name)
