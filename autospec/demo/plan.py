@@ -42,7 +42,7 @@ class DemoPlan:
 
 
 PRESETS = {
-    "quick": DemoPlan(mode="quick", requests_per_phase=24, max_tokens=48, baseline_every=4,
+    "quick": DemoPlan(mode="quick", requests_per_phase=30, max_tokens=40, baseline_every=4,
                       watch_every=4, k=5, kinds=("suffix",), epochs=2, train_budget_s=60,
                       heldout_fraction=0.4, min_heldout=8, canary_requests=10,
                       drift_min_requests=8, shadow_sample=6),
