@@ -67,9 +67,11 @@ class SpillFile:
         with self._lock:
             if self._fh is None:
                 self.dir.mkdir(parents=True, exist_ok=True)
-                self._fh = self.path.open("a+", encoding="utf-8")
-                if not _lock(self._fh, self.path):
+                fh = self.path.open("a+", encoding="utf-8")
+                if not _lock(fh, self.path):
+                    fh.close()  # not ours: the next append tries afresh
                     raise OSError(f"spill file {self.path} is locked by another process")
+                self._fh = fh
             self._fh.write(data)
             self._fh.flush()
             os.fsync(self._fh.fileno())
@@ -97,8 +99,8 @@ def claim_orphans(spill_dir: Path) -> Iterator[tuple[Path, IO[str]]]:
     if not spill_dir.is_dir():
         return
     for path in sorted(spill_dir.glob(PATTERN)):
-        try:
-            fh = path.open("a+", encoding="utf-8")
+        try:  # "r+", not "a+": a file renamed away since the glob must not be re-created
+            fh = path.open("r+", encoding="utf-8")
         except FileNotFoundError:
             continue
         if _lock(fh, path):

@@ -6,15 +6,18 @@ Ray), and the cluster is still up afterwards. Slow (a Ray node starts; two Ray T
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from autospec import store
-from autospec.cli import app
-from autospec.train import TrainRequest, WindowSpec, train_candidate
 from tests.cluster.ray_nodes import CLUSTER_ENV, TwoNodeCluster
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -40,46 +43,64 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodeCluster]:
             env.undo()
 
 
-def _joined(head: TwoNodeCluster) -> bool:
-    import ray
+# Each driver runs in its own Python process: Ray Train in a process that already ran a
+# Ray session (the local-Ray tests of this folder) has its controller actor cancelled on a
+# second cluster, so the tests would depend on their order.
+_LIBRARY = """
+import json, os, sys
+import ray
+from autospec import store
+from autospec.engine.target import tiny_target
+from autospec.train import TrainRequest, WindowSpec, train_candidate
+engine = store.open_store(sys.argv[1])
+outcome = train_candidate(
+    TrainRequest(kind="eagle3", epochs=1, workers=2, window=WindowSpec(heldout_fraction=0.2),
+                 overrides={"draft_vocab_size": 40}, storage_path=sys.argv[2]),
+    engine=engine, target=tiny_target(vocab_size=64, hidden_size=32, num_layers=4, seed=0))
+print(json.dumps({"version": outcome.version, "workers": outcome.metrics["workers"],
+                  "gcs": ray.get_runtime_context().gcs_address}))
+"""
 
-    return (ray.is_initialized()
-            and ray.get_runtime_context().gcs_address.rsplit(":", 1)[1] == str(head.port))
+_CLI = """
+import json, sys
+import ray
+from typer.testing import CliRunner
+import autospec.engine.target as target_module
+from autospec.cli import app
+tiny = target_module.tiny_target(vocab_size=64, hidden_size=32, num_layers=4, seed=0)
+target_module.load_target = lambda *a, **k: tiny
+result = CliRunner().invoke(app, [
+    "train", "--kind", "eagle3", "--window", "100", "--epochs", "1", "--workers", "2",
+    "--address", sys.argv[1], "--draft-vocab-size", "32", "--json"])
+assert result.exit_code == 0, result.output
+data = json.loads(result.stdout)
+print(json.dumps({"version": data["version"], "workers": data["metrics"]["workers"],
+                  "gcs": ray.get_runtime_context().gcs_address}))
+"""
 
 
-def test_ray_train_joins_the_cluster_named_by_ray_address(head, monkeypatch, db_with_traffic,
-                                                          tiny, tmp_path) -> None:
-    import ray
+def _drive(code: str, *args: str, env: dict[str, str]) -> dict:
+    """Run ``code`` in a fresh interpreter; its last stdout line as JSON."""
+    out = subprocess.run([sys.executable, "-c", code, *args], env={**os.environ, **env},
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
-    assert not ray.is_initialized()
-    monkeypatch.setenv("RAY_ADDRESS", head.address)
-    outcome = train_candidate(
-        TrainRequest(kind="eagle3", epochs=1, workers=2, window=WindowSpec(heldout_fraction=0.2),
-                     overrides={"draft_vocab_size": 40}, storage_path=tmp_path / "ray"),
-        engine=db_with_traffic, target=tiny)
-    assert outcome.metrics["workers"] == 2
+
+def test_ray_train_joins_the_cluster_named_by_ray_address(head, db_with_traffic,
+                                                          tmp_path) -> None:
+    url = db_with_traffic.url.render_as_string(hide_password=False)
+    got = _drive(_LIBRARY, url, str(tmp_path / "ray"), env={"RAY_ADDRESS": head.address})
+    assert got["workers"] == 2
+    assert got["gcs"].rsplit(":", 1)[1] == str(head.port)  # joined, not a new local Ray
     with store.session_scope(db_with_traffic, readonly=True) as s:
-        assert [v.version for v in store.list_speculators(s)] == [outcome.version]
-    assert _joined(head)
-    ray.shutdown()  # this driver leaves; the cluster it joined stays up
-    assert head.alive()
+        assert [v.version for v in store.list_speculators(s)] == [got["version"]]
+    assert head.alive()  # the driver left; the cluster it joined stays up
 
 
-def test_cli_train_address_runs_ray_train_on_that_cluster(head, monkeypatch, db_with_traffic,
-                                                          sqlite_url, tiny) -> None:
-    import ray
-
-    import autospec.engine.target as target_module
-
-    assert not ray.is_initialized()
-    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", sqlite_url)
-    monkeypatch.setattr(target_module, "load_target", lambda *a, **k: tiny)
-    result = CliRunner().invoke(app, [
-        "train", "--kind", "eagle3", "--window", "100", "--epochs", "1", "--workers", "2",
-        "--address", head.address, "--draft-vocab-size", "32", "--json"])
-    assert result.exit_code == 0, result.output
-    data = json.loads(result.stdout)
-    assert data["version"].startswith("eagle3-") and data["metrics"]["workers"] == 2
-    assert _joined(head)
-    ray.shutdown()
+def test_cli_train_address_runs_ray_train_on_that_cluster(head, db_with_traffic,
+                                                          sqlite_url) -> None:
+    got = _drive(_CLI, head.address, env={"AUTOSPEC_DATABASE_URL": sqlite_url})
+    assert got["version"].startswith("eagle3-") and got["workers"] == 2
+    assert got["gcs"].rsplit(":", 1)[1] == str(head.port)
     assert head.alive()
