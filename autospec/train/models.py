@@ -110,9 +110,7 @@ class Eagle3Trainee(nn.Module):
         correct, counted = [], []
         for s, out in enumerate(outputs):
             # real prefix inside the output, and a teacher the draft vocabulary can follow
-            mask = valid & F.pad(valid, (s, 0))[:, : valid.shape[1]] & teachable
-            if s:
-                mask[:, :start] = False
+            mask = valid & F.pad(valid, (s, 0))[:, : valid.shape[1]] & teachable  # 0 before start
             logits = self.head.logits(out[mask[:, -out.shape[1]:]]).float()  # [M, Vd]
             loss = loss + self.step_decay ** s * self._loss(logits, draft_ids[mask],
                                                             top_logprobs[mask])

@@ -200,7 +200,7 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
         spec = build_speculator(incumbent.config.model_copy(update=request.overrides), target)
     else:
         spec = new_speculator(request.kind, target, **request.overrides)
-    fit_started = started = time.perf_counter()
+    started = time.perf_counter()
     init = recipe.prepare(spec, data.train, target, incumbent)
     layers = spec.feature_layers if recipe.feature_layers_needed else ()
     where = request.feature_cache_dir
@@ -215,7 +215,7 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
     loop = LoopConfig(epochs=request.epochs, batch_size=request.batch_size,
                       lr=request.lr or DEFAULT_LR[request.kind], seed=request.seed,
                       precision=resolve_precision(request.precision, target),
-                      time_budget_s=_loop_budget(request, time.perf_counter() - fit_started))
+                      time_budget_s=_loop_budget(request, time.perf_counter() - started))
     started = time.perf_counter()
     if request.workers == 0:
         progress.phase("training", len(data.train) * request.epochs // request.batch_size)
@@ -237,13 +237,13 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
 
 def resolve_precision(precision: str, target: Target) -> str:
     """``auto`` -> ``bf16`` on CUDA and on CPUs with native bfloat16, else ``fp32``."""
-    from autospec.engine.target import cpu_has_native_bf16
+    from autospec.engine.target import pick_dtype
 
     if precision not in ("auto", "fp32", "bf16"):
         raise TrainingInputError(f"precision must be auto, fp32 or bf16, got {precision!r}")
     if precision != "auto":
         return precision
-    return "bf16" if target.device.type == "cuda" or cpu_has_native_bf16() else "fp32"
+    return "bf16" if pick_dtype("auto", target.device) == torch.bfloat16 else "fp32"
 
 
 def _loop_budget(request: TrainRequest, used_s: float) -> float | None:
