@@ -99,13 +99,12 @@ def extract_features(
     offsets[1:] = lengths.cumsum(0)
     total = int(offsets[-1])
     ids = torch.tensor([t for s in sequences for t in s.ids], dtype=torch.long)
-    top_ids = torch.empty(total, top_k, dtype=torch.int32)
-    top_lp = torch.empty(total, top_k, dtype=torch.float16)
+    # positions before the output keep no teacher (0 / -1e4): no loss reads them
+    top_ids = torch.zeros(total, top_k, dtype=torch.int32)
+    top_lp = torch.full((total, top_k), -1e4, dtype=torch.float16)
     width = len(feature_layers) * target.info.hidden_size
     features = torch.empty(total, width, dtype=dtype) if feature_layers else None
     prompt_lens = torch.tensor([s.prompt_len for s in sequences])
-    top_ids.zero_()  # positions before the output keep no teacher: no loss reads them
-    top_lp.fill_(-1e4)
     for batch in _length_batches(lengths, batch_tokens):
         longest = int(lengths[batch].max())
         first = max(0, int(prompt_lens[batch].min()) - 1)  # first position predicting output
