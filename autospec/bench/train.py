@@ -14,6 +14,8 @@
    target-only, and with ngram / suffix / draft / eagle3 at ``k`` drafts (greedy, so
    every output must equal target-only): τ, tokens/s, speedup; plus the cost of one
    draft step of each kind and of a target verify of ``n`` tokens against a 1-token step.
+   ``eagle3`` is the registered artifact (head + suffix index over the window);
+   ``eagle3-head`` the same head with its index dropped.
 """
 
 from __future__ import annotations
@@ -246,6 +248,9 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
             "loss_curve": m.get("loss_curve"), "replay_tau": m.get("heldout_replay_tau_k5")}
         log.info("%s trained in %.0fs: %s", kind, wall, report["training"][kind])
         specs[kind] = load_speculator(outcome.artifact, target)  # the registered artifact
+        if kind == "eagle3" and specs[kind].suffix is not None:  # and its head alone
+            specs["eagle3-head"] = load_speculator(outcome.artifact, target)
+            specs["eagle3-head"].attach_suffix(None)
     with store.session_scope(engine, readonly=True) as session:
         data = load_training_data(session, window)
     report["train_requests"], report["heldout_requests"] = len(data.train), len(data.heldout)

@@ -137,6 +137,13 @@ class Eagle3Config(_Transformer):
     ttt_steps: int = Field(
         default=3, ge=1, le=16, description="training-time-test unroll depth used by training"
     )
+    suffix_threshold: float | None = Field(
+        default=3.5, ge=0.0, description="propose the traffic suffix index's continuation "
+        "instead of the head's when its expected accepted length is at least this (the "
+        "index is built from the training window); null: the head alone, no index")
+    suffix_tokens: int = Field(
+        default=0, ge=0, description="tokens in the suffix index stored with the head "
+        "(0: none); set by training")
 
     @model_validator(mode="after")
     def _check_vocab(self) -> Eagle3Config:

@@ -23,7 +23,17 @@ head's KV cache back to the real pairs and queues ``(features[j], tokens[j])``;
 ``propose`` runs every queued pair in one forward (they enter the cache for good),
 then chains draft steps that feed the head's own output hidden and are cropped at the
 next commit. Draft probabilities over ``Vd`` are scattered into the target vocabulary.
-Proposal tokens are on the CPU, ``probs`` on the head's device.
+Proposal tokens are on the CPU, ``probs`` on the head's device (``None`` when greedy).
+
+**Suffix index beside the head** (as in SuffixDecoding's hybrid with a model-based
+speculator): training also builds a :class:`~autospec.speculators.suffix.SuffixSpeculator`
+over the window's outputs and stores its arrays as ``suffix.*`` in the same checkpoint
+(``config.suffix_tokens`` records its size). At each step, after the queued real pairs
+have run (the head's cache stays current either way), the index's best continuation is
+proposed instead of the head's chain when its expected accepted length (estimated from
+traffic counts) is at least ``config.suffix_threshold``: boilerplate the traffic repeats
+word for word costs no head steps, and the head drafts the rest. ``suffix_threshold =
+null`` uses the head alone; training then builds no index.
 
 Training (next issue) uses :meth:`Eagle3Head.ttt_forward`: teacher-forced over whole
 sequences, unrolling ``steps`` draft steps exactly as decoding attends (checked against
@@ -43,9 +53,12 @@ from autospec.engine.sampling import SamplingParams, probs_from_logits
 from autospec.engine.target import Target
 from autospec.speculators.base import Proposal
 from autospec.speculators.common import SavableSpeculator, draw
-from autospec.speculators.config import Eagle3Config
+from autospec.speculators.config import Eagle3Config, SuffixConfig
+from autospec.speculators.suffix import SuffixSpeculator, expected_accepted
 
 log = logging.getLogger(__name__)
+
+SUFFIX_PREFIX = "suffix."  # names of the suffix index's arrays in the checkpoint
 
 
 # -- building blocks ----------------------------------------------------------------------
@@ -320,6 +333,7 @@ class Eagle3Speculator(SavableSpeculator):
             always=target.info.eos_token_ids))
         self.head = head.to(device=target.device, dtype=target.dtype).eval()
         self.device = target.device
+        self.suffix = _empty_suffix_index(config)
         self._reset()
 
     def _reset(self) -> None:
@@ -336,6 +350,8 @@ class Eagle3Speculator(SavableSpeculator):
         assert prompt_ids.dim() == 1, f"prompt_ids must be [n], got {tuple(prompt_ids.shape)}"
         self._check_features(features, prompt_ids.shape[0])
         self._reset()
+        if self.suffix is not None:
+            self.suffix.begin(prompt_ids, None)
         if prompt_ids.shape[0] > 1:
             self._queue(features[:-1], prompt_ids[1:])
 
@@ -344,6 +360,8 @@ class Eagle3Speculator(SavableSpeculator):
         self._check_features(features, tokens.shape[0])
         self._cache.crop(self._real)
         self._queue(features, tokens)
+        if self.suffix is not None:
+            self.suffix.commit(tokens, None)
 
     @torch.inference_mode()
     def propose(
@@ -355,6 +373,10 @@ class Eagle3Speculator(SavableSpeculator):
         k = min(k, self.config.max_position_embeddings - self._real)
         if k <= 0 or self._last_hidden is None:
             return Proposal.empty()
+        path = self._suffix_path(k)
+        if path:  # a confident continuation seen in traffic: no head steps needed
+            return Proposal(tokens=torch.tensor([t for t, _ in path], dtype=torch.long),
+                            probs=None)
         hidden = self._last_hidden.unsqueeze(0)  # [1, H]
         d2t = self.head.d2t
         drafted: list[torch.Tensor] = []  # [1] target ids
@@ -373,7 +395,22 @@ class Eagle3Speculator(SavableSpeculator):
         tokens = torch.cat(drafted)  # [k]
         return Proposal(tokens=tokens.cpu(), probs=self._scatter(tokens, rows))
 
+    def attach_suffix(self, index: SuffixSpeculator | None) -> None:
+        """Propose from ``index`` (built from traffic) where it is confident, or drop the
+        index (None); see the module doc."""
+        self.suffix = index
+        size = 0 if index is None else index.corpus_tokens
+        self.config = self.config.model_copy(update={"suffix_tokens": size})
+
     # -- helpers --------------------------------------------------------------------------
+    def _suffix_path(self, k: int) -> list[tuple[int, float]]:
+        """The suffix index's proposal if its expected accepted length reaches the threshold."""
+        threshold = self.config.suffix_threshold
+        if self.suffix is None or threshold is None:
+            return []
+        path = self.suffix.best_path(k)
+        return path if path and expected_accepted(path) >= threshold else []
+
     def _queue(self, features: torch.Tensor, tokens: torch.Tensor) -> None:
         self._queue_features.append(features.detach().to(self.device))
         self._queue_tokens.append(tokens.detach().to(self.device, torch.long))
@@ -392,11 +429,11 @@ class Eagle3Speculator(SavableSpeculator):
         self._real = self._cache.length
         self._last_hidden = out[-1]
 
-    def _scatter(self, tokens: torch.Tensor, rows: list[torch.Tensor]) -> torch.Tensor:
-        """Draft probs over the target vocabulary, ``[k, V]``."""
+    def _scatter(self, tokens: torch.Tensor, rows: list[torch.Tensor]) -> torch.Tensor | None:
+        """Draft probs over the target vocabulary, ``[k, V]``; None (one-hot) when greedy."""
+        if not rows:
+            return None
         full = torch.zeros(tokens.shape[0], self.vocab_size, device=tokens.device)
-        if not rows:  # greedy: one-hot on each token
-            return full.scatter_(1, tokens[:, None], 1.0)
         full[:, self.head.d2t] = torch.stack(rows)
         return full
 
@@ -408,11 +445,20 @@ class Eagle3Speculator(SavableSpeculator):
 
     # -- weights --------------------------------------------------------------------------
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """The head's weights and ``d2t`` (the target's embedding is not stored)."""
-        return dict(self.head.state_dict())
+        """The head's weights and ``d2t`` (the target's embedding is not stored), and the
+        suffix index's arrays as ``suffix.*`` when it has one."""
+        tensors = dict(self.head.state_dict())
+        if self.suffix is not None:
+            index = self.suffix.state_tensors()
+            tensors.update({f"{SUFFIX_PREFIX}{n}": t for n, t in index.items()})
+        return tensors
 
     def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         tensors = dict(tensors)
+        index = {n.removeprefix(SUFFIX_PREFIX): tensors.pop(n) for n in list(tensors)
+                 if n.startswith(SUFFIX_PREFIX)}
+        if self.suffix is not None:
+            self.suffix.load_tensors(index)
         d2t = tensors.pop("d2t")
         self.head.load_state_dict({**tensors, "d2t": self.head.d2t}, strict=True)
         self.head.set_draft_vocab(d2t.long())
@@ -422,6 +468,15 @@ class Eagle3Speculator(SavableSpeculator):
         self.device = torch.device(device)
         self._reset()
         return self
+
+
+def _empty_suffix_index(config: Eagle3Config) -> SuffixSpeculator | None:
+    """A suffix index of the configured size (filled by loading), or None if it has none."""
+    if config.suffix_tokens == 0:
+        return None
+    return SuffixSpeculator(SuffixConfig(target_id=config.target_id,
+                                         target_revision=config.target_revision,
+                                         corpus_tokens=config.suffix_tokens))
 
 
 def _check_target(config: Eagle3Config, target: Target) -> None:

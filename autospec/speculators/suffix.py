@@ -141,12 +141,16 @@ class SuffixSpeculator(SavableSpeculator):
     def propose(
         self, k: int, sampling: SamplingParams, generator: torch.Generator | None
     ) -> Proposal:
-        if k <= 0 or not self._seq:
-            return Proposal.empty()
-        best = max((self._global_path(k), self._local_path(k)), key=_expected_accepted)
+        best = self.best_path(k)
         if not best:
             return Proposal.empty()
         return Proposal(tokens=torch.tensor([t for t, _ in best], dtype=torch.long), probs=None)
+
+    def best_path(self, k: int) -> list[tuple[int, float]]:
+        """The proposal (up to ``k`` tokens), each token with its estimated probability."""
+        if k <= 0 or not self._seq:
+            return []
+        return max((self._global_path(k), self._local_path(k)), key=expected_accepted)
 
     def _extend(self, tokens: list[int]) -> None:
         for token in tokens:
@@ -321,7 +325,7 @@ def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.diff(np.append(starts, len(values)))
 
 
-def _expected_accepted(path: list[tuple[int, float]]) -> float:
+def expected_accepted(path: list[tuple[int, float]]) -> float:
     """Sum over positions of the product of the probabilities so far."""
     total, running = 0.0, 1.0
     for _, prob in path:

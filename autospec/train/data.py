@@ -43,6 +43,11 @@ class TrainSequence:
         return len(self.ids) - self.prompt_len
 
 
+def documents(seqs: list[TrainSequence]) -> list[tuple[list[int], list[int]]]:
+    """``(prompt ids, output ids)`` of each sequence (what a suffix index is built from)."""
+    return [(s.ids[: s.prompt_len], s.ids[s.prompt_len :]) for s in seqs]
+
+
 @dataclass(frozen=True)
 class WindowSpec:
     """Which traffic to train on: a time range and/or the newest ``limit`` requests."""

@@ -10,12 +10,15 @@ weights back into the speculator's ``state_tensors()`` names, in two ways:
   for ``eagle3``; the embedding and LM head for ``draft``), shipped with the job.
 
 ``prepare(spec, data, target, incumbent, job)`` sets the draft vocabulary and
-initialisation (warm start from the incumbent, or from the target's own weights).
+initialisation (warm start from the incumbent, or from the target's own weights);
+``finish(spec, train, target)`` adds what is built rather than trained (the ``eagle3``
+head's suffix index over the training window).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -26,10 +29,11 @@ from transformers import LlamaForCausalLM
 
 from autospec.engine.target import Target
 from autospec.speculators.common import SavableSpeculator
-from autospec.speculators.config import DraftConfig, Eagle3Config
+from autospec.speculators.config import DraftConfig, Eagle3Config, SuffixConfig
 from autospec.speculators.draft import DraftSpeculator, llama_config
 from autospec.speculators.eagle3 import Eagle3Head, Eagle3Speculator, build_draft_vocab
-from autospec.train.data import TrainSequence
+from autospec.speculators.suffix import suffix_from_documents
+from autospec.train.data import TrainSequence, documents
 from autospec.train.errors import IncumbentMismatch
 from autospec.train.models import (
     DraftTrainee,
@@ -68,6 +72,9 @@ class Recipe(Protocol):
                              opts: TraineeOptions) -> nn.Module: ...
 
     def state_of(self, trainee: nn.Module) -> dict[str, torch.Tensor]: ...
+
+    def finish(self, spec: SavableSpeculator, train: list[TrainSequence],
+               target: Target) -> dict[str, Any]: ...
 
     def load_state(self, trainee: nn.Module, state: dict[str, torch.Tensor]) -> None: ...
 
@@ -141,6 +148,20 @@ class Eagle3Recipe:
         trainee.head.load_state_dict(state)
         trainee.head.set_draft_vocab(state["d2t"].long())
 
+    def finish(self, spec: SavableSpeculator, train: list[TrainSequence],
+               target: Target) -> dict[str, Any]:
+        """Build the suffix index over the training window (unless the config has none)."""
+        assert isinstance(spec, Eagle3Speculator)
+        if spec.config.suffix_threshold is None:
+            spec.attach_suffix(None)
+            return {}
+        started = time.perf_counter()
+        index = suffix_from_documents(SuffixConfig.for_target(target.info), documents(train),
+                                      target)
+        spec.attach_suffix(index)
+        return {"suffix_tokens": index.corpus_tokens,
+                "suffix_build_s": time.perf_counter() - started}
+
 
 class DraftRecipe:
     feature_layers_needed = False
@@ -189,6 +210,10 @@ class DraftRecipe:
         _, unexpected = trainee.model.load_state_dict(state, strict=False)
         assert not unexpected, f"unexpected draft tensors {unexpected}"
 
+    def finish(self, spec: SavableSpeculator, train: list[TrainSequence],
+               target: Target) -> dict[str, Any]:
+        return {}
+
 
 def _unshare_for_training(spec: DraftSpeculator) -> None:
     """Train in float32 on frozen float32 *copies* of the borrowed target tensors.
@@ -206,7 +231,8 @@ def _unshare_for_training(spec: DraftSpeculator) -> None:
 
 def _arch(config: Any) -> dict[str, Any]:
     """The config fields that fix tensor shapes (besides the draft vocabulary)."""
-    skip = {"target_id", "target_revision", "draft_vocab_size", "ttt_steps"}
+    skip = {"target_id", "target_revision", "draft_vocab_size", "ttt_steps", "suffix_threshold",
+            "suffix_tokens"}
     return {k: v for k, v in config.model_dump().items() if k not in skip}
 
 

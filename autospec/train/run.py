@@ -48,7 +48,13 @@ from autospec.speculators.config import SuffixConfig
 from autospec.speculators.registry import build_speculator, new_speculator
 from autospec.speculators.suffix import suffix_from_documents
 from autospec.store.artifacts import local_path
-from autospec.train.data import TrainingData, TrainSequence, WindowSpec, load_training_data
+from autospec.train.data import (
+    TrainingData,
+    TrainSequence,
+    WindowSpec,
+    documents,
+    load_training_data,
+)
 from autospec.train.errors import IncumbentMismatch, TrainingInputError, TrainingStopped
 from autospec.train.features import FeatureCache, cached_extract
 from autospec.train.kinds import RECIPES, TraineeOptions
@@ -183,8 +189,7 @@ def _fit_suffix(request: TrainRequest, data: TrainingData, target: Target,
     started = time.perf_counter()
     base = incumbent.config if incumbent is not None else SuffixConfig.for_target(target.info)
     config = base.model_copy(update=request.overrides)
-    spec = suffix_from_documents(config, [(s.ids[: s.prompt_len], s.ids[s.prompt_len :])
-                                          for s in data.train], target)
+    spec = suffix_from_documents(config, documents(data.train), target)
     metrics = {"corpus_tokens": spec.corpus_tokens, "build_s": time.perf_counter() - started,
                "examples_seen": len(data.train)}
     if data.heldout:
@@ -225,8 +230,9 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
         state = _fit_on_ray(request, recipe, spec, trainee, opts, train_cache, loop, progress)
     train_s = time.perf_counter() - started
     after = evaluate(trainee, held) if held is not None else None
+    built = recipe.finish(spec, data.train, target)
     spec.to(target.device)  # fresh per-request state on the right device
-    return spec, {**init, "loss_curve": state.loss_curve, "steps": state.step,
+    return spec, {**init, **built, "loss_curve": state.loss_curve, "steps": state.step,
                   "examples_seen": state.examples_seen, "epochs": request.epochs,
                   "train_tokens": train_cache.num_tokens, "feature_s": feature_s,
                   "train_s": train_s, "workers": request.workers, "resumes": state.resumes,

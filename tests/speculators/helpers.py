@@ -21,11 +21,14 @@ def feed_from_scratch(spec: Speculator, seq: torch.Tensor, n_prompt: int,
 
 
 def assert_valid(proposal: Proposal, k: int, vocab: int) -> None:
-    """Tokens in the vocabulary, ``probs`` rows that sum to 1 and cover their token."""
+    """Tokens in the vocabulary; ``probs`` None (one-hot) or rows that sum to 1 and cover
+    their token."""
     assert 0 < proposal.num_tokens <= k
     assert proposal.tokens.dtype == torch.long
     assert bool(((proposal.tokens >= 0) & (proposal.tokens < vocab)).all())
-    assert proposal.probs is not None and proposal.probs.shape == (proposal.num_tokens, vocab)
+    if proposal.probs is None:
+        return
+    assert proposal.probs.shape == (proposal.num_tokens, vocab)
     torch.testing.assert_close(proposal.probs.sum(-1), torch.ones(proposal.num_tokens))
     picked = proposal.probs.gather(1, proposal.tokens[:, None]).squeeze(1)
     assert bool((picked > 0).all())

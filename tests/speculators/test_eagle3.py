@@ -33,9 +33,12 @@ def test_eagle3_tiny_random_init_proposes_valid_tokens(tiny, sequence, feats, pa
     proposal = spec.propose(5, params, torch.Generator().manual_seed(0))
     assert proposal.num_tokens == 5
     assert_valid(proposal, 5, tiny.info.vocab_size)
-    # only draft-vocabulary ids, and no mass outside it
+    # only draft-vocabulary ids, and no mass outside it; greedy drafts are one-hot (None)
     assert bool(spec.head.t2d[proposal.tokens].all())
-    assert float(proposal.probs[:, ~spec.head.t2d].sum()) == 0.0
+    if params.greedy:
+        assert proposal.probs is None
+    else:
+        assert float(proposal.probs[:, ~spec.head.t2d].sum()) == 0.0
 
 
 def test_eagle3_tiny_random_init_draft_vocab_keeps_eos(tiny) -> None:
@@ -155,3 +158,63 @@ def test_eagle3_tiny_random_init_long_prompt_grows_the_cache(tiny) -> None:
     spec.commit(torch.tensor([4]), target_features(tiny, ids, spec.feature_layers)[-1:])
     assert spec.propose(3, GREEDY, None).num_tokens == 3
     assert spec._real == 300
+
+
+def _with_index(spec: Eagle3Speculator, tiny, docs) -> Eagle3Speculator:
+    from autospec.speculators.config import SuffixConfig
+    from autospec.speculators.suffix import suffix_from_documents
+
+    spec.attach_suffix(suffix_from_documents(SuffixConfig.for_target(tiny.info), docs, tiny))
+    return spec
+
+
+def test_eagle3_tiny_random_init_proposes_the_suffix_index_where_it_is_confident(
+        tiny, sequence, feats) -> None:
+    """Traffic that always continued this way: the index's path, not the (random) head's."""
+    docs = [(sequence[:10].tolist(), sequence[10:].tolist())] * 3
+    spec = _with_index(_eagle(tiny), tiny, docs)
+    assert spec.config.suffix_tokens == spec.suffix.corpus_tokens > 0
+    head_only = _eagle(tiny)
+    for end in (14, 20, 27):
+        feed_from_scratch(spec, sequence[:end], 10, feats[:end])
+        feed_from_scratch(head_only, sequence[:end], 10, feats[:end])
+        proposal = spec.propose(5, GREEDY, None)
+        assert proposal.tokens.tolist() == sequence[end : end + 5].tolist()
+        assert proposal.probs is None
+        assert head_only.propose(5, GREEDY, None).tokens.tolist() != proposal.tokens.tolist()
+        # the head's cache still took the real pairs: it proposes as the head-only one would
+        assert spec._real == head_only._real == end - 1
+
+
+def test_eagle3_tiny_random_init_below_the_threshold_the_head_drafts(tiny, sequence,
+                                                                     feats) -> None:
+    """An index that never saw this text, or a threshold of null: the head's own chain."""
+    unseen = [([1, 2, 3], [4, 5, 6, 7])]
+    spec = _with_index(_eagle(tiny), tiny, unseen)
+    seen = [(sequence[:10].tolist(), sequence[10:].tolist())]
+    disabled = _with_index(_eagle(tiny), tiny, seen)
+    disabled.config = disabled.config.model_copy(update={"suffix_threshold": None})
+    head_only = _eagle(tiny)
+    for s in (spec, disabled, head_only):
+        feed_from_scratch(s, sequence[:16], 10, feats[:16])
+    want = head_only.propose(5, GREEDY, None).tokens.tolist()
+    assert spec.propose(5, GREEDY, None).tokens.tolist() == want
+    assert disabled.propose(5, GREEDY, None).tokens.tolist() == want
+
+
+def test_eagle3_tiny_random_init_stores_its_suffix_index(tiny, sequence, feats,
+                                                          tmp_path) -> None:
+    from autospec.speculators.checkpoint import load_speculator, save_speculator
+
+    docs = [(sequence[:10].tolist(), sequence[10:].tolist())]
+    spec = _with_index(_eagle(tiny), tiny, docs)
+    save_speculator(spec, tmp_path)
+    loaded = load_speculator(tmp_path, tiny)
+    assert loaded.config == spec.config
+    assert {"suffix.tokens", "suffix.suffix_array"} <= set(loaded.state_tensors())
+    for s in (spec, loaded):
+        feed_from_scratch(s, sequence[:18], 10, feats[:18])
+    assert loaded.propose(5, GREEDY, None).tokens.tolist() == sequence[18:23].tolist()
+    dropped = _eagle(tiny)
+    dropped.attach_suffix(None)
+    assert dropped.config.suffix_tokens == 0 and "suffix.tokens" not in dropped.state_tensors()

@@ -53,6 +53,17 @@ def test_run_tiny_random_init_registers_a_candidate(db_with_traffic, tiny, kind)
     assert _artifacts() == [outcome.artifact]  # no partial directory left behind
     spec = load_speculator(outcome.artifact, tiny)  # verified manifest, safetensors only
     assert spec.kind == kind
+    if kind == "eagle3":  # the suffix index over the training window rides with the head
+        assert spec.config.suffix_tokens == run.metrics["suffix_tokens"] > 0
+        assert spec.suffix is not None and spec.suffix.corpus_tokens == spec.config.suffix_tokens
+
+
+def test_run_tiny_random_init_eagle3_without_a_suffix_index(db_with_traffic, tiny) -> None:
+    request = _request(epochs=1, overrides={**EAGLE, "suffix_threshold": None})
+    outcome = train_candidate(request, engine=db_with_traffic, target=tiny)
+    spec = load_speculator(outcome.artifact, tiny)
+    assert spec.config.suffix_tokens == 0 and spec.suffix is None
+    assert "suffix_tokens" not in outcome.metrics
 
 
 def test_run_tiny_random_init_warm_starts_from_live_with_a_new_draft_vocab(
