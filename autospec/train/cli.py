@@ -96,6 +96,12 @@ def train(
     anchors: int = typer.Option(0, min=0, help="requests from before the window mixed in"),
     draft_vocab_size: int | None = typer.Option(None, help="eagle3: reduced vocabulary size"),
     ttt_steps: int | None = typer.Option(None, help="eagle3: training-time-test depth"),
+    suffix_threshold: float | None = typer.Option(
+        None, min=0.0, help="eagle3: propose the suffix index's continuation (built from the "
+        "window, stored with the head) where its expected accepted length reaches this "
+        "(default 3.5)"),
+    head_only: bool = typer.Option(False, "--head-only",
+                                   help="eagle3: no suffix index, the head drafts every step"),
     num_layers: int | None = typer.Option(None, help="draft: decoder layers"),
     loss: str = typer.Option("kl", help="eagle3: kl (target distribution) or ce (greedy)"),
     feature_noise: float = typer.Option(0.2, min=0.0, help="eagle3: Gaussian noise on the "
@@ -137,8 +143,13 @@ def train(
         spec = type(spec)(since=spec.since, limit=spec.limit, segment=segment,
                           heldout_fraction=heldout_fraction, anchor_requests=anchors)
         overrides = {k: v for k, v in (("draft_vocab_size", draft_vocab_size),
-                                       ("ttt_steps", ttt_steps), ("num_layers", num_layers))
+                                       ("ttt_steps", ttt_steps), ("num_layers", num_layers),
+                                       ("suffix_threshold", suffix_threshold))
                      if v is not None}
+        if head_only:
+            if suffix_threshold is not None:
+                raise TrainingInputError("--head-only and --suffix-threshold exclude each other")
+            overrides["suffix_threshold"] = None
         request = TrainRequest(kind=kind, window=spec, epochs=epochs, workers=workers,
                                from_scratch=from_scratch, incumbent=incumbent,
                                deployment=deployment, min_requests=min_requests, seed=seed,

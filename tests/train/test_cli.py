@@ -32,6 +32,11 @@ def test_cli_train_tiny_random_init_prints_the_registered_version(cli_env) -> No
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["version"].startswith("eagle3-") and data["metrics"]["examples_seen"] > 0
+    assert data["metrics"]["suffix_tokens"] > 0  # the index over the window rides along
+    result = _run("--kind", "eagle3", "--window", "100", "--epochs", "1",
+                  "--draft-vocab-size", "32", "--head-only", "--json")
+    assert result.exit_code == 0, result.output
+    assert "suffix_tokens" not in json.loads(result.stdout)["metrics"]
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -43,6 +48,8 @@ def test_cli_train_tiny_random_init_prints_the_registered_version(cli_env) -> No
      "draft_vocab_size"),
     (["--kind", "eagle3", "--window", "100", "--address", "127.0.0.1:1"],
      "--address needs --workers"),
+    (["--kind", "eagle3", "--window", "100", "--head-only", "--suffix-threshold", "2"],
+     "exclude each other"),
 ])
 def test_cli_train_tiny_random_init_bad_input_is_one_line_without_traceback(
         cli_env, args, message) -> None:
