@@ -9,8 +9,8 @@ request-to-request variation that both share cancels.
 Estimated speedup over target-only decoding, per version:
 ``τ · t_step / (t_propose(d) + t_verify(d + 1))`` with ``d`` the mean draft tokens per
 step, ``t_step`` a 1-token target forward, ``t_verify(n)`` a target forward over ``n``
-tokens and ``t_propose(d)`` the speculator's cost of proposing ``d`` tokens — so a slow
-speculator with a slightly higher τ does not win.
+tokens and ``t_propose(d)`` the speculator's seconds per step, as its replay spent them on
+these requests — so a slow speculator with a slightly higher τ does not win.
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ class SegmentResult:
 
 @dataclass
 class Costs:
-    """Measured seconds: a 1-token target step, target forwards by size, one propose."""
+    """Measured seconds: a 1-token target step, target forwards by size, and each version's
+    draft-side seconds per step (begin / commit / propose, averaged over its replay)."""
 
     step_s: float
     verify_s: dict[int, float]  # n tokens -> seconds
-    propose_s: dict[str, float] = field(default_factory=dict)  # version -> seconds per propose
+    propose_s: dict[str, float] = field(default_factory=dict)  # version -> seconds per step
 
     def verify(self, n: float) -> float:
         """Seconds of a target forward over ``n`` tokens (linear between measured sizes)."""

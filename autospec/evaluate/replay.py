@@ -6,7 +6,8 @@ speculator needs; the speculator then runs exactly as in decoding (same ``begin`
 ``commit`` / ``propose`` calls, same ``k`` as the live loop would use) and its drafts are
 accepted while they equal the logged tokens. No target decoding: the result is what the
 live engine would have counted, up to the last step of a request that ended on EOS (drafts
-past the end are counted as rejected).
+past the end are counted as rejected). The seconds spent in the speculator's calls are
+summed too (``draft_s``): its real draft-side cost on this traffic.
 
 For a **sampled** request the accepted count is random; replay uses its expectation.
 Draft position ``i`` is accepted with probability ``α_i = Σ_x min(p_i(x), q_i(x))`` given
@@ -20,6 +21,7 @@ Knows nothing of the store: it takes token ids and sampling settings.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -49,6 +51,7 @@ class ReplayStats:
     draft_tokens: int = 0
     accepted: float = 0.0
     accepted_per_position: list[float] = field(default_factory=list)
+    draft_s: float = 0.0  # seconds spent in the speculator's begin / commit / propose
 
     def observe(self, proposed: int, accepted_chain: Sequence[float]) -> None:
         """One step: ``accepted_chain[i]`` is P(draft i accepted) (0/1 for greedy)."""
@@ -92,6 +95,7 @@ def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, 
     probs = None if params.greedy else probs_from_logits(logits, params)  # [n_out, vocab]
     stats = ReplayStats()
     rng = None if params.greedy else torch.Generator().manual_seed(params.seed or 0)
+    started = time.perf_counter()
     spec.begin(torch.tensor(req.prompt_ids), feats[:n_prompt] if feats is not None else None)
     pos, new = 0, 1  # `new` tokens out[pos:pos + new] were settled by the last step
     while pos + new < len(out):
@@ -99,6 +103,7 @@ def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, 
         pos += new
         k_eff = min(k, params.max_new_tokens - pos - 1)
         proposal = spec.propose(k_eff, params, rng) if k_eff > 0 else None
+        stats.draft_s += time.perf_counter() - started
         if proposal is None or proposal.num_tokens == 0:
             chain: list[float] = []
         elif probs is None:
@@ -107,6 +112,7 @@ def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, 
             chain = _expected_chain(proposal, probs[pos:])
         stats.observe(proposal.num_tokens if proposal is not None else 0, chain)
         new = 1 + (int(sum(chain)) if probs is None else round(sum(chain)))
+        started = time.perf_counter()
     return stats
 
 

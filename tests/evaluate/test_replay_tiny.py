@@ -115,3 +115,21 @@ def test_replay_feeds_the_speculator_exactly_what_live_decoding_does_tiny_random
         assert (a is None) == (b is None)
         if a is not None:
             assert torch.allclose(a, b, atol=1e-4), (a - b).abs().max()
+
+
+def test_replay_sums_the_seconds_spent_in_the_speculator_tiny_random_init(target):
+    """draft_s counts the speculator's calls (here 2 ms per propose), not the replay's own work."""
+    import time
+
+    class Slow(RandomSpeculator):
+        def propose(self, k, sampling, generator):
+            time.sleep(0.002)
+            return super().propose(k, sampling, generator)
+
+    params = SamplingParams(max_new_tokens=20, ignore_eos=True)
+    req = ReplayRequest(prompt_ids=PROMPTS[0], output_ids=list(range(10, 30)), params=params)
+    fast = replay_request(target, RandomSpeculator(target.info.vocab_size, seed=0), req, 3)
+    slow = replay_request(target, Slow(target.info.vocab_size, seed=0), req, 3)
+    assert slow.steps == fast.steps > 0
+    assert slow.draft_s >= 0.002 * slow.steps
+    assert fast.draft_s < slow.draft_s - 0.0015 * slow.steps
