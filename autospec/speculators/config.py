@@ -138,9 +138,10 @@ class Eagle3Config(_Transformer):
         default=3, ge=1, le=16, description="training-time-test unroll depth used by training"
     )
     suffix_threshold: float | None = Field(
-        default=3.5, ge=0.0, description="propose the traffic suffix index's continuation "
-        "instead of the head's when its expected accepted length is at least this (the "
-        "index is built from the training window); null: the head alone, no index")
+        default=0.7, ge=0.0, le=1.0, description="propose the traffic suffix index's "
+        "continuation instead of the head's when its expected accepted length is at least "
+        "this fraction of k (the index is built from the training window); null: the head "
+        "alone, no index")
     suffix_tokens: int = Field(
         default=0, ge=0, description="tokens in the suffix index stored with the head "
         "(0: none); set by training")

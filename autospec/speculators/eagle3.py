@@ -31,7 +31,7 @@ over the window's outputs and stores its arrays as ``suffix.*`` in the same chec
 (``config.suffix_tokens`` records its size). At each step, after the queued real pairs
 have run (the head's cache stays current either way), the index's best continuation is
 proposed instead of the head's chain when its expected accepted length (estimated from
-traffic counts) is at least ``config.suffix_threshold``: boilerplate the traffic repeats
+traffic counts) is at least ``config.suffix_threshold`` × k: boilerplate the traffic repeats
 word for word costs no head steps, and the head drafts the rest. ``suffix_threshold =
 null`` uses the head alone; training then builds no index.
 
@@ -409,7 +409,7 @@ class Eagle3Speculator(SavableSpeculator):
         if self.suffix is None or threshold is None:
             return []
         path = self.suffix.best_path(k)
-        return path if path and expected_accepted(path) >= threshold else []
+        return path if path and expected_accepted(path) >= threshold * k else []
 
     def _queue(self, features: torch.Tensor, tokens: torch.Tensor) -> None:
         self._queue_features.append(features.detach().to(self.device))

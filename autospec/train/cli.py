@@ -97,9 +97,9 @@ def train(
     draft_vocab_size: int | None = typer.Option(None, help="eagle3: reduced vocabulary size"),
     ttt_steps: int | None = typer.Option(None, help="eagle3: training-time-test depth"),
     suffix_threshold: float | None = typer.Option(
-        None, min=0.0, help="eagle3: propose the suffix index's continuation (built from the "
-        "window, stored with the head) where its expected accepted length reaches this "
-        "(default 3.5)"),
+        None, min=0.0, max=1.0, help="eagle3: propose the suffix index's continuation (built "
+        "from the window, stored with the head) where its expected accepted length reaches "
+        "this fraction of k (default 0.7)"),
     head_only: bool = typer.Option(False, "--head-only",
                                    help="eagle3: no suffix index, the head drafts every step"),
     num_layers: int | None = typer.Option(None, help="draft: decoder layers"),

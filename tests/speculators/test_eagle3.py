@@ -182,6 +182,8 @@ def test_eagle3_tiny_random_init_proposes_the_suffix_index_where_it_is_confident
         assert proposal.tokens.tolist() == sequence[end : end + 5].tolist()
         assert proposal.probs is None
         assert head_only.propose(5, GREEDY, None).tokens.tolist() != proposal.tokens.tolist()
+        # the threshold is a share of k: three sure tokens are enough at k = 3
+        assert spec.propose(3, GREEDY, None).tokens.tolist() == sequence[end : end + 3].tolist()
         # the head's cache still took the real pairs: it proposes as the head-only one would
         assert spec._real == head_only._real == end - 1
 

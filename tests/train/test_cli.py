@@ -48,7 +48,7 @@ def test_cli_train_tiny_random_init_prints_the_registered_version(cli_env) -> No
      "draft_vocab_size"),
     (["--kind", "eagle3", "--window", "100", "--address", "127.0.0.1:1"],
      "--address needs --workers"),
-    (["--kind", "eagle3", "--window", "100", "--head-only", "--suffix-threshold", "2"],
+    (["--kind", "eagle3", "--window", "100", "--head-only", "--suffix-threshold", "0.5"],
      "exclude each other"),
 ])
 def test_cli_train_tiny_random_init_bad_input_is_one_line_without_traceback(
