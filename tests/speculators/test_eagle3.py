@@ -220,3 +220,19 @@ def test_eagle3_tiny_random_init_stores_its_suffix_index(tiny, sequence, feats,
     dropped = _eagle(tiny)
     dropped.attach_suffix(None)
     assert dropped.config.suffix_tokens == 0 and "suffix.tokens" not in dropped.state_tensors()
+
+
+def test_eagle3_tiny_random_init_bf16_target_gets_a_float32_head_on_cpu() -> None:
+    """The head runs in float32 on the CPU (faster at batch 1), the table stays the target's."""
+    from autospec.engine.target import tiny_target
+
+    target = tiny_target(dtype=torch.bfloat16)
+    spec = _eagle(target)
+    assert spec.head.fc.weight.dtype == torch.float32
+    embed = target.model.get_input_embeddings().weight
+    assert spec.head.embed_weight.data_ptr() == embed.data_ptr()
+    seq = torch.arange(1, 13)
+    feats = target_features(target, seq, spec.feature_layers)
+    assert feats.dtype == torch.bfloat16
+    feed_from_scratch(spec, seq, 8, feats)
+    assert spec.propose(4, GREEDY, None).num_tokens == 4
