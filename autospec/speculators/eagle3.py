@@ -20,7 +20,8 @@ Decoding pairs the feature of target position ``t`` with token ``t+1`` (the pair
 RoPE position ``t``) and predicts token ``t+2``. ``begin`` queues the prompt's real
 pairs ``(features[i], prompt_ids[i+1])``; each ``commit(tokens, features)`` crops the
 head's KV cache back to the real pairs and queues ``(features[j], tokens[j])``;
-``propose`` runs every queued pair in one forward (they enter the cache for good),
+``propose`` runs every queued pair in one forward (they enter the cache for good; when the
+suffix index proposes instead, below, they stay queued until the head is next needed),
 then chains draft steps that feed the head's own output hidden and are cropped at the
 next commit. Draft probabilities over ``Vd`` are scattered into the target vocabulary.
 Proposal tokens are on the CPU, ``probs`` on the head's device (``None`` when greedy).
@@ -370,15 +371,19 @@ class Eagle3Speculator(SavableSpeculator):
         self, k: int, sampling: SamplingParams, generator: torch.Generator | None
     ) -> Proposal:
         self._cache.crop(self._real)
-        if self._queue_tokens:
-            self._run_queue()
-        k = min(k, self.config.max_position_embeddings - self._real)
-        if k <= 0 or self._last_hidden is None:
+        queued = sum(t.shape[0] for t in self._queue_tokens)
+        k = min(k, self.config.max_position_embeddings - self._real - queued)
+        if k <= 0:
             return Proposal.empty()
         path = self._suffix_path(k)
-        if path:  # a confident continuation seen in traffic: no head steps needed
+        if path:  # a confident continuation seen in traffic: no head steps needed, and the
+            # queued pairs wait for the next head proposal (one forward for all of them)
             return Proposal(tokens=torch.tensor([t for t, _ in path], dtype=torch.long),
                             probs=None)
+        if self._queue_tokens:
+            self._run_queue()
+        if self._last_hidden is None:
+            return Proposal.empty()
         hidden = self._last_hidden.unsqueeze(0)  # [1, H]
         d2t = self.head.d2t
         drafted: list[torch.Tensor] = []  # [1] target ids

@@ -184,8 +184,28 @@ def test_eagle3_tiny_random_init_proposes_the_suffix_index_where_it_is_confident
         assert head_only.propose(5, GREEDY, None).tokens.tolist() != proposal.tokens.tolist()
         # the threshold is a share of k: three sure tokens are enough at k = 3
         assert spec.propose(3, GREEDY, None).tokens.tolist() == sequence[end : end + 3].tolist()
-        # the head's cache still took the real pairs: it proposes as the head-only one would
-        assert spec._real == head_only._real == end - 1
+
+
+def test_eagle3_tiny_random_init_pairs_queued_behind_suffix_proposals_reach_the_head(
+        tiny, sequence, feats) -> None:
+    """While the index proposes, real pairs wait in the queue; the next head proposal runs
+    them in one forward and drafts exactly what a head fed step by step drafts."""
+    docs = [(sequence[:10].tolist(), sequence[10:].tolist())] * 3
+    spec, head_only = _with_index(_eagle(tiny), tiny, docs), _eagle(tiny)
+    for s in (spec, head_only):
+        feed_from_scratch(s, sequence[:12], 10, feats[:12])
+    pos = 12
+    for m in (2, 3, 1):  # three steps the index proposes (its path is the sequence itself)
+        assert spec.propose(5, GREEDY, None).tokens.tolist() == sequence[pos : pos + 5].tolist()
+        head_only.propose(5, GREEDY, None)
+        for s in (spec, head_only):
+            s.commit(sequence[pos : pos + m], feats[pos - 1 : pos + m - 1])
+        pos += m
+    assert spec._real < head_only._real == pos - 2  # spec's pairs since the start still queued
+    spec.config = spec.config.model_copy(update={"suffix_threshold": None})
+    ours, theirs = spec.propose(4, GREEDY, None), head_only.propose(4, GREEDY, None)
+    assert ours.tokens.tolist() == theirs.tokens.tolist()
+    assert spec._real == head_only._real == pos - 1
 
 
 def test_eagle3_tiny_random_init_below_the_threshold_the_head_drafts(tiny, sequence,
