@@ -19,7 +19,10 @@ from pathlib import Path
 
 import typer
 
+from autospec.demo.plan import PRESETS
+
 log = logging.getLogger(__name__)
+_QUICK, _FULL = PRESETS["quick"], PRESETS["full"]  # the help states their sizes
 
 
 def demo(
@@ -33,9 +36,10 @@ def demo(
     dtype: str = typer.Option("auto", help="target dtype for serving and the controller: "
                               "float32, bfloat16 or auto (bfloat16 where the CPU has it)"),
     requests_per_phase: int | None = typer.Option(
-        None, min=4, help="requests per phase (default: 24 quick, 48 full)"),
-    max_tokens: int | None = typer.Option(None, min=1, help="tokens per request "
-                                          "(default: 48 quick, 64 full)"),
+        None, min=4, help=f"requests per phase (default: {_QUICK.requests_per_phase} quick, "
+        f"{_FULL.requests_per_phase} full)"),
+    max_tokens: int | None = typer.Option(None, min=1, help="tokens per request (default: "
+                                          f"{_QUICK.max_tokens} quick, {_FULL.max_tokens} full)"),
     domain_a: str = typer.Option("support", help="the first traffic domain"),
     domain_b: str = typer.Option("json", help="the domain traffic shifts to"),
 ) -> None:
