@@ -415,7 +415,7 @@ class Demo:
         colour = "green" if result.outcome == "promoted" else "yellow"
         self.say(f"controller: cycle [{colour}]{result.outcome}[/] "
                  f"{result.promoted or ''} after {self.now() - started:.0f}s — "
-                 + "; ".join(result.reasons[-3:]))
+                 + "; ".join(_headline_reasons(result.reasons, result.promoted)))
         if result.promoted:
             self._wait_for_version(result.promoted)
 
@@ -495,3 +495,9 @@ def run_demo(plan: DemoPlan, *, data_dir: Path, target: str = "smollm2-135m",
 
 __all__ = ["DecisionNote", "Demo", "DemoResult", "DemoStopped", "PhaseFigures", "Reporter",
            "Sample", "run_demo"]
+
+
+def _headline_reasons(reasons: list[str], promoted: str | None) -> list[str]:
+    """The promoted candidate's reasons (each reads ``<version>: why``), else the last three."""
+    mine = [r for r in reasons if promoted and r.startswith(f"{promoted}: ")]
+    return mine or reasons[-3:]

@@ -120,3 +120,13 @@ def test_cli_failure_exits_1_with_the_traceback_in_a_file(fake_serving, monkeypa
     assert "replica went away" in (out / "traceback.txt").read_text()
     report = (out / "report.md").read_text()
     assert "phase A2 did not finish (its 2 live responses" in report
+
+
+def test_the_cycle_line_shows_why_the_promoted_candidate_won() -> None:
+    """Two candidates passed; the line names the promoted one's reasons, not the last ones."""
+    from autospec.demo.run import _headline_reasons
+
+    reasons = ["suffix-1: Δτ = +0.6", "suffix-1: speedup ok", "eagle3-1: Δτ = +0.5",
+               "eagle3-1: segment ok", "eagle3-1: speedup ok"]
+    assert _headline_reasons(reasons, "suffix-1") == reasons[:2]
+    assert _headline_reasons(reasons, None) == reasons[-3:]
