@@ -29,12 +29,12 @@ Proposal tokens are on the CPU, ``probs`` on the head's device (``None`` when gr
 **Suffix index beside the head** (as in SuffixDecoding's hybrid with a model-based
 speculator): training also builds a :class:`~autospec.speculators.suffix.SuffixSpeculator`
 over the window's outputs and stores its arrays as ``suffix.*`` in the same checkpoint
-(``config.suffix_tokens`` records its size). At each step, after the queued real pairs
-have run (the head's cache stays current either way), the index's best continuation is
-proposed instead of the head's chain when its expected accepted length (estimated from
+(``config.suffix_tokens`` records its size). At each step the index's best continuation
+is proposed instead of the head's chain when its expected accepted length (estimated from
 traffic counts) is at least ``config.suffix_threshold`` × k: boilerplate the traffic repeats
-word for word costs no head steps, and the head drafts the rest. ``suffix_threshold =
-null`` uses the head alone; training then builds no index.
+word for word costs no head steps (the real pairs committed meanwhile stay queued and run
+in one forward at the next head proposal), and the head drafts the rest.
+``suffix_threshold = null`` uses the head alone; training then builds no index.
 
 Training (next issue) uses :meth:`Eagle3Head.ttt_forward`: teacher-forced over whole
 sequences, unrolling ``steps`` draft steps exactly as decoding attends (checked against
