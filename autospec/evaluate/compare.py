@@ -16,7 +16,7 @@ these requests — so a slow speculator with a slightly higher τ does not win.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,12 +40,11 @@ class SegmentResult:
 
 @dataclass
 class Costs:
-    """Measured seconds: a 1-token target step, target forwards by size, and each version's
-    draft-side seconds per step (begin / commit / propose, averaged over its replay)."""
+    """Measured seconds of the target: a 1-token step and forwards by size (the speculator's
+    side comes from each version's replay, ``ReplayStats.draft_s``)."""
 
     step_s: float
     verify_s: dict[int, float]  # n tokens -> seconds
-    propose_s: dict[str, float] = field(default_factory=dict)  # version -> seconds per step
 
     def verify(self, n: float) -> float:
         """Seconds of a target forward over ``n`` tokens (linear between measured sizes)."""
@@ -110,15 +109,13 @@ def paired_bootstrap(candidate: Sequence[ReplayStats], incumbent: Sequence[Repla
                     high=float(high))
 
 
-def estimated_speedup(stats: Sequence[ReplayStats], propose_s: float, costs: Costs) -> float:
+def estimated_speedup(stats: Sequence[ReplayStats], costs: Costs) -> float:
     """τ · t_step / (t_propose + t_verify(d + 1)); see the module docstring."""
-    accepted, steps = _sums(stats)
-    total_steps = steps.sum()
-    if not total_steps:
+    steps = sum(s.steps for s in stats)
+    if not steps:
         return 1.0
-    tau = (accepted.sum() + total_steps) / total_steps
-    drafted = sum(s.draft_tokens for s in stats) / total_steps
-    return float(tau * costs.step_s / (propose_s + costs.verify(drafted + 1)))
+    propose_s = sum(s.draft_s for s in stats) / steps
+    return float(set_tau(stats) * costs.step_s / (propose_s + costs.verify(_per_step(stats) + 1)))
 
 
 def compare(results: dict[str, list[ReplayStats]], segments: Sequence[str], costs: Costs, *,
@@ -138,8 +135,7 @@ def compare(results: dict[str, list[ReplayStats]], segments: Sequence[str], cost
         accepted_per_position={v: _position_rates(s) for v, s in results.items()},
         delta=delta,
         segments=_segments(results, segments, pair, level, resamples, seed),
-        speedup={v: estimated_speedup(s, costs.propose_s.get(v, 0.0), costs)
-                 for v, s in results.items()},
+        speedup={v: estimated_speedup(s, costs) for v, s in results.items()},
         k=k, ci_level=level,
     )
 

@@ -21,7 +21,7 @@ from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
 from autospec.evaluate.compare import Costs, Evaluation, compare
 from autospec.evaluate.gate import Decision, GatePolicy, decide
-from autospec.evaluate.replay import ReplayRequest, ReplayStats, replay
+from autospec.evaluate.replay import ReplayRequest, replay
 from autospec.store.models import utcnow
 from autospec.store.queries import TrafficExample
 from autospec.versions import BUILTIN_VERSION, load_speculator_version, register_builtin
@@ -66,15 +66,12 @@ def select_requests(db: Engine, *, last: int | None = None, since: timedelta | N
     return sorted(window.train + window.heldout, key=lambda ex: (ex.created_at, ex.id))
 
 
-def measure_costs(target: Target, results: dict[str, list[ReplayStats]],
-                  sample: ReplayRequest, k: int) -> Costs:
-    """Target forwards measured now; each version's draft-side seconds per step as its
-    replay spent them (every request, every step: what the traffic makes it do)."""
+def measure_costs(target: Target, sample: ReplayRequest, k: int) -> Costs:
+    """Target forwards of the sizes a step at ``k`` verifies (the speculators' own cost is
+    what their replay spent, in each ``ReplayStats``)."""
     verify = verify_cost(target, sizes=sorted({1, 2, (k + 2) // 2, k + 1}),
                          context=min(len(sample.prompt_ids), 256), repeats=4)
-    propose = {name: sum(s.draft_s for s in stats) / max(1, sum(s.steps for s in stats))
-               for name, stats in results.items()}
-    return Costs(step_s=verify[1], verify_s=verify, propose_s=propose)
+    return Costs(step_s=verify[1], verify_s=verify)
 
 
 def evaluate_versions(
@@ -95,7 +92,7 @@ def evaluate_versions(
     requests = [to_replay_request(ex) for ex in examples]
     results = replay(target, specs, requests, k,
                      progress=(lambda n: progress(n, len(requests))) if progress else None)
-    costs = measure_costs(target, results, max(requests, key=lambda r: len(r.prompt_ids)), k)
+    costs = measure_costs(target, max(requests, key=lambda r: len(r.prompt_ids)), k)
     evaluation = compare(results, [r.segment for r in requests], costs, k=k,
                          level=policy.ci_level)
     decision = decide(policy, evaluation) if len(versions) > 1 else None

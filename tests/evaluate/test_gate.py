@@ -9,7 +9,8 @@ from autospec.evaluate.gate import GatePolicy, decide
 from autospec.evaluate.replay import ReplayStats
 
 K = 5
-COSTS = Costs(step_s=0.05, verify_s={1: 0.05, 6: 0.06}, propose_s={"cand": 0.01, "inc": 0.01})
+COSTS = Costs(step_s=0.05, verify_s={1: 0.05, 6: 0.06})
+PROPOSE_S = 0.01  # replayed seconds per step in the speculator, unless a test says otherwise
 POLICY = GatePolicy(min_gain=0.05, min_heldout=30, segment_tolerance=0.1,
                     min_segment_requests=10)
 
@@ -25,6 +26,7 @@ def _requests(rng, n, rate, difficulty):
             while accepted < K and rng.random() < a:
                 accepted += 1
             s.observe(K, [1.0] * accepted)
+        s.draft_s = PROPOSE_S * s.steps
         out.append(s)
     return out
 
@@ -82,13 +84,13 @@ def test_slower_speculator_with_higher_tau_does_not_win():
     difficulty = np.ones(60)
     results = {"cand": _requests(rng, 60, 0.8, difficulty),
                "inc": _requests(rng, 60, 0.5, difficulty)}
-    slow = Costs(step_s=0.05, verify_s={1: 0.05, 6: 0.06},
-                 propose_s={"cand": 0.25, "inc": 0.01})  # the candidate drafts 25x slower
-    ev = compare(results, ["chat"] * 60, slow, k=K)
+    for s in results["cand"]:  # the candidate drafts 25x slower
+        s.draft_s = 0.25 * s.steps
+    ev = compare(results, ["chat"] * 60, COSTS, k=K)
     assert ev.delta.low > POLICY.min_gain and ev.speedup["cand"] < ev.speedup["inc"]
     decision = decide(POLICY, ev)
     assert not decision.promote and any("falls" in r for r in decision.reasons)
-    assert slow.verify(3.5) == pytest.approx(0.055)
+    assert COSTS.verify(3.5) == pytest.approx(0.055)
 
 
 def test_acceptance_rate_per_position_is_conditional():
