@@ -483,13 +483,15 @@ def head_dtype(target: Target) -> torch.dtype:
     return torch.float32 if target.device.type == "cpu" else target.dtype
 
 
+def index_config(config: Eagle3Config) -> SuffixConfig:
+    """The settings of the suffix index beside a head (training builds it with these)."""
+    return SuffixConfig(target_id=config.target_id, target_revision=config.target_revision,
+                        corpus_tokens=config.suffix_tokens)
+
+
 def _empty_suffix_index(config: Eagle3Config) -> SuffixSpeculator | None:
     """A suffix index of the configured size (filled by loading), or None if it has none."""
-    if config.suffix_tokens == 0:
-        return None
-    return SuffixSpeculator(SuffixConfig(target_id=config.target_id,
-                                         target_revision=config.target_revision,
-                                         corpus_tokens=config.suffix_tokens))
+    return SuffixSpeculator(index_config(config)) if config.suffix_tokens else None
 
 
 def _check_target(config: Eagle3Config, target: Target) -> None:

@@ -29,9 +29,14 @@ from transformers import LlamaForCausalLM
 
 from autospec.engine.target import Target
 from autospec.speculators.common import SavableSpeculator
-from autospec.speculators.config import DraftConfig, Eagle3Config, SuffixConfig
+from autospec.speculators.config import DraftConfig, Eagle3Config
 from autospec.speculators.draft import DraftSpeculator, llama_config
-from autospec.speculators.eagle3 import Eagle3Head, Eagle3Speculator, build_draft_vocab
+from autospec.speculators.eagle3 import (
+    Eagle3Head,
+    Eagle3Speculator,
+    build_draft_vocab,
+    index_config,
+)
 from autospec.speculators.suffix import suffix_from_documents
 from autospec.train.data import TrainSequence, documents
 from autospec.train.errors import IncumbentMismatch
@@ -156,8 +161,7 @@ class Eagle3Recipe:
             spec.attach_suffix(None)
             return {}
         started = time.perf_counter()
-        index = suffix_from_documents(SuffixConfig.for_target(target.info), documents(train),
-                                      target)
+        index = suffix_from_documents(index_config(spec.config), documents(train), target)
         spec.attach_suffix(index)
         return {"suffix_tokens": index.corpus_tokens,
                 "suffix_build_s": time.perf_counter() - started}
