@@ -233,8 +233,8 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
         outcome = _reused(engine, kind) if reuse else None
         if outcome is None:
             request = TrainRequest(kind=kind, window=window,
-                                   epochs=draft_epochs if kind == "draft" and draft_epochs
-                                   else epochs, from_scratch=True, overrides=overrides,
+                                   epochs=draft_epochs if kind == "draft" else epochs,
+                                   from_scratch=True, overrides=overrides,
                                    seed=seed, feature_cache_dir=features,
                                    feature_noise=feature_noise)
             outcome = train_candidate(request, engine=engine, target=target)

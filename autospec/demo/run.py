@@ -487,6 +487,12 @@ def _f(value: float | None, spec: str = ".2f") -> str:
     return "—" if value is None else format(value, spec)
 
 
+def _headline_reasons(reasons: list[str], promoted: str | None) -> list[str]:
+    """The promoted candidate's reasons (each reads ``<version>: why``), else the last three."""
+    mine = [r for r in reasons if promoted and r.startswith(f"{promoted}: ")]
+    return mine or reasons[-3:]
+
+
 def run_demo(plan: DemoPlan, *, data_dir: Path, target: str = "smollm2-135m",
              dtype: str = "auto", reporter: Reporter | None = None) -> DemoResult:
     """Run the demo (see the module docstring) and return what it measured."""
@@ -495,9 +501,3 @@ def run_demo(plan: DemoPlan, *, data_dir: Path, target: str = "smollm2-135m",
 
 __all__ = ["DecisionNote", "Demo", "DemoResult", "DemoStopped", "PhaseFigures", "Reporter",
            "Sample", "run_demo"]
-
-
-def _headline_reasons(reasons: list[str], promoted: str | None) -> list[str]:
-    """The promoted candidate's reasons (each reads ``<version>: why``), else the last three."""
-    mine = [r for r in reasons if promoted and r.startswith(f"{promoted}: ")]
-    return mine or reasons[-3:]
