@@ -3,7 +3,8 @@
 One request at a time (batch size 1). Per step the speculator proposes up to ``k``
 draft tokens; the target runs once over the pending token and the drafts; verification
 keeps the accepted prefix plus one recovered/bonus token; the target's KV cache is
-cropped to the accepted length and the speculator is told what was settled so it can
+cropped to the accepted length (for a tree of drafts, the accepted branch's entries are
+moved up first) and the speculator is told what was settled so it can
 roll back its own state. With no speculator the same loop is plain target-only decoding.
 
 The engine sees token ids; the target's tokenizer is used only to check stop strings.
@@ -19,8 +20,8 @@ import torch
 
 from autospec.engine.sampling import SamplingParams, pick, probs_from_logits
 from autospec.engine.stats import RequestStats
-from autospec.engine.target import Target
-from autospec.engine.verify import greedy_verify, rejection_verify
+from autospec.engine.target import KVCache, Target
+from autospec.engine.verify import greedy_tree_verify, greedy_verify, rejection_verify
 from autospec.speculators.base import Proposal, Speculator
 
 
@@ -116,24 +117,40 @@ class SpeculativeEngine:
                 spec.commit(torch.tensor(new, dtype=torch.long), feats)
                 if k > 0:
                     proposal = spec.propose(k, params, rng)
+                if proposal.is_tree and not cache.compactable:  # e.g. sliding-window layers
+                    proposal = proposal.first_branch()
             # --- verify: one target forward over the pending token and the drafts --
-            inp = torch.cat([torch.tensor(new[-1:]), proposal.tokens])  # [k' + 1]
-            out = target.forward(inp, cache, feature_layers=layers)
-            if params.greedy:
-                n, nxt = greedy_verify(proposal.tokens, out.logits)
-            else:
-                p = probs_from_logits(out.logits, params)  # [k' + 1, vocab]
-                n, nxt = rejection_verify(proposal.tokens, proposal.probs, p, rng)
-            # --- commit: drop the rejected drafts from the target's cache -------------
-            cache.crop(cache.length - (proposal.num_tokens - n))
-            stats.observe_step(proposal.num_tokens, n)
-            new = [*proposal.tokens[:n].tolist(), nxt]
-            feats = out.features[: n + 1] if layers else None  # positions that produced `new`
+            accepted, nxt, feats = self._verify(new[-1], proposal, cache, params, rng, layers)
+            stats.observe_step(proposal.num_tokens, len(accepted), proposal.depth)
+            new = [*accepted, nxt]
 
         stats.output_tokens = len(out_ids)
         stats.total_s = time.perf_counter() - started
         gen.result = GenerationResult(token_ids=out_ids, finish_reason=stopper.reason,
                                       stats=stats, text=stopper.text(out_ids))
+
+    def _verify(self, pending: int, proposal: Proposal, cache: KVCache, params: SamplingParams,
+                rng: torch.Generator | None, layers: tuple[int, ...],
+                ) -> tuple[list[int], int, torch.Tensor | None]:
+        """Accepted drafts, the recovered/bonus token, and the features of the positions
+        that produced them; the cache keeps exactly the settled positions."""
+        start = cache.length
+        inp = torch.cat([torch.tensor([pending]), proposal.tokens])  # [k' + 1]
+        out = self.target.forward(inp, cache, feature_layers=layers,
+                                  tree_parents=proposal.parents)
+        if proposal.is_tree:
+            path, nxt = greedy_tree_verify(proposal.tokens, proposal.parents, out.logits)
+        elif params.greedy:
+            n, nxt = greedy_verify(proposal.tokens, out.logits)
+            path = list(range(n))
+        else:
+            p = probs_from_logits(out.logits, params)  # [k' + 1, vocab]
+            n, nxt = rejection_verify(proposal.tokens, proposal.probs, p, rng)
+            path = list(range(n))
+        rows = [0, *(i + 1 for i in path)]  # input rows that produced the settled tokens
+        cache.keep(start, rows)  # drop the rejected drafts from the target's cache
+        feats = out.features[rows] if layers else None
+        return proposal.tokens[path].tolist(), nxt, feats
 
 
 def _generator(params: SamplingParams) -> torch.Generator | None:

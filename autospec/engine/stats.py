@@ -26,12 +26,14 @@ class RequestStats:
     ttft_s: float = 0.0  # time to the first output token
     total_s: float = 0.0
 
-    def observe_step(self, num_proposed: int, num_accepted: int) -> None:
-        assert 0 <= num_accepted <= num_proposed
+    def observe_step(self, num_proposed: int, num_accepted: int, depth: int | None = None) -> None:
+        """One step; ``depth``: the deepest draft's position (a tree's depth; a chain's
+        is ``num_proposed``)."""
+        assert 0 <= num_accepted <= (num_proposed if depth is None else depth) <= num_proposed
         self.num_drafts += 1
         self.num_draft_tokens += num_proposed
         self.num_accepted_tokens += num_accepted
-        missing = num_proposed - len(self.accepted_per_position)
+        missing = (num_proposed if depth is None else depth) - len(self.accepted_per_position)
         if missing > 0:
             self.accepted_per_position.extend([0] * missing)
         for i in range(num_accepted):

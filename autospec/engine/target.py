@@ -23,6 +23,7 @@ from pathlib import Path
 import safetensors.torch
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
 
 from autospec.settings import get_settings
 
@@ -67,6 +68,26 @@ class KVCache:
         if length < self.length:
             self.inner.crop(length - self.length)  # transformers 5: a negative count to remove
 
+    @property
+    def compactable(self) -> bool:
+        """Whether :meth:`keep` can work here (plain full-attention layers only)."""
+        return all(type(layer) is DynamicLayer for layer in self.inner.layers)
+
+    @torch.inference_mode()
+    def keep(self, start: int, rows: list[int]) -> None:
+        """Keep positions ``< start`` and ``start + rows`` (increasing), drop the rest.
+
+        After a tree verify: the accepted branch's entries move up behind the prefix.
+        """
+        assert rows == sorted(rows) and (not rows or start + rows[-1] < self.length)
+        m = len(rows)
+        if rows != list(range(m)):
+            index = torch.tensor(rows, device=self.inner.layers[0].keys.device) + start
+            for layer in self.inner.layers:
+                layer.keys[:, :, start : start + m] = layer.keys[:, :, index]
+                layer.values[:, :, start : start + m] = layer.values[:, :, index]
+        self.crop(start + m)
+
 
 @dataclass
 class TargetOutput:
@@ -101,18 +122,26 @@ class Target:
         *,
         feature_layers: tuple[int, ...] = (),
         logits_to_keep: int = 0,
+        tree_parents: torch.Tensor | None = None,
     ) -> TargetOutput:
         """Run ``input_ids`` (``[n]``) after what ``cache`` holds; the cache grows by ``n``.
 
         ``logits_to_keep``: logits of only the last that many positions (0: all).
+        ``tree_parents`` (``[n - 1]``, as :class:`~autospec.speculators.base.Proposal`'s):
+        ``input_ids[1:]`` are a tree of drafts after ``input_ids[0]``; each attends to the
+        cache and its own ancestors and sits at its depth's position (tree attention).
         """
         assert input_ids.dim() == 1, f"input_ids must be [n], got {tuple(input_ids.shape)}"
+        tree = {}
+        if tree_parents is not None:
+            tree = _tree_inputs(tree_parents, cache.length, self.dtype, self.device)
         out = self.model(
             input_ids=input_ids.unsqueeze(0).to(self.device),
             cache=cache.inner,
             use_cache=True,
             output_hidden_states=bool(feature_layers),
             logits_to_keep=logits_to_keep,
+            **tree,
         )
         features = None
         if feature_layers:
@@ -134,6 +163,24 @@ class Target:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _tree_inputs(parents: torch.Tensor, past: int, dtype: torch.dtype,
+                 device: torch.device) -> dict[str, torch.Tensor]:
+    """``attention_mask`` (additive, ``[1, 1, n, past + n]``) and ``position_ids``
+    (``[1, n]``) of the pending token followed by a tree of ``n - 1`` drafts."""
+    n = parents.shape[0] + 1
+    row_parent = [-1, *(p + 1 for p in parents.tolist())]  # row 0: the pending token
+    sees = torch.eye(n, dtype=torch.bool)
+    depth = [0] * n
+    for r in range(1, n):
+        sees[r] |= sees[row_parent[r]]
+        depth[r] = depth[row_parent[r]] + 1
+    allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), sees], dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    positions = torch.tensor(depth) + past
+    return {"attention_mask": mask[None, None].to(device),
+            "position_ids": positions[None].to(device)}
 
 
 def pick_device(device: str | None = None) -> torch.device:

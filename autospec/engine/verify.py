@@ -12,6 +12,10 @@ once over the pending token and the drafts, giving ``k + 1`` next-token distribu
 
 Each function returns ``(num_accepted, next_token)`` where ``next_token`` is the
 recovered or bonus token. Both leave the output distribution exactly the target's.
+
+A **tree** of drafts (greedy only) is verified by :func:`greedy_tree_verify`: the target
+ran over the pending token and every draft at once, each attending to its own ancestors
+only, and the deepest branch equal to the target's argmax is accepted.
 """
 
 from __future__ import annotations
@@ -67,3 +71,39 @@ def rejection_verify(
     # mass is 0 only when p == q at this position, where rejection has probability 0
     dist = residual / mass if mass > 0 else target_probs[num_accepted]
     return num_accepted, int(sample(dist, generator))
+
+
+def accept_tree(draft: torch.Tensor, parents: torch.Tensor, choice: torch.Tensor) -> list[int]:
+    """Indices of the drafts on the deepest branch of a tree that ``choice`` agrees with.
+
+    draft, parents: # [k'] int64 (``parents[i]`` -1: child of the pending token)
+    choice:         # [k' + 1] the target's token after row r (row 0: the pending token,
+                    # row i + 1: draft i)
+    A draft is accepted when its parent was and it equals the target's choice after its
+    parent. Ties between equally deep branches go to the earlier draft.
+    """
+    tokens, par, ch = draft.tolist(), parents.tolist(), choice.tolist()
+    depth = [0] * len(tokens)
+    best = -1
+    for i, (tok, p) in enumerate(zip(tokens, par, strict=True)):
+        if (p < 0 or depth[p]) and tok == ch[p + 1]:
+            depth[i] = 1 if p < 0 else depth[p] + 1
+            if best < 0 or depth[i] > depth[best]:
+                best = i
+    path = []
+    while best >= 0:
+        path.append(best)
+        best = par[best]
+    return path[::-1]
+
+
+def greedy_tree_verify(draft: torch.Tensor, parents: torch.Tensor,
+                       target_logits: torch.Tensor) -> tuple[list[int], int]:
+    """The accepted branch of a tree of drafts (indices, root first) and the bonus token.
+
+    target_logits: # [k' + 1, vocab], row 0 after the pending token, row i + 1 after draft i
+    """
+    assert target_logits.shape[0] == draft.shape[0] + 1
+    choice = target_logits.argmax(-1)
+    path = accept_tree(draft, parents, choice)
+    return path, int(choice[path[-1] + 1 if path else 0])

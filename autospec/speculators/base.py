@@ -20,7 +20,10 @@ Protocol of one request (the engine's decode loop drives it):
 3. ``propose(k, sampling, generator)``: up to ``k`` draft tokens that continue the
    committed sequence, and the draft distribution ``q`` over the *target* vocabulary
    they were drawn from (``[k', vocab]``), or ``None`` for a deterministic proposer
-   (then ``q`` is one-hot on each token).
+   (then ``q`` is one-hot on each token). A greedy request may be answered with a
+   **tree** of drafts instead of a chain (``Proposal.parents``): several candidates per
+   position, verified together in one target forward (tree attention); the longest branch
+   the target agrees with is accepted. A sampled request always gets a chain.
 
 Steps 2 and 3 alternate until the request ends.
 """
@@ -38,19 +41,61 @@ from autospec.engine.sampling import SamplingParams
 
 @dataclass(frozen=True)
 class Proposal:
-    """Draft tokens and the distribution they were drawn from."""
+    """Draft tokens and the distribution they were drawn from, as a chain or a tree.
 
-    tokens: torch.Tensor  # [k'] int64, k' <= k (k' may be 0)
+    A chain (``parents`` None): ``tokens[i]`` follows ``tokens[i - 1]``. A tree:
+    ``parents[i]`` is the index of the draft that ``tokens[i]`` follows, or ``-1`` when it
+    follows the pending (last settled) token; parents come before their children, no
+    branch is deeper than the ``k`` asked for, and ``probs`` is None (greedy only).
+    """
+
+    tokens: torch.Tensor  # [k'] int64 (k' may be 0; k' <= k for a chain)
     probs: torch.Tensor | None  # [k', vocab] float32 over the target vocabulary, or None (one-hot)
+    parents: torch.Tensor | None = None  # [k'] int64 for a tree, None for a chain
 
     def __post_init__(self) -> None:
         assert self.tokens.dim() == 1, f"tokens must be [k], got {tuple(self.tokens.shape)}"
         if self.probs is not None:
             assert self.probs.dim() == 2 and self.probs.shape[0] == self.tokens.shape[0]
+        if self.parents is not None:
+            assert self.probs is None, "a tree of drafts is greedy only (probs None)"
+            assert self.parents.shape == self.tokens.shape, "parents must be [k'] like tokens"
+            assert bool((self.parents < torch.arange(self.tokens.shape[0])).all()), \
+                "each draft's parent must come before it"
+
+    @property
+    def is_tree(self) -> bool:
+        return self.parents is not None
+
+    def depths(self) -> list[int]:
+        """Position of each draft after the pending token (1 for its children)."""
+        if self.parents is None:
+            return list(range(1, self.num_tokens + 1))
+        depth: list[int] = []
+        for p in self.parents.tolist():
+            depth.append(1 if p < 0 else depth[p] + 1)
+        return depth
 
     @property
     def num_tokens(self) -> int:
         return int(self.tokens.shape[0])
+
+    @property
+    def depth(self) -> int:
+        """Position of the deepest draft (a chain's length)."""
+        return max(self.depths(), default=0)
+
+    def first_branch(self) -> Proposal:
+        """The chain from the first draft through each node's first child (a tree's
+        most likely branch, where drafts are ordered by likelihood); a chain is itself."""
+        if self.parents is None:
+            return self
+        chain, last = [], -1
+        for i, p in enumerate(self.parents.tolist()):
+            if p == last:
+                chain.append(i)
+                last = i
+        return Proposal(tokens=self.tokens[chain], probs=None)
 
     @classmethod
     def empty(cls) -> Proposal:
