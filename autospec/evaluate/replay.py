@@ -29,7 +29,8 @@ import torch
 
 from autospec.engine.sampling import SamplingParams, probs_from_logits
 from autospec.engine.target import Target
-from autospec.speculators.base import Speculator
+from autospec.engine.verify import accept_tree
+from autospec.speculators.base import Proposal, Speculator
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,14 @@ class ReplayStats:
     accepted_per_position: list[float] = field(default_factory=list)
     draft_s: float = 0.0  # seconds spent in the speculator's begin / commit / propose
 
-    def observe(self, proposed: int, accepted_chain: Sequence[float]) -> None:
-        """One step: ``accepted_chain[i]`` is P(draft i accepted) (0/1 for greedy)."""
+    def observe(self, proposed: int, accepted_chain: Sequence[float],
+                depth: int | None = None) -> None:
+        """One step: ``accepted_chain[i]`` is P(draft i accepted) (0/1 for greedy);
+        ``depth``: the deepest draft's position (a tree's; a chain's is ``proposed``)."""
         self.steps += 1
         self.draft_tokens += proposed
         self.accepted += float(sum(accepted_chain))
-        missing = proposed - len(self.accepted_per_position)
+        missing = (proposed if depth is None else depth) - len(self.accepted_per_position)
         if missing > 0:
             self.accepted_per_position.extend([0.0] * missing)
         for i, a in enumerate(accepted_chain):
@@ -107,10 +110,13 @@ def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, 
         if proposal is None or proposal.num_tokens == 0:
             chain: list[float] = []
         elif probs is None:
-            chain = _greedy_chain(proposal.tokens, out[pos:])
+            chain = _greedy_chain(proposal, out[pos:])
         else:
             chain = _expected_chain(proposal, probs[pos:])
-        stats.observe(proposal.num_tokens if proposal is not None else 0, chain)
+        if proposal is None:
+            stats.observe(0, chain)
+        else:
+            stats.observe(proposal.num_tokens, chain, proposal.depth)
         new = 1 + (int(sum(chain)) if probs is None else round(sum(chain)))
         started = time.perf_counter()
     return stats
@@ -124,8 +130,14 @@ def _commit(spec: Speculator, out: list[int], pos: int, new: int,
     spec.commit(tokens, f)
 
 
-def _greedy_chain(drafts: torch.Tensor, logged: list[int]) -> list[float]:
-    """1.0 for each leading draft equal to the logged token, then stop."""
+def _greedy_chain(proposal: Proposal, logged: list[int]) -> list[float]:
+    """1.0 for each leading draft equal to the logged token, then stop (for a tree: along
+    its deepest branch equal to the logged tokens)."""
+    drafts = proposal.tokens
+    if proposal.parents is not None:
+        depths = [0, *proposal.depths()]  # of each verify row: the pending token, each draft
+        choice = torch.tensor([logged[d] if d < len(logged) else -1 for d in depths])
+        return [1.0] * len(accept_tree(drafts, proposal.parents, choice))
     n = min(drafts.shape[0], len(logged))
     match = drafts[:n] == torch.tensor(logged[:n], dtype=torch.long)
     accepted = int(torch.cumprod(match, dim=0).sum()) if n else 0

@@ -230,6 +230,20 @@ class Eagle3Head(nn.Module):
             mask = keys[None, :] <= positions[:, None]  # [T, start + T]
         return self.layer.finish(hidden, q, k, v, mask)[0]
 
+    def step_tree(self, hidden: torch.Tensor, tokens: torch.Tensor, cache: HeadKVCache,
+                  real: int, position: int, sees: torch.Tensor) -> torch.Tensor:
+        """Draft pairs of one tree depth (``hidden [B, H]``, ``tokens [B]``), all at
+        ``position``; each attends to the first ``real`` cache entries and to the
+        speculative ones after them that its row of ``sees`` (bool ``[B, L - real + B]``,
+        ``L`` the cache length before) marks: its ancestors and itself. ``[B, H]``."""
+        b = tokens.shape[0]
+        positions = torch.full((b,), position, device=hidden.device)
+        hidden = hidden.unsqueeze(0)
+        q, k, v = self.layer.qkv(hidden, self.embed(tokens).unsqueeze(0), positions)
+        k, v = cache.append(k, v)
+        mask = torch.cat([torch.ones(b, real, dtype=torch.bool, device=hidden.device), sees], 1)
+        return self.layer.finish(hidden, q, k, v, mask)[0]
+
     # training: whole sequences, teacher-forced -------------------------------------
     def ttt_forward(self, features: torch.Tensor, next_ids: torch.Tensor,
                     steps: int = 1) -> list[torch.Tensor]:
@@ -384,6 +398,8 @@ class Eagle3Speculator(SavableSpeculator):
             self._run_queue()
         if self._last_hidden is None:
             return Proposal.empty()
+        if sampling.greedy and self.config.tree_nodes:
+            return self._tree(k)
         hidden = self._last_hidden.unsqueeze(0)  # [1, H]
         d2t = self.head.d2t
         drafted: list[torch.Tensor] = []  # [1] target ids
@@ -410,6 +426,30 @@ class Eagle3Speculator(SavableSpeculator):
         self.config = self.config.model_copy(update={"suffix_tokens": size})
 
     # -- helpers --------------------------------------------------------------------------
+    def _tree(self, k: int) -> Proposal:
+        """A tree of ``config.tree_nodes`` drafts, depth <= k (EAGLE-2's dynamic tree): each
+        depth expands the ``tree_width`` likeliest new candidates (cumulative log-prob of the
+        head's drafts) in one head forward, keeping ``tree_width`` children of each; the
+        likeliest ``tree_nodes`` of all candidates are proposed, ordered by depth then
+        likelihood. Speculative head entries are cropped at the next commit."""
+        width, head = self.config.tree_width, self.head
+        tree = _DraftTree()
+        logp = F.log_softmax(head.logits(self._last_hidden).float(), -1)  # [Vd]
+        frontier = tree.add_children([-1], torch.zeros(1), logp[None], head.d2t, width)
+        hidden = self._last_hidden.expand(len(frontier), -1)
+        for depth in range(1, k):
+            sees = tree.visibility(frontier, self._real, self._cache.length)
+            tree.placed(frontier, self._cache.length)
+            out = head.step_tree(hidden, tree.tokens_of(frontier, self.device), self._cache,
+                                 self._real, self._real + depth - 1, sees)
+            logp = F.log_softmax(head.logits(out).float(), -1)  # [B, Vd]
+            children = tree.add_children(frontier, tree.scores_of(frontier), logp, head.d2t,
+                                         width)
+            best = tree.likeliest(children, width)
+            hidden = out[[children.index(c) // width for c in best]]
+            frontier = best
+        return tree.proposal(self.config.tree_nodes)
+
     def _suffix_path(self, k: int) -> list[tuple[int, float]]:
         """The suffix index's proposal if its expected accepted length reaches the threshold."""
         threshold = self.config.suffix_threshold
@@ -475,6 +515,70 @@ class Eagle3Speculator(SavableSpeculator):
         self.device = torch.device(device)
         self._reset()
         return self
+
+
+class _DraftTree:
+    """Candidates of a draft tree: token, parent, cumulative log-prob, and the head cache
+    slot of the candidates that were expanded."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.parents: list[int] = []
+        self.scores: list[float] = []
+        self.depths: list[int] = []
+        self.slots: dict[int, int] = {}  # candidate -> its entry in the head's cache
+
+    def add_children(self, parents: list[int], parent_scores: torch.Tensor,
+                     logp: torch.Tensor, d2t: torch.Tensor, width: int) -> list[int]:
+        """The ``width`` likeliest children of each parent (``logp [B, Vd]``); their ids."""
+        top = (parent_scores[:, None] + logp).topk(width, dim=-1)
+        ids = []
+        for row, parent in enumerate(parents):
+            for score, d in zip(top.values[row].tolist(), top.indices[row].tolist(),
+                                strict=True):
+                ids.append(len(self.tokens))
+                self.tokens.append(int(d2t[d]))
+                self.parents.append(parent)
+                self.scores.append(score)
+                self.depths.append(1 if parent < 0 else self.depths[parent] + 1)
+        return ids
+
+    def scores_of(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor([self.scores[i] for i in ids])
+
+    def tokens_of(self, ids: list[int], device: torch.device) -> torch.Tensor:
+        return torch.tensor([self.tokens[i] for i in ids], dtype=torch.long, device=device)
+
+    def likeliest(self, ids: list[int], n: int) -> list[int]:
+        return sorted(ids, key=lambda i: -self.scores[i])[:n]
+
+    def visibility(self, ids: list[int], real: int, length: int) -> torch.Tensor:
+        """Bool ``[B, length - real + B]``: which speculative head-cache entries (after the
+        ``real`` ones, up to ``length``, then the B new ones) each of ``ids`` sees: its
+        expanded ancestors' and its own."""
+        spec_len = length - real
+        sees = torch.zeros(len(ids), spec_len + len(ids), dtype=torch.bool)
+        for row, i in enumerate(ids):
+            sees[row, spec_len + row] = True
+            p = self.parents[i]
+            while p >= 0:
+                sees[row, self.slots[p] - real] = True
+                p = self.parents[p]
+        return sees
+
+    def placed(self, ids: list[int], first_slot: int) -> None:
+        for row, i in enumerate(ids):
+            self.slots[i] = first_slot + row
+
+    def proposal(self, n: int) -> Proposal:
+        """The ``n`` likeliest candidates (a child is never likelier than its parent, so
+        they form a tree), ordered by depth then likelihood."""
+        chosen = sorted(range(len(self.tokens)), key=lambda i: (-self.scores[i], i))[:n]
+        chosen.sort(key=lambda i: (self.depths[i], -self.scores[i]))
+        where = {c: j for j, c in enumerate(chosen)}
+        parents = [where[self.parents[c]] if self.parents[c] >= 0 else -1 for c in chosen]
+        return Proposal(tokens=torch.tensor([self.tokens[c] for c in chosen], dtype=torch.long),
+                        probs=None, parents=torch.tensor(parents, dtype=torch.long))
 
 
 def head_dtype(target: Target) -> torch.dtype:

@@ -1,0 +1,70 @@
+"""eagle3 tree drafting (greedy): structure, agreement with the chain, rollback, lossless."""
+
+from __future__ import annotations
+
+import torch
+
+from autospec.engine.generate import SpeculativeEngine
+from autospec.engine.sampling import SamplingParams
+from autospec.speculators.eagle3 import Eagle3Speculator
+from autospec.speculators.registry import new_speculator
+
+from .helpers import feed_from_scratch, target_features
+
+GREEDY = SamplingParams()
+
+
+def _eagle(target, **tree) -> Eagle3Speculator:
+    spec = new_speculator("eagle3", target, draft_vocab_size=32, **tree)
+    assert isinstance(spec, Eagle3Speculator)
+    return spec
+
+
+def _feats(tiny, sequence):
+    return target_features(tiny, sequence, _eagle(tiny).feature_layers)
+
+
+def test_eagle3_tiny_random_init_tree_has_the_asked_shape(tiny, sequence) -> None:
+    spec = _eagle(tiny, tree_nodes=12, tree_width=3)
+    feed_from_scratch(spec, sequence[:12], 10, _feats(tiny, sequence)[:12])
+    proposal = spec.propose(4, GREEDY, None)
+    assert proposal.is_tree and proposal.num_tokens == 12
+    depths = proposal.depths()
+    assert depths == sorted(depths) and max(depths) <= 4
+    assert depths.count(1) <= 3  # tree_width children of the pending token
+    assert bool(spec.head.t2d[proposal.tokens].all())
+    # a sampled request gets a chain
+    sampled = spec.propose(4, SamplingParams(temperature=0.8), torch.Generator().manual_seed(0))
+    assert not sampled.is_tree and sampled.num_tokens == 4
+
+
+def test_eagle3_tiny_random_init_width_one_tree_is_the_greedy_chain(tiny, sequence) -> None:
+    feats = _feats(tiny, sequence)
+    chain, tree = _eagle(tiny), _eagle(tiny, tree_nodes=5, tree_width=1)
+    for spec in (chain, tree):
+        feed_from_scratch(spec, sequence[:14], 10, feats[:14])
+    ours, theirs = tree.propose(5, GREEDY, None), chain.propose(5, GREEDY, None)
+    assert ours.tokens.tolist() == theirs.tokens.tolist()
+    assert ours.parents.tolist() == [-1, 0, 1, 2, 3]
+
+
+def test_eagle3_tiny_random_init_tree_rolls_back_at_commit(tiny, sequence) -> None:
+    feats = _feats(tiny, sequence)
+    spec, fresh = _eagle(tiny, tree_nodes=10), _eagle(tiny, tree_nodes=10)
+    feed_from_scratch(spec, sequence[:12], 10, feats[:12])
+    spec.propose(4, GREEDY, None)
+    spec.commit(sequence[12:15], feats[11:14])
+    feed_from_scratch(fresh, sequence[:15], 10, feats[:15])
+    ours, theirs = spec.propose(4, GREEDY, None), fresh.propose(4, GREEDY, None)
+    assert ours.tokens.tolist() == theirs.tokens.tolist()
+    assert ours.parents.tolist() == theirs.parents.tolist()
+
+
+def test_eagle3_tiny_random_init_tree_decoding_is_lossless(tiny) -> None:
+    params = SamplingParams(max_new_tokens=30, ignore_eos=True)
+    prompt = list(range(3, 20))
+    plain = SpeculativeEngine(tiny).generate(prompt, params)
+    spec = _eagle(tiny, tree_nodes=16, tree_width=4)
+    res = SpeculativeEngine(tiny, spec, 5).generate(prompt, params)
+    assert res.token_ids == plain.token_ids
+    assert res.stats.num_draft_tokens > 5 * res.stats.num_drafts  # trees, not chains
