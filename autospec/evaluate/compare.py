@@ -115,7 +115,8 @@ def estimated_speedup(stats: Sequence[ReplayStats], costs: Costs) -> float:
     if not steps:
         return 1.0
     propose_s = sum(s.draft_s for s in stats) / steps
-    return float(set_tau(stats) * costs.step_s / (propose_s + costs.verify(_per_step(stats) + 1)))
+    verify_s = costs.verify(drafts_per_step(stats) + 1)
+    return float(set_tau(stats) * costs.step_s / (propose_s + verify_s))
 
 
 def compare(results: dict[str, list[ReplayStats]], segments: Sequence[str], costs: Costs, *,
@@ -131,7 +132,7 @@ def compare(results: dict[str, list[ReplayStats]], segments: Sequence[str], cost
     return Evaluation(
         versions=versions, num_requests=n,
         tau={v: set_tau(s) for v, s in results.items()},
-        draft_tokens_per_step={v: _per_step(s) for v, s in results.items()},
+        draft_tokens_per_step={v: drafts_per_step(s) for v, s in results.items()},
         accepted_per_position={v: _position_rates(s) for v, s in results.items()},
         delta=delta,
         segments=_segments(results, segments, pair, level, resamples, seed),
@@ -140,7 +141,8 @@ def compare(results: dict[str, list[ReplayStats]], segments: Sequence[str], cost
     )
 
 
-def _per_step(stats: Sequence[ReplayStats]) -> float:
+def drafts_per_step(stats: Sequence[ReplayStats]) -> float:
+    """Mean draft tokens per verify step (a tree's nodes all count)."""
     steps = sum(s.steps for s in stats)
     return sum(s.draft_tokens for s in stats) / steps if steps else 0.0
 

@@ -9,6 +9,7 @@ and writes the evaluation with its decision and reasons to the store.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,9 +20,9 @@ from autospec import store
 from autospec.engine.costs import verify_cost
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
-from autospec.evaluate.compare import Costs, Evaluation, compare
+from autospec.evaluate.compare import Costs, Evaluation, compare, drafts_per_step
 from autospec.evaluate.gate import Decision, GatePolicy, decide
-from autospec.evaluate.replay import ReplayRequest, replay
+from autospec.evaluate.replay import ReplayRequest, ReplayStats, replay
 from autospec.store.models import utcnow
 from autospec.store.queries import TrafficExample
 from autospec.versions import BUILTIN_VERSION, load_speculator_version, register_builtin
@@ -66,10 +67,16 @@ def select_requests(db: Engine, *, last: int | None = None, since: timedelta | N
     return sorted(window.train + window.heldout, key=lambda ex: (ex.created_at, ex.id))
 
 
-def measure_costs(target: Target, sample: ReplayRequest, k: int) -> Costs:
-    """Target forwards of the sizes a step at ``k`` verifies (the speculators' own cost is
-    what their replay spent, in each ``ReplayStats``)."""
-    verify = verify_cost(target, sizes=sorted({1, 2, (k + 2) // 2, k + 1}),
+def measure_costs(target: Target, sample: ReplayRequest, k: int,
+                  results: dict[str, list[ReplayStats]] | None = None) -> Costs:
+    """Target forwards of the sizes a step at ``k`` verifies, and around each version's
+    mean verify size in ``results`` (trees verify more than k + 1); the speculators' own
+    cost is what their replay spent, in each ``ReplayStats``."""
+    sizes = {1, 2, (k + 2) // 2, k + 1}
+    for stats in (results or {}).values():
+        d = drafts_per_step(stats)
+        sizes |= {math.floor(d) + 1, math.ceil(d) + 1}
+    verify = verify_cost(target, sizes=sorted(sizes),
                          context=min(len(sample.prompt_ids), 256), repeats=4)
     return Costs(step_s=verify[1], verify_s=verify)
 
@@ -92,7 +99,7 @@ def evaluate_versions(
     requests = [to_replay_request(ex) for ex in examples]
     results = replay(target, specs, requests, k,
                      progress=(lambda n: progress(n, len(requests))) if progress else None)
-    costs = measure_costs(target, max(requests, key=lambda r: len(r.prompt_ids)), k)
+    costs = measure_costs(target, max(requests, key=lambda r: len(r.prompt_ids)), k, results)
     evaluation = compare(results, [r.segment for r in requests], costs, k=k,
                          level=policy.ci_level)
     decision = decide(policy, evaluation) if len(versions) > 1 else None

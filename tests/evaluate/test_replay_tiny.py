@@ -23,11 +23,12 @@ def _live(target, spec, prompt, params, k):
     return res, ReplayRequest(prompt_ids=prompt, output_ids=res.token_ids, params=params)
 
 
-@pytest.mark.parametrize("kind", ["ngram", "draft", "eagle3"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "eagle3", "eagle3-tree"])
 @pytest.mark.parametrize("k", [2, 5])
 def test_greedy_replay_equals_live_counts_tiny_random_init(target, kind, k):
     params = SamplingParams(max_new_tokens=30, ignore_eos=True)
-    spec = new_speculator(kind, target)
+    tree = {"tree_nodes": 12, "tree_width": 4} if kind == "eagle3-tree" else {}
+    spec = new_speculator(kind.removesuffix("-tree"), target, **tree)
     for prompt in PROMPTS:
         live, req = _live(target, spec, prompt, params, k)
         shadow = replay_request(target, spec, req, k)
