@@ -242,13 +242,13 @@ def test_eagle3_tiny_random_init_stores_its_suffix_index(tiny, sequence, feats,
     assert dropped.config.suffix_tokens == 0 and "suffix.tokens" not in dropped.state_tensors()
 
 
-def test_eagle3_tiny_random_init_bf16_target_gets_a_float32_head_on_cpu() -> None:
-    """The head runs in float32 on the CPU (faster at batch 1), the table stays the target's."""
+def test_eagle3_tiny_random_init_bf16_target_gets_a_bf16_head() -> None:
+    """The head runs in the target's dtype and shares its embedding table."""
     from autospec.engine.target import tiny_target
 
     target = tiny_target(dtype=torch.bfloat16)
     spec = _eagle(target)
-    assert spec.head.fc.weight.dtype == torch.float32
+    assert spec.head.fc.weight.dtype == torch.bfloat16
     embed = target.model.get_input_embeddings().weight
     assert spec.head.embed_weight.data_ptr() == embed.data_ptr()
     seq = torch.arange(1, 13)
