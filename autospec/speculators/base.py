@@ -97,6 +97,26 @@ class Proposal:
                 last = i
         return Proposal(tokens=self.tokens[chain], probs=None)
 
+    def with_branch(self, branch: list[int]) -> Proposal:
+        """This (greedy) proposal as a tree, with the chain ``branch`` after the pending
+        token added where the tree does not already hold it."""
+        tokens, parents = self.tokens.tolist(), self._parent_list()
+        children = {(p, t): i for i, (p, t) in enumerate(zip(parents, tokens, strict=True))}
+        at = -1
+        for tok in branch:
+            if (at, tok) not in children:
+                children[(at, tok)] = len(tokens)
+                tokens.append(tok)
+                parents.append(at)
+            at = children[(at, tok)]
+        return Proposal(tokens=torch.tensor(tokens, dtype=torch.long), probs=None,
+                        parents=torch.tensor(parents, dtype=torch.long))
+
+    def _parent_list(self) -> list[int]:
+        if self.parents is None:
+            return list(range(-1, self.num_tokens - 1))
+        return self.parents.tolist()
+
     @classmethod
     def empty(cls) -> Proposal:
         return cls(tokens=torch.empty(0, dtype=torch.long), probs=None)

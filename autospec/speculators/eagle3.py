@@ -392,8 +392,8 @@ class Eagle3Speculator(SavableSpeculator):
         if k <= 0:
             return Proposal.empty()
         path = self._suffix_path(k)
-        if path:  # a confident continuation seen in traffic: no head steps needed, and the
-            # queued pairs wait for the next head proposal (one forward for all of them)
+        if path and self._confident(path, k):  # a continuation seen in traffic: no head
+            # steps needed; the queued pairs wait for the next head proposal (one forward)
             return Proposal(tokens=torch.tensor([t for t, _ in path], dtype=torch.long),
                             probs=None)
         if self._queue_tokens:
@@ -401,7 +401,8 @@ class Eagle3Speculator(SavableSpeculator):
         if self._last_hidden is None:
             return Proposal.empty()
         if sampling.greedy and self.config.tree_nodes:
-            return self._tree(k)
+            tree = self._tree(k)
+            return tree.with_branch([t for t, _ in path]) if path else tree
         hidden = self._last_hidden.unsqueeze(0)  # [1, H]
         d2t = self.head.d2t
         drafted: list[torch.Tensor] = []  # [1] target ids
@@ -453,12 +454,14 @@ class Eagle3Speculator(SavableSpeculator):
         return tree.proposal(self.config.tree_nodes)
 
     def _suffix_path(self, k: int) -> list[tuple[int, float]]:
-        """The suffix index's proposal if its expected accepted length reaches the threshold."""
-        threshold = self.config.suffix_threshold
-        if self.suffix is None or threshold is None:
+        """The suffix index's likeliest continuation (none without an index or threshold)."""
+        if self.suffix is None or self.config.suffix_threshold is None:
             return []
-        path = self.suffix.best_path(k)
-        return path if path and expected_accepted(path) >= threshold * k else []
+        return self.suffix.best_path(k)
+
+    def _confident(self, path: list[tuple[int, float]], k: int) -> bool:
+        """Whether the index's path's expected accepted length reaches the threshold."""
+        return expected_accepted(path) >= self.config.suffix_threshold * k
 
     def _queue(self, features: torch.Tensor, tokens: torch.Tensor) -> None:
         self._queue_features.append(features.detach().to(self.device))
