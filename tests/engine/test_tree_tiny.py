@@ -116,3 +116,12 @@ def test_first_branch_of_a_tree_is_the_chain_of_first_children():
     p = Proposal(torch.tensor([10, 11, 12, 13, 14]), None, torch.tensor([-1, -1, 0, 1, 2]))
     assert p.first_branch().tokens.tolist() == [10, 12, 14]
     assert p.depths() == [1, 1, 2, 2, 3]
+
+
+def test_with_branch_adds_only_the_nodes_the_tree_lacks():
+    tree = Proposal(torch.tensor([10, 11, 12]), None, torch.tensor([-1, -1, 0]))
+    grown = tree.with_branch([10, 12, 7])  # shares 10 -> 12, adds 7 under 12
+    assert grown.tokens.tolist() == [10, 11, 12, 7]
+    assert grown.parents.tolist() == [-1, -1, 0, 2]
+    chain = Proposal(torch.tensor([5, 6]), None).with_branch([5, 8])
+    assert chain.tokens.tolist() == [5, 6, 8] and chain.parents.tolist() == [-1, 0, 0]

@@ -256,3 +256,25 @@ def test_eagle3_tiny_random_init_bf16_target_gets_a_bf16_head() -> None:
     assert feats.dtype == torch.bfloat16
     feed_from_scratch(spec, seq, 8, feats)
     assert spec.propose(4, GREEDY, None).num_tokens == 4
+
+
+def test_eagle3_tiny_random_init_tree_carries_an_unsure_index_path_as_a_branch(
+        tiny, sequence, feats) -> None:
+    """Below the threshold a greedy tree is the head's, plus the index's path as a branch."""
+    from autospec.speculators.suffix import expected_accepted
+
+    forked = sequence[10:18].tolist() + [63 - t for t in sequence[18:].tolist()]
+    docs = [(sequence[:10].tolist(), sequence[10:].tolist()), (sequence[:10].tolist(), forked)]
+    spec = _with_index(_eagle(tiny), tiny, docs)
+    spec.config = spec.config.model_copy(update={"suffix_threshold": 1.0, "tree_nodes": 6})
+    feed_from_scratch(spec, sequence[:16], 10, feats[:16])
+    best = spec.suffix.best_path(5)
+    assert len(best) == 5 and expected_accepted(best) < 5  # the traffic forked: not sure
+    path = [t for t, _ in best]
+    proposal = spec.propose(5, GREEDY, None)
+    assert proposal.is_tree and 6 <= proposal.num_tokens <= 11
+    tokens, parents = proposal.tokens.tolist(), proposal.parents.tolist()
+    at = -1
+    nodes = list(enumerate(zip(tokens, parents, strict=True)))
+    for tok in path:  # the path is a branch of the tree
+        at = next(i for i, (t, p) in nodes if p == at and t == tok)
