@@ -14,8 +14,9 @@
    target-only, and with ngram / suffix / draft / eagle3 at ``k`` drafts (greedy, so
    every output must equal target-only): τ, tokens/s, speedup; plus the cost of one
    draft step of each kind and of a target verify of ``n`` tokens against a 1-token step.
-   ``eagle3`` is the registered artifact (head + suffix index over the window);
-   ``eagle3-head`` the same head with its index dropped.
+   ``eagle3`` is the registered artifact (head + suffix index over the window, drafting
+   trees for these greedy requests); ``eagle3-chain`` the same drafting chains of k;
+   ``eagle3-head`` the head with its index dropped (trees).
 """
 
 from __future__ import annotations
@@ -248,16 +249,15 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
             "loss_curve": m.get("loss_curve"), "replay_tau": m.get("heldout_replay_tau_k5")}
         log.info("%s trained in %.0fs: %s", kind, wall, report["training"][kind])
         specs[kind] = load_speculator(outcome.artifact, target)  # the registered artifact
-        if kind == "eagle3" and specs[kind].suffix is not None:  # and its head alone
-            specs["eagle3-head"] = load_speculator(outcome.artifact, target)
-            specs["eagle3-head"].attach_suffix(None)
+        if kind == "eagle3":
+            specs.update(_eagle3_variants(outcome.artifact, target, specs[kind]))
     with store.session_scope(engine, readonly=True) as session:
         data = load_training_data(session, window)
     report["train_requests"], report["heldout_requests"] = len(data.train), len(data.heldout)
     prompts = [s.ids[: s.prompt_len] for s in data.heldout[:eval_requests]]
     report["eval_requests"] = len(prompts)
     report["methods"] = _measure(target, specs, prompts, max_new, k)
-    cost = verify_cost(target, sizes=(1, 2, 4, k + 1, 8), context=160)
+    cost = verify_cost(target, sizes=(1, 2, 4, k + 1, 8, 12, 16), context=160)
     report["verify_ms"] = {n: s * 1000 for n, s in cost.items()}
     report["verify_ratio"] = {n: s / cost[1] for n, s in cost.items()}
     engine.dispose()
@@ -265,6 +265,23 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
         json_path.write_text(json.dumps(report, indent=2, default=str))
     _print(report)
     return report
+
+
+def _eagle3_variants(artifact: Path, target: Target, full) -> dict:
+    """The registered eagle3 artifact taken apart: drafting chains instead of trees
+    (``eagle3-chain``) and its head alone, index dropped (``eagle3-head``)."""
+    from autospec.speculators.checkpoint import load_speculator
+
+    variants = {}
+    if full.config.tree_nodes:
+        chain = load_speculator(artifact, target)
+        chain.config = chain.config.model_copy(update={"tree_nodes": 0})
+        variants["eagle3-chain"] = chain
+    if full.suffix is not None:
+        head = load_speculator(artifact, target)
+        head.attach_suffix(None)
+        variants["eagle3-head"] = head
+    return variants
 
 
 def _reused(engine, kind: str):

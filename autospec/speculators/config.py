@@ -146,11 +146,15 @@ class Eagle3Config(_Transformer):
         default=0, ge=0, description="tokens in the suffix index stored with the head "
         "(0: none); set by training")
     tree_nodes: int = Field(
-        default=0, ge=0, le=64, description="greedy requests: draft a tree of this many "
+        default=16, ge=0, le=64, description="greedy requests: draft a tree of this many "
         "candidates (the most likely continuations by the head's cumulative probability, "
         "as EAGLE-2), verified in one target forward; 0: a chain of k drafts")
+    tree_min_prob: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="tree drafting: leave out candidates whose "
+        "cumulative probability under the head is below this (a smaller tree where the "
+        "head is sure; the likeliest candidate always stays)")
     tree_width: int = Field(
-        default=3, ge=1, le=8, description="tree drafting: candidates expanded per depth, "
+        default=4, ge=1, le=8, description="tree drafting: candidates expanded per depth, "
         "and children kept per expanded candidate")
 
     @model_validator(mode="after")

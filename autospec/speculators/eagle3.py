@@ -44,6 +44,7 @@ the decode path in the tests).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 
 import torch
@@ -451,7 +452,7 @@ class Eagle3Speculator(SavableSpeculator):
             best = tree.likeliest(children, width)
             hidden = out[[children.index(c) // width for c in best]]
             frontier = best
-        return tree.proposal(self.config.tree_nodes)
+        return tree.proposal(self.config.tree_nodes, self.config.tree_min_prob)
 
     def _suffix_path(self, k: int) -> list[tuple[int, float]]:
         """The suffix index's likeliest continuation (none without an index or threshold)."""
@@ -575,10 +576,13 @@ class _DraftTree:
         for row, i in enumerate(ids):
             self.slots[i] = first_slot + row
 
-    def proposal(self, n: int) -> Proposal:
-        """The ``n`` likeliest candidates (a child is never likelier than its parent, so
-        they form a tree), ordered by depth then likelihood."""
+    def proposal(self, n: int, min_prob: float = 0.0) -> Proposal:
+        """The ``n`` likeliest candidates of at least ``min_prob`` (the likeliest always; a
+        child is never likelier than its parent, so they form a tree), ordered by depth
+        then likelihood."""
         chosen = sorted(range(len(self.tokens)), key=lambda i: (-self.scores[i], i))[:n]
+        floor = math.log(min_prob) if min_prob > 0 else -math.inf
+        chosen = chosen[:1] + [i for i in chosen[1:] if self.scores[i] >= floor]
         chosen.sort(key=lambda i: (self.depths[i], -self.scores[i]))
         where = {c: j for j, c in enumerate(chosen)}
         parents = [where[self.parents[c]] if self.parents[c] >= 0 else -1 for c in chosen]

@@ -102,6 +102,12 @@ def train(
         "this fraction of k (default 0.7)"),
     head_only: bool = typer.Option(False, "--head-only",
                                    help="eagle3: no suffix index, the head drafts every step"),
+    tree_nodes: int | None = typer.Option(
+        None, min=0, max=64, help="eagle3: greedy requests get a tree of this many drafts "
+        "(the head's likeliest continuations), verified in one target forward; 0: a chain "
+        "of k (default 16)"),
+    tree_width: int | None = typer.Option(None, min=1, max=8, help="eagle3: candidates "
+                                          "expanded per tree depth (default 4)"),
     num_layers: int | None = typer.Option(None, help="draft: decoder layers"),
     loss: str = typer.Option("kl", help="eagle3: kl (target distribution) or ce (greedy)"),
     feature_noise: float = typer.Option(0.2, min=0.0, help="eagle3: Gaussian noise on the "
@@ -144,7 +150,8 @@ def train(
                           heldout_fraction=heldout_fraction, anchor_requests=anchors)
         overrides = {k: v for k, v in (("draft_vocab_size", draft_vocab_size),
                                        ("ttt_steps", ttt_steps), ("num_layers", num_layers),
-                                       ("suffix_threshold", suffix_threshold))
+                                       ("suffix_threshold", suffix_threshold),
+                                       ("tree_nodes", tree_nodes), ("tree_width", tree_width))
                      if v is not None}
         if head_only:
             if suffix_threshold is not None:

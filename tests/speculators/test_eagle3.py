@@ -16,7 +16,8 @@ SAMPLED = SamplingParams(temperature=0.8, top_p=0.95)
 
 
 def _eagle(target, draft_vocab_size: int = 32) -> Eagle3Speculator:
-    spec = new_speculator("eagle3", target, draft_vocab_size=draft_vocab_size)
+    """A chain-drafting head (trees: test_eagle3_tree.py)."""
+    spec = new_speculator("eagle3", target, draft_vocab_size=draft_vocab_size, tree_nodes=0)
     assert isinstance(spec, Eagle3Speculator)
     return spec
 

@@ -40,7 +40,7 @@ def test_eagle3_tiny_random_init_tree_has_the_asked_shape(tiny, sequence) -> Non
 
 def test_eagle3_tiny_random_init_width_one_tree_is_the_greedy_chain(tiny, sequence) -> None:
     feats = _feats(tiny, sequence)
-    chain, tree = _eagle(tiny), _eagle(tiny, tree_nodes=5, tree_width=1)
+    chain, tree = _eagle(tiny, tree_nodes=0), _eagle(tiny, tree_nodes=5, tree_width=1)
     for spec in (chain, tree):
         feed_from_scratch(spec, sequence[:14], 10, feats[:14])
     ours, theirs = tree.propose(5, GREEDY, None), chain.propose(5, GREEDY, None)
@@ -68,3 +68,13 @@ def test_eagle3_tiny_random_init_tree_decoding_is_lossless(tiny) -> None:
     res = SpeculativeEngine(tiny, spec, 5).generate(prompt, params)
     assert res.token_ids == plain.token_ids
     assert res.stats.num_draft_tokens > 5 * res.stats.num_drafts  # trees, not chains
+
+
+def test_eagle3_tiny_random_init_tree_min_prob_prunes_unlikely_candidates(tiny, sequence):
+    feats = _feats(tiny, sequence)
+    full, pruned = _eagle(tiny, tree_nodes=12), _eagle(tiny, tree_nodes=12, tree_min_prob=1.0)
+    for spec in (full, pruned):
+        feed_from_scratch(spec, sequence[:12], 10, feats[:12])
+    whole = full.propose(4, GREEDY, None)
+    assert whole.num_tokens == 12
+    assert pruned.propose(4, GREEDY, None).tokens.tolist() == whole.tokens[:1].tolist()
