@@ -25,6 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from autospec.engine.verify import tree_depths
 from autospec.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -172,10 +173,9 @@ def _tree_inputs(parents: torch.Tensor, past: int, dtype: torch.dtype,
     n = parents.shape[0] + 1
     row_parent = [-1, *(p + 1 for p in parents.tolist())]  # row 0: the pending token
     sees = torch.eye(n, dtype=torch.bool)
-    depth = [0] * n
     for r in range(1, n):
         sees[r] |= sees[row_parent[r]]
-        depth[r] = depth[row_parent[r]] + 1
+    depth = [0, *tree_depths(parents.tolist())]
     allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), sees], dim=1)
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
     positions = torch.tensor(depth) + past

@@ -73,6 +73,15 @@ def rejection_verify(
     return num_accepted, int(sample(dist, generator))
 
 
+def tree_depths(parents: list[int]) -> list[int]:
+    """Position of each draft after the pending token (1 for its children), from the
+    index of each draft's parent (-1: the pending token; parents come first)."""
+    depth: list[int] = []
+    for p in parents:
+        depth.append(1 if p < 0 else depth[p] + 1)
+    return depth
+
+
 def accept_tree(draft: torch.Tensor, parents: torch.Tensor, choice: torch.Tensor) -> list[int]:
     """Indices of the drafts on the deepest branch of a tree that ``choice`` agrees with.
 

@@ -37,6 +37,7 @@ from typing import ClassVar
 import torch
 
 from autospec.engine.sampling import SamplingParams
+from autospec.engine.verify import tree_depths
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,7 @@ class Proposal:
         """Position of each draft after the pending token (1 for its children)."""
         if self.parents is None:
             return list(range(1, self.num_tokens + 1))
-        depth: list[int] = []
-        for p in self.parents.tolist():
-            depth.append(1 if p < 0 else depth[p] + 1)
-        return depth
+        return tree_depths(self.parents.tolist())
 
     @property
     def num_tokens(self) -> int:

@@ -26,6 +26,8 @@ out = Console()
 err = Console(stderr=True)
 
 
+_EAGLE3_ONLY = {"draft_vocab_size", "ttt_steps", "suffix_threshold", "tree_nodes", "tree_width"}
+
 @contextmanager
 def _errors() -> Iterator[None]:
     import pydantic
@@ -153,6 +155,10 @@ def train(
                                        ("suffix_threshold", suffix_threshold),
                                        ("tree_nodes", tree_nodes), ("tree_width", tree_width))
                      if v is not None}
+        misplaced = [name for name in overrides if name in _EAGLE3_ONLY and kind != "eagle3"]
+        if misplaced or (head_only and kind != "eagle3"):
+            flags = [f"--{n.replace('_', '-')}" for n in misplaced] or ["--head-only"]
+            raise TrainingInputError(f"{', '.join(flags)}: eagle3 options, not for {kind}")
         if head_only:
             if suffix_threshold is not None:
                 raise TrainingInputError("--head-only and --suffix-threshold exclude each other")

@@ -50,6 +50,9 @@ def test_cli_train_tiny_random_init_prints_the_registered_version(cli_env) -> No
      "--address needs --workers"),
     (["--kind", "eagle3", "--window", "100", "--head-only", "--suffix-threshold", "0.5"],
      "exclude each other"),
+    (["--kind", "draft", "--window", "100", "--tree-nodes", "8"],
+     "--tree-nodes: eagle3 options, not for draft"),
+    (["--kind", "suffix", "--window", "100", "--head-only"], "--head-only: eagle3 options"),
 ])
 def test_cli_train_tiny_random_init_bad_input_is_one_line_without_traceback(
         cli_env, args, message) -> None:
