@@ -242,7 +242,8 @@ class Eagle3Head(nn.Module):
         hidden = hidden.unsqueeze(0)
         q, k, v = self.layer.qkv(hidden, self.embed(tokens).unsqueeze(0), positions)
         k, v = cache.append(k, v)
-        mask = torch.cat([torch.ones(b, real, dtype=torch.bool, device=hidden.device), sees], 1)
+        mask = torch.cat([torch.ones(b, real, dtype=torch.bool, device=hidden.device),
+                          sees.to(hidden.device)], 1)
         return self.layer.finish(hidden, q, k, v, mask)[0]
 
     # training: whole sequences, teacher-forced -------------------------------------
@@ -439,7 +440,7 @@ class Eagle3Speculator(SavableSpeculator):
         width, head = self.config.tree_width, self.head
         tree = _DraftTree()
         logp = F.log_softmax(head.logits(self._last_hidden).float(), -1)  # [Vd]
-        frontier = tree.add_children([-1], torch.zeros(1), logp[None], head.d2t, width)
+        frontier = tree.add_children([-1], logp.new_zeros(1), logp[None], head.d2t, width)
         hidden = self._last_hidden.expand(len(frontier), -1)
         for depth in range(1, k):
             sees = tree.visibility(frontier, self._real, self._cache.length)
@@ -447,8 +448,8 @@ class Eagle3Speculator(SavableSpeculator):
             out = head.step_tree(hidden, tree.tokens_of(frontier, self.device), self._cache,
                                  self._real, self._real + depth - 1, sees)
             logp = F.log_softmax(head.logits(out).float(), -1)  # [B, Vd]
-            children = tree.add_children(frontier, tree.scores_of(frontier), logp, head.d2t,
-                                         width)
+            children = tree.add_children(frontier, tree.scores_of(frontier, logp.device),
+                                         logp, head.d2t, width)
             best = tree.likeliest(children, width)
             hidden = out[[children.index(c) // width for c in best]]
             frontier = best
@@ -538,19 +539,19 @@ class _DraftTree:
                      logp: torch.Tensor, d2t: torch.Tensor, width: int) -> list[int]:
         """The ``width`` likeliest children of each parent (``logp [B, Vd]``); their ids."""
         top = (parent_scores[:, None] + logp).topk(width, dim=-1)
+        scores, tokens = top.values.tolist(), d2t[top.indices].tolist()  # one copy each
         ids = []
         for row, parent in enumerate(parents):
-            for score, d in zip(top.values[row].tolist(), top.indices[row].tolist(),
-                                strict=True):
+            for score, token in zip(scores[row], tokens[row], strict=True):
                 ids.append(len(self.tokens))
-                self.tokens.append(int(d2t[d]))
+                self.tokens.append(token)
                 self.parents.append(parent)
                 self.scores.append(score)
                 self.depths.append(1 if parent < 0 else self.depths[parent] + 1)
         return ids
 
-    def scores_of(self, ids: list[int]) -> torch.Tensor:
-        return torch.tensor([self.scores[i] for i in ids])
+    def scores_of(self, ids: list[int], device: torch.device) -> torch.Tensor:
+        return torch.tensor([self.scores[i] for i in ids], device=device)
 
     def tokens_of(self, ids: list[int], device: torch.device) -> torch.Tensor:
         return torch.tensor([self.tokens[i] for i in ids], dtype=torch.long, device=device)
