@@ -19,8 +19,10 @@
 6. shadow-evaluates each candidate against the incumbent (the live version, or the built-in
    one) on the held-out part (:func:`autospec.evaluate.run.evaluate_versions`, recorded);
 7. in **one transaction**: checks the fencing token and that the pointer still names the
-   incumbent, moves the pointer to the best passing candidate (highest shadow τ; reason names
-   the evaluation), marks failing candidates ``rejected``, and writes the ``cycle`` record.
+   incumbent, moves the pointer to the best passing candidate (highest estimated speedup,
+   then highest shadow τ: of two candidates that both accept better, the one that decodes
+   faster on this hardware wins; reason names the evaluation), marks failing candidates
+   ``rejected``, and writes the ``cycle`` record.
    So a crash anywhere leaves either nothing or everything of the promotion: a registered
    candidate is never live without its evaluation and cycle record.
 
@@ -95,8 +97,15 @@ class Candidate:
     run_id: int
     evaluation_id: int | None = None
     tau: float | None = None
+    speedup: float | None = None  # estimated, over target-only
     promote: bool = False
     reasons: list[str] = field(default_factory=list)
+
+
+def best_candidate(candidates: list[Candidate]) -> Candidate | None:
+    """The passing candidate with the highest estimated speedup (ties: shadow τ), or None."""
+    passing = [c for c in candidates if c.promote]
+    return min(passing, key=lambda c: (-(c.speedup or 0), -(c.tau or 0)), default=None)
 
 
 class CycleFailed(RuntimeError):
@@ -334,6 +343,7 @@ class Controller:
         assert report.decision is not None
         cand.evaluation_id = report.evaluation_id
         cand.tau = report.evaluation.tau[cand.version]
+        cand.speedup = report.evaluation.speedup.get(cand.version)
         cand.promote, cand.reasons = report.decision.promote, list(report.decision.reasons)
         if report.evaluation_id is not None:
             result.evaluations.append(report.evaluation_id)
@@ -341,8 +351,7 @@ class Controller:
     # -- conclusion ---------------------------------------------------------------------
     def _conclude(self, lease: HeldLease, result: CycleResult, candidates: list[Candidate],
                   incumbent: str) -> CycleResult:
-        passing = sorted((c for c in candidates if c.promote), key=lambda c: -(c.tau or 0))
-        best = passing[0] if passing else None
+        best = best_candidate(candidates)
         failing = [c for c in candidates if not c.promote]
         result.reasons += [f"{c.version}: {r}" for c in candidates for r in c.reasons]
         with store.session_scope(self.engine) as session:
@@ -370,7 +379,8 @@ class Controller:
         store.set_live(
             session, version=best.version, actor=self.holder, deployment=self.deployment,
             reason=f"controller: gate passed, evaluation #{best.evaluation_id} "
-                   f"(shadow τ {best.tau:.3f} vs {incumbent}); cycle {result.cycle_id}",
+                   f"(shadow τ {best.tau:.3f}, estimated speedup {best.speedup or 0:.2f}× "
+                   f"vs {incumbent}); cycle {result.cycle_id}",
             details={"evaluation_id": best.evaluation_id, "shadow_tau": best.tau,
                      "incumbent": incumbent, "cycle_id": result.cycle_id,
                      "window_key": result.window_key, "fencing_token": lease.token,

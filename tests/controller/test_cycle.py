@@ -87,3 +87,14 @@ def test_three_controllers_run_one_cycle_per_window(db_url, tiny, traffic) -> No
         assert store.get_lease(session, name=records.lease_name("default")) is None
     for e in engines:
         e.dispose()
+
+
+def test_of_two_passing_candidates_the_faster_one_is_promoted() -> None:
+    from autospec.controller.cycle import Candidate, best_candidate
+
+    slow = Candidate("eagle3-1", 1, tau=2.1, speedup=1.2, promote=True)
+    fast = Candidate("suffix-1", 2, tau=1.9, speedup=1.9, promote=True)
+    failed = Candidate("draft-1", 3, tau=3.0, speedup=2.5, promote=False)
+    assert best_candidate([slow, fast, failed]) is fast
+    assert best_candidate([slow, Candidate("x", 4, tau=2.2, speedup=1.2, promote=True)]).tau == 2.2
+    assert best_candidate([failed]) is None
