@@ -403,8 +403,7 @@ class Eagle3Speculator(SavableSpeculator):
         if self._last_hidden is None:
             return Proposal.empty()
         if sampling.greedy and self.config.tree_nodes:
-            tree = self._tree(k)
-            return tree.with_branch([t for t, _ in path]) if path else tree
+            return self._tree(k).with_branch(self._likely_prefix(path))
         hidden = self._last_hidden.unsqueeze(0)  # [1, H]
         d2t = self.head.d2t
         drafted: list[torch.Tensor] = []  # [1] target ids
@@ -460,6 +459,16 @@ class Eagle3Speculator(SavableSpeculator):
         if self.suffix is None or self.config.suffix_threshold is None:
             return []
         return self.suffix.best_path(k)
+
+    def _likely_prefix(self, path: list[tuple[int, float]]) -> list[int]:
+        """The tokens of ``path`` whose cumulative probability is at least tree_min_prob."""
+        tokens, cum = [], 1.0
+        for token, prob in path:
+            cum *= prob
+            if cum < self.config.tree_min_prob:
+                break
+            tokens.append(token)
+        return tokens
 
     def _confident(self, path: list[tuple[int, float]], k: int) -> bool:
         """Whether the index's path's expected accepted length reaches the threshold."""

@@ -267,7 +267,8 @@ def test_eagle3_tiny_random_init_tree_carries_an_unsure_index_path_as_a_branch(
     forked = sequence[10:18].tolist() + [63 - t for t in sequence[18:].tolist()]
     docs = [(sequence[:10].tolist(), sequence[10:].tolist()), (sequence[:10].tolist(), forked)]
     spec = _with_index(_eagle(tiny), tiny, docs)
-    spec.config = spec.config.model_copy(update={"suffix_threshold": 1.0, "tree_nodes": 6})
+    spec.config = spec.config.model_copy(update={"suffix_threshold": 1.0, "tree_nodes": 6,
+                                                       "tree_min_prob": 0.0})
     feed_from_scratch(spec, sequence[:16], 10, feats[:16])
     best = spec.suffix.best_path(5)
     assert len(best) == 5 and expected_accepted(best) < 5  # the traffic forked: not sure

@@ -15,6 +15,8 @@ GREEDY = SamplingParams()
 
 
 def _eagle(target, **tree) -> Eagle3Speculator:
+    """A random-init head: unsure of everything, so no probability floor unless asked."""
+    tree.setdefault("tree_min_prob", 0.0)
     spec = new_speculator("eagle3", target, draft_vocab_size=32, **tree)
     assert isinstance(spec, Eagle3Speculator)
     return spec
@@ -73,8 +75,10 @@ def test_eagle3_tiny_random_init_tree_decoding_is_lossless(tiny) -> None:
 def test_eagle3_tiny_random_init_tree_min_prob_prunes_unlikely_candidates(tiny, sequence):
     feats = _feats(tiny, sequence)
     full, pruned = _eagle(tiny, tree_nodes=12), _eagle(tiny, tree_nodes=12, tree_min_prob=1.0)
-    for spec in (full, pruned):
+    default = new_speculator("eagle3", tiny, draft_vocab_size=32)  # floor 0.05
+    for spec in (full, pruned, default):
         feed_from_scratch(spec, sequence[:12], 10, feats[:12])
     whole = full.propose(4, GREEDY, None)
     assert whole.num_tokens == 12
+    assert 1 <= default.propose(4, GREEDY, None).num_tokens < 12
     assert pruned.propose(4, GREEDY, None).tokens.tolist() == whole.tokens[:1].tolist()
