@@ -26,7 +26,8 @@ out = Console()
 err = Console(stderr=True)
 
 
-_EAGLE3_ONLY = {"draft_vocab_size", "ttt_steps", "suffix_threshold", "tree_nodes", "tree_width"}
+_EAGLE3_ONLY = {"draft_vocab_size", "ttt_steps", "suffix_threshold", "tree_nodes", "tree_width",
+                "tree_min_prob"}
 
 @contextmanager
 def _errors() -> Iterator[None]:
@@ -110,6 +111,9 @@ def train(
         "of k (default 16)"),
     tree_width: int | None = typer.Option(None, min=1, max=8, help="eagle3: candidates "
                                           "expanded per tree depth (default 4)"),
+    tree_min_prob: float | None = typer.Option(
+        None, min=0.0, max=1.0, help="eagle3: leave tree candidates below this cumulative "
+        "probability out (default 0.05, for CPUs; 0 on GPUs)"),
     num_layers: int | None = typer.Option(None, help="draft: decoder layers"),
     loss: str = typer.Option("kl", help="eagle3: kl (target distribution) or ce (greedy)"),
     feature_noise: float = typer.Option(0.2, min=0.0, help="eagle3: Gaussian noise on the "
@@ -153,7 +157,8 @@ def train(
         overrides = {k: v for k, v in (("draft_vocab_size", draft_vocab_size),
                                        ("ttt_steps", ttt_steps), ("num_layers", num_layers),
                                        ("suffix_threshold", suffix_threshold),
-                                       ("tree_nodes", tree_nodes), ("tree_width", tree_width))
+                                       ("tree_nodes", tree_nodes), ("tree_width", tree_width),
+                                       ("tree_min_prob", tree_min_prob))
                      if v is not None}
         misplaced = [name for name in overrides if name in _EAGLE3_ONLY and kind != "eagle3"]
         if misplaced or (head_only and kind != "eagle3"):

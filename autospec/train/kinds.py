@@ -236,7 +236,7 @@ def _unshare_for_training(spec: DraftSpeculator) -> None:
 def _arch(config: Any) -> dict[str, Any]:
     """The config fields that fix tensor shapes (besides the draft vocabulary)."""
     skip = {"target_id", "target_revision", "draft_vocab_size", "ttt_steps", "suffix_threshold",
-            "suffix_tokens", "tree_nodes", "tree_width"}
+            "suffix_tokens", "tree_nodes", "tree_width", "tree_min_prob"}
     return {k: v for k, v in config.model_dump().items() if k not in skip}
 
 
