@@ -117,8 +117,8 @@ class SpeculativeEngine:
                 spec.commit(torch.tensor(new, dtype=torch.long), feats)
                 if k > 0:
                     proposal = spec.propose(k, params, rng)
-                if proposal.is_tree and not cache.compactable:  # e.g. sliding-window layers
-                    proposal = proposal.first_branch()
+                if proposal.is_tree and not (params.greedy and cache.compactable):
+                    proposal = proposal.first_branch()  # sampled, or e.g. sliding windows
             # --- verify: one target forward over the pending token and the drafts --
             accepted, nxt, feats = self._verify(new[-1], proposal, cache, params, rng, layers)
             stats.observe_step(proposal.num_tokens, len(accepted), proposal.depth)

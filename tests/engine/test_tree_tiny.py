@@ -125,3 +125,12 @@ def test_with_branch_adds_only_the_nodes_the_tree_lacks():
     assert grown.parents.tolist() == [-1, -1, 0, 2]
     chain = Proposal(torch.tensor([5, 6]), None).with_branch([5, 8])
     assert chain.tokens.tolist() == [5, 6, 8] and chain.parents.tolist() == [-1, 0, 0]
+
+
+def test_a_tree_for_a_sampled_request_is_verified_as_its_first_branch(target):
+    """Trees are greedy-only: a sampled request verifies the first branch (one-hot q)."""
+    params = SamplingParams(max_new_tokens=20, temperature=0.7, seed=5, ignore_eos=True)
+    plain = SpeculativeEngine(target).generate(PROMPTS[0], GREEDY).token_ids
+    res = SpeculativeEngine(target, TreeOracle(plain, 64, 3, 0), 4).generate(PROMPTS[0], params)
+    assert len(res.token_ids) == 20
+    assert res.stats.num_draft_tokens <= 4 * res.stats.num_drafts  # chains, not trees
