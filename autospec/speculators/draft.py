@@ -116,7 +116,7 @@ class DraftSpeculator(SavableSpeculator):
         assert ids.dim() == 1 and ids.numel() >= 1, f"ids must be [m>=1], got {tuple(ids.shape)}"
         out = self.model(
             input_ids=ids.unsqueeze(0),
-            cache=self._cache,
+            past_key_values=self._cache,
             use_cache=True,
             logits_to_keep=1,
         )
