@@ -9,9 +9,10 @@ the field (``policies/x.yaml: canary.max_shortfall: Input should be less than 1`
 
 Durations are strings such as ``45s``, ``30m``, ``6h``, ``2d``, ``1w``.
 
-Shipped policies live in the ``autospec/policies`` package directory (``default``,
-``conservative``) and are found through :mod:`importlib.resources`, so they work from an
-installed wheel; :func:`load_policy` takes either one of those names or a path.
+Shipped policies live in the top-level ``policies/`` directory (``default``,
+``conservative``), installed as the ``autospec.policies`` package and found through
+:func:`autospec.shipped.shipped_dir`, so they work from a checkout and from a wheel;
+:func:`load_policy` takes either one of those names or a path.
 This module knows nothing of the store, models or scheduling.
 """
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from autospec.evaluate.gate import GatePolicy
+from autospec.shipped import shipped_dir
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -206,7 +207,7 @@ SHIPPED = ("default", "conservative")
 
 def shipped_policy_text(name: str) -> str:
     """The YAML of a policy shipped inside the package (works from a wheel)."""
-    resource = resources.files("autospec").joinpath("policies", f"{name}.yaml")
+    resource = shipped_dir("policies").joinpath(f"{name}.yaml")
     if not resource.is_file():
         raise PolicyError(f"no shipped policy {name!r}; shipped: {', '.join(SHIPPED)} "
                           f"(or pass a path to a YAML file)")
@@ -247,6 +248,6 @@ def _describe(source: str, exc: ValidationError) -> str:
         field = ".".join(str(p) for p in error["loc"]) or "(top level)"
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            message = "unknown field (check the spelling; see autospec/policies/default.yaml)"
+            message = "unknown field (check the spelling; see policies/default.yaml)"
         lines.append(f"{source}: {field}: {message}")
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """Alembic, driven from code so it works from an installed wheel as well as a checkout.
 
-The migration scripts live in the ``autospec.migrations`` package (shipped as package data);
+The migration scripts live in the top-level ``migrations/`` directory, installed as the
+``autospec.migrations`` package (:func:`autospec.shipped.shipped_dir` finds either);
 :func:`alembic_config` points Alembic there and hands it an open connection, so no
 ``alembic.ini`` is needed at run time (the one at the repository root is for authors running
 ``alembic revision --autogenerate``).
@@ -15,7 +16,6 @@ The migration scripts live in the ``autospec.migrations`` package (shipped as pa
 from __future__ import annotations
 
 import logging
-from importlib import resources
 from typing import Any
 
 from alembic import command
@@ -26,6 +26,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, Engine
 
+from autospec.shipped import shipped_dir
 from autospec.store.db import describe, ping, writer_engine
 from autospec.store.errors import SchemaNotInitialized, SchemaOutdated, StoreError, UnknownRevision
 from autospec.store.models import metadata
@@ -34,8 +35,8 @@ log = logging.getLogger(__name__)
 
 
 def script_location() -> str:
-    """Filesystem path of the packaged migration scripts."""
-    return str(resources.files("autospec") / "migrations")
+    """Filesystem path of the migration scripts shipped with this autospec."""
+    return str(shipped_dir("migrations"))
 
 
 def alembic_config(connection: Connection | None = None) -> Config:

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import zipfile
-from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,15 @@ from typer.testing import CliRunner
 
 from autospec.cli import app
 from autospec.controller.policy import SHIPPED, PolicyError, load_policy, parse_policy
+from autospec.shipped import shipped_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_shipped_policies_are_package_resources_and_mean_different_things() -> None:
     for name in SHIPPED:
-        assert resources.files("autospec").joinpath("policies", f"{name}.yaml").is_file()
+        assert (ROOT / "policies" / f"{name}.yaml").is_file()
+        assert shipped_dir("policies").joinpath(f"{name}.yaml").is_file()
     default, conservative = load_policy("default"), load_policy("conservative")
     assert default.name == "default" and conservative.name == "conservative"
     assert default.schedule.interval is not None and conservative.schedule.cron is not None
@@ -98,6 +99,8 @@ def test_shipped_policies_load_from_an_installed_wheel(tmp_path: Path) -> None:
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     code = ("import sys, autospec; assert autospec.__file__.startswith(sys.argv[1]); "
+            "from autospec.shipped import shipped_dir; "
+            "assert str(shipped_dir('policies')).startswith(sys.argv[1]); "
             "from autospec.controller.policy import load_policy; "
             "print(load_policy('default').name, load_policy('conservative').name)")
     done = subprocess.run([sys.executable, "-c", code, str(site)], cwd=tmp_path,
