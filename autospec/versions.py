@@ -19,9 +19,9 @@ import contextlib
 from sqlalchemy import Engine
 
 from autospec import store
+from autospec.engine.protocol import Speculator
 from autospec.engine.target import Target
 from autospec.settings import get_settings
-from autospec.speculators.base import Speculator
 from autospec.speculators.checkpoint import (
     SpeculatorLoadError,
     load_speculator,

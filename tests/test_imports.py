@@ -1,10 +1,17 @@
 """The import graph of autospec, read from the source with `ast` (nothing is imported):
-every third-party import is a runtime dependency in pyproject.toml."""
+every third-party import is a runtime dependency in pyproject.toml; no module imports one
+that imports it back, directly or through others, and no subpackage does either (the layer
+below owns the interface the layer above calls). Imports inside functions count as much as
+module-level ones: deferring an import hides a cycle, it does not remove it.
+`python tests/test_imports.py` prints the graph's summary and any cycles.
+
+`autospec.speculators.config` imports without torch (checked in a fresh interpreter)."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from importlib.metadata import packages_distributions
 from pathlib import Path
@@ -53,3 +60,122 @@ def test_every_third_party_import_is_a_runtime_dependency() -> None:
         if not {_canonical(d) for d in distributions.get(top, [top])} & declared
     }
     assert missing == {}, f"imported but not in [project].dependencies: {missing}"
+
+
+def _modules() -> dict[str, Path]:
+    """Module name → file, for every module of the autospec package."""
+    found = {}
+    for path in ROOT.glob("autospec/**/*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _internal_imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """autospec modules that ``module`` imports (``from pkg import submodule`` → submodule)."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[:len(package) - node.level + 1], *base.split(".")])
+            targets.update(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                           for a in node.names)
+    return {t.strip(".") for t in targets} & set(known) - {module}
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = _modules()
+    return {module: _internal_imports(module, path, known) for module, path in known.items()}
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph between autospec's top-level modules and subpackages (``autospec.engine``)."""
+    top = {m: ".".join(m.split(".")[:2]) for m in graph}
+    packages: dict[str, set[str]] = {p: set() for p in top.values()}
+    for module, targets in graph.items():
+        packages[top[module]].update(top[t] for t in targets if top[t] != top[module])
+    return packages
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while (member := stack.pop()) != node:
+                component.append(member)
+            if component:
+                found.append(sorted([node, *component]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_check_finds_cycles() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_sees_relative_and_deferred_imports() -> None:
+    graph = import_graph()
+    assert len(graph) >= 90
+    assert "autospec.engine.protocol" in graph["autospec.engine.generate"]
+    assert "autospec.store.migrate" in graph["autospec.store"]  # the package's __init__
+    assert "autospec.store.db" in graph["autospec.store.cli"]  # a function-level import
+
+
+def test_no_import_cycles_between_modules() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_no_import_cycles_between_subpackages() -> None:
+    assert cycles(package_graph(import_graph())) == []
+
+
+TORCH_BLOCKER = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers"):
+            raise ImportError(f"{name} imported")
+sys.meta_path.insert(0, Block())
+from autospec.speculators.config import Eagle3Config, TargetInfo
+print(Eagle3Config.__name__, TargetInfo.__name__)
+"""
+
+
+def test_speculator_configs_import_without_torch() -> None:
+    done = subprocess.run([sys.executable, "-c", TORCH_BLOCKER], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["Eagle3Config", "TargetInfo"]
+
+
+if __name__ == "__main__":
+    graph = import_graph()
+    packages = package_graph(graph)
+    print(f"{len(graph)} modules, {sum(map(len, graph.values()))} imports between them "
+          f"(module- and function-level); module cycles: {cycles(graph)}")
+    print(f"{len(packages)} top-level modules and subpackages, "
+          f"{sum(map(len, packages.values()))} edges; cycles: {cycles(packages)}")

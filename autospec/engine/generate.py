@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
+from autospec.engine.protocol import Proposal, Speculator
 from autospec.engine.sampling import SamplingParams, pick, probs_from_logits
 from autospec.engine.stats import RequestStats
 from autospec.engine.target import KVCache, Target
 from autospec.engine.verify import greedy_tree_verify, greedy_verify, rejection_verify
-from autospec.speculators.base import Proposal, Speculator
 
 
 class RequestError(ValueError):

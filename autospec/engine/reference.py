@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from autospec.engine.protocol import Proposal, Speculator
 from autospec.engine.sampling import SamplingParams
-from autospec.speculators.base import Proposal, Speculator
 
 
 class OracleSpeculator(Speculator):

@@ -25,6 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from autospec.engine.info import TargetInfo
 from autospec.engine.verify import tree_depths
 from autospec.settings import get_settings
 
@@ -39,19 +40,6 @@ _EMBEDDED = {
 
 class TargetLoadError(RuntimeError):
     """The target could not be found or loaded; the message says which and why."""
-
-
-@dataclass(frozen=True)
-class TargetInfo:
-    """What a speculator must match to serve a target."""
-
-    target_id: str  # a name, or the path it was loaded from
-    revision: str  # short hash of the config and weights' identity
-    vocab_size: int  # rows of the LM head (token ids the target can emit)
-    hidden_size: int
-    num_layers: int
-    eos_token_ids: tuple[int, ...]
-    max_position_embeddings: int
 
 
 class KVCache:
@@ -129,7 +117,7 @@ class Target:
         """Run ``input_ids`` (``[n]``) after what ``cache`` holds; the cache grows by ``n``.
 
         ``logits_to_keep``: logits of only the last that many positions (0: all).
-        ``tree_parents`` (``[n - 1]``, as :class:`~autospec.speculators.base.Proposal`'s):
+        ``tree_parents`` (``[n - 1]``, as :class:`~autospec.engine.protocol.Proposal`'s):
         ``input_ids[1:]`` are a tree of drafts after ``input_ids[0]``; each attends to the
         cache and its own ancestors and sits at its depth's position (tree attention).
         """

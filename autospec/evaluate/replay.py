@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from autospec.engine.protocol import Proposal, Speculator
 from autospec.engine.sampling import SamplingParams, probs_from_logits
 from autospec.engine.target import Target
 from autospec.engine.verify import accept_tree
-from autospec.speculators.base import Proposal, Speculator
 
 
 @dataclass(frozen=True)

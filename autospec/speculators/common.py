@@ -6,8 +6,8 @@ import abc
 
 import torch
 
+from autospec.engine.protocol import Speculator
 from autospec.engine.sampling import sample
-from autospec.speculators.base import Speculator
 from autospec.speculators.config import AnyConfig
 
 

@@ -7,8 +7,9 @@ discriminated union, and the identity of the target it was built for
 
 A config holds hyperparameters only; weights live in ``model.safetensors``. Defaults
 that depend on the target (hidden size, vocabulary, feature layers) come from
-``for_target`` class methods, which take a :class:`~autospec.engine.target.TargetInfo`
-and the target's own architecture hints. This module knows nothing of torch.
+``for_target`` class methods, which take a :class:`~autospec.engine.info.TargetInfo`
+and the target's own architecture hints. This module knows nothing of torch: it imports
+only pydantic and :mod:`autospec.engine.info` (``tests/test_imports.py`` checks it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-from autospec.engine.target import TargetInfo
+from autospec.engine.info import TargetInfo
 
 #: default size of the EAGLE-3 reduced draft vocabulary (capped by the target's vocabulary)
 DEFAULT_DRAFT_VOCAB_SIZE = 8192

@@ -22,9 +22,9 @@ import logging
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
+from autospec.engine.protocol import Proposal
 from autospec.engine.sampling import SamplingParams, probs_from_logits
 from autospec.engine.target import Target
-from autospec.speculators.base import Proposal
 from autospec.speculators.common import SavableSpeculator, draw
 from autospec.speculators.config import DraftConfig
 

@@ -51,9 +51,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from autospec.engine.protocol import Proposal
 from autospec.engine.sampling import SamplingParams, probs_from_logits
 from autospec.engine.target import Target
-from autospec.speculators.base import Proposal
 from autospec.speculators.common import SavableSpeculator, draw
 from autospec.speculators.config import Eagle3Config, SuffixConfig
 from autospec.speculators.suffix import SuffixSpeculator, expected_accepted

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
+from autospec.engine.protocol import Proposal
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
-from autospec.speculators.base import Proposal
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.config import NgramConfig
 

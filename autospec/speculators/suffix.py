@@ -44,9 +44,9 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
+from autospec.engine.protocol import Proposal
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
-from autospec.speculators.base import Proposal
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.config import SuffixConfig
 

@@ -23,7 +23,7 @@ Modules: :mod:`~autospec.store.db` (engines, sessions, SQLite WAL set-up),
 """
 
 from autospec.store.artifacts import artifact_sha256, write_manifest
-from autospec.store.db import make_engine, open_store, ping, session_scope
+from autospec.store.db import make_engine, ping, session_scope
 from autospec.store.errors import (
     ArtifactError,
     BadDatabaseURL,
@@ -45,7 +45,13 @@ from autospec.store.history import (
     start_training_run,
 )
 from autospec.store.leases import LeaseGrant, acquire_lease, get_lease, release_lease, renew_lease
-from autospec.store.migrate import check_schema, current_revision, head_revision, upgrade
+from autospec.store.migrate import (
+    check_schema,
+    current_revision,
+    head_revision,
+    open_store,
+    upgrade,
+)
 from autospec.store.privacy import no_redaction, redact_default
 from autospec.store.queries import (
     TauStat,

@@ -122,12 +122,12 @@ def purge(
     actor: str = typer.Option("cli", help="who purges (for the audit log)"),
 ) -> None:
     """Delete requests older than --older-than (retention)."""
-    from autospec.store import db, queries, registry
+    from autospec.store import db, migrate, queries, registry
 
     age = parse_duration(older_than)
 
     def go() -> int:
-        engine = db.open_store(url)
+        engine = migrate.open_store(url)
         with db.session_scope(engine) as session:
             count = queries.purge_requests(session, older_than=age, text_only=text_only)
             registry.record_event(session, kind="purge", actor=actor,

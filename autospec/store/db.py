@@ -11,8 +11,8 @@
   ``engine.connect()`` use a deferred ``BEGIN``, which WAL never blocks.
 - :func:`ping` opens a connection and raises
   :class:`~autospec.store.errors.DatabaseUnreachable` naming the database when it cannot.
-- :func:`open_store` = make_engine + ping + schema check (or upgrade): what processes call
-  at start-up.
+- ``open_store`` (make_engine + ping + schema check or upgrade, what processes call at
+  start-up) lives in :mod:`autospec.store.migrate`, which imports this module.
 
 This module knows nothing of the tables; see :mod:`autospec.store.models`.
 """
@@ -153,20 +153,3 @@ def ping(engine: Engine) -> None:
         raise DatabaseUnreachable(
             f"cannot connect to database {describe(engine.url)}: {str(reason).strip()}"
         ) from None
-
-
-def open_store(url: str | URL | None = None, *, upgrade: bool = False) -> Engine:
-    """Engine for ``url``, checked: reachable and at the revision this code expects.
-
-    With ``upgrade=True`` the schema is migrated to head first (the embedded default does this
-    so a fresh SQLite file just works); otherwise a schema mismatch raises a
-    :class:`~autospec.store.errors.SchemaError` telling the operator to run ``autospec db upgrade``.
-    """
-    from autospec.store import migrate
-
-    engine = make_engine(url)
-    ping(engine)
-    if upgrade:
-        migrate.upgrade(engine)
-    migrate.check_schema(engine)
-    return engine

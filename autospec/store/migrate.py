@@ -11,6 +11,8 @@ The migration scripts live in the top-level ``migrations/`` directory, installed
 - :func:`check_schema` raises a :class:`~autospec.store.errors.SchemaError` subclass when the
   two differ (not initialised, outdated, or a revision this code does not know).
 - :func:`schema_drift` lists differences between the models and the migrated database.
+- :func:`open_store` = make_engine + ping + schema check (or upgrade): what processes call
+  at start-up (here, not in :mod:`~autospec.store.db`, so the two do not import each other).
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine
+from sqlalchemy import URL, Connection, Engine
 
 from autospec.shipped import shipped_dir
-from autospec.store.db import describe, ping, writer_engine
+from autospec.store.db import describe, make_engine, ping, writer_engine
 from autospec.store.errors import SchemaNotInitialized, SchemaOutdated, StoreError, UnknownRevision
 from autospec.store.models import metadata
 
@@ -122,3 +124,18 @@ def schema_drift(engine: Engine) -> list[Any]:
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
         return list(compare_metadata(ctx, metadata))
+
+
+def open_store(url: str | URL | None = None, *, upgrade: bool = False) -> Engine:
+    """Engine for ``url``, checked: reachable and at the revision this code expects.
+
+    With ``upgrade=True`` the schema is migrated to head first (the embedded default does this
+    so a fresh SQLite file just works); otherwise a schema mismatch raises a
+    :class:`~autospec.store.errors.SchemaError` telling the operator to run ``autospec db upgrade``.
+    """
+    engine = make_engine(url)
+    ping(engine)
+    if upgrade:
+        _run(engine, command.upgrade, "head")  # `upgrade` is the flag here
+    check_schema(engine)
+    return engine

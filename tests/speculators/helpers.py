@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from autospec.engine.protocol import Proposal, Speculator
 from autospec.engine.target import Target
-from autospec.speculators.base import Proposal, Speculator
 
 
 def target_features(target: Target, ids: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:

@@ -39,15 +39,15 @@ def test_unreachable_server_is_named() -> None:
 def test_unopenable_sqlite_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "dir.db").mkdir()
     with pytest.raises(DatabaseUnreachable, match=r"dir\.db"):
-        db.open_store(f"sqlite:///{tmp_path / 'dir.db'}")
+        migrate.open_store(f"sqlite:///{tmp_path / 'dir.db'}")
 
 
 def test_open_store_upgrades_or_refuses(sqlite_url: str) -> None:
     from autospec.store.errors import SchemaNotInitialized
 
     with pytest.raises(SchemaNotInitialized, match="autospec db upgrade"):
-        db.open_store(sqlite_url)
-    engine = db.open_store(sqlite_url, upgrade=True)
+        migrate.open_store(sqlite_url)
+    engine = migrate.open_store(sqlite_url, upgrade=True)
     assert migrate.check_schema(engine) == migrate.head_revision()
 
 
@@ -109,7 +109,7 @@ def test_cli_reports_unknown_revision(sqlite_url: str) -> None:
     result = runner.invoke(db_app, ["upgrade", "--url", sqlite_url])
     assert result.exit_code == 2 and "'abc123'" in result.stderr
     with pytest.raises(UnknownRevision):
-        db.open_store(sqlite_url)
+        migrate.open_store(sqlite_url)
 
 
 @pytest.mark.parametrize(("text", "delta"), [("30d", timedelta(days=30)),

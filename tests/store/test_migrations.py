@@ -53,7 +53,7 @@ def test_check_schema_names_each_problem(sqlite_url: str) -> None:
     with pytest.raises(UnknownRevision):
         migrate.upgrade(engine)  # never migrate a database from a revision we do not know
     with pytest.raises(UnknownRevision):
-        db.open_store(sqlite_url)
+        migrate.open_store(sqlite_url)
     engine.dispose()
 
 

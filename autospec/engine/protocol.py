@@ -1,4 +1,7 @@
-"""The one interface every speculator kind implements.
+"""The speculator protocol: what the engine's decode loop calls, owned by the engine.
+
+Every speculator kind (:mod:`autospec.speculators`) implements it; the engine never imports
+the speculators package (the layer below owns the interface the layer above fills in).
 
 A speculator proposes up to ``k`` draft tokens for the target to verify, and keeps
 whatever per-request state it needs (a KV cache, a token history) so that it can be
