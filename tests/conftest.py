@@ -3,8 +3,11 @@
 - every test runs with ``AUTOSPEC_DATA_DIR`` in its own temporary directory;
 - ``sqlite_url``: a fresh SQLite file per test;
 - ``postgres_url``: a fresh PostgreSQL database per test, created on the server named by
-  ``AUTOSPEC_TEST_POSTGRES_URL`` and dropped afterwards. Unset → the test is skipped with a
-  message; set but unreachable → the test fails (it never passes without having run);
+  ``AUTOSPEC_TEST_POSTGRES_URL``, or when that is unset on the server answering on
+  127.0.0.1:5432 (as ``root``; see ``tests/postgres.py``), and dropped afterwards. Neither →
+  the test is skipped with a message saying so; the variable set but the server unreachable
+  → the test fails (it never passes without having run); a local server that answers but
+  refuses ``root`` → skipped, naming the error and the variable to set;
 - ``db_url``: both of the above (the PostgreSQL case carries the ``postgres`` marker);
 - ``engine``: an Engine on ``db_url`` migrated to head.
 
@@ -22,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-POSTGRES_ENV = "AUTOSPEC_TEST_POSTGRES_URL"
+from tests.postgres import POSTGRES_ENV, server_url
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
@@ -53,9 +57,9 @@ def _admin_engine():  # type: ignore[no-untyped-def]
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
-    base = os.environ.get(POSTGRES_ENV)
-    if not base:
-        pytest.skip(f"{POSTGRES_ENV} is not set: PostgreSQL tests did not run")
+    base, source = server_url()
+    if base is None:
+        pytest.skip(source)
     url = make_url(base)
     if url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
@@ -66,6 +70,8 @@ def _admin_engine():  # type: ignore[no-untyped-def]
             conn.execute(text("SELECT 1"))
     except Exception as exc:
         engine.dispose()
+        if source != POSTGRES_ENV:
+            pytest.skip(f"{source}, but {base} cannot connect ({exc}); set {POSTGRES_ENV}")
         pytest.fail(f"{POSTGRES_ENV}={base} is set but the server is unreachable: {exc}")
     return engine
 
