@@ -1,8 +1,10 @@
 """Targets: load a Hugging Face causal LM and run it over a croppable KV cache.
 
 A target is loaded from a name (the embedded default ``smollm2-135m``), a local model
-directory, or a ``.gguf`` file. GGUF weights are dequantized once and cached as
-safetensors in the machine-wide cache (``AUTOSPEC_CACHE_DIR``), so later loads take seconds.
+directory, or a ``.gguf`` file. GGUF weights are dequantized once and cached as a complete
+Hugging Face directory (safetensors) under ``get_settings().cache_dir / "targets"`` — the
+machine-wide cache, ``AUTOSPEC_CACHE_DIR``, default ``$XDG_CACHE_HOME/autospec`` or
+``~/.cache/autospec`` — so later loads take seconds.
 
 :meth:`Target.forward` returns float32 logits for the positions asked for and, when a
 speculator needs them, the hidden states of chosen layers (index convention of Hugging

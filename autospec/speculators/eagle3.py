@@ -36,9 +36,9 @@ word for word costs no head steps (the real pairs committed meanwhile stay queue
 in one forward at the next head proposal), and the head drafts the rest.
 ``suffix_threshold = null`` uses the head alone; training then builds no index.
 
-Training (next issue) uses :meth:`Eagle3Head.ttt_forward`: teacher-forced over whole
-sequences, unrolling ``steps`` draft steps exactly as decoding attends (checked against
-the decode path in the tests).
+Training (:mod:`autospec.train.models`) uses :meth:`Eagle3Head.ttt_forward`:
+teacher-forced over whole sequences, unrolling ``steps`` draft steps exactly as decoding
+attends (checked against the decode path in the tests).
 """
 
 from __future__ import annotations

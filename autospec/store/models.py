@@ -1,6 +1,7 @@
 """Tables of the traffic store and speculator registry (SQLAlchemy 2 typed models).
 
-The schema is created and changed only by Alembic migrations (``autospec/migrations``);
+The schema is created and changed only by Alembic migrations (the top-level ``migrations/``,
+installed as ``autospec.migrations``);
 ``tests/store/test_migrations.py`` checks that these models and the migrations do not drift.
 
 Conventions:
@@ -59,7 +60,7 @@ EVENT_KINDS = (
     "lease",
     "note",
 )
-"""Event kinds :func:`autospec.store.repo.record_event` accepts (checked in Python, not by a
+"""Event kinds :func:`autospec.store.registry.record_event` accepts (checked in Python, not by a
 CHECK constraint, so adding a kind needs no migration)."""
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a BIGINT identity.

@@ -7,7 +7,7 @@
   with ``[SECRET]``. The store cannot re-tokenize, so when redaction changes a text, that
   text's token ids are dropped too (they would still encode the secret) and the row is flagged
   ``redacted``; a caller that wants the ids kept must redact and re-tokenize before recording.
-- **Retention**: see :func:`autospec.store.repo.purge_requests` (``autospec db purge``).
+- **Retention**: see :func:`autospec.store.queries.purge_requests` (``autospec db purge``).
 """
 
 from __future__ import annotations
