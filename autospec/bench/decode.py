@@ -8,14 +8,16 @@ one target forward against a 1-token step, for each dtype asked for.
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from autospec.bench.progress import BenchProgress
 from autospec.bench.prompts import BENCH_PROMPTS
 from autospec.engine.costs import verify_cost
 from autospec.engine.generate import SpeculativeEngine
@@ -105,15 +107,26 @@ def near_tie(target: Target, context: list[int]) -> dict:
 
 
 def build_runs(target: Target, prompts: list[list[int]], max_new: int, k: int,
-               kinds: list[str], checkpoints: dict[str, Path]) -> list[Run]:
+               kinds: list[str], checkpoints: dict[str, Path],
+               on_run: Callable[[Run], None] = lambda run: None) -> list[Run]:
+    """Every method, the engine's target-only run first (the baseline of the others);
+    ``on_run`` sees each run as soon as it is measured and compared."""
     from autospec.speculators.checkpoint import load_speculator
     from autospec.speculators.registry import new_speculator
 
     # warm-up: one-time kernel and allocator costs must not land on the first run timed
     hf_generate(target, prompts[:1], 4)
     base = engine_run("engine-target-only", SpeculativeEngine(target), prompts, max_new)
-    runs = [hf_generate(target, prompts, max_new), hf_generate(target, prompts, max_new, k),
-            base]
+    runs: list[Run] = []
+
+    def finished(run: Run) -> None:
+        compare(run, base, target, prompts)
+        runs.append(run)
+        on_run(run)
+
+    finished(base)
+    finished(hf_generate(target, prompts, max_new))
+    finished(hf_generate(target, prompts, max_new, k))
     for kind in kinds:
         if kind in checkpoints:
             spec, label = load_speculator(checkpoints[kind], target), f"engine+{kind}(ckpt)"
@@ -121,12 +134,10 @@ def build_runs(target: Target, prompts: list[list[int]], max_new: int, k: int,
             spec, label = new_speculator(kind, target), f"engine+{kind}(untrained)"
         if kind == "ngram":
             label = "engine+ngram"
-        runs.append(engine_run(f"{label}(k={k})", SpeculativeEngine(target, spec, k),
-                               prompts, max_new))
+        finished(engine_run(f"{label}(k={k})", SpeculativeEngine(target, spec, k),
+                            prompts, max_new))
     oracle = _OracleForPrompts(base.outputs)
-    runs.append(engine_run(f"engine+oracle(k={k})", oracle.engine(target, k), prompts, max_new))
-    for run in runs:
-        compare(run, base, target, prompts)
+    finished(engine_run(f"engine+oracle(k={k})", oracle.engine(target, k), prompts, max_new))
     return runs
 
 
@@ -153,24 +164,38 @@ class _OracleForPrompts:
 def run_decode_bench(*, target_spec: str, dtypes: list[str], max_new: int, k: int,
                      num_prompts: int, kinds: list[str], checkpoints: dict[str, Path],
                      json_path: Path | None) -> dict:
+    """Each dtype in turn; every run printed as a line and saved to ``json_path`` as it
+    finishes, the tables at the end of each dtype."""
     from autospec.bench.report import print_decode_report
 
     report: dict = {"target": target_spec, "k": k, "max_new_tokens": max_new, "by_dtype": {}}
+    progress = BenchProgress("bench decode", report, json_path)
     for dtype in dtypes:
-        target = load_target(target_spec, dtype=dtype)
+        with progress.stage(f"loading {target_spec} ({dtype})"):
+            target = load_target(target_spec, dtype=dtype)
+        name = str(target.dtype).removeprefix("torch.")
+        section: dict = {"dtype": name, "runs": []}
+        report["by_dtype"][name] = section
+        report.setdefault("runs", section["runs"])  # the first dtype's, as before
+
+        def on_run(run: Run, section: dict = section) -> None:
+            section["runs"].append(_public(run))
+            tau = "" if math.isnan(run.tau) else f", τ {run.tau:.2f}"
+            progress.done(f"{section['dtype']} {run.name}: {run.tokens_per_s:.1f} tokens/s"
+                          f"{tau}, {run.speedup:.2f}× speed, "
+                          f"{'lossless' if run.lossless else 'NOT lossless'}")
+
         prompts = [target.encode_chat(m) for m in BENCH_PROMPTS[:num_prompts]]
-        runs = build_runs(target, prompts, max_new, k, kinds, checkpoints)
-        cost = verify_cost(target)
-        section = {"dtype": str(target.dtype).removeprefix("torch."),
-                   "runs": [_public(r) for r in runs],
-                   "verify_cost_ms": {n: s * 1000 for n, s in cost.items()},
-                   "verify_cost_ratio": {n: s / cost[1] for n, s in cost.items()}}
-        report["by_dtype"][section["dtype"]] = section
+        with progress.stage(f"{name}: {len(prompts)} prompts × {max_new} tokens, each method"):
+            build_runs(target, prompts, max_new, k, kinds, checkpoints, on_run)
+        with progress.stage(f"{name}: target forward cost of n tokens"):
+            cost = verify_cost(target)
+        section["verify_cost_ms"] = {n: s * 1000 for n, s in cost.items()}
+        section["verify_cost_ratio"] = {n: s / cost[1] for n, s in cost.items()}
+        progress.done(f"{name} verify cost: " + ", ".join(
+            f"n={n} {r:.2f}×" for n, r in section["verify_cost_ratio"].items()))
         print_decode_report(section)
-    first = next(iter(report["by_dtype"].values()))
-    report["runs"] = first["runs"]
-    if json_path:
-        json_path.write_text(json.dumps(report, indent=2))
+    progress.finish()
     return report
 
 
@@ -178,9 +203,3 @@ def _public(run: Run) -> dict:
     data = asdict(run)
     data.pop("outputs")
     return data
-
-
-def run_demo(*, target: str, max_new_tokens: int) -> None:
-    """The embedded-default decode run shown by ``autospec demo`` (until the full loop)."""
-    run_decode_bench(target_spec=target, dtypes=["auto"], max_new=max_new_tokens, k=5,
-                     num_prompts=3, kinds=["ngram"], checkpoints={}, json_path=None)

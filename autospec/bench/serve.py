@@ -21,7 +21,6 @@ Everything lives in a temporary data directory (store, spill files).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -37,6 +36,7 @@ import requests
 from rich.console import Console
 from rich.table import Table
 
+from autospec.bench.progress import BenchProgress
 from autospec.bench.prompts import BENCH_PROMPTS
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,8 @@ def _batch(url: str, bodies: list[dict[str, Any]], concurrency: int) -> tuple[li
 
 
 def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int,
-           concurrency: int) -> dict[str, dict[str, float]]:
+           concurrency: int, progress: BenchProgress | None = None,
+           label: str = "") -> dict[str, dict[str, float]]:
     lat: dict[str, list[float]] = {name: [] for name in urls}
     wall: dict[str, float] = dict.fromkeys(urls, 0.0)
     names = list(urls)
@@ -92,6 +93,13 @@ def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int,
             got, took = _batch(urls[name], bodies, concurrency)
             lat[name].extend(got)
             wall[name] += took
+            if progress is not None:
+                progress.report.setdefault("batches", []).append(
+                    {"phase": label, "round": r + 1, "config": name, "requests": len(got),
+                     "requests_per_s": len(got) / took, "p50_ms": 1e3 * statistics.median(got)})
+                progress.done(f"{label} round {r + 1}/{rounds} {name}: {len(got)} requests, "
+                              f"{len(got) / took:.2f} req/s, "
+                              f"p50 {1e3 * statistics.median(got):.0f} ms")
     return {name: {"requests": len(lat[name]), "requests_per_s": len(lat[name]) / wall[name],
                    "p50_ms": 1e3 * statistics.median(lat[name]),
                    "p99_ms": 1e3 * _percentile(lat[name], 0.99)} for name in names}
@@ -149,29 +157,38 @@ def _record_cost(data_dir: Path, n: int = 2000) -> dict[str, float]:
 
 def run_serve_bench(*, target: str, max_tokens: int, rounds: int, concurrency: int,
                     short_requests: int, k: int, json_path: Path | None) -> dict[str, Any]:
-    """Deploy, measure both phases, print the tables, optionally write JSON."""
+    """Deploy, measure both phases (a line and partial JSON per batch), print the tables,
+    write the JSON (``json_path``)."""
     from ray import serve
 
+    partial: dict[str, Any] = {"target": target}
+    progress = BenchProgress("bench serve", partial, json_path)
     with tempfile.TemporaryDirectory(prefix="autospec-bench-serve-") as tmp:
-        urls = _deploy(target, Path(tmp), k)
+        with progress.stage(f"deploying {len(CONFIGS)} configurations of {target}"):
+            urls = _deploy(target, Path(tmp), k)
         try:
             decode_bodies = [{"messages": m, "max_tokens": max_tokens, "temperature": 0}
                              for m in BENCH_PROMPTS]
             short = [{"messages": BENCH_PROMPTS[i % len(BENCH_PROMPTS)], "max_tokens": 1,
                       "temperature": 0} for i in range(short_requests)]
-            _phase(urls, decode_bodies[:2], 1, 1)  # warm-up
-            decode = _phase(urls, decode_bodies, rounds, concurrency)
-            logging_phase = _phase({n: urls[n] for n in ("spec+log", "spec")}, short, rounds, 1)
+            with progress.stage("warm-up"):
+                _phase(urls, decode_bodies[:2], 1, 1)
+            with progress.stage(f"decode phase: {rounds} rounds × {len(urls)} configurations"):
+                decode = _phase(urls, decode_bodies, rounds, concurrency, progress, "decode")
+            with progress.stage(f"logging phase: {rounds} rounds × 2 configurations"):
+                logging_phase = _phase({n: urls[n] for n in ("spec+log", "spec")}, short,
+                                       rounds, 1, progress, "logging")
         finally:
             serve.shutdown()
-        record = _record_cost(Path(tmp))
+        with progress.stage("record() cost on the request path"):
+            record = _record_cost(Path(tmp))
     result = _summarize(target, decode, logging_phase, max_tokens, concurrency)
     result["logging_record_call"] = record
     # the verdict rests on the request-path cost; the HTTP Δ is only consistent with it
     result["logging_goal_met"] = record["record_p50_us"] / 1e3 < GOAL_LOGGING_MS
+    partial.update(result)  # the JSON keeps the per-batch figures too
+    progress.finish()
     _print(result)
-    if json_path is not None:
-        json_path.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 

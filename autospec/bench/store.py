@@ -15,7 +15,6 @@ Goals (from the issue): ≥ 10,000 rows/s on SQLite, ``record()`` p99 < 100 µs.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -27,6 +26,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from autospec.bench.progress import BenchProgress
 
 log = logging.getLogger(__name__)
 
@@ -150,16 +151,21 @@ def _bench_postgres(server: str, payloads: list[dict[str, Any]], spill: Path) ->
 
 
 def main(database_url: str | None, rows: int, json_path: Path | None) -> dict[str, Any]:
-    """Run the benchmark, print a table, optionally write JSON; return the figures."""
+    """Run the benchmark, print a line per database and a table, write JSON as it goes
+    (``json_path``); return the figures."""
     from autospec.store.errors import StoreError
 
     payloads = _payloads(rows)
     results: dict[str, Any] = {}
+    report: dict[str, Any] = {"rows": rows, "results": results}
+    progress = BenchProgress("bench store", report, json_path)
     with tempfile.TemporaryDirectory(prefix="autospec-bench-") as tmp:
         scratch = Path(tmp)
         sqlite_url = _sqlite_target(database_url, scratch)
         try:
-            results["sqlite"] = _measure(sqlite_url, payloads, scratch / "spill-sqlite")
+            with progress.stage(f"sqlite: {rows} rows"):
+                results["sqlite"] = _measure(sqlite_url, payloads, scratch / "spill-sqlite")
+            progress.done(_line("sqlite", results["sqlite"]))
         finally:
             for suffix in ("", "-wal", "-shm"):
                 Path(sqlite_url.removeprefix("sqlite:///") + suffix).unlink(missing_ok=True)
@@ -168,14 +174,23 @@ def main(database_url: str | None, rows: int, json_path: Path | None) -> dict[st
             results["postgresql"] = {"skipped": "no PostgreSQL URL (AUTOSPEC_BENCH_POSTGRES_URL)"}
         else:
             try:
-                results["postgresql"] = _bench_postgres(server, payloads, scratch / "spill-pg")
+                with progress.stage(f"postgresql: {rows} rows"):
+                    results["postgresql"] = _bench_postgres(server, payloads,
+                                                            scratch / "spill-pg")
             except (StoreError, Exception) as exc:  # a bench reports what it could not measure
                 results["postgresql"] = {"skipped": f"{type(exc).__name__}: {exc}"}
-    report = {"rows": rows, "results": results, "goals": _goals(results)}
+        progress.done(_line("postgresql", results["postgresql"]))
+    report["goals"] = _goals(results)
+    progress.finish()
     _print(report)
-    if json_path is not None:
-        json_path.write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def _line(name: str, r: dict[str, Any]) -> str:
+    if "skipped" in r:
+        return f"{name}: skipped ({r['skipped']})"
+    return (f"{name}: writer {r['writer_rows_per_s']:,} rows/s, batched insert "
+            f"{r['insert_rows_per_s']:,} rows/s, record() p99 {r['record_p99_us']} µs")
 
 
 def _goals(results: dict[str, Any]) -> dict[str, Any]:

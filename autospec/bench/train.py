@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from autospec.bench.progress import BenchProgress
 from autospec.engine.target import Target
 from autospec.settings import get_settings
 
@@ -153,7 +154,7 @@ class TimedSpeculator:
 
 
 def _measure(target: Target, specs: dict, prompts: list[list[int]], max_new: int,
-             k: int) -> dict[str, dict]:
+             k: int, progress: BenchProgress | None = None) -> dict[str, dict]:
     """Every method on every prompt, interleaved (prompt by prompt) to share the noise."""
     from autospec.engine.generate import SpeculativeEngine
     from autospec.engine.sampling import SamplingParams
@@ -172,6 +173,11 @@ def _measure(target: Target, specs: dict, prompts: list[list[int]], max_new: int
             a["steps"] += res.stats.num_drafts
             a["accepted"] += res.stats.num_accepted_tokens
             a["outputs"].append(res.token_ids)
+        if progress is not None:
+            done = len(acc["target-only"]["outputs"])
+            progress.report["eval_prompts_done"] = done
+            progress.done(f"held-out prompt {done}/{len(prompts)} decoded by "
+                          f"{len(engines)} methods")
     base = acc["target-only"]
     out = {}
     for name, a in acc.items():
@@ -196,8 +202,8 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
                     draft_epochs: int = 2, feature_noise: float = 0.2,
                     reuse: bool = False,
                     workdir: Path | None = None, json_path: Path | None = None) -> dict:
-    """Traffic -> train each kind -> measure on held-out; the figures (also as JSON)."""
-    import json
+    """Traffic -> train each kind -> measure on held-out; the figures (also as JSON, written
+    as each stage finishes)."""
     import shutil
     import tempfile
 
@@ -209,8 +215,18 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
     from autospec.train import TrainRequest, WindowSpec, train_candidate
     from autospec.train.data import load_training_data
 
-    target = load_target(target_spec, dtype=dtype)
-    url = ensure_traffic(target, domain=domain, requests=requests, max_new=max_new, seed=seed)
+    report: dict = {"target": target_spec, "domain": domain, "requests": requests,
+                    "max_new_tokens": max_new, "k": k, "epochs": epochs,
+                    "draft_vocab_size": draft_vocab_size, "ttt_steps": ttt_steps,
+                    "feature_noise": feature_noise, "threads": torch.get_num_threads(),
+                    "training": {}}
+    progress = BenchProgress("bench train", report, json_path)
+    with progress.stage(f"loading {target_spec} ({dtype})"):
+        target = load_target(target_spec, dtype=dtype)
+    report.update(target=target.info.target_id, dtype=str(target.dtype))
+    with progress.stage(f"traffic: {requests} {domain} requests (cached after the first run)"):
+        url = ensure_traffic(target, domain=domain, requests=requests, max_new=max_new,
+                             seed=seed)
     work = Path(workdir or tempfile.mkdtemp(prefix="autospec-bench-train-"))
     work.mkdir(parents=True, exist_ok=True)
     db_file = work / "traffic.db"
@@ -220,11 +236,6 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
     get_settings.cache_clear()
     engine = store.open_store(f"sqlite:///{db_file}", upgrade=True)
     window = WindowSpec(heldout_fraction=heldout_fraction, greedy_only=True)
-    report: dict = {"target": target.info.target_id, "dtype": str(target.dtype), "domain": domain,
-                    "requests": requests, "max_new_tokens": max_new, "k": k, "epochs": epochs,
-                    "draft_vocab_size": draft_vocab_size, "ttt_steps": ttt_steps,
-                    "feature_noise": feature_noise,
-                    "threads": torch.get_num_threads(), "training": {}}
     specs: dict = {"target-only": None, "ngram": new_speculator("ngram", target)}
     features = get_settings().cache_dir / "bench-features"  # shared by kinds and reruns
     for kind in kinds:
@@ -232,13 +243,15 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
                      if kind == "eagle3" else {})
         started = time.perf_counter()
         outcome = _reused(engine, kind) if reuse else None
+        reused = outcome is not None
         if outcome is None:
             request = TrainRequest(kind=kind, window=window,
                                    epochs=draft_epochs if kind == "draft" else epochs,
                                    from_scratch=True, overrides=overrides,
                                    seed=seed, feature_cache_dir=features,
                                    feature_noise=feature_noise)
-            outcome = train_candidate(request, engine=engine, target=target)
+            with progress.stage(f"training {kind}"):
+                outcome = train_candidate(request, engine=engine, target=target)
         wall = outcome.metrics.get("wall_s") or time.perf_counter() - started
         m = outcome.metrics
         report["training"][kind] = {
@@ -247,7 +260,10 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
             "train_tokens": m.get("train_tokens") or m.get("corpus_tokens"),
             "heldout_before": m.get("heldout_before"), "heldout_after": m.get("heldout_after"),
             "loss_curve": m.get("loss_curve"), "replay_tau": m.get("heldout_replay_tau_k5")}
-        log.info("%s trained in %.0fs: %s", kind, wall, report["training"][kind])
+        log.debug("%s trained in %.0fs: %s", kind, wall, report["training"][kind])
+        progress.done(f"{kind} {'reused' if reused else 'trained'}: "
+                      f"{outcome.version} in {wall:.0f} s, held-out replay τ "
+                      f"{m.get('heldout_replay_tau_k5') or '—'}")
         specs[kind] = load_speculator(outcome.artifact, target)  # the registered artifact
         if kind == "eagle3":
             specs.update(_eagle3_variants(outcome.artifact, target, specs[kind]))
@@ -256,13 +272,17 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
     report["train_requests"], report["heldout_requests"] = len(data.train), len(data.heldout)
     prompts = [s.ids[: s.prompt_len] for s in data.heldout[:eval_requests]]
     report["eval_requests"] = len(prompts)
-    report["methods"] = _measure(target, specs, prompts, max_new, k)
-    cost = verify_cost(target, sizes=(1, 2, 4, k + 1, 8, 12, 16), context=160)
+    with progress.stage(f"decoding {len(prompts)} held-out prompts with {len(specs)} methods"):
+        report["methods"] = _measure(target, specs, prompts, max_new, k, progress)
+    for name, figures in report["methods"].items():
+        progress.done(f"{name}: τ {figures['tau']:.2f}, {figures['tokens_per_s']:.1f} "
+                      f"tokens/s, {figures['speedup']:.2f}× speed")
+    with progress.stage("target forward cost of n tokens"):
+        cost = verify_cost(target, sizes=(1, 2, 4, k + 1, 8, 12, 16), context=160)
     report["verify_ms"] = {n: s * 1000 for n, s in cost.items()}
     report["verify_ratio"] = {n: s / cost[1] for n, s in cost.items()}
     engine.dispose()
-    if json_path:
-        json_path.write_text(json.dumps(report, indent=2, default=str))
+    progress.finish()
     _print(report)
     return report
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from autospec.bench.store import main
 
 
-def test_bench_store_reports_figures(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_bench_store_reports_figures(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("AUTOSPEC_TEST_POSTGRES_URL", raising=False)
     monkeypatch.delenv("AUTOSPEC_BENCH_POSTGRES_URL", raising=False)
     out = tmp_path / "bench.json"
@@ -17,5 +17,8 @@ def test_bench_store_reports_figures(tmp_path: Path, monkeypatch) -> None:  # ty
     assert sqlite["writer_rows_per_s"] > 0 and sqlite["record_p99_us"] > 0
     assert sqlite["spilled"] == sqlite["dropped"] == 0
     assert "skipped" in report["results"]["postgresql"]
-    assert json.loads(out.read_text())["rows"] == 300
+    saved = json.loads(out.read_text())
+    assert saved["rows"] == 300 and saved["complete"] is True
+    err = capsys.readouterr().err
+    assert "bench store" in err and "sqlite: writer" in err and "postgresql: skipped" in err
     assert not list((tmp_path / "db").glob("autospec-bench-*"))  # scratch file removed
