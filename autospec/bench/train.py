@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -232,8 +231,6 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
     db_file = work / "traffic.db"
     if not (reuse and db_file.exists()):
         shutil.copy(url.removeprefix("sqlite:///"), db_file)
-    os.environ["AUTOSPEC_ARTIFACT_DIR"] = str(work / "artifacts")  # candidates stay in workdir
-    get_settings.cache_clear()
     engine = store.open_store(f"sqlite:///{db_file}", upgrade=True)
     window = WindowSpec(heldout_fraction=heldout_fraction, greedy_only=True)
     specs: dict = {"target-only": None, "ngram": new_speculator("ngram", target)}
@@ -249,6 +246,7 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
                                    epochs=draft_epochs if kind == "draft" else epochs,
                                    from_scratch=True, overrides=overrides,
                                    seed=seed, feature_cache_dir=features,
+                                   artifact_dir=work / "artifacts",  # candidates stay in work
                                    feature_noise=feature_noise)
             with progress.stage(f"training {kind}"):
                 outcome = train_candidate(request, engine=engine, target=target)

@@ -88,6 +88,7 @@ class TrainRequest:
     storage_path: Path | None = None  # Ray run storage (default: <data dir>/ray-train)
     fail_at_step: int | None = None  # fault injection for tests and drills (Ray only)
     feature_cache_dir: Path | None = None  # reuse target features across runs on one window
+    artifact_dir: Path | None = None  # where the artifact goes (default: the settings')
     precision: str = "auto"  # fp32, bf16 (autocast) or auto: bf16 on CUDA / CPUs with bf16
     time_budget_s: float | None = None  # features + training end within this (gradient kinds)
     feature_noise: float = 0.2  # eagle3: training noise on target features (x layer RMS)
@@ -305,7 +306,7 @@ def replay_tau(spec: SavableSpeculator, sequences: list[TrainSequence], k: int =
 # -- registration ---------------------------------------------------------------------------
 def _register(engine: Engine, request: TrainRequest, spec: SavableSpeculator, target: Target,
               metrics: dict[str, Any], run_id: int, parent: str | None) -> TrainOutcome:
-    root = get_settings().resolved_artifact_dir
+    root = request.artifact_dir or get_settings().resolved_artifact_dir
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".partial-{uuid.uuid4().hex}"
     final: Path | None = None
@@ -353,6 +354,6 @@ def _summary(metrics: dict[str, Any]) -> dict[str, Any]:
 def _jsonable(request: TrainRequest) -> dict[str, Any]:
     data = asdict(request)
     data["window"] = request.window.describe()
-    for key in ("storage_path", "feature_cache_dir"):
+    for key in ("storage_path", "feature_cache_dir", "artifact_dir"):
         data[key] = str(data[key]) if data[key] is not None else None
     return data

@@ -157,3 +157,13 @@ def test_run_tiny_random_init_bfloat16_target_is_left_untouched(db_with_traffic)
         train_candidate(_request(kind, epochs=1), engine=db_with_traffic, target=target)
         assert {p.dtype for p in target.model.parameters()} == {torch.bfloat16}
         target.forward(torch.arange(5), target.new_cache())  # still runs
+
+
+def test_run_tiny_random_init_writes_the_artifact_where_the_request_says(
+        db_with_traffic, tiny, tmp_path: Path) -> None:
+    """A caller (bench train) names the artifact directory; no environment, no settings."""
+    where = tmp_path / "bench-artifacts"
+    outcome = train_candidate(_request("suffix", artifact_dir=where), engine=db_with_traffic,
+                              target=tiny)
+    assert outcome.artifact.parent == where and outcome.artifact.is_dir()
+    assert _artifacts() == []  # nothing in the settings' artifact directory
