@@ -3,6 +3,10 @@
 With ``--workers N`` the run uses Ray Train: on the cluster at ``--address`` (or
 ``RAY_ADDRESS``), else on a local Ray started for the run.
 
+Options of the new speculator's config come as ``--set key=value`` (repeatable), validated
+by the kind's config model (:mod:`autospec.train.overrides`); the command builds a
+:class:`~autospec.train.run.TrainRequest`, runs it and prints the outcome.
+
 Prints the registered version (``--json``: one JSON object with version, run id,
 artifact, SHA-256 and metrics). Bad input — an empty window, a window below the
 policy minimum, an incumbent built for another target, an unknown kind or a bad
@@ -16,18 +20,18 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+if TYPE_CHECKING:
+    from autospec.train.run import TrainOutcome, TrainRequest
+
 out = Console()
 err = Console(stderr=True)
 
-
-_EAGLE3_ONLY = {"draft_vocab_size", "ttt_steps", "suffix_threshold", "tree_nodes", "tree_width",
-                "tree_min_prob"}
 
 @contextmanager
 def _errors() -> Iterator[None]:
@@ -79,113 +83,119 @@ class _RichProgress:
                              info=f"loss {metrics.loss:.3f} acc {acc} epoch {metrics.epoch + 1}")
 
 
+SET_HELP = ("a field of the new speculator's config, KEY=VALUE (repeat), validated by the "
+            "kind's config model: eagle3 draft_vocab_size, ttt_steps, tree_nodes, tree_width, "
+            "tree_min_prob, suffix_threshold (null: the head alone), ...; draft num_layers, "
+            "...; suffix max_match, ... (a bad key lists the kind's fields)")
+
+
 def train(
-    kind: str = typer.Option(..., help="eagle3, draft or suffix"),
-    window: str = typer.Option("7d", help="traffic: newest N requests (500), a duration "
-                               "(24h, 7d) or both (7d:500)"),
-    workers: int = typer.Option(0, min=0, help="0: train in this process; N: Ray Train, "
-                                "N workers (DDP)"),
-    epochs: int = typer.Option(3, min=1, help="passes over the training part"),
-    from_scratch: bool = typer.Option(False, "--from-scratch",
-                                      help="do not warm-start from the incumbent"),
-    incumbent: str | None = typer.Option(None, help="version to warm-start from "
-                                         "(default: the live one, if of this kind)"),
-    deployment: str = typer.Option("default", help="deployment whose live version is "
-                                   "the incumbent"),
-    segment: str | None = typer.Option(None, help="only traffic of this segment"),
-    min_requests: int = typer.Option(20, min=1, help="policy minimum of training requests"),
-    heldout_fraction: float = typer.Option(0.1, min=0.0, max=0.9,
-                                           help="newest share held out, never trained on"),
-    anchors: int = typer.Option(0, min=0, help="requests from before the window mixed in"),
-    draft_vocab_size: int | None = typer.Option(None, help="eagle3: reduced vocabulary size"),
-    ttt_steps: int | None = typer.Option(None, help="eagle3: training-time-test depth"),
-    suffix_threshold: float | None = typer.Option(
-        None, min=0.0, max=1.0, help="eagle3: propose the suffix index's continuation (built "
-        "from the window, stored with the head) where its expected accepted length reaches "
-        "this fraction of k (default 0.7)"),
-    head_only: bool = typer.Option(False, "--head-only",
-                                   help="eagle3: no suffix index, the head drafts every step"),
-    tree_nodes: int | None = typer.Option(
-        None, min=0, max=64, help="eagle3: greedy requests get a tree of this many drafts "
-        "(the head's likeliest continuations), verified in one target forward; 0: a chain "
-        "of k (default 16)"),
-    tree_width: int | None = typer.Option(None, min=1, max=8, help="eagle3: candidates "
-                                          "expanded per tree depth (default 4)"),
-    tree_min_prob: float | None = typer.Option(
-        None, min=0.0, max=1.0, help="eagle3: leave tree candidates below this cumulative "
-        "probability out (default 0.05, for CPUs; 0 on GPUs)"),
-    num_layers: int | None = typer.Option(None, help="draft: decoder layers"),
-    loss: str = typer.Option("kl", help="eagle3: kl (target distribution) or ce (greedy)"),
-    feature_noise: float = typer.Option(0.2, min=0.0, help="eagle3: Gaussian noise on the "
-                                        "target features while training (x each layer's RMS)"),
-    lr: float | None = typer.Option(None, help="peak learning rate (default per kind)"),
-    batch_size: int = typer.Option(8, min=1, help="sequences per step (per worker)"),
-    seed: int = typer.Option(0, help="seed (the run is deterministic under it)"),
-    precision: str = typer.Option("auto", help="fp32, bf16 (autocast, fp32 weights) or auto "
-                                  "(bf16 on CUDA and on CPUs with native bfloat16)"),
-    time_budget: float | None = typer.Option(
-        None, min=1.0, help="seconds for features + training; training ends early, keeping "
-        "what it learnt, when they are used up"),
-    max_failures: int = typer.Option(1, min=0, help="Ray: worker failures to survive"),
-    use_gpu: bool = typer.Option(False, "--use-gpu", help="Ray: GPU workers"),
-    address: str | None = typer.Option(None, help="Ray: join this cluster (host:port, "
-                                       "'auto' or ray://host:10001; default RAY_ADDRESS, "
-                                       "else a new local Ray)"),
-    target: str = typer.Option("smollm2-135m", help="target: a name, a directory or a .gguf"),
-    dtype: str = typer.Option("auto", help="target dtype: float32, bfloat16 or auto"),
-    database_url: str | None = typer.Option(None, "--url",
-                                            help="database (default AUTOSPEC_DATABASE_URL)"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    kind: Annotated[str, typer.Option(help="eagle3, draft or suffix")],
+    window: Annotated[str, typer.Option(help="traffic: newest N requests (500), a duration "
+                                        "(24h, 7d) or both (7d:500)")] = "7d",
+    assignments: Annotated[list[str] | None, typer.Option("--set", help=SET_HELP)] = None,
+    workers: Annotated[int, typer.Option(min=0, help="0: train in this process; N: Ray "
+                                         "Train, N workers (DDP)")] = 0,
+    epochs: Annotated[int, typer.Option(min=1, help="passes over the training part")] = 3,
+    from_scratch: Annotated[bool, typer.Option(
+        "--from-scratch", help="do not warm-start from the incumbent")] = False,
+    incumbent: Annotated[str | None, typer.Option(
+        help="version to warm-start from (default: the live one, if of this kind)")] = None,
+    deployment: Annotated[str, typer.Option(
+        help="deployment whose live version is the incumbent")] = "default",
+    segment: Annotated[str | None, typer.Option(help="only traffic of this segment")] = None,
+    min_requests: Annotated[int, typer.Option(
+        min=1, help="policy minimum of training requests")] = 20,
+    heldout_fraction: Annotated[float, typer.Option(
+        min=0.0, max=0.9, help="newest share held out, never trained on")] = 0.1,
+    anchors: Annotated[int, typer.Option(
+        min=0, help="requests from before the window mixed in")] = 0,
+    loss: Annotated[str, typer.Option(
+        help="eagle3: kl (target distribution) or ce (greedy)")] = "kl",
+    feature_noise: Annotated[float, typer.Option(
+        min=0.0, help="eagle3: Gaussian noise on the target features while training "
+        "(x each layer's RMS)")] = 0.2,
+    lr: Annotated[float | None, typer.Option(
+        help="peak learning rate (default per kind)")] = None,
+    batch_size: Annotated[int, typer.Option(
+        min=1, help="sequences per step (per worker)")] = 8,
+    seed: Annotated[int, typer.Option(help="seed (the run is deterministic under it)")] = 0,
+    precision: Annotated[str, typer.Option(
+        help="fp32, bf16 (autocast, fp32 weights) or auto (bf16 on CUDA and on CPUs with "
+        "native bfloat16)")] = "auto",
+    time_budget: Annotated[float | None, typer.Option(
+        min=1.0, help="seconds for features + training; training ends early, keeping what "
+        "it learnt, when they are used up")] = None,
+    max_failures: Annotated[int, typer.Option(
+        min=0, help="Ray: worker failures to survive")] = 1,
+    use_gpu: Annotated[bool, typer.Option("--use-gpu", help="Ray: GPU workers")] = False,
+    address: Annotated[str | None, typer.Option(
+        help="Ray: join this cluster (host:port, 'auto' or ray://host:10001; default "
+        "RAY_ADDRESS, else a new local Ray)")] = None,
+    target: Annotated[str, typer.Option(
+        help="target: a name, a directory or a .gguf")] = "smollm2-135m",
+    dtype: Annotated[str, typer.Option(
+        help="target dtype: float32, bfloat16 or auto")] = "auto",
+    database_url: Annotated[str | None, typer.Option(
+        "--url", help="database (default AUTOSPEC_DATABASE_URL)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Train a candidate speculator on fresh traffic and register it."""
     logging.getLogger("autospec").setLevel(logging.WARNING)
     with _errors():
-        from autospec import store
-        from autospec.engine.target import load_target
-        from autospec.train import TRAINABLE_KINDS, TrainingInputError, TrainRequest
-        from autospec.train.data import parse_window
-        from autospec.train.run import train_candidate
+        request = _request(kind=kind, window=window, assignments=assignments or [],
+                           segment=segment, heldout_fraction=heldout_fraction,
+                           anchors=anchors, address=address, epochs=epochs, workers=workers,
+                           from_scratch=from_scratch, incumbent=incumbent,
+                           deployment=deployment, min_requests=min_requests, seed=seed,
+                           batch_size=batch_size, lr=lr, loss=loss, use_gpu=use_gpu,
+                           max_failures=max_failures, precision=precision,
+                           time_budget_s=time_budget, feature_noise=feature_noise)
+        outcome = _run(request, database_url=database_url, address=address, target=target,
+                       dtype=dtype, quiet=as_json)
+    _print(outcome, as_json=as_json)
 
-        if kind not in TRAINABLE_KINDS:
-            raise TrainingInputError(f"unknown kind {kind!r}; trainable kinds: "
-                                     f"{', '.join(TRAINABLE_KINDS)}")
-        if address and not workers:
-            raise TrainingInputError("--address needs --workers N (it is where Ray Train runs)")
-        spec = parse_window(window)
-        spec = type(spec)(since=spec.since, limit=spec.limit, segment=segment,
-                          heldout_fraction=heldout_fraction, anchor_requests=anchors)
-        overrides = {k: v for k, v in (("draft_vocab_size", draft_vocab_size),
-                                       ("ttt_steps", ttt_steps), ("num_layers", num_layers),
-                                       ("suffix_threshold", suffix_threshold),
-                                       ("tree_nodes", tree_nodes), ("tree_width", tree_width),
-                                       ("tree_min_prob", tree_min_prob))
-                     if v is not None}
-        misplaced = [name for name in overrides if name in _EAGLE3_ONLY and kind != "eagle3"]
-        if misplaced or (head_only and kind != "eagle3"):
-            flags = [f"--{n.replace('_', '-')}" for n in misplaced] or ["--head-only"]
-            raise TrainingInputError(f"{', '.join(flags)}: eagle3 options, not for {kind}")
-        if head_only:
-            if suffix_threshold is not None:
-                raise TrainingInputError("--head-only and --suffix-threshold exclude each other")
-            overrides["suffix_threshold"] = None
-        request = TrainRequest(kind=kind, window=spec, epochs=epochs, workers=workers,
-                               from_scratch=from_scratch, incumbent=incumbent,
-                               deployment=deployment, min_requests=min_requests, seed=seed,
-                               batch_size=batch_size, lr=lr, loss=loss, overrides=overrides,
-                               use_gpu=use_gpu, max_failures=max_failures,
-                               precision=precision, time_budget_s=time_budget,
-                               feature_noise=feature_noise)
-        engine = store.open_store(database_url, upgrade=True)
-        if address:  # join the cluster now, before any work is done
-            from autospec.train.ray_trainer import connect_ray
 
-            connect_ray(address=address, workers=workers)
-        model = load_target(target, dtype=dtype)
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("{task.fields[info]}"))
-        with Progress(*columns, console=err, transient=as_json) as bars:
-            outcome = train_candidate(request, engine=engine, target=model,
-                                      progress=_RichProgress(bars))
+def _request(*, kind: str, window: str, assignments: list[str], segment: str | None,
+             heldout_fraction: float, anchors: int, address: str | None,
+             **fields: Any) -> TrainRequest:
+    """The TrainRequest of the command line; TrainingInputError naming a bad option."""
+    from autospec.train import TRAINABLE_KINDS, TrainingInputError, TrainRequest
+    from autospec.train.data import parse_window
+    from autospec.train.overrides import parse_overrides
+
+    if kind not in TRAINABLE_KINDS:
+        raise TrainingInputError(f"unknown kind {kind!r}; trainable kinds: "
+                                 f"{', '.join(TRAINABLE_KINDS)}")
+    if address and not fields["workers"]:
+        raise TrainingInputError("--address needs --workers N (it is where Ray Train runs)")
+    spec = parse_window(window)
+    spec = type(spec)(since=spec.since, limit=spec.limit, segment=segment,
+                      heldout_fraction=heldout_fraction, anchor_requests=anchors)
+    return TrainRequest(kind=kind, window=spec, overrides=parse_overrides(kind, assignments),
+                        **fields)
+
+
+def _run(request: TrainRequest, *, database_url: str | None, address: str | None,
+         target: str, dtype: str, quiet: bool) -> TrainOutcome:
+    from autospec import store
+    from autospec.engine.target import load_target
+    from autospec.train.run import train_candidate
+
+    engine = store.open_store(database_url, upgrade=True)
+    if address:  # join the cluster now, before any work is done
+        from autospec.train.ray_trainer import connect_ray
+
+        connect_ray(address=address, workers=request.workers)
+    model = load_target(target, dtype=dtype)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.fields[info]}"))
+    with Progress(*columns, console=err, transient=quiet) as bars:
+        return train_candidate(request, engine=engine, target=model,
+                               progress=_RichProgress(bars))
+
+
+def _print(outcome: TrainOutcome, *, as_json: bool) -> None:
     if as_json:
         out.print_json(json.dumps({"version": outcome.version, "run_id": outcome.run_id,
                                    "parent": outcome.parent, "artifact": str(outcome.artifact),

@@ -28,13 +28,13 @@ def test_cli_train_tiny_random_init_prints_the_registered_version(cli_env) -> No
     assert result.exit_code == 0, result.output
     assert "registered suffix-" in result.output and "candidate" in result.output
     result = _run("--kind", "eagle3", "--window", "100", "--epochs", "1",
-                  "--draft-vocab-size", "32", "--json")
+                  "--set", "draft_vocab_size=32", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["version"].startswith("eagle3-") and data["metrics"]["examples_seen"] > 0
     assert data["metrics"]["suffix_tokens"] > 0  # the index over the window rides along
     result = _run("--kind", "eagle3", "--window", "100", "--epochs", "1",
-                  "--draft-vocab-size", "32", "--head-only", "--json")
+                  "--set", "draft_vocab_size=32", "--set", "suffix_threshold=null", "--json")
     assert result.exit_code == 0, result.output
     assert "suffix_tokens" not in json.loads(result.stdout)["metrics"]
 
@@ -44,15 +44,18 @@ def test_cli_train_tiny_random_init_prints_the_registered_version(cli_env) -> No
     (["--kind", "medusa"], "unknown kind 'medusa'"),
     (["--kind", "eagle3", "--window", "soon"], "bad window 'soon'"),
     (["--kind", "eagle3", "--window", "100", "--incumbent", "nope-1"], "not registered"),
-    (["--kind", "eagle3", "--window", "100", "--draft-vocab-size", "100000"],
+    (["--kind", "eagle3", "--window", "100", "--set", "draft_vocab_size=100000"],
      "draft_vocab_size"),
     (["--kind", "eagle3", "--window", "100", "--address", "127.0.0.1:1"],
      "--address needs --workers"),
-    (["--kind", "eagle3", "--window", "100", "--head-only", "--suffix-threshold", "0.5"],
-     "exclude each other"),
-    (["--kind", "draft", "--window", "100", "--tree-nodes", "8"],
-     "--tree-nodes: eagle3 options, not for draft"),
-    (["--kind", "suffix", "--window", "100", "--head-only"], "--head-only: eagle3 options"),
+    (["--kind", "draft", "--window", "100", "--set", "tree_nodes=8"],
+     "--set tree_nodes: not a setting of draft; its settings: "),
+    (["--kind", "eagle3", "--window", "100", "--set", "tree_nodes=100"],
+     "--set tree_nodes=100: Input should be less than or equal to 64"),
+    (["--kind", "eagle3", "--window", "100", "--set", "tree_nodes"],
+     "--set 'tree_nodes': expected key=value"),
+    (["--kind", "eagle3", "--window", "100", "--set", "kind=draft"],
+     "--set kind: not a setting of eagle3"),
 ])
 def test_cli_train_tiny_random_init_bad_input_is_one_line_without_traceback(
         cli_env, args, message) -> None:

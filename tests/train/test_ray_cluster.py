@@ -71,7 +71,7 @@ tiny = target_module.tiny_target(vocab_size=64, hidden_size=32, num_layers=4, se
 target_module.load_target = lambda *a, **k: tiny
 result = CliRunner().invoke(app, [
     "train", "--kind", "eagle3", "--window", "100", "--epochs", "1", "--workers", "2",
-    "--address", sys.argv[1], "--draft-vocab-size", "32", "--json"])
+    "--address", sys.argv[1], "--set", "draft_vocab_size=32", "--json"])
 assert result.exit_code == 0, result.output
 data = json.loads(result.stdout)
 print(json.dumps({"version": data["version"], "workers": data["metrics"]["workers"],
