@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -12,15 +13,16 @@ bench_app = typer.Typer(help="Benchmarks (side by side in one process; ratios, n
 
 @bench_app.command("decode")
 def decode(
-    target: str = typer.Option("smollm2-135m", help="target: a name, a model directory or .gguf"),
-    dtype: str = typer.Option("auto", help="float32, bfloat16, auto, or a comma list"),
-    max_new_tokens: int = typer.Option(64, min=1, help="tokens generated per prompt"),
-    k: int = typer.Option(5, min=1, help="draft tokens per step"),
-    prompts: int = typer.Option(4, min=1, max=6, help="how many of the fixed prompts"),
-    kinds: str = typer.Option("ngram,draft,eagle3", help="speculator kinds to run"),
-    eagle3: Path | None = typer.Option(None, help="an eagle3 checkpoint directory"),
-    draft: Path | None = typer.Option(None, help="a draft checkpoint directory"),
-    json_path: Path | None = typer.Option(None, "--json", help="write the figures here"),
+    target: Annotated[str, typer.Option(
+        help="target: a name, a model directory or .gguf")] = "smollm2-135m",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16, auto, or a comma list")] = "auto",
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="tokens generated per prompt")] = 64,
+    k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
+    prompts: Annotated[int, typer.Option(min=1, max=6, help="how many of the fixed prompts")] = 4,
+    kinds: Annotated[str, typer.Option(help="speculator kinds to run")] = "ngram,draft,eagle3",
+    eagle3: Annotated[Path | None, typer.Option(help="an eagle3 checkpoint directory")] = None,
+    draft: Annotated[Path | None, typer.Option(help="a draft checkpoint directory")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Compare HF generate, HF prompt lookup, the engine alone and with each speculator."""
     from autospec.bench.decode import run_decode_bench
@@ -34,11 +36,11 @@ def decode(
 
 @bench_app.command("store")
 def store(
-    database_url: str | None = typer.Option(
-        None, help="database to measure (default: a temporary SQLite file, and PostgreSQL "
-        "too when AUTOSPEC_TEST_POSTGRES_URL is set)"),
-    rows: int = typer.Option(20000, min=100, help="request rows to ingest"),
-    json_path: Path | None = typer.Option(None, "--json", help="write the figures here"),
+    database_url: Annotated[str | None, typer.Option(
+        help="database to measure (default: a temporary SQLite file, and PostgreSQL too when "
+        "AUTOSPEC_TEST_POSTGRES_URL is set)")] = None,
+    rows: Annotated[int, typer.Option(min=100, help="request rows to ingest")] = 20000,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Rows/s ingested by the traffic writer and the caller-side cost of record()."""
     from autospec.bench.store import main
@@ -48,14 +50,18 @@ def store(
 
 @bench_app.command("serve")
 def serve(
-    target: str = typer.Option("smollm2-135m", help="target: a name, a model directory or .gguf"),
-    max_tokens: int = typer.Option(32, min=1, help="tokens per request in the decode phase"),
-    rounds: int = typer.Option(3, min=1, help="interleaved rounds over the configurations"),
-    concurrency: int = typer.Option(2, min=1, help="concurrent clients in the decode phase"),
-    short_requests: int = typer.Option(
-        40, min=5, help="1-token requests per round and config in the logging phase"),
-    k: int = typer.Option(5, min=1, help="draft tokens per step"),
-    json_path: Path | None = typer.Option(None, "--json", help="write the figures here"),
+    target: Annotated[str, typer.Option(
+        help="target: a name, a model directory or .gguf")] = "smollm2-135m",
+    max_tokens: Annotated[int, typer.Option(
+        min=1, help="tokens per request in the decode phase")] = 32,
+    rounds: Annotated[int, typer.Option(
+        min=1, help="interleaved rounds over the configurations")] = 3,
+    concurrency: Annotated[int, typer.Option(
+        min=1, help="concurrent clients in the decode phase")] = 2,
+    short_requests: Annotated[int, typer.Option(
+        min=5, help="1-token requests per round and config in the logging phase")] = 40,
+    k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Requests/s and p50/p99 over HTTP: logging on vs off, speculation on vs off."""
     from autospec.bench.serve import run_serve_bench
@@ -67,22 +73,28 @@ def serve(
 
 @bench_app.command("train")
 def train(
-    domain: str = typer.Option("support", help="workload domain: support, coding or json"),
-    requests: int = typer.Option(300, min=20, help="logged requests (cached traffic)"),
-    max_new_tokens: int = typer.Option(128, min=8, help="output tokens per logged request"),
-    kinds: str = typer.Option("eagle3,suffix,draft", help="kinds to train and measure"),
-    k: int = typer.Option(5, min=1, help="draft tokens per step"),
-    epochs: int = typer.Option(16, min=1, help="training epochs (eagle3, draft)"),
-    eval_requests: int = typer.Option(24, min=1, help="held-out requests decoded per method"),
-    draft_vocab_size: int = typer.Option(4096, min=2, help="eagle3 reduced vocabulary"),
-    ttt_steps: int = typer.Option(3, min=1, help="eagle3 training-time-test depth"),
-    dtype: str = typer.Option("bfloat16", help="target dtype"),
-    draft_epochs: int = typer.Option(2, min=1, help="epochs for draft"),
-    feature_noise: float = typer.Option(0.2, min=0.0, help="eagle3 training feature noise"),
-    workdir: Path | None = typer.Option(None, help="where the scratch store and artifacts go"),
-    reuse: bool = typer.Option(False, "--reuse", help="measure candidates already trained "
-                               "in --workdir instead of training them again"),
-    json_path: Path | None = typer.Option(None, "--json", help="write the figures here"),
+    domain: Annotated[str, typer.Option(
+        help="workload domain: support, coding or json")] = "support",
+    requests: Annotated[int, typer.Option(min=20, help="logged requests (cached traffic)")] = 300,
+    max_new_tokens: Annotated[int, typer.Option(
+        min=8, help="output tokens per logged request")] = 128,
+    kinds: Annotated[str, typer.Option(help="kinds to train and measure")] = "eagle3,suffix,draft",
+    k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
+    epochs: Annotated[int, typer.Option(min=1, help="training epochs (eagle3, draft)")] = 16,
+    eval_requests: Annotated[int, typer.Option(
+        min=1, help="held-out requests decoded per method")] = 24,
+    draft_vocab_size: Annotated[int, typer.Option(min=2, help="eagle3 reduced vocabulary")] = 4096,
+    ttt_steps: Annotated[int, typer.Option(min=1, help="eagle3 training-time-test depth")] = 3,
+    dtype: Annotated[str, typer.Option(help="target dtype")] = "bfloat16",
+    draft_epochs: Annotated[int, typer.Option(min=1, help="epochs for draft")] = 2,
+    feature_noise: Annotated[float, typer.Option(
+        min=0.0, help="eagle3 training feature noise")] = 0.2,
+    workdir: Annotated[Path | None, typer.Option(
+        help="where the scratch store and artifacts go")] = None,
+    reuse: Annotated[bool, typer.Option(
+        "--reuse", help="measure candidates already trained in --workdir instead of training them "
+        "again")] = False,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Log domain traffic, train each kind on it, measure τ and speed on held-out requests."""
     from autospec.bench.train import run_train_bench

@@ -20,7 +20,7 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -81,11 +81,11 @@ def _db():  # type: ignore[no-untyped-def]
 
 # -- status ---------------------------------------------------------------------------------
 def status(
-    deployment: str = typer.Option("default", help="the deployment to report on"),
-    policy: str = typer.Option("default", help=POLICY_HELP + " (for the fresh-traffic "
-                               "minimum)"),
-    cycles: int = typer.Option(5, min=1, help="how many recent cycles to show"),
-    json_out: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+    deployment: Annotated[str, typer.Option(help="the deployment to report on")] = "default",
+    policy: Annotated[str, typer.Option(
+        help=POLICY_HELP + " (for the fresh-traffic minimum)")] = "default",
+    cycles: Annotated[int, typer.Option(min=1, help="how many recent cycles to show")] = 5,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
 ) -> None:
     """Live version and its τ (shadow; live over the last hour and day), traffic, fresh
     requests since the last cycle, recent cycles, next scheduled run, lease, failures."""
@@ -158,12 +158,13 @@ def _print_cycles(cycles: list[dict[str, Any]]) -> None:
 
 # -- promote / rollback ---------------------------------------------------------------------
 def promote(
-    version: str = typer.Argument(..., help="the version to make live"),
-    force: bool = typer.Option(False, help="promote without a passing evaluation (audited "
-                               "as an override; needs --reason)"),
-    reason: str = typer.Option("", help="why (required with --force)"),
-    deployment: str = typer.Option("default", help="the deployment whose pointer moves"),
-    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    version: Annotated[str, typer.Argument(help="the version to make live")],
+    force: Annotated[bool, typer.Option(
+        help="promote without a passing evaluation (audited as an override; needs "
+        "--reason)")] = False,
+    reason: Annotated[str, typer.Option(help="why (required with --force)")] = "",
+    deployment: Annotated[str, typer.Option(help="the deployment whose pointer moves")] = "default",
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Make VERSION live — only with a passing evaluation against the live version, unless
     --force --reason "..." (exit 0 promoted, 3 refused, 2 error)."""
@@ -182,9 +183,9 @@ def promote(
 
 
 def rollback(
-    reason: str = typer.Option("operator rollback", help="why (recorded)"),
-    deployment: str = typer.Option("default", help="the deployment whose pointer moves"),
-    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    reason: Annotated[str, typer.Option(help="why (recorded)")] = "operator rollback",
+    deployment: Annotated[str, typer.Option(help="the deployment whose pointer moves")] = "default",
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Point the deployment back at its previous version, in one step (exit 0, 3 nothing
     to roll back, 2 error)."""
@@ -201,10 +202,10 @@ def rollback(
 
 # -- versions / history ---------------------------------------------------------------------
 def versions(
-    state: str | None = typer.Option(None, help="only this state (candidate, live, retired, "
-                                     "rejected, rolled_back)"),
-    limit: int = typer.Option(50, min=1, help="newest N"),
-    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    state: Annotated[str | None, typer.Option(
+        help="only this state (candidate, live, retired, rejected, rolled_back)")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="newest N")] = 50,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Registered speculator versions, newest first, with their last evaluation."""
     from autospec.controller.operations import list_versions
@@ -227,9 +228,9 @@ def versions(
 
 
 def history(
-    deployment: str = typer.Option("default", help="the deployment"),
-    limit: int = typer.Option(30, min=1, help="newest N events"),
-    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    deployment: Annotated[str, typer.Option(help="the deployment")] = "default",
+    limit: Annotated[int, typer.Option(min=1, help="newest N events")] = 30,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """The audit log: promotions, rollbacks, overrides, rejections, failures and cycles."""
     from autospec.controller.operations import list_history
@@ -266,20 +267,20 @@ def _controller(policy: str, target: str, dtype: str,  # type: ignore[no-untyped
     return Controller(_db(), pol, lambda: load_target(target, dtype=dtype))
 
 
-TARGET_OPT = typer.Option("smollm2-135m", help="the served target: a name, directory or .gguf")
-DTYPE_OPT = typer.Option("float32", help="target dtype for training and replay")
-ADDRESS_OPT = typer.Option(None, "--address", help="Ray cluster for the policy's Ray Train "
-                           "runs (training.workers > 0): host:port, 'auto' or "
-                           "ray://host:10001; default RAY_ADDRESS, else a new local Ray")
+TARGET_OPT = typer.Option(help="the served target: a name, directory or .gguf")
+DTYPE_OPT = typer.Option(help="target dtype for training and replay")
+ADDRESS_OPT = typer.Option(
+    "--address", help="Ray cluster for the policy's Ray Train runs (training.workers > 0): "
+    "host:port, 'auto' or ray://host:10001; default RAY_ADDRESS, else a new local Ray")
 
 
 @controller_app.command("once")
 def once(
-    policy: str = typer.Option("default", help=POLICY_HELP),
-    target: str = TARGET_OPT,
-    dtype: str = DTYPE_OPT,
-    address: str | None = ADDRESS_OPT,
-    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
+    target: Annotated[str, TARGET_OPT] = "smollm2-135m",
+    dtype: Annotated[str, DTYPE_OPT] = "float32",
+    address: Annotated[str | None, ADDRESS_OPT] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Run one cycle now (cron-friendly). Exit 0: promoted, nothing to do or busy;
     3: every candidate rejected; 2: error."""
@@ -298,11 +299,11 @@ def once(
 
 @controller_app.command("watch")
 def watch(
-    policy: str = typer.Option("default", help=POLICY_HELP),
-    target: str = TARGET_OPT,
-    dtype: str = DTYPE_OPT,
-    address: str | None = ADDRESS_OPT,
-    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
+    target: Annotated[str, TARGET_OPT] = "smollm2-135m",
+    dtype: Annotated[str, DTYPE_OPT] = "float32",
+    address: Annotated[str | None, ADDRESS_OPT] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """One canary/drift check now (rolls back on a canary shortfall; drift runs a cycle)."""
     from autospec.controller.watch import Watcher
@@ -321,11 +322,11 @@ def watch(
 
 @controller_app.command("run")
 def run(
-    policy: str = typer.Option("default", help=POLICY_HELP),
-    target: str = TARGET_OPT,
-    dtype: str = DTYPE_OPT,
-    address: str | None = ADDRESS_OPT,
-    log_level: str = typer.Option("INFO", help="logging level"),
+    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
+    target: Annotated[str, TARGET_OPT] = "smollm2-135m",
+    dtype: Annotated[str, DTYPE_OPT] = "float32",
+    address: Annotated[str | None, ADDRESS_OPT] = None,
+    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
 ) -> None:
     """Run the scheduler in the foreground: cycles on the policy's schedule, the canary /
     drift watch in between. Ctrl-C stops it (a running cycle is recorded as interrupted

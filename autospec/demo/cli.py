@@ -16,6 +16,7 @@ import logging
 import time
 import traceback
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -26,22 +27,28 @@ _QUICK, _FULL = PRESETS["quick"], PRESETS["full"]  # the help states their sizes
 
 
 def demo(
-    quick: bool = typer.Option(False, "--quick", help="the short variant (≤ 6 minutes on 2 "
-                               "CPU cores) instead of the full one (≤ 20 minutes)"),
-    out: Path | None = typer.Option(None, help="report directory (default: "
-                                    "./autospec-demo-<time>); its data/ holds the store"),
-    json_path: Path | None = typer.Option(None, "--json", help="write the phase figures "
-                                          "here (default: OUT/demo.json)"),
-    target: str = typer.Option("smollm2-135m", help="target: a name, a directory or a .gguf"),
-    dtype: str = typer.Option("auto", help="target dtype for serving and the controller: "
-                              "float32, bfloat16 or auto (bfloat16 where the CPU has it)"),
-    requests_per_phase: int | None = typer.Option(
-        None, min=4, help=f"requests per phase (default: {_QUICK.requests_per_phase} quick, "
-        f"{_FULL.requests_per_phase} full)"),
-    max_tokens: int | None = typer.Option(None, min=1, help="tokens per request (default: "
-                                          f"{_QUICK.max_tokens} quick, {_FULL.max_tokens} full)"),
-    domain_a: str = typer.Option("support", help="the first traffic domain"),
-    domain_b: str = typer.Option("json", help="the domain traffic shifts to"),
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="the short variant (≤ 6 minutes on 2 CPU cores) instead of the full one "
+        "(≤ 20 minutes)")] = False,
+    out: Annotated[Path | None, typer.Option(
+        help="report directory (default: ./autospec-demo-<time>); its data/ holds the "
+        "store")] = None,
+    json_path: Annotated[Path | None, typer.Option(
+        "--json", help="write the phase figures here (default: OUT/demo.json)")] = None,
+    target: Annotated[str, typer.Option(
+        help="target: a name, a directory or a .gguf")] = "smollm2-135m",
+    dtype: Annotated[str, typer.Option(
+        help="target dtype for serving and the controller: float32, bfloat16 or auto (bfloat16 "
+        "where the CPU has it)")] = "auto",
+    requests_per_phase: Annotated[int | None, typer.Option(
+        min=4,
+        help=f"requests per phase (default: {_QUICK.requests_per_phase} quick, "
+        f"{_FULL.requests_per_phase} full)")] = None,
+    max_tokens: Annotated[int | None, typer.Option(
+        min=1, help=f"tokens per request (default: {_QUICK.max_tokens} quick, "
+        f"{_FULL.max_tokens} full)")] = None,
+    domain_a: Annotated[str, typer.Option(help="the first traffic domain")] = "support",
+    domain_b: Annotated[str, typer.Option(help="the domain traffic shifts to")] = "json",
 ) -> None:
     """Serve, send traffic, let the controller retrain and promote, shift the traffic, show
     τ drop, the drift trigger, the retrain and the recovery; report what was measured."""

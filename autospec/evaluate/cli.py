@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -28,17 +29,22 @@ def parse_window(text: str) -> dict:
 
 
 def evaluate(
-    versions: list[str] = typer.Argument(..., help="candidate first, then the incumbent (and "
-                                         "any others); one version: compared with the live one"),
-    window: str = typer.Option("200", help="requests to replay: the newest N, or a duration "
-                               "such as 24h"),
-    target: str = typer.Option("smollm2-135m", help="the target the versions were built for"),
-    dtype: str = typer.Option("float32", help="target dtype for replay (float32 is exact)"),
-    k: int = typer.Option(5, min=1, max=16, help="draft tokens per step"),
-    deployment: str = typer.Option("default", help="whose traffic and live version"),
-    record: bool = typer.Option(True, help="write the evaluation and decision to the store"),
-    json_out: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
-    json_path: Path | None = typer.Option(None, "--json-path", help="also write JSON here"),
+    versions: Annotated[list[str], typer.Argument(
+        help="candidate first, then the incumbent (and any others); one version: compared with "
+        "the live one")],
+    window: Annotated[str, typer.Option(
+        help="requests to replay: the newest N, or a duration such as 24h")] = "200",
+    target: Annotated[str, typer.Option(
+        help="the target the versions were built for")] = "smollm2-135m",
+    dtype: Annotated[str, typer.Option(
+        help="target dtype for replay (float32 is exact)")] = "float32",
+    k: Annotated[int, typer.Option(min=1, max=16, help="draft tokens per step")] = 5,
+    deployment: Annotated[str, typer.Option(help="whose traffic and live version")] = "default",
+    record: Annotated[bool, typer.Option(
+        help="write the evaluation and decision to the store")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    json_path: Annotated[Path | None, typer.Option(
+        "--json-path", help="also write JSON here")] = None,
 ) -> None:
     """Replay held-out logged requests with each version: τ, a paired CI of Δτ, per-segment
     results, estimated speedup and the gate's decision (exit 0: promote, 3: reject)."""

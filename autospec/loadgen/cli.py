@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -20,29 +20,33 @@ log = logging.getLogger(__name__)
 
 
 def loadgen(
-    url: str = typer.Option("http://127.0.0.1:8000", help="the deployment's base URL "
-                            "(the OpenAI API is at URL/v1)"),
-    concurrency: int = typer.Option(1, min=1, help="clients sending at once"),
-    rate: float | None = typer.Option(None, help="requests per second at most "
-                                      "(default: as fast as the clients go)"),
-    duration: float | None = typer.Option(None, help="stop after this many seconds"),
-    requests: int | None = typer.Option(None, help="stop after this many requests "
-                                        "(default 20 when no --duration)"),
-    mix: str = typer.Option("support=1", help="domain weights, e.g. support=0.7,coding=0.3 "
-                            "(domains: support, coding, json/extraction)"),
-    schedule: str | None = typer.Option(
-        None, help="mix over time, overrides --mix: '0:support=1;120:coding=1' (seconds from "
-        "the start) or a YAML file of {at, mix} steps"),
-    replay: Path | None = typer.Option(
-        None, help="JSONL of prompts to send instead of domain prompts: a string per line, "
-        "or {messages|prompt, segment?, max_tokens?, temperature?}"),
-    max_tokens: int = typer.Option(64, min=1, help="max_tokens per request"),
-    temperature: float = typer.Option(0.0, min=0.0, help="sampling temperature (0: greedy)"),
-    model: str | None = typer.Option(None, help="model name (default: the first one served)"),
-    seed: int = typer.Option(0, help="prompt draw and mix seed"),
-    timeout: float = typer.Option(300.0, help="seconds per request before it counts as failed"),
-    json_path: Path | None = typer.Option(None, "--json", help="write the summary here"),
-    per_request: bool = typer.Option(False, help="with --json: include every request"),
+    url: Annotated[str, typer.Option(
+        help="the deployment's base URL (the OpenAI API is at URL/v1)")] = "http://127.0.0.1:8000",
+    concurrency: Annotated[int, typer.Option(min=1, help="clients sending at once")] = 1,
+    rate: Annotated[float | None, typer.Option(
+        help="requests per second at most (default: as fast as the clients go)")] = None,
+    duration: Annotated[float | None, typer.Option(help="stop after this many seconds")] = None,
+    requests: Annotated[int | None, typer.Option(
+        help="stop after this many requests (default 20 when no --duration)")] = None,
+    mix: Annotated[str, typer.Option(
+        help="domain weights, e.g. support=0.7,coding=0.3 (domains: support, coding, "
+        "json/extraction)")] = "support=1",
+    schedule: Annotated[str | None, typer.Option(
+        help="mix over time, overrides --mix: '0:support=1;120:coding=1' (seconds from the start) "
+        "or a YAML file of {at, mix} steps")] = None,
+    replay: Annotated[Path | None, typer.Option(
+        help="JSONL of prompts to send instead of domain prompts: a string per line, or "
+        "{messages|prompt, segment?, max_tokens?, temperature?}")] = None,
+    max_tokens: Annotated[int, typer.Option(min=1, help="max_tokens per request")] = 64,
+    temperature: Annotated[float, typer.Option(
+        min=0.0, help="sampling temperature (0: greedy)")] = 0.0,
+    model: Annotated[str | None, typer.Option(
+        help="model name (default: the first one served)")] = None,
+    seed: Annotated[int, typer.Option(help="prompt draw and mix seed")] = 0,
+    timeout: Annotated[float, typer.Option(
+        help="seconds per request before it counts as failed")] = 300.0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the summary here")] = None,
+    per_request: Annotated[bool, typer.Option(help="with --json: include every request")] = False,
 ) -> None:
     """Send OpenAI API traffic of chosen domains to a deployment and summarise it."""
     from autospec.loadgen.client import Driver

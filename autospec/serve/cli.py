@@ -13,6 +13,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Annotated
 
 import typer
 
@@ -20,30 +21,34 @@ log = logging.getLogger(__name__)
 
 
 def serve(
-    target: str = typer.Option("smollm2-135m", help="target: a name, a model directory or .gguf"),
-    replicas: int = typer.Option(1, min=1, help="Serve replicas (each one decode thread)"),
-    max_ongoing_requests: int = typer.Option(
-        32, min=1, help="Ray Serve's limit of requests in flight per replica"),
-    max_pending_requests: int = typer.Option(
-        32, min=1, help="requests waiting or decoding per replica before a fast 503"),
-    host: str = typer.Option("127.0.0.1", help="HTTP host to bind"),
-    port: int = typer.Option(8000, min=1, max=65535, help="HTTP port"),
-    address: str | None = typer.Option(
-        None, help="join this Ray cluster (e.g. 'auto' or ray://host:10001); default: start "
-        "a local Ray"),
-    speculator_k: int = typer.Option(5, min=1, max=16, help="draft tokens per step"),
-    speculation: str = typer.Option(
-        "live", help="live: the live version (builtin-ngram until one is promoted); "
-        "off: target only"),
-    deployment: str = typer.Option("default", help="the live-pointer name to follow"),
-    dtype: str = typer.Option("auto", help="target dtype: auto, float32 or bfloat16"),
-    database_url: str | None = typer.Option(
-        None, help="traffic store (default: AUTOSPEC_DATABASE_URL or the data dir's SQLite)"),
-    log_traffic: bool = typer.Option(True, help="log every request to the traffic store"),
-    num_cpus: float = typer.Option(1.0, help="CPUs reserved per replica"),
-    num_gpus: float = typer.Option(0.0, help="GPUs per replica"),
-    startup_timeout: float = typer.Option(300.0, help="seconds to wait for the replicas"),
-    detach: bool = typer.Option(False, help="with --address: deploy and return"),
+    target: Annotated[str, typer.Option(
+        help="target: a name, a model directory or .gguf")] = "smollm2-135m",
+    replicas: Annotated[int, typer.Option(
+        min=1, help="Serve replicas (each one decode thread)")] = 1,
+    max_ongoing_requests: Annotated[int, typer.Option(
+        min=1, help="Ray Serve's limit of requests in flight per replica")] = 32,
+    max_pending_requests: Annotated[int, typer.Option(
+        min=1, help="requests waiting or decoding per replica before a fast 503")] = 32,
+    host: Annotated[str, typer.Option(help="HTTP host to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP port")] = 8000,
+    address: Annotated[str | None, typer.Option(
+        help="join this Ray cluster (e.g. 'auto' or ray://host:10001); default: start a local "
+        "Ray")] = None,
+    speculator_k: Annotated[int, typer.Option(min=1, max=16, help="draft tokens per step")] = 5,
+    speculation: Annotated[str, typer.Option(
+        help="live: the live version (builtin-ngram until one is promoted); off: target "
+        "only")] = "live",
+    deployment: Annotated[str, typer.Option(help="the live-pointer name to follow")] = "default",
+    dtype: Annotated[str, typer.Option(help="target dtype: auto, float32 or bfloat16")] = "auto",
+    database_url: Annotated[str | None, typer.Option(
+        help="traffic store (default: AUTOSPEC_DATABASE_URL or the data dir's SQLite)")] = None,
+    log_traffic: Annotated[bool, typer.Option(
+        help="log every request to the traffic store")] = True,
+    num_cpus: Annotated[float, typer.Option(help="CPUs reserved per replica")] = 1.0,
+    num_gpus: Annotated[float, typer.Option(help="GPUs per replica")] = 0.0,
+    startup_timeout: Annotated[float, typer.Option(
+        help="seconds to wait for the replicas")] = 300.0,
+    detach: Annotated[bool, typer.Option(help="with --address: deploy and return")] = False,
 ) -> None:
     """Serve the target with speculative decoding over an OpenAI-compatible HTTP API."""
     from pydantic import ValidationError

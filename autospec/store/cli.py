@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -25,7 +25,7 @@ db_app = typer.Typer(help="Create, migrate, inspect and purge the autospec datab
 out = Console()
 err = Console(stderr=True)
 
-UrlOption = typer.Option(None, "--url", help="database URL (default: AUTOSPEC_DATABASE_URL)")
+UrlOption = typer.Option("--url", help="database URL (default: AUTOSPEC_DATABASE_URL)")
 T = TypeVar("T")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -54,8 +54,8 @@ def _run(fn: Callable[[], T]) -> T:
 
 
 @db_app.command()
-def upgrade(url: str | None = UrlOption,
-            revision: str = typer.Option("head", help="target revision")) -> None:
+def upgrade(url: Annotated[str | None, UrlOption] = None,
+            revision: Annotated[str, typer.Option(help="target revision")] = "head") -> None:
     """Create or migrate the schema (a fresh database is created this way)."""
     from autospec.store import db, migrate
 
@@ -69,8 +69,8 @@ def upgrade(url: str | None = UrlOption,
 
 
 @db_app.command()
-def downgrade(revision: str = typer.Argument(..., help="target revision, or 'base' for empty"),
-              url: str | None = UrlOption) -> None:
+def downgrade(revision: Annotated[str, typer.Argument(help="target revision, or 'base' for empty")],
+              url: Annotated[str | None, UrlOption] = None) -> None:
     """Migrate the schema down to REVISION."""
     from autospec.store import db, migrate
 
@@ -99,8 +99,8 @@ def current_status(url: str | None) -> dict[str, Any]:
 
 
 @db_app.command()
-def current(url: str | None = UrlOption,
-            as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+def current(url: Annotated[str | None, UrlOption] = None,
+            as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Say which revision the database is at and which this code expects."""
     status = _run(lambda: current_status(url))
     if as_json:
@@ -114,12 +114,11 @@ def current(url: str | None = UrlOption,
 
 @db_app.command()
 def purge(
-    older_than: str = typer.Option(..., "--older-than", help="age, e.g. 30d, 12h, 2w"),
-    text_only: bool = typer.Option(
-        False, "--text-only", help="keep the rows' statistics, drop only text and token ids"
-    ),
-    url: str | None = UrlOption,
-    actor: str = typer.Option("cli", help="who purges (for the audit log)"),
+    older_than: Annotated[str, typer.Option("--older-than", help="age, e.g. 30d, 12h, 2w")],
+    text_only: Annotated[bool, typer.Option(
+        "--text-only", help="keep the rows' statistics, drop only text and token ids")] = False,
+    url: Annotated[str | None, UrlOption] = None,
+    actor: Annotated[str, typer.Option(help="who purges (for the audit log)")] = "cli",
 ) -> None:
     """Delete requests older than --older-than (retention)."""
     from autospec.store import db, migrate, queries, registry
