@@ -87,8 +87,8 @@ class SpeculativeEngine:
     def _steps(self, prompt_ids: list[int], params: SamplingParams,
                gen: Generation) -> Iterator[list[int]]:
         started = time.perf_counter()
-        rng = _generator(params)
         spec, target = self.speculator, self.target
+        rng = _generator(params, target.device)
         layers = spec.feature_layers if spec is not None else ()
         stats = RequestStats(prompt_tokens=len(prompt_ids))
         out_ids: list[int] = []
@@ -134,29 +134,35 @@ class SpeculativeEngine:
                 ) -> tuple[list[int], int, torch.Tensor | None]:
         """Accepted drafts, the recovered/bonus token, and the features of the positions
         that produced them; the cache keeps exactly the settled positions."""
-        start = cache.length
-        inp = torch.cat([torch.tensor([pending]), proposal.tokens])  # [k' + 1]
+        start, device = cache.length, self.target.device
+        # drafts arrive on the host; one copy puts them beside the logits they meet
+        inp = torch.cat([torch.tensor([pending]), proposal.tokens.cpu()]).to(device)  # [k' + 1]
+        drafts = inp[1:]  # [k'] on the target's device
         out = self.target.forward(inp, cache, feature_layers=layers,
                                   tree_parents=proposal.parents)
         if proposal.is_tree:
             path, nxt = greedy_tree_verify(proposal.tokens, proposal.parents, out.logits)
         elif params.greedy:
-            n, nxt = greedy_verify(proposal.tokens, out.logits)
+            n, nxt = greedy_verify(drafts, out.logits)
             path = list(range(n))
         else:
             p = probs_from_logits(out.logits, params)  # [k' + 1, vocab]
-            n, nxt = rejection_verify(proposal.tokens, proposal.probs, p, rng)
+            q = proposal.probs.to(device) if proposal.probs is not None else None
+            n, nxt = rejection_verify(drafts, q, p, rng)
             path = list(range(n))
         rows = [0, *(i + 1 for i in path)]  # input rows that produced the settled tokens
         cache.keep(start, rows)  # drop the rejected drafts from the target's cache
         feats = out.features[rows] if layers else None
-        return proposal.tokens[path].tolist(), nxt, feats
+        return proposal.tokens.cpu()[path].tolist(), nxt, feats
 
 
-def _generator(params: SamplingParams) -> torch.Generator | None:
+def _generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
+    """The request's random stream, on the device of the distributions it samples from
+    (``torch.multinomial`` on CUDA refuses a CPU generator); a fixed seed reproduces a
+    request on the same device."""
     if params.greedy:
         return None
-    rng = torch.Generator()
+    rng = torch.Generator(device=device)
     rng.manual_seed(params.seed if params.seed is not None else torch.seed())
     return rng
 
