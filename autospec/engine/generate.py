@@ -167,6 +167,9 @@ def _generator(params: SamplingParams, device: torch.device) -> torch.Generator 
     return rng
 
 
+_STOP_WINDOW = 32  # tokens of output decoded first for the stop check
+
+
 class _Stopper:
     """Cuts the settled tokens at EOS, max_new_tokens or a stop string."""
 
@@ -175,7 +178,7 @@ class _Stopper:
         self.eos = set() if params.ignore_eos else set(target.info.eos_token_ids)
         self.tokenizer = target.tokenizer
         self.reason = "length"
-        self._stop_at: int | None = None  # character offset of a stop string in the text
+        self.longest = max((len(s) for s in params.stop), default=0)
 
     def settle(self, so_far: list[int], new: list[int]) -> tuple[list[int], bool]:
         """The part of ``new`` to emit, and whether the request is finished."""
@@ -184,18 +187,31 @@ class _Stopper:
             if tok in self.eos:
                 self.reason = "stop"
                 return new[: i + 1], True
-            if self.params.stop and self._hits_stop(so_far + new[: i + 1]):
+            if self.params.stop and self._hits_stop(so_far, new[: i + 1]):
                 self.reason = "stop"
                 return new[: i + 1], True
         if len(new) >= room:
             return new[:room], True
         return new, False
 
-    def _hits_stop(self, ids: list[int]) -> bool:
+    def _hits_stop(self, so_far: list[int], new: list[int]) -> bool:
+        """Whether a stop string ends in the text of ``new[-1]``: the decoded tail of the
+        output must hold the longest stop string and the newest token's text, plus a few
+        characters for a multi-byte character cut at the tail's start. The tail starts at
+        ``_STOP_WINDOW`` tokens and doubles while it holds too little text (special tokens
+        decode to none), so the cost per token follows the stop strings' length."""
         if self.tokenizer is None:
             return False
-        tail = self.tokenizer.decode(ids[-32:], skip_special_tokens=True)
-        return any(s in tail for s in self.params.stop)
+        decode = self.tokenizer.decode
+        need = self.longest + len(decode(new[-1:], skip_special_tokens=True)) + 4
+        total, window = len(so_far) + len(new), _STOP_WINDOW
+        while True:
+            start = max(0, total - window)
+            ids = so_far[start:] + new if start < len(so_far) else new[start - len(so_far) :]
+            tail = decode(ids, skip_special_tokens=True)
+            if len(tail) >= need or start == 0:
+                return any(s in tail for s in self.params.stop)
+            window *= 2
 
     def text(self, ids: list[int]) -> str | None:
         if self.tokenizer is None:
