@@ -96,3 +96,26 @@ def test_simulated_accelerator_tiny_catches_what_cuda_refuses(target):
         assert (w + torch.tensor(2.0)).device == ACCEL  # a host scalar may meet it
         assert w[torch.tensor([0, 2])].device == ACCEL  # host indices may index it
         assert w.cpu().device != ACCEL and w.to(torch.device("cpu")).device != ACCEL
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "draft"])
+def test_training_step_tiny_random_init_is_device_clean(target, kind):
+    """A trainee on the accelerator gets its batches there (the feature cache is on the host)."""
+    from autospec.train.data import TrainSequence
+    from autospec.train.features import extract_features
+    from autospec.train.kinds import RECIPES, TraineeOptions
+
+    seqs = [TrainSequence(ids=[*PROMPT, 5 + i, 6, 7, 8, 9], prompt_len=len(PROMPT))
+            for i in range(4)]
+    spec = new_speculator(kind, target)
+    recipe = RECIPES[kind]
+    recipe.prepare(spec, seqs, target, None)
+    cache = extract_features(target, seqs, feature_layers=spec.feature_layers)
+    trainee = recipe.trainee(spec, TraineeOptions(ttt_steps=2, eos_ids=(63,)))
+    place(trainee)
+    try:
+        with SimulatedAccelerator() as sim:
+            loss, _, _ = trainee(**trainee.make_batch(cache, [0, 1, 2, 3]))
+    finally:
+        place(trainee, accel=False)
+    assert torch.isfinite(loss) and sim.checked_ops > 10
