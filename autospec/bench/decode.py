@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 
 from autospec.bench.progress import BenchProgress
 from autospec.bench.prompts import BENCH_PROMPTS
+from autospec.engine.clock import clock
 from autospec.engine.costs import verify_cost
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.reference import OracleSpeculator
@@ -47,12 +47,12 @@ def hf_generate(target: Target, prompts: list[list[int]], max_new: int,
     outputs, total_tokens, total_s = [], 0, 0.0
     for ids in prompts:
         inp = torch.tensor([ids], device=target.device)
-        started = time.perf_counter()
+        started = clock(target.device)
         with torch.inference_mode():
             out = target.model.generate(inp, attention_mask=torch.ones_like(inp),
                                         max_new_tokens=max_new, do_sample=False,
                                         pad_token_id=target.info.eos_token_ids[0], **kwargs)
-        total_s += time.perf_counter() - started
+        total_s += clock(target.device) - started
         new = out[0, len(ids):].tolist()
         outputs.append(new)
         total_tokens += len(new)

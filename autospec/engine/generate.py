@@ -87,8 +87,8 @@ class SpeculativeEngine:
     def _steps(self, prompt_ids: list[int], params: SamplingParams,
                gen: Generation) -> Iterator[list[int]]:
         started = time.perf_counter()
-        rng = _generator(params)
         spec, target = self.speculator, self.target
+        rng = _generator(params, target.device)
         layers = spec.feature_layers if spec is not None else ()
         stats = RequestStats(prompt_tokens=len(prompt_ids))
         out_ids: list[int] = []
@@ -134,31 +134,40 @@ class SpeculativeEngine:
                 ) -> tuple[list[int], int, torch.Tensor | None]:
         """Accepted drafts, the recovered/bonus token, and the features of the positions
         that produced them; the cache keeps exactly the settled positions."""
-        start = cache.length
-        inp = torch.cat([torch.tensor([pending]), proposal.tokens])  # [k' + 1]
+        start, device = cache.length, self.target.device
+        # drafts arrive on the host; one copy puts them beside the logits they meet
+        inp = torch.cat([torch.tensor([pending]), proposal.tokens.cpu()]).to(device)  # [k' + 1]
+        drafts = inp[1:]  # [k'] on the target's device
         out = self.target.forward(inp, cache, feature_layers=layers,
                                   tree_parents=proposal.parents)
         if proposal.is_tree:
             path, nxt = greedy_tree_verify(proposal.tokens, proposal.parents, out.logits)
         elif params.greedy:
-            n, nxt = greedy_verify(proposal.tokens, out.logits)
+            n, nxt = greedy_verify(drafts, out.logits)
             path = list(range(n))
         else:
             p = probs_from_logits(out.logits, params)  # [k' + 1, vocab]
-            n, nxt = rejection_verify(proposal.tokens, proposal.probs, p, rng)
+            q = proposal.probs.to(device) if proposal.probs is not None else None
+            n, nxt = rejection_verify(drafts, q, p, rng)
             path = list(range(n))
         rows = [0, *(i + 1 for i in path)]  # input rows that produced the settled tokens
         cache.keep(start, rows)  # drop the rejected drafts from the target's cache
         feats = out.features[rows] if layers else None
-        return proposal.tokens[path].tolist(), nxt, feats
+        return proposal.tokens.cpu()[path].tolist(), nxt, feats
 
 
-def _generator(params: SamplingParams) -> torch.Generator | None:
+def _generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
+    """The request's random stream, on the device of the distributions it samples from
+    (``torch.multinomial`` on CUDA refuses a CPU generator); a fixed seed reproduces a
+    request on the same device."""
     if params.greedy:
         return None
-    rng = torch.Generator()
+    rng = torch.Generator(device=device)
     rng.manual_seed(params.seed if params.seed is not None else torch.seed())
     return rng
+
+
+_STOP_WINDOW = 32  # tokens of output decoded first for the stop check
 
 
 class _Stopper:
@@ -169,7 +178,7 @@ class _Stopper:
         self.eos = set() if params.ignore_eos else set(target.info.eos_token_ids)
         self.tokenizer = target.tokenizer
         self.reason = "length"
-        self._stop_at: int | None = None  # character offset of a stop string in the text
+        self.longest = max((len(s) for s in params.stop), default=0)
 
     def settle(self, so_far: list[int], new: list[int]) -> tuple[list[int], bool]:
         """The part of ``new`` to emit, and whether the request is finished."""
@@ -178,18 +187,31 @@ class _Stopper:
             if tok in self.eos:
                 self.reason = "stop"
                 return new[: i + 1], True
-            if self.params.stop and self._hits_stop(so_far + new[: i + 1]):
+            if self.params.stop and self._hits_stop(so_far, new[: i + 1]):
                 self.reason = "stop"
                 return new[: i + 1], True
         if len(new) >= room:
             return new[:room], True
         return new, False
 
-    def _hits_stop(self, ids: list[int]) -> bool:
+    def _hits_stop(self, so_far: list[int], new: list[int]) -> bool:
+        """Whether a stop string ends in the text of ``new[-1]``: the decoded tail of the
+        output must hold the longest stop string and the newest token's text, plus a few
+        characters for a multi-byte character cut at the tail's start. The tail starts at
+        ``_STOP_WINDOW`` tokens and doubles while it holds too little text (special tokens
+        decode to none), so the cost per token follows the stop strings' length."""
         if self.tokenizer is None:
             return False
-        tail = self.tokenizer.decode(ids[-32:], skip_special_tokens=True)
-        return any(s in tail for s in self.params.stop)
+        decode = self.tokenizer.decode
+        need = self.longest + len(decode(new[-1:], skip_special_tokens=True)) + 4
+        total, window = len(so_far) + len(new), _STOP_WINDOW
+        while True:
+            start = max(0, total - window)
+            ids = so_far[start:] + new if start < len(so_far) else new[start - len(so_far) :]
+            tail = decode(ids, skip_special_tokens=True)
+            if len(tail) >= need or start == 0:
+                return any(s in tail for s in self.params.stop)
+            window *= 2
 
     def text(self, ids: list[int]) -> str | None:
         if self.tokenizer is None:

@@ -29,6 +29,12 @@ Protocol of one request (the engine's decode loop drives it):
    the target agrees with is accepted. A sampled request always gets a chain.
 
 Steps 2 and 3 alternate until the request ends.
+
+Devices: token ids cross this interface on the host (``prompt_ids``, ``tokens`` and
+``Proposal.tokens`` / ``parents`` are CPU tensors: both sides read them as ids);
+``features`` are on the target's device; ``Proposal.probs`` may be on the speculator's
+device, and ``generator`` is on the target's. The engine moves the drafts and ``probs`` to
+the target's device once per step; a speculator moves what it keeps to its own device.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ class Proposal:
     branch is deeper than the ``k`` asked for, and ``probs`` is None (greedy only).
     """
 
-    tokens: torch.Tensor  # [k'] int64 (k' may be 0; k' <= k for a chain)
+    tokens: torch.Tensor  # [k'] int64 on the host (k' may be 0; k' <= k for a chain)
     probs: torch.Tensor | None  # [k', vocab] float32 over the target vocabulary, or None (one-hot)
     parents: torch.Tensor | None = None  # [k'] int64 for a tree, None for a chain
 

@@ -53,6 +53,8 @@ class RandomSpeculator(Speculator):
 
     def propose(self, k: int, sampling: SamplingParams,
                 generator: torch.Generator | None) -> Proposal:
-        probs = self.q.expand(k, -1).contiguous()  # [k, vocab]
+        # drawn where the request's generator lives (the target's device); ids to the host
+        device = generator.device if generator is not None else self.q.device
+        probs = self.q.to(device).expand(k, -1).contiguous()  # [k, vocab]
         tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        return Proposal(tokens=tokens, probs=probs)
+        return Proposal(tokens=tokens.cpu(), probs=probs)

@@ -32,6 +32,7 @@ def greedy_verify(draft: torch.Tensor, target_logits: torch.Tensor) -> tuple[int
     target_logits:  # [k + 1, vocab]
     """
     assert draft.dim() == 1 and target_logits.dim() == 2
+    assert draft.device == target_logits.device, "draft and logits must be on one device"
     k = draft.shape[0]
     assert target_logits.shape[0] == k + 1, "need one distribution per draft plus the bonus"
     choice = target_logits.argmax(-1)  # [k + 1]
@@ -52,15 +53,18 @@ def rejection_verify(
     target_probs: # [k + 1, vocab] p, shaped by the same sampling params as q
     """
     assert draft.dim() == 1 and target_probs.dim() == 2
+    device = target_probs.device
+    assert draft.device == device, "draft and target probs must be on one device"
     k = draft.shape[0]
     assert target_probs.shape[0] == k + 1
     if draft_probs is None:
         draft_probs = torch.nn.functional.one_hot(draft, target_probs.shape[-1]).float()
     assert draft_probs.shape == (k, target_probs.shape[-1])
-    positions = torch.arange(k)
+    assert draft_probs.device == device, "draft and target probs must be on one device"
+    positions = torch.arange(k, device=device)
     p_x = target_probs[positions, draft]  # [k]
     q_x = draft_probs[positions, draft]  # [k], > 0 since x was drawn from q
-    u = torch.rand(k, generator=generator)
+    u = torch.rand(k, generator=generator, device=device)
     # accept x with probability min(1, p/q): u < p/q, i.e. u*q < p (q <= p: always)
     accepted = u * q_x < p_x  # [k]
     num_accepted = int(torch.cumprod(accepted, dim=0).sum()) if k else 0

@@ -21,12 +21,12 @@ Knows nothing of the store: it takes token ids and sampling settings.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from autospec.engine.clock import clock
 from autospec.engine.protocol import Proposal, Speculator
 from autospec.engine.sampling import SamplingParams, probs_from_logits
 from autospec.engine.target import Target
@@ -97,8 +97,10 @@ def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, 
     logits, feats = tf if tf is not None else teacher_forced(target, req, spec.feature_layers)
     probs = None if params.greedy else probs_from_logits(logits, params)  # [n_out, vocab]
     stats = ReplayStats()
-    rng = None if params.greedy else torch.Generator().manual_seed(params.seed or 0)
-    started = time.perf_counter()
+    device = _device(spec, logits, feats)
+    # the live loop's generator lives on the target's device: so does replay's
+    rng = None if params.greedy else torch.Generator(device=device).manual_seed(params.seed or 0)
+    started = clock(device)  # the speculator's kernels are timed to their end, not launch
     spec.begin(torch.tensor(req.prompt_ids), feats[:n_prompt] if feats is not None else None)
     pos, new = 0, 1  # `new` tokens out[pos:pos + new] were settled by the last step
     while pos + new < len(out):
@@ -106,7 +108,7 @@ def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, 
         pos += new
         k_eff = min(k, params.max_new_tokens - pos - 1)
         proposal = spec.propose(k_eff, params, rng) if k_eff > 0 else None
-        stats.draft_s += time.perf_counter() - started
+        stats.draft_s += clock(device) - started
         if proposal is None or proposal.num_tokens == 0:
             chain: list[float] = []
         elif probs is None:
@@ -118,8 +120,17 @@ def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, 
         else:
             stats.observe(proposal.num_tokens, chain, proposal.depth)
         new = 1 + (int(sum(chain)) if probs is None else round(sum(chain)))
-        started = time.perf_counter()
+        started = clock(device)
     return stats
+
+
+def _device(spec: Speculator, logits: torch.Tensor | None,
+            feats: torch.Tensor | None) -> torch.device:
+    """Where the replay's tensors and the speculator's kernels live."""
+    for t in (logits, feats):
+        if t is not None:
+            return t.device
+    return torch.device(getattr(spec, "device", "cpu"))
 
 
 def _commit(spec: Speculator, out: list[int], pos: int, new: int,
@@ -136,10 +147,11 @@ def _greedy_chain(proposal: Proposal, logged: list[int]) -> list[float]:
     drafts = proposal.tokens
     if proposal.parents is not None:
         depths = [0, *proposal.depths()]  # of each verify row: the pending token, each draft
-        choice = torch.tensor([logged[d] if d < len(logged) else -1 for d in depths])
+        choice = torch.tensor([logged[d] if d < len(logged) else -1 for d in depths],
+                              device=drafts.device)
         return [1.0] * len(accept_tree(drafts, proposal.parents, choice))
     n = min(drafts.shape[0], len(logged))
-    match = drafts[:n] == torch.tensor(logged[:n], dtype=torch.long)
+    match = drafts[:n] == torch.tensor(logged[:n], dtype=torch.long, device=drafts.device)
     accepted = int(torch.cumprod(match, dim=0).sum()) if n else 0
     return [1.0] * accepted
 
@@ -151,7 +163,7 @@ def _expected_chain(proposal, p: torch.Tensor) -> list[float]:
         return []
     q = proposal.probs
     if q is None:  # deterministic proposer: q is one-hot, min(p, q) = p(draft)
-        alpha = p[torch.arange(n), proposal.tokens[:n]]
+        alpha = p[torch.arange(n, device=p.device), proposal.tokens[:n].to(p.device)]
     else:
         alpha = torch.minimum(p[:n], q[:n].to(p.device)).sum(-1)
     return torch.cumprod(alpha.clamp(0.0, 1.0), dim=0).tolist()

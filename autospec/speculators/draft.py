@@ -71,7 +71,7 @@ class DraftSpeculator(SavableSpeculator):
             model = LlamaForCausalLM(llama_config(config))
         if config.share_target_embeddings:
             _share_embeddings(model, target)
-        self.model = model.to(device=target.device, dtype=target.dtype).eval()
+        self.model = _cast(model, target.device, target.dtype).eval()
         self.device = target.device
         self._reset(torch.empty(0, dtype=torch.long))
 
@@ -158,6 +158,17 @@ def _share_embeddings(model: LlamaForCausalLM, target: Target) -> None:
     head.requires_grad_(False)
     model.model.embed_tokens.weight = embed
     model.lm_head.weight = head
+
+
+def _cast(model: LlamaForCausalLM, device: torch.device, dtype: torch.dtype) -> LlamaForCausalLM:
+    """``model`` on ``device`` in ``dtype``, its RoPE frequencies left in float32 (as a
+    model loaded in bfloat16 has them; a cast would round them, ~0.4 rad at position 2000)."""
+    rope = {name: m.inv_freq.clone() for name, m in model.named_modules()
+            if isinstance(getattr(m, "inv_freq", None), torch.Tensor)}
+    model.to(device=device, dtype=dtype)
+    for name, inv_freq in rope.items():
+        model.get_submodule(name).inv_freq = inv_freq.to(device)
+    return model
 
 
 def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:

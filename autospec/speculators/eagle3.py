@@ -133,7 +133,20 @@ class Eagle3Layer(nn.Module):
         self.up_proj = nn.Linear(h, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, h, bias=False)
         inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, hd, 2).float() / hd))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._inv_freq32 = inv_freq  # the float32 values, whatever the module is cast to
+        self.register_buffer("inv_freq", inv_freq.clone(), persistent=False)
+
+    def _apply(self, fn, recurse: bool = True):
+        """Casts (``.to(torch.bfloat16)``, ``.half()``) leave the RoPE frequencies in
+        float32; moves move them: in bfloat16 the angles at position 2000 would be off by
+        ~0.4 rad from training's in float32."""
+        super()._apply(fn, recurse)
+        self.inv_freq = self._inv_freq32.to(self.inv_freq.device)
+        return self
+
+    def angles(self, positions: torch.Tensor) -> torch.Tensor:
+        """RoPE angles ``[T, head_dim / 2]`` of ``positions`` (``[T]``), in float32."""
+        return positions.float()[:, None] * self.inv_freq[None, :]
 
     def qkv(self, hidden: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor):
         """Queries, keys, values (``[B, heads, T, head_dim]``) of pairs at ``positions`` ([T])."""
@@ -143,7 +156,7 @@ class Eagle3Layer(nn.Module):
         q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # [T, head_dim / 2]
+        freqs = self.angles(positions)  # [T, head_dim / 2], float32 whatever the head's dtype
         emb = torch.cat([freqs, freqs], dim=-1)
         cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v

@@ -47,6 +47,11 @@ def _pad_stack(rows: list[torch.Tensor], width: int, value: float = 0) -> torch.
     return out
 
 
+def _on(device: torch.device, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A batch built on the host (from the feature cache), moved to the trainee's device."""
+    return {name: t.to(device) for name, t in batch.items()}
+
+
 def _output_mask(cache: FeatureCache, i: int, n: int, eos: torch.Tensor) -> torch.Tensor:
     """Bool ``[n]``: position ``t`` predicts an output token, from a context not ending in EOS."""
     seq = cache.ids[cache.span(i)]
@@ -83,10 +88,11 @@ class Eagle3Trainee(nn.Module):
             valid.append(mask)
         width = max(f.shape[0] for f in feats)
         dtype = self.head.fc.weight.dtype
-        return {"features": _pad_stack(feats, width).to(dtype), "next_ids": _pad_stack(nxt, width),
-                "top_ids": _pad_stack(top_ids, width),
-                "top_logprobs": _pad_stack(top_lp, width, -1e4),
-                "valid": _pad_stack(valid, width, False)}
+        return _on(self.head.fc.weight.device, {
+            "features": _pad_stack(feats, width).to(dtype), "next_ids": _pad_stack(nxt, width),
+            "top_ids": _pad_stack(top_ids, width),
+            "top_logprobs": _pad_stack(top_lp, width, -1e4),
+            "valid": _pad_stack(valid, width, False)})
 
     def forward(self, features: torch.Tensor, next_ids: torch.Tensor, top_ids: torch.Tensor,
                 top_logprobs: torch.Tensor, valid: torch.Tensor):
@@ -161,11 +167,12 @@ class DraftTrainee(nn.Module):
             valid.append(_output_mask(cache, i, n, self.eos.cpu()))
         width = max(x.shape[0] for x in ids)
         lengths = torch.tensor([x.shape[0] for x in ids])
-        return {"input_ids": _pad_stack(ids, width),
-                "attention_mask": (torch.arange(width)[None, :] < lengths[:, None]).long(),
-                "top_ids": _pad_stack(top_ids, width),
-                "top_logprobs": _pad_stack(top_lp, width, -1e4),
-                "valid": _pad_stack(valid, width, False)}
+        return _on(self.model.lm_head.weight.device, {
+            "input_ids": _pad_stack(ids, width),
+            "attention_mask": (torch.arange(width)[None, :] < lengths[:, None]).long(),
+            "top_ids": _pad_stack(top_ids, width),
+            "top_logprobs": _pad_stack(top_lp, width, -1e4),
+            "valid": _pad_stack(valid, width, False)})
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 top_ids: torch.Tensor, top_logprobs: torch.Tensor, valid: torch.Tensor):
