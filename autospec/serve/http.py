@@ -11,7 +11,8 @@ included) names the replica in ``x-autospec-replica`` when :func:`make_app` is g
 (``id=<Serve replica id>; app=<application>; node=<Ray node id>; host=<hostname>``; see
 :func:`autospec.serve.app.replica_identity`). Request headers: ``x-autospec-segment`` labels the
 request for per-segment evaluation (default: the route, ``completions`` or ``chat``);
-``x-autospec-log: off`` keeps the request's statistics but no text or token ids.
+``x-autospec-log: off`` keeps the request's statistics but nothing the client wrote (no
+text, ids, stop strings, seed or segment label; see :mod:`autospec.store.privacy`).
 
 Bodies are read here, not by FastAPI, so that every bad input gets a small 4xx in the OpenAI
 error shape: an oversized body (413), invalid UTF-8, malformed JSON, NaN/Infinity, a
