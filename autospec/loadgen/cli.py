@@ -41,6 +41,10 @@ def loadgen(
     model: str | None = typer.Option(None, help="model name (default: the first one served)"),
     seed: int = typer.Option(0, help="prompt draw and mix seed"),
     timeout: float = typer.Option(300.0, help="seconds per request before it counts as failed"),
+    api_key: str | None = typer.Option(
+        None, envvar="AUTOSPEC_API_KEY", show_envvar=True, show_default=False,
+        help="the deployment's API key, sent as 'Authorization: Bearer' (default: env "
+        "AUTOSPEC_API_KEY)"),
     json_path: Path | None = typer.Option(None, "--json", help="write the summary here"),
     per_request: bool = typer.Option(False, help="with --json: include every request"),
 ) -> None:
@@ -62,7 +66,7 @@ def loadgen(
     except (MixError, SourceError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     driver = Driver(url, model=model, max_tokens=max_tokens, temperature=temperature,
-                    timeout_s=timeout)
+                    timeout_s=timeout, api_key=api_key)
     _check_reachable(driver)
     what = f"replay of {replay}" if replay else plan.describe()
     typer.echo(f"loadgen → {driver.url} ({driver.model}): {what}; concurrency {concurrency}, "

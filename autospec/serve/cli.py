@@ -44,6 +44,12 @@ def serve(
     num_gpus: float = typer.Option(0.0, help="GPUs per replica"),
     startup_timeout: float = typer.Option(300.0, help="seconds to wait for the replicas"),
     detach: bool = typer.Option(False, help="with --address: deploy and return"),
+    api_key: str | None = typer.Option(
+        None, envvar="AUTOSPEC_API_KEY", show_envvar=True, show_default=False,
+        help="require 'Authorization: Bearer <key>' on every route but /health and /metrics "
+        "(default: env AUTOSPEC_API_KEY; none: no authentication)"),
+    docs: bool = typer.Option(
+        False, help="serve the interactive API docs at /docs (Swagger UI loads from a CDN)"),
 ) -> None:
     """Serve the target with speculative decoding over an OpenAI-compatible HTTP API."""
     from pydantic import ValidationError
@@ -61,7 +67,7 @@ def serve(
             max_pending_requests=max_pending_requests, speculator_k=speculator_k,
             speculation=speculation, deployment=deployment, dtype=dtype,  # type: ignore[arg-type]
             database_url=None, log_traffic=log_traffic, ray_actor_options=actor_options,
-            startup_timeout_s=startup_timeout)
+            startup_timeout_s=startup_timeout, api_key=api_key or None, docs=docs)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from None
     config = config.model_copy(update={"database_url": _prepare_database(database_url)})
