@@ -4,6 +4,7 @@ runtime-env agents, workers) end with it. A real local Ray on the tiny random-in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -68,7 +69,5 @@ def test_a_signal_to_autospec_serve_leaves_no_process_behind_tiny(
         assert not left, f"still running after {sig.name}: {left}"
     finally:
         for p in [*children, psutil.Process(proc.pid)] if proc.poll() is None else children:
-            try:
+            with contextlib.suppress(psutil.Error):
                 p.kill()  # only the processes this test started
-            except psutil.Error:
-                pass
