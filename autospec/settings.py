@@ -7,6 +7,7 @@
 | ``AUTOSPEC_ARTIFACT_DIR`` | ``<data dir>/artifacts`` |
 | ``AUTOSPEC_SPILL_DIR`` | ``<data dir>/spill`` (traffic rows waiting for the database) |
 | ``AUTOSPEC_CACHE_DIR`` | ``$XDG_CACHE_HOME/autospec``, else ``~/.cache/autospec`` |
+| ``AUTOSPEC_API_KEY`` | none (no authentication); the Bearer key ``autospec serve`` requires |
 
 The cache holds only what can be derived again (a GGUF target dequantized to
 safetensors); it is machine-wide, like Hugging Face's, so every data directory shares it.
@@ -18,7 +19,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -47,6 +48,10 @@ class Settings(BaseSettings):
         description="where the traffic writer spills rows while the database is unreachable",
     )
 
+    api_key: SecretStr | None = Field(
+        default=None, description="API key the serving application requires (Bearer); "
+        "clients of this package send it")
+
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'autospec.db'}"
@@ -58,6 +63,13 @@ class Settings(BaseSettings):
     @property
     def resolved_spill_dir(self) -> Path:
         return self.spill_dir or self.data_dir / "spill"
+
+
+def api_key() -> str | None:
+    """``AUTOSPEC_API_KEY`` in clear, or None when unset or empty (what clients send and
+    what the applications ``demo`` and ``bench serve`` deploy require)."""
+    key = get_settings().api_key
+    return (key.get_secret_value() or None) if key is not None else None
 
 
 @lru_cache(maxsize=1)

@@ -38,6 +38,7 @@ from rich.table import Table
 
 from autospec.bench.progress import BenchProgress
 from autospec.bench.prompts import BENCH_PROMPTS
+from autospec.settings import api_key
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ def _batch(url: str, bodies: list[dict[str, Any]], concurrency: int) -> tuple[li
     def send(body: dict[str, Any]) -> float:
         if not hasattr(local, "session"):
             local.session = requests.Session()
+            key = api_key()
+            if key is not None:
+                local.session.headers["Authorization"] = f"Bearer {key}"
         return _one(local.session, url, body)
 
     started = time.perf_counter()
@@ -124,6 +128,7 @@ def _deploy(target: str, data_dir: Path, k: int) -> dict[str, str]:
         route = name.replace("+", "-")
         app = build_app({"target": target, "database_url": url, "speculator_k": k,
                          "ray_actor_options": {"num_cpus": 1, "runtime_env": {"env_vars": env}},
+                         "api_key": api_key(),  # AUTOSPEC_API_KEY; _one sends it
                          **overrides})
         serve.run(app, name=route, route_prefix=f"/{route}")
         urls[name] = f"http://127.0.0.1:{port}/{route}"

@@ -49,6 +49,7 @@ from autospec.demo.plan import DemoPlan, demo_policy, drift_requests
 from autospec.loadgen.client import Driver, Result
 from autospec.loadgen.runner import tau as tau_of
 from autospec.loadgen.source import DomainSource, Prompt
+from autospec.settings import api_key
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,8 @@ class Demo:
         common = {"target": self.target_spec, "dtype": self.dtype, "model_name": "demo",
                   "database_url": self.db_url, "speculator_k": self.plan.k,
                   "deployment": DEPLOYMENT, "poll_interval_s": 0.5,
-                  "ray_actor_options": {"num_cpus": 1, "runtime_env": {"env_vars": env}}}
+                  "ray_actor_options": {"num_cpus": 1, "runtime_env": {"env_vars": env}},
+                  "api_key": api_key()}  # AUTOSPEC_API_KEY: the Drivers below send it
         self.base_url = f"http://127.0.0.1:{port}"
         for name, extra in (("live", {}), ("target", {"speculation": "off",
                                                      "log_traffic": False})):

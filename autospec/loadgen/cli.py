@@ -45,6 +45,10 @@ def loadgen(
     seed: Annotated[int, typer.Option(help="prompt draw and mix seed")] = 0,
     timeout: Annotated[float, typer.Option(
         help="seconds per request before it counts as failed")] = 300.0,
+    api_key: Annotated[str | None, typer.Option(
+        envvar="AUTOSPEC_API_KEY", show_envvar=True, show_default=False,
+        help="the deployment's API key, sent as 'Authorization: Bearer' (default: env "
+        "AUTOSPEC_API_KEY)")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the summary here")] = None,
     per_request: Annotated[bool, typer.Option(help="with --json: include every request")] = False,
 ) -> None:
@@ -66,7 +70,7 @@ def loadgen(
     except (MixError, SourceError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     driver = Driver(url, model=model, max_tokens=max_tokens, temperature=temperature,
-                    timeout_s=timeout)
+                    timeout_s=timeout, api_key=api_key)
     _check_reachable(driver)
     what = f"replay of {replay}" if replay else plan.describe()
     typer.echo(f"loadgen → {driver.url} ({driver.model}): {what}; concurrency {concurrency}, "

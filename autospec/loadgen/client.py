@@ -5,7 +5,8 @@ every failure is counted) and turns a :class:`~autospec.loadgen.source.Prompt` i
 chat or completion request with the ``x-autospec-segment`` header. It returns a
 :class:`Result`: latency, tokens, and the acceptance statistics the server put in the
 response's ``autospec`` object (``version``, ``num_drafts``, ``num_accepted_tokens``...),
-with the version also read from the ``x-autospec-speculator`` header and the replica that
+It sends ``api_key`` (default ``AUTOSPEC_API_KEY``) as the Bearer token. The version is also
+read from the ``x-autospec-speculator`` header and the replica that
 answered from ``x-autospec-replica``. Errors are returned
 as results (``ok=False``), never raised.
 """
@@ -55,11 +56,15 @@ class Driver:
 
     def __init__(self, url: str, *, model: str | None = None, max_tokens: int = 64,
                  temperature: float = 0.0, timeout_s: float = 300.0,
-                 api_key: str = "unused", keep_text: bool = False) -> None:
+                 api_key: str | None = None, keep_text: bool = False) -> None:
         from openai import OpenAI
 
+        from autospec.settings import api_key as configured_key
+
         self.url = url.rstrip("/")
-        self.client = OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0,
+        # the key the server requires (AUTOSPEC_API_KEY by default); the client needs one
+        key = api_key or configured_key() or "unused"
+        self.client = OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0,
                              timeout=timeout_s)
         self.max_tokens, self.temperature, self.keep_text = max_tokens, temperature, keep_text
         self._model = model

@@ -93,4 +93,4 @@ def build_app(args: dict[str, Any] | ServeConfig | None = None) -> Application:
         health_check_period_s=cfg.health_check_period_s,
         health_check_timeout_s=max(30.0, cfg.health_check_period_s * 2),
     )
-    return deployment.bind(cfg.model_dump(mode="json"))
+    return deployment.bind(cfg.to_args())

@@ -1,20 +1,26 @@
 """``autospec serve``: start (or join) Ray, deploy the serving application, print its URL.
 
-By default a local Ray is started in this process and the command blocks until Ctrl-C,
-then shuts the application down. With ``--address`` it joins an existing cluster; add
+By default a new local Ray is started in this process (never one found on the machine) and
+the command blocks until Ctrl-C, SIGINT or SIGTERM, then shuts down Serve, that Ray and
+every process it started: Ray's dashboard and runtime-env agents ignore SIGTERM and would
+outlive ``ray.shutdown()``, so what is still running of the processes below this one is
+terminated, then killed. A signal during start-up does the same. With ``--address`` it joins
+an existing cluster, and on a signal deletes only its application and disconnects; add
 ``--detach`` to deploy and return, leaving the application running there. Start-up is
 bounded (``--startup-timeout``): replicas that are not ready in time fail the command.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Annotated
 
+import psutil
 import typer
 
 log = logging.getLogger(__name__)
@@ -49,6 +55,12 @@ def serve(
     startup_timeout: Annotated[float, typer.Option(
         help="seconds to wait for the replicas")] = 300.0,
     detach: Annotated[bool, typer.Option(help="with --address: deploy and return")] = False,
+    api_key: Annotated[str | None, typer.Option(
+        envvar="AUTOSPEC_API_KEY", show_envvar=True, show_default=False,
+        help="require 'Authorization: Bearer <key>' on every route but /health and /metrics "
+        "(default: env AUTOSPEC_API_KEY; none: no authentication)")] = None,
+    docs: Annotated[bool, typer.Option(
+        help="serve the interactive API docs at /docs (Swagger UI loads from a CDN)")] = False,
 ) -> None:
     """Serve the target with speculative decoding over an OpenAI-compatible HTTP API."""
     from pydantic import ValidationError
@@ -66,16 +78,23 @@ def serve(
             max_pending_requests=max_pending_requests, speculator_k=speculator_k,
             speculation=speculation, deployment=deployment, dtype=dtype,  # type: ignore[arg-type]
             database_url=None, log_traffic=log_traffic, ray_actor_options=actor_options,
-            startup_timeout_s=startup_timeout)
+            startup_timeout_s=startup_timeout, api_key=api_key or None, docs=docs)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from None
     config = config.model_copy(update={"database_url": _prepare_database(database_url)})
-    endpoint = deploy(config, host=host, port=port, address=address)
-    typer.echo(f"autospec is serving {target} at {endpoint}  (OpenAI API: {endpoint}/v1)")
-    if detach:
-        return
-    typer.echo("Ctrl-C to stop.")
-    _wait_for_interrupt()
+    _signals_interrupt()  # SIGTERM as Ctrl-C, from here on: start-up included
+    try:
+        endpoint = deploy(config, host=host, port=port, address=address)
+        typer.echo(f"autospec is serving {target} at {endpoint}  (OpenAI API: {endpoint}/v1)")
+        if detach:
+            return
+        typer.echo("Ctrl-C to stop.")
+        _wait_for_interrupt()
+    except KeyboardInterrupt:
+        typer.echo("stopping...")
+    finally:
+        if not detach:
+            shut_down(local=address is None)
 
 
 def _prepare_database(database_url: str | None) -> str:
@@ -96,8 +115,10 @@ def deploy(config, *, host: str, port: int, address: str | None) -> str:  # type
 
     from autospec.serve.app import APP_NAME, build_app
 
-    ray.init(address=address, namespace="autospec", ignore_reinit_error=True,
+    # address None: "local" starts a new Ray (None would join one found on the machine)
+    ray.init(address=address or "local", namespace="autospec", ignore_reinit_error=True,
              include_dashboard=False)
+    _signals_interrupt()  # ray.init installs its own SIGTERM handler (sys.exit): ours again
     serve.start(http_options={"host": host, "port": port})
     with ThreadPoolExecutor(max_workers=1) as pool:
         future = pool.submit(serve.run, build_app(config), name=APP_NAME, route_prefix="/")
@@ -114,15 +135,59 @@ def _startup_failed(timeout: float) -> int:
     return 1
 
 
+def _signals_interrupt() -> None:
+    """SIGTERM raises KeyboardInterrupt in the main thread, as SIGINT does."""
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
+
+
 def _wait_for_interrupt() -> None:
+    stop = threading.Event()
+    while not stop.wait(3600):
+        pass
+
+
+def shut_down(*, local: bool, grace_s: float = 10.0) -> None:
+    """Stop what ``serve`` started: with a local Ray, Serve, Ray and every process below this
+    one; joined to a cluster, only the application (other applications keep running)."""
+    import ray
     from ray import serve
 
-    stop = threading.Event()
+    from autospec.serve.app import APP_NAME
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut this short
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    started = _descendants() if local else []
     try:
-        while not stop.wait(3600):
-            pass
-    except KeyboardInterrupt:
-        typer.echo("stopping...")
+        if ray.is_initialized() and local:
+            serve.shutdown()
+        elif ray.is_initialized():
+            serve.delete(APP_NAME)
+    except Exception as exc:  # Ray goes down below all the same
+        log.warning("Serve did not shut down cleanly: %s", exc)
     finally:
-        serve.shutdown()
-        time.sleep(0.1)
+        ray.shutdown()
+        _reap(started, grace_s)
+
+
+def _descendants() -> list[psutil.Process]:
+    return psutil.Process().children(recursive=True)
+
+
+def _reap(processes: list[psutil.Process], grace_s: float) -> None:
+    """Terminate, then kill, those of ``processes`` still running (psutil checks each is
+    still the process it was, so a reused pid is never signalled)."""
+    alive = [p for p in processes if p.is_running()]
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(alive, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            log.warning("killing %s (pid %d): it ignored SIGTERM", p.name(), p.pid)
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 # the version name served while no version is live (the training-free n-gram speculator);
 # defined with the shared version resolver so evaluation and serving agree on it
@@ -55,9 +55,22 @@ class ServeConfig(BaseModel):
     ray_actor_options: dict[str, Any] = Field(
         default_factory=lambda: {"num_cpus": 1.0},
         description="Ray options per replica (num_cpus, num_gpus, runtime_env)")
+    api_key: SecretStr | None = Field(
+        None, description="clients must send 'Authorization: Bearer <key>' (default: "
+        "AUTOSPEC_API_KEY in the replica's environment; neither: no authentication)")
+    docs: bool = Field(
+        False, description="serve the interactive API docs at /docs (Swagger UI, which "
+        "loads its scripts from a CDN); /openapi.json is served either way")
     health_check_period_s: float = Field(5.0, gt=0, description="Ray Serve health checks")
     startup_timeout_s: float = Field(
         300.0, gt=0, description="how long `autospec serve` waits for replicas to be ready")
+
+    def to_args(self) -> dict[str, Any]:
+        """The fields as JSON-able deployment arguments, the API key in clear (Ray hands
+        them to each replica; ``model_dump`` would mask the key)."""
+        args = self.model_dump(mode="json")
+        args["api_key"] = self.api_key.get_secret_value() if self.api_key else None
+        return args
 
     @property
     def served_model_name(self) -> str:

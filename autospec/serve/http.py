@@ -2,7 +2,9 @@
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both with ``stream: true``
 as server-sent events ending with ``data: [DONE]``), ``GET /v1/models``, ``GET /health``
-(503 when the replica cannot serve), ``GET /metrics`` (Prometheus text).
+(503 when the replica cannot serve), ``GET /metrics`` (Prometheus text), ``GET /openapi.json``
+and, with ``docs: true``, ``GET /docs``. With an API key configured every route but
+``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (:mod:`autospec.serve.auth`).
 
 Every completion answer names the speculator version that served it, in the header
 ``x-autospec-speculator`` and in the body's ``autospec`` object (for a stream: the header
@@ -11,7 +13,8 @@ included) names the replica in ``x-autospec-replica`` when :func:`make_app` is g
 (``id=<Serve replica id>; app=<application>; node=<Ray node id>; host=<hostname>``; see
 :func:`autospec.serve.app.replica_identity`). Request headers: ``x-autospec-segment`` labels the
 request for per-segment evaluation (default: the route, ``completions`` or ``chat``);
-``x-autospec-log: off`` keeps the request's statistics but no text or token ids.
+``x-autospec-log: off`` keeps the request's statistics but nothing the client wrote (no
+text, ids, stop strings, seed or segment label; see :mod:`autospec.store.privacy`).
 
 Bodies are read here, not by FastAPI, so that every bad input gets a small 4xx in the OpenAI
 error shape: an oversized body (413), invalid UTF-8, malformed JSON, NaN/Infinity, a
@@ -32,6 +35,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
+from autospec.serve.auth import ApiKeyAuth, configured_key
 from autospec.serve.errors import APIError, install_handlers, validation_error
 from autospec.serve.schemas import (
     AssistantMessage,
@@ -64,10 +68,14 @@ M = TypeVar("M", bound=BaseModel)
 def make_app(server: LLMServer, *, replica: str | None = None) -> FastAPI:
     """The FastAPI app serving ``server`` (Ray Serve wraps it; tests use it directly);
     ``replica``: the ``x-autospec-replica`` value of every answer (none if None)."""
+    docs = "/docs" if server.config.docs else None  # Swagger UI loads from a CDN: opt-in
     app = FastAPI(title="autospec", description="OpenAI-compatible speculative decoding",
-                  version="1")
+                  version="1", docs_url=docs, redoc_url=None)
     install_handlers(app)
-    if replica is not None:
+    key = configured_key(server.config.api_key)
+    if key is not None:
+        app.add_middleware(ApiKeyAuth, key=key)
+    if replica is not None:  # added last: outermost, so a 401 names the replica too
         app.add_middleware(ReplicaHeader, value=replica)
 
     @app.get("/health")

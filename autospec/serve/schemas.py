@@ -2,7 +2,10 @@
 
 Requests ignore fields this server does not know (clients send many), but fields whose
 non-default value would change the answer (``n > 1``, ``logprobs``, ``echo``, penalties)
-are refused with a 400 naming them, never silently ignored. Extensions, as in vLLM:
+are refused with a 400 naming them, never silently ignored. Numbers and booleans are strict:
+``true`` is not the number 1 and ``"yes"`` is not a boolean (a 400 names the field); a
+``null`` means the field's default (``max_tokens``: 16 on completions, as OpenAI; on chat the
+server's ``default_max_tokens`` within the context). Extensions, as in vLLM:
 ``top_k`` and ``ignore_eos``. Every response carries an ``autospec`` object: the speculator
 version that served it and its acceptance figures (τ as defined in
 :mod:`autospec.engine.stats`).
@@ -12,11 +15,23 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from autospec.engine.stats import RequestStats
 
 MAX_STOP_STRINGS = 4
+#: ``max_tokens`` of a completion that omits it or sends null (OpenAI's default)
+DEFAULT_COMPLETION_MAX_TOKENS = 16
 _SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
 
 
@@ -24,20 +39,29 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = Field(None, description="the served model id (default: the served one)")
-    temperature: float = Field(1.0, ge=0.0, le=2.0, allow_inf_nan=False)
-    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
-    top_k: int = Field(-1, ge=-1, description="extension: keep the k likeliest (-1/0: off)")
+    temperature: StrictFloat = Field(1.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: StrictFloat = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_k: StrictInt = Field(-1, ge=-1, description="extension: keep the k likeliest (-1/0: off)")
     stop: str | list[str] | None = None
-    seed: int | None = Field(None, ge=_SEED_MIN, le=_SEED_MAX)
-    n: int = Field(1, description="only 1 is supported")
-    stream: bool = False
+    seed: StrictInt | None = Field(None, ge=_SEED_MIN, le=_SEED_MAX)
+    n: StrictInt = Field(1, description="only 1 is supported")
+    stream: StrictBool = False
     stream_options: dict[str, Any] | None = Field(
         None, description="accepted; usage is always sent in the last chunk")
-    ignore_eos: bool = Field(False, description="extension: decode past EOS")
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    ignore_eos: StrictBool = Field(False, description="extension: decode past EOS")
+    presence_penalty: StrictFloat = 0.0
+    frequency_penalty: StrictFloat = 0.0
     logit_bias: dict[str, Any] | None = None
     user: str | None = None
+
+    @field_validator("temperature", "top_p", "top_k", "n", "stream", "ignore_eos",
+                     "presence_penalty", "frequency_penalty", mode="before")
+    @classmethod
+    def _null_is_default(cls, value: Any, info: ValidationInfo) -> Any:
+        """An explicit ``null`` means the documented default, as OpenAI's API reads it."""
+        if value is None:
+            return cls.model_fields[info.field_name].default  # type: ignore[index]
+        return value
 
     @field_validator("stop")
     @classmethod
@@ -64,12 +88,29 @@ class _Request(BaseModel):
 class CompletionRequest(_Request):
     """``POST /v1/completions``: ``prompt`` is a string, a one-string list or token ids."""
 
-    prompt: str | list[str] | list[int] = Field(..., description="text, [text] or token ids")
-    max_tokens: int | None = Field(16, description="tokens to generate (OpenAI default 16)")
-    logprobs: int | None = None
-    echo: bool = False
-    best_of: int | None = None
+    prompt: str | list[str] | list[StrictInt] = Field(
+        ..., description="text, [text] or token ids")
+    max_tokens: StrictInt | None = Field(
+        DEFAULT_COMPLETION_MAX_TOKENS, description="tokens to generate (OpenAI default 16; "
+        "null: the default)")
+    logprobs: StrictInt | None = None
+    echo: StrictBool | None = False
+    best_of: StrictInt | None = None
     suffix: str | None = None
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _no_boolean_ids(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            bad = next((i for i, item in enumerate(value) if isinstance(item, bool)), None)
+            if bad is not None:
+                raise ValueError(f"token ids must be integers, got a boolean at index {bad}")
+        return value
+
+    @field_validator("max_tokens", mode="after")
+    @classmethod
+    def _default_max_tokens(cls, value: int | None) -> int:
+        return DEFAULT_COMPLETION_MAX_TOKENS if value is None else value
 
     @model_validator(mode="after")
     def _completion_only(self) -> CompletionRequest:
@@ -106,10 +147,12 @@ class ChatCompletionRequest(_Request):
     """``POST /v1/chat/completions``."""
 
     messages: list[ChatMessage] = Field(..., min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = None
+    max_tokens: StrictInt | None = Field(
+        None, description="tokens to generate (null: the server's default_max_tokens, within "
+        "the context)")
+    max_completion_tokens: StrictInt | None = Field(None, description="alias of max_tokens")
+    logprobs: StrictBool | None = False
+    top_logprobs: StrictInt | None = None
     tools: list[Any] | None = None
 
     @model_validator(mode="after")

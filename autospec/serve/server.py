@@ -15,7 +15,9 @@ It turns OpenAI-shaped requests into engine calls, one replica's worth:
   enqueues. The row holds the prompt and output token ids exactly as the target produced
   them (EOS and stop-string tokens included), the texts, the sampling parameters, the
   version, latency and TTFT from arrival, and the acceptance figures. A caller that sent
-  ``x-autospec-log: off`` is recorded with ``opted_out`` and no text or ids at all.
+  ``x-autospec-log: off`` is recorded with ``opted_out``, under its route rather than its
+  ``x-autospec-segment``, and the store keeps nothing else it sent: no text, ids, stop
+  strings or seed (:mod:`autospec.store.privacy`).
 
 Nothing here knows HTTP: :mod:`autospec.serve.http` maps requests and errors.
 """
@@ -311,7 +313,8 @@ class LLMServer:
             output_text=s.result.text if keep else None,
             prompt_ids=p.prompt_ids if keep else None,
             output_ids=s.result.token_ids if keep else None,
-            segment=p.ctx.segment, deployment=self.config.deployment,
+            segment=p.ctx.segment if keep else p.ctx.route,  # a label is client text too
+            deployment=self.config.deployment,
             speculator_version=s.version.name, opted_out=not keep,
             temperature=params.temperature,
             sampling={"max_tokens": params.max_new_tokens, "temperature": params.temperature,

@@ -1,12 +1,20 @@
 """Privacy rules applied to a request row before it is written anywhere (database or spill file).
 
-- **Opt-out** (``opted_out=True``): statistics are kept (token counts, latency, drafting
-  counters, accepted-per-position, sampling params); prompt/output text and token ids are not.
-- **Redaction**: a hook ``Callable[[str], str]`` runs over prompt and output text. The default,
-  :func:`redact_default`, replaces e-mail addresses with ``[EMAIL]`` and API-key-like strings
-  with ``[SECRET]``. The store cannot re-tokenize, so when redaction changes a text, that
-  text's token ids are dropped too (they would still encode the secret) and the row is flagged
-  ``redacted``; a caller that wants the ids kept must redact and re-tokenize before recording.
+- **Opt-out** (``opted_out=True``): nothing the client wrote is kept. Statistics stay (token
+  counts, latency, drafting counters, accepted-per-position) with the numeric sampling knobs
+  in :data:`OPT_OUT_SAMPLING_KEYS` (``max_tokens``, ``temperature``, ``top_k``, ``top_p``,
+  ``ignore_eos``, the server's ``k`` and ``route``); prompt/output text and token ids are
+  dropped, and so is every other ``sampling`` entry — stop strings (only their number is
+  kept, as ``num_stop``), the seed and anything a caller adds. The segment is the caller's
+  business: the serving path records an opted-out request under its route, never under a
+  client-supplied label.
+- **Redaction**: a hook ``Callable[[str], str]`` runs over every stored string that can come
+  from a client: prompt and output text, the segment, and every string inside ``sampling``
+  (stop strings). The default, :func:`redact_default`, replaces e-mail addresses with
+  ``[EMAIL]`` and API-key-like strings with ``[SECRET]``. The store cannot re-tokenize, so
+  when redaction changes a text, that text's token ids are dropped too (they would still
+  encode the secret); any change flags the row ``redacted``. A caller that wants the ids
+  kept must redact and re-tokenize before recording.
 - **Retention**: see :func:`autospec.store.queries.purge_requests` (``autospec db purge``).
 """
 
@@ -53,6 +61,11 @@ def no_redaction(text: str) -> str:
     return text
 
 
+#: the ``sampling`` entries an opted-out row keeps: numbers the server reads, no client text
+OPT_OUT_SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "ignore_eos", "k",
+                         "route")
+
+
 def apply_privacy(row: dict[str, Any], redact: Redactor | None) -> dict[str, Any]:
     """Apply opt-out and redaction to a row dict (keys of ``requests``) in place; return it.
 
@@ -64,7 +77,7 @@ def apply_privacy(row: dict[str, Any], redact: Redactor | None) -> dict[str, Any
     if row.get("opted_out"):
         for key in ("prompt_text", "output_text", "prompt_ids", "output_ids"):
             row[key] = None
-        return row
+        row["sampling"] = _opted_out_sampling(row.get("sampling"))
     if redact is None:
         return row
     for text_key, ids_key in (("prompt_text", "prompt_ids"), ("output_text", "output_ids")):
@@ -75,4 +88,31 @@ def apply_privacy(row: dict[str, Any], redact: Redactor | None) -> dict[str, Any
                 row[text_key] = cleaned
                 row[ids_key] = None
                 row["redacted"] = True
+    for key in ("segment", "sampling"):
+        if row.get(key) is not None:
+            cleaned = _redact_strings(row[key], redact)
+            if cleaned != row[key]:
+                row[key] = cleaned
+                row["redacted"] = True
     return row
+
+
+def _opted_out_sampling(sampling: dict[str, Any] | None) -> dict[str, Any] | None:
+    if sampling is None:
+        return None
+    kept = {key: sampling[key] for key in OPT_OUT_SAMPLING_KEYS if key in sampling}
+    stop = sampling.get("stop")
+    if stop:
+        kept["num_stop"] = 1 if isinstance(stop, str) else len(stop)
+    return kept
+
+
+def _redact_strings(value: Any, redact: Redactor) -> Any:
+    """``value`` with ``redact`` applied to every string in it (dict keys and values, lists)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {_redact_strings(k, redact): _redact_strings(v, redact) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_redact_strings(item, redact) for item in value)
+    return value

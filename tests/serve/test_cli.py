@@ -18,7 +18,8 @@ def test_help_explains_the_options():
     out = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
     assert out.exit_code == 0
     for option in ("--target", "--replicas", "--max-ongoing-requests", "--host", "--port",
-                   "--address", "--speculator-k", "--detach"):
+                   "--address", "--speculator-k", "--detach", "--api-key", "AUTOSPEC_API_KEY",
+                   "--docs"):
         assert option in out.output
 
 
