@@ -94,11 +94,17 @@ class SpillFile:
                 self._fh = None
 
 
-def claim_orphans(spill_dir: Path) -> Iterator[tuple[Path, IO[str]]]:
-    """Spill files whose owner is gone, each yielded open and locked (close it when done)."""
+def claim_orphans(spill_dir: Path, *, own: Path) -> Iterator[tuple[Path, IO[str]]]:
+    """Spill files whose owner is gone, each yielded open and locked (close it when done).
+
+    ``own`` is the caller's live spill file: it is never an orphan, even in the instant
+    between another thread's ``append`` creating it and locking it (adopting it there made
+    that ``append`` fail and its rows were dropped)."""
     if not spill_dir.is_dir():
         return
     for path in sorted(spill_dir.glob(PATTERN)):
+        if path == own:
+            continue
         try:  # "r+", not "a+": a file renamed away since the glob must not be re-created
             fh = path.open("r+", encoding="utf-8")
         except FileNotFoundError:

@@ -323,7 +323,7 @@ class TrafficWriter:
         if own is not None and not self._replay_file(*own):
             self._check_orphans = True  # the aside file is unlocked now: adopt it later
             return
-        for path, fh in claim_orphans(self._spill_dir):
+        for path, fh in claim_orphans(self._spill_dir, own=self._spill.path):
             if not self._replay_file(path, fh):
                 self._check_orphans = True
                 return

@@ -17,7 +17,7 @@ from autospec.store import db, migrate
 from autospec.store.codec import unpack_ids
 from autospec.store.models import Request
 from autospec.store.privacy import no_redaction
-from autospec.store.spill import PATTERN
+from autospec.store.spill import PATTERN, SpillFile, claim_orphans
 from autospec.store.traffic import RequestRecord, write_requests
 from autospec.store.writer import TrafficWriter
 
@@ -296,3 +296,20 @@ def test_sqlite_fast_path_matches_sqlalchemy(sqlite_url: str) -> None:
     with db.session_scope(engine, readonly=True) as s:
         row = s.scalars(select(Request).where(Request.request_uid == fast["request_uid"])).one()
     assert row.created_at == when and row.sampling == {"top_p": 0.9}
+
+
+def test_a_writers_own_new_spill_file_is_never_adopted_as_an_orphan(tmp_path: Path) -> None:
+    """Between ``append`` creating its file and locking it, a replay on another thread saw
+    an unlocked file, adopted it, and the append failed ("locked by another process"):
+    rows were dropped under load. The live file is excluded from adoption."""
+    spill = SpillFile(tmp_path)
+    spill.path.touch()  # append has opened (created) the file, not locked it yet
+    orphan = tmp_path / "traffic-gone-1-deadbeef.jsonl"
+    orphan.write_text("")
+    claimed = list(claim_orphans(tmp_path, own=spill.path))
+    assert [p for p, _ in claimed] == [orphan]
+    for _, fh in claimed:
+        fh.close()
+    spill.append([])  # the live file is still this writer's to lock
+    assert spill.pending
+    spill.close()
