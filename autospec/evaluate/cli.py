@@ -32,8 +32,12 @@ def evaluate(
                                          "any others); one version: compared with the live one"),
     window: str = typer.Option("200", help="requests to replay: the newest N, or a duration "
                                "such as 24h"),
-    target: str = typer.Option("smollm2-135m", help="the target the versions were built for"),
-    dtype: str = typer.Option("float32", help="target dtype for replay (float32 is exact)"),
+    target: str | None = typer.Option(
+        None, help="the target the versions were built for (default: what the deployment's "
+        "replicas serve, else smollm2-135m)"),
+    dtype: str | None = typer.Option(
+        None, help="target dtype for replay (default: the deployment's, so shadow τ is "
+        "measured in the numerics served; another one is refused)"),
     k: int = typer.Option(5, min=1, max=16, help="draft tokens per step"),
     deployment: str = typer.Option("default", help="whose traffic and live version"),
     record: bool = typer.Option(True, help="write the evaluation and decision to the store"),
@@ -43,8 +47,9 @@ def evaluate(
     """Replay held-out logged requests with each version: τ, a paired CI of Δτ, per-segment
     results, estimated speedup and the gate's decision (exit 0: promote, 3: reject)."""
     from autospec import store
-    from autospec.engine.target import TargetLoadError, load_target
+    from autospec.engine.target import TargetLoadError
     from autospec.evaluate.run import EvaluationError, evaluate_versions, select_requests
+    from autospec.numerics import NumericsMismatch, load_served_target
     from autospec.versions import BUILTIN_VERSION, VersionLoadError, check_registered
 
     spec = parse_window(window)
@@ -59,13 +64,14 @@ def evaluate(
         if not examples:
             raise EvaluationError(f"no usable logged requests in the window {window!r} of "
                                   f"deployment {deployment!r} (none logged, or all opted out)")
-        tgt = load_target(target, dtype=dtype)
+        tgt = load_served_target(db, deployment=deployment, target=target, dtype=dtype)
         with Progress(console=err, transient=True, disable=json_out) as bar:
             task = bar.add_task("shadow replay", total=len(examples))
             report = evaluate_versions(db=db, target=tgt, versions=versions, examples=examples,
                                        k=k, record=record,
                                        progress=lambda n, total: bar.update(task, completed=n))
-    except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError) as exc:
+    except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError,
+            NumericsMismatch) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None
     data = _as_json(report)

@@ -4,10 +4,12 @@ With ``--workers N`` the run uses Ray Train: on the cluster at ``--address`` (or
 ``RAY_ADDRESS``), else on a local Ray started for the run.
 
 Prints the registered version (``--json``: one JSON object with version, run id,
-artifact, SHA-256 and metrics). Bad input — an empty window, a window below the
-policy minimum, an incumbent built for another target, an unknown kind or a bad
-option — is one line on stderr, no traceback, exit status 2; a run that fails is
-recorded as failed (nothing registered) and exits with status 1.
+artifact, SHA-256 and metrics). The target and its dtype are the deployment's
+(what its replicas recorded; :mod:`autospec.numerics`) unless given. Bad input — an empty
+window, a window below the policy minimum, an incumbent built for another target, a
+target or dtype the deployment does not serve, an unknown kind or a bad option — is one
+line on stderr, no traceback, exit status 2; a run that fails is recorded as failed
+(nothing registered) and exits with status 1.
 """
 
 from __future__ import annotations
@@ -34,13 +36,14 @@ def _errors() -> Iterator[None]:
     import pydantic
 
     from autospec.engine.target import TargetLoadError
+    from autospec.numerics import NumericsMismatch
     from autospec.speculators.registry import UnknownSpeculatorKind
     from autospec.store.errors import StoreError
     from autospec.train.errors import TrainingError, TrainingInputError
 
     try:
         yield
-    except (TrainingInputError, UnknownSpeculatorKind, TargetLoadError,
+    except (TrainingInputError, UnknownSpeculatorKind, TargetLoadError, NumericsMismatch,
             pydantic.ValidationError) as exc:
         _fail(exc, 2)
     except (TrainingError, StoreError) as exc:
@@ -131,8 +134,12 @@ def train(
     address: str | None = typer.Option(None, help="Ray: join this cluster (host:port, "
                                        "'auto' or ray://host:10001; default RAY_ADDRESS, "
                                        "else a new local Ray)"),
-    target: str = typer.Option("smollm2-135m", help="target: a name, a directory or a .gguf"),
-    dtype: str = typer.Option("auto", help="target dtype: float32, bfloat16 or auto"),
+    target: str | None = typer.Option(
+        None, help="target: a name, a directory or a .gguf (default: what the deployment's "
+        "replicas serve, else smollm2-135m)"),
+    dtype: str | None = typer.Option(
+        None, help="target dtype: float32, bfloat16 or auto (default: the deployment's; "
+        "another one is refused)"),
     database_url: str | None = typer.Option(None, "--url",
                                             help="database (default AUTOSPEC_DATABASE_URL)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
@@ -141,7 +148,7 @@ def train(
     logging.getLogger("autospec").setLevel(logging.WARNING)
     with _errors():
         from autospec import store
-        from autospec.engine.target import load_target
+        from autospec.numerics import load_served_target
         from autospec.train import TRAINABLE_KINDS, TrainingInputError, TrainRequest
         from autospec.train.data import parse_window
         from autospec.train.run import train_candidate
@@ -180,7 +187,7 @@ def train(
             from autospec.train.ray_trainer import connect_ray
 
             connect_ray(address=address, workers=workers)
-        model = load_target(target, dtype=dtype)
+        model = load_served_target(engine, deployment=deployment, target=target, dtype=dtype)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.fields[info]}"))
         with Progress(*columns, console=err, transient=as_json) as bars:
