@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from autospec import store
-from autospec.engine.target import DEFAULT_TARGET, Target, load_target
+from autospec.engine import target as targets
+from autospec.engine.target import DEFAULT_TARGET, Target
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def load_served_target(db: Engine, *, deployment: str, target: str | None = None
                        dtype: str | None = None, device: str | None = None) -> Target:
     """Load the target ``deployment`` serves (see :func:`resolve`), checked."""
     spec, resolved = resolve(db, deployment=deployment, target=target, dtype=dtype)
-    model = load_target(spec, dtype=resolved, device=device)
+    model = targets.load_target(spec, dtype=resolved, device=device)
     check_target(db, deployment=deployment, target=model)
     return model
 
