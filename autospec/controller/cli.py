@@ -154,7 +154,8 @@ def _print_status(data: dict[str, Any]) -> None:
 def _served_text(served: dict[str, Any], pointer: str) -> str:
     if not served["versions"]:
         return "— (no replica reported in the last minute)"
-    text = f"{', '.join(served['versions'])} ({served['replicas']} replicas reporting)"
+    n = served["replicas"]
+    text = f"{', '.join(served['versions'])} ({n} replica{'' if n == 1 else 's'} reporting)"
     if not served["agrees"]:
         text += f" [red]— not the pointer's {pointer}: see recent failures[/]"
     return text
