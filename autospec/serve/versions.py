@@ -17,8 +17,8 @@ current version; the failure is logged, recorded once in the audit log (event ki
 The artifact's SHA-256 must be the one registered: an artifact directory whose files were
 replaced by another (valid) artifact's is refused and audited like any other load failure.
 
-**Reports.** While it runs, the manager keeps one row of the store's ``replica_reports``
-current for its replica (the version it actually serves, its target, revision and dtype),
+**Reports.** While it follows the pointer, the manager keeps one row of the store's
+``replica_reports`` current for its replica (the version it serves, target, revision, dtype),
 refreshed every ``report_interval_s`` and at once after a swap, and removed at
 :meth:`VersionManager.stop`; ``autospec status`` shows these next to the pointer.
 
@@ -111,10 +111,9 @@ class VersionManager:
     def start(self) -> None:
         """Load the live version now (blocking), report it, then follow the pointer (and
         keep the report fresh) in a thread."""
-        if self.db is None:
+        if not self.follows_pointer:  # speculation off (or no store): nothing to follow
             return
-        if self.follows_pointer:
-            self.poll_once()
+        self.poll_once()
         self.report()
         self._thread = threading.Thread(target=self._run, name="autospec-live-pointer",
                                         daemon=True)
@@ -124,7 +123,7 @@ class VersionManager:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self.db is not None:
+        if self.follows_pointer:
             try:
                 with store.session_scope(self.db) as session:
                     store.remove_replica(session, replica=self.actor)
@@ -151,11 +150,9 @@ class VersionManager:
         return not self.follows_pointer or (self._thread is not None and self._thread.is_alive())
 
     def _run(self) -> None:
-        interval = self.poll_interval_s if self.follows_pointer else self.report_interval_s
-        while not self._stop.wait(interval):
+        while not self._stop.wait(self.poll_interval_s):
             try:
-                if self.follows_pointer:
-                    self.poll_once()
+                self.poll_once()
                 if time.monotonic() - self._reported >= self.report_interval_s:
                     self.report()
             except Exception:  # the watcher must outlive any one bad poll
