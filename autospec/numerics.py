@@ -113,8 +113,14 @@ def load_served_target(db: Engine, *, deployment: str, target: str | None = None
 def record_served(db: Engine, *, deployment: str, spec: str, target: Target,
                   actor: str) -> None:
     """A replica's record of what it serves (see the module docstring)."""
-    with store.session_scope(db) as session:
-        store.record_deployment(session, name=deployment, target=spec,
-                                target_id=target.info.target_id,
-                                target_revision=target.info.revision,
-                                dtype=target.dtype_name, actor=actor)
+    for attempt in range(2):  # replicas starting together: the loser updates the row
+        try:
+            with store.session_scope(db) as session:
+                store.record_deployment(session, name=deployment, target=spec,
+                                        target_id=target.info.target_id,
+                                        target_revision=target.info.revision,
+                                        dtype=target.dtype_name, actor=actor)
+            return
+        except store.Conflict:
+            if attempt:
+                raise

@@ -16,8 +16,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from autospec.store.errors import Conflict
 from autospec.store.models import Deployment, ReplicaReport, utcnow
 from autospec.store.registry import record_event
 
@@ -28,15 +30,19 @@ def get_deployment(session: Session, *, name: str) -> Deployment | None:
 
 def record_deployment(session: Session, *, name: str, target: str, target_id: str,
                       target_revision: str, dtype: str, actor: str) -> Deployment:
-    """Record (or update) what ``name`` serves; a change is audited."""
+    """Record (or update) what ``name`` serves; a change is audited. :class:`Conflict` if
+    another replica inserted the row at the same moment (retry: it is an update then)."""
     row = get_deployment(session, name=name)
     now = utcnow()
     new = {"target": target, "target_id": target_id, "target_revision": target_revision,
            "dtype": dtype}
     if row is None:
         row = Deployment(name=name, updated_at=now, updated_by=actor, **new)
-        session.add(row)
-        session.flush()
+        try:
+            with session.begin_nested():
+                session.add(row)
+        except IntegrityError:
+            raise Conflict(f"deployment {name!r} was recorded concurrently") from None
         return row
     old = {key: getattr(row, key) for key in new}
     if old != new:

@@ -65,3 +65,20 @@ def test_a_changed_deployment_is_audited_tiny(db, tiny_model_dir, tiny_llm) -> N
         notes = store.list_events(session, kinds=["note"])
     assert len(notes) == 1 and notes[0].details["to"]["dtype"] == "bfloat16"
     assert notes[0].details["from"]["dtype"] == "float32"
+
+
+def test_replicas_recording_at_the_same_moment_both_succeed_tiny(
+        db, tiny_llm, monkeypatch) -> None:
+    from autospec.store import deployments
+
+    numerics.record_served(db, deployment="default", spec="a", target=tiny_llm, actor="r1")
+    real, calls = deployments.get_deployment, []
+
+    def racing(session, *, name):  # type: ignore[no-untyped-def]
+        calls.append(name)  # the first read misses the row another replica just inserted
+        return None if len(calls) == 1 else real(session, name=name)
+
+    monkeypatch.setattr(deployments, "get_deployment", racing)
+    numerics.record_served(db, deployment="default", spec="a", target=tiny_llm, actor="r2")
+    assert len(calls) == 2
+    assert numerics.served(db, deployment="default").recorded_by == "r2"
