@@ -3,43 +3,57 @@
 Serving, evaluation and training all turn a version name into a speculator the same way:
 ``builtin-ngram`` is the training-free n-gram speculator (served while no version is
 live); any other name is looked up in the store's registry and its artifact loaded with
-:func:`autospec.speculators.checkpoint.load_speculator` (checksums verified, target
-checked). Every refusal is a :class:`VersionLoadError` naming the version and the reason.
+:func:`autospec.speculators.checkpoint.load_speculator` (checksums verified, the artifact's
+SHA-256 checked against the one registered, target checked). Every refusal is a
+:class:`VersionLoadError` naming the version and the reason; an artifact that is not the
+one registered (its files replaced by another valid artifact's) is also recorded in the
+audit log (a ``failure`` event, ``details.what = "artifact mismatch"``).
 
-The built-in version is also registered in the store (:func:`register_builtin`, an
-``ngram`` artifact under the artifact directory) the first time something must refer to
-it — an evaluation against it, a pointer moving back to it — so the registry's foreign
-keys hold.
+The built-in version is registered in every store by the schema migrations (a
+target-agnostic row without an artifact: it is built in code), so the live pointer can
+always go back to it.
 """
 
 from __future__ import annotations
 
-import contextlib
+import logging
 
 from sqlalchemy import Engine
 
 from autospec import store
 from autospec.engine.protocol import Speculator
 from autospec.engine.target import Target
-from autospec.settings import get_settings
 from autospec.speculators.checkpoint import (
+    ArtifactMismatch,
     SpeculatorLoadError,
     load_speculator,
-    save_speculator,
 )
 from autospec.speculators.registry import new_speculator
 from autospec.store.artifacts import local_path
+
+log = logging.getLogger(__name__)
 
 BUILTIN_VERSION = "builtin-ngram"
 
 
 class VersionLoadError(RuntimeError):
-    """A version could not be loaded; the message names the version and why."""
+    """A version could not be loaded; the message names the version and why.
+
+    ``audited``: the refusal is already in the audit log (callers need not record it).
+    """
+
+    def __init__(self, message: str, *, audited: bool = False) -> None:
+        super().__init__(message)
+        self.audited = audited
 
 
-def load_speculator_version(db: Engine | None, target: Target,
-                            version: str) -> tuple[str, Speculator]:
-    """``(kind, speculator)`` for ``version``; :class:`VersionLoadError` if refused."""
+def load_speculator_version(db: Engine | None, target: Target, version: str, *,
+                            actor: str = "autospec",
+                            deployment: str | None = None) -> tuple[str, Speculator]:
+    """``(kind, speculator)`` for ``version``; :class:`VersionLoadError` if refused.
+
+    ``actor`` and ``deployment`` name who loaded it in the audit event of a mismatch.
+    """
     if version == BUILTIN_VERSION:
         return "ngram", new_speculator("ngram", target)
     if db is None:
@@ -47,7 +61,7 @@ def load_speculator_version(db: Engine | None, target: Target,
     try:
         with store.session_scope(db, readonly=True) as session:
             row = store.get_speculator(session, version=version)
-            uri, kind, target_id = row.artifact_uri, row.kind, row.target_id
+            uri, kind, target_id, sha = row.artifact_uri, row.kind, row.target_id, row.sha256
     except store.NotFound as exc:
         raise VersionLoadError(str(exc)) from None
     if target_id != target.info.target_id:
@@ -57,27 +71,27 @@ def load_speculator_version(db: Engine | None, target: Target,
     if path is None:
         raise VersionLoadError(f"version {version!r}: artifact {uri} is not a local directory")
     try:
-        return kind, load_speculator(path, target)
+        return kind, load_speculator(path, target, expected_sha256=sha)
+    except ArtifactMismatch as exc:
+        message = f"version {version!r}: {exc}"
+        _audit_mismatch(db, version=version, reason=message, actor=actor,
+                        deployment=deployment, registered=sha, uri=uri)
+        raise VersionLoadError(message, audited=True) from None
     except (SpeculatorLoadError, OSError, ValueError) as exc:
         raise VersionLoadError(f"version {version!r}: {exc}") from None
 
 
-def register_builtin(db: Engine, target: Target) -> None:
-    """Register :data:`BUILTIN_VERSION` for ``target`` if it is not registered yet."""
-    with store.session_scope(db, readonly=True) as session:
-        try:
-            store.get_speculator(session, version=BUILTIN_VERSION)
-            return
-        except store.NotFound:
-            pass
-    path = get_settings().resolved_artifact_dir / BUILTIN_VERSION / target.info.revision
-    sha = save_speculator(new_speculator("ngram", target), path)
-    # another process may register it first: then its row stands
-    with contextlib.suppress(store.Conflict), store.session_scope(db) as session:
-        store.register_speculator(
-            session, version=BUILTIN_VERSION, kind="ngram", target_id=target.info.target_id,
-            target_revision=target.info.revision, artifact_uri=str(path), sha256=sha,
-            meta={"builtin": True})
+def _audit_mismatch(db: Engine, *, version: str, reason: str, actor: str,
+                    deployment: str | None, registered: str, uri: str) -> None:
+    log.error("refused %s: %s", version, reason)
+    try:
+        with store.session_scope(db) as session:
+            store.record_event(session, kind="failure", actor=actor, reason=reason,
+                               deployment=deployment, version=version,
+                               details={"what": "artifact mismatch", "artifact": uri,
+                                        "registered_sha256": registered})
+    except store.StoreError:  # the refusal stands even if the audit log cannot be written
+        log.exception("could not record the artifact mismatch of %s", version)
 
 
 def check_registered(db: Engine, versions: list[str]) -> None:

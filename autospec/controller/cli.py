@@ -43,6 +43,7 @@ def _errors() -> Iterator[None]:
     from autospec.controller.policy import PolicyError
     from autospec.engine.target import TargetLoadError
     from autospec.evaluate.run import EvaluationError
+    from autospec.numerics import NumericsMismatch
     from autospec.store.errors import StoreError
     from autospec.train.errors import TrainingError
     from autospec.versions import VersionLoadError
@@ -52,7 +53,7 @@ def _errors() -> Iterator[None]:
     except Refused as exc:
         _fail(str(exc), EXIT_REFUSED)
     except (PolicyError, StoreError, TrainingError, EvaluationError, VersionLoadError,
-            TargetLoadError) as exc:
+            TargetLoadError, NumericsMismatch) as exc:
         _fail(str(exc), EXIT_ERROR)
 
 
@@ -87,8 +88,9 @@ def status(
     cycles: Annotated[int, typer.Option(min=1, help="how many recent cycles to show")] = 5,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
 ) -> None:
-    """Live version and its τ (shadow; live over the last hour and day), traffic, fresh
-    requests since the last cycle, recent cycles, next scheduled run, lease, failures."""
+    """Live pointer, the versions replicas actually serve (their reports) and their target /
+    dtype, τ (shadow; live over the last hour and day), traffic, fresh requests since the
+    last cycle, recent cycles, next scheduled run, lease, failures."""
     from autospec.controller.policy import load_policy
     from autospec.controller.status import collect_status
 
@@ -110,8 +112,12 @@ def _print_status(data: dict[str, Any]) -> None:
     table = Table(title=f"deployment {data['deployment']}", show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("live version", f"{live['version']}"
+    table.add_row("live pointer", f"{live['version']}"
                   + (" (built-in, nothing promoted)" if not live["pointer"] else ""))
+    table.add_row("served by replicas", _served_text(data["served"], live["version"]))
+    numerics = data["numerics"]
+    table.add_row("target / dtype", "— (no replica has started)" if not numerics else
+                  f"{numerics['target_id']} rev {numerics['revision']} / {numerics['dtype']}")
     table.add_row("previous", str(live.get("previous_version") or "—"))
     tau = data["tau"]
     table.add_row("τ shadow / 1h / 24h", f"{_fmt(tau['shadow'])} / {_fmt(tau['live_1h'])} "
@@ -143,6 +149,16 @@ def _print_status(data: dict[str, Any]) -> None:
         for f in data["failures"]:
             fails.add_row(str(f["time"]), f["actor"], str(f["version"] or "—"), f["reason"])
         out.print(fails)
+
+
+def _served_text(served: dict[str, Any], pointer: str) -> str:
+    if not served["versions"]:
+        return "— (no replica reported in the last minute)"
+    n = served["replicas"]
+    text = f"{', '.join(served['versions'])} ({n} replica{'' if n == 1 else 's'} reporting)"
+    if not served["agrees"]:
+        text += f" [red]— not the pointer's {pointer}: see recent failures[/]"
+    return text
 
 
 def _print_cycles(cycles: list[dict[str, Any]]) -> None:
@@ -250,13 +266,17 @@ def history(
 
 
 # -- controller run / once / watch ----------------------------------------------------------
-def _controller(policy: str, target: str, dtype: str,  # type: ignore[no-untyped-def]
+def _controller(policy: str, target: str | None, dtype: str | None,  # type: ignore[no-untyped-def]
                 address: str | None = None):
+    from autospec import numerics
     from autospec.controller.cycle import Controller
     from autospec.controller.policy import load_policy
-    from autospec.engine.target import load_target
 
     pol = load_policy(policy)
+    db = _db()
+    # refuse options the deployment does not serve now, before any cycle; the target is
+    # loaded (and checked again against the deployment's record) when a cycle needs it
+    numerics.resolve(db, deployment=pol.deployment, target=target, dtype=dtype)
     if address and pol.training.workers:  # join the cluster now, before a cycle starts
         from autospec.train.ray_trainer import connect_ray
 
@@ -264,11 +284,14 @@ def _controller(policy: str, target: str, dtype: str,  # type: ignore[no-untyped
     elif address:
         err.print(f"note: policy {policy!r} trains in this process (training.workers: 0); "
                   "--address is not used", highlight=False)
-    return Controller(_db(), pol, lambda: load_target(target, dtype=dtype))
+    return Controller(db, pol, lambda: numerics.load_served_target(
+        db, deployment=pol.deployment, target=target, dtype=dtype))
 
 
-TARGET_OPT = typer.Option(help="the served target: a name, directory or .gguf")
-DTYPE_OPT = typer.Option(help="target dtype for training and replay")
+TARGET_OPT = typer.Option(help="the served target: a name, directory or .gguf (default: "
+                          "what the deployment's replicas serve, else smollm2-135m)")
+DTYPE_OPT = typer.Option(help="target dtype for training and replay (default: the "
+                         "deployment's, as its replicas recorded it; another one is refused)")
 ADDRESS_OPT = typer.Option(
     "--address", help="Ray cluster for the policy's Ray Train runs (training.workers > 0): "
     "host:port, 'auto' or ray://host:10001; default RAY_ADDRESS, else a new local Ray")
@@ -277,8 +300,8 @@ ADDRESS_OPT = typer.Option(
 @controller_app.command("once")
 def once(
     policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
-    target: Annotated[str, TARGET_OPT] = "smollm2-135m",
-    dtype: Annotated[str, DTYPE_OPT] = "float32",
+    target: Annotated[str | None, TARGET_OPT] = None,
+    dtype: Annotated[str | None, DTYPE_OPT] = None,
     address: Annotated[str | None, ADDRESS_OPT] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
@@ -300,8 +323,8 @@ def once(
 @controller_app.command("watch")
 def watch(
     policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
-    target: Annotated[str, TARGET_OPT] = "smollm2-135m",
-    dtype: Annotated[str, DTYPE_OPT] = "float32",
+    target: Annotated[str | None, TARGET_OPT] = None,
+    dtype: Annotated[str | None, DTYPE_OPT] = None,
     address: Annotated[str | None, ADDRESS_OPT] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
@@ -323,8 +346,8 @@ def watch(
 @controller_app.command("run")
 def run(
     policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
-    target: Annotated[str, TARGET_OPT] = "smollm2-135m",
-    dtype: Annotated[str, DTYPE_OPT] = "float32",
+    target: Annotated[str | None, TARGET_OPT] = None,
+    dtype: Annotated[str | None, DTYPE_OPT] = None,
     address: Annotated[str | None, ADDRESS_OPT] = None,
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
 ) -> None:

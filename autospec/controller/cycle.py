@@ -49,8 +49,9 @@ from autospec.controller.lease import HeldLease, LeaseLost, holder_name, try_acq
 from autospec.controller.operations import ensure_pointer
 from autospec.controller.policy import Policy
 from autospec.engine.target import Target
+from autospec.numerics import NumericsMismatch
 from autospec.store.models import utcnow
-from autospec.versions import BUILTIN_VERSION, VersionLoadError, register_builtin
+from autospec.versions import BUILTIN_VERSION, VersionLoadError
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +214,8 @@ class Controller:
                                fresh_requests=fresh)
         try:
             return self._run(lease, result, snap, incumbent)
-        except (CycleFailed, LeaseLost, store.StoreError, VersionLoadError) as exc:
+        except (CycleFailed, LeaseLost, store.StoreError, VersionLoadError,
+                NumericsMismatch) as exc:
             return self._fail(result, str(exc))
         except Exception as exc:  # a boundary: record anything unexpected, keep scheduling
             log.exception("cycle %s failed", result.cycle_id)
@@ -264,8 +266,6 @@ class Controller:
             raise CycleFailed(f"the window holds {len(snap.window.heldout)} held-out requests; "
                               f"the gate needs {self.policy.gate.min_heldout}")
         target = self.target()
-        if incumbent == BUILTIN_VERSION:
-            register_builtin(self.engine, target)
         candidates = self._train_all(lease, snap, target, result)
         if not candidates:
             raise CycleFailed("no candidate could be trained: " + "; ".join(result.reasons))

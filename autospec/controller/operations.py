@@ -33,8 +33,9 @@ def _refused(message: str) -> Exception:
 
 
 def ensure_pointer(session: Session, *, deployment: str, actor: str) -> None:
-    """With no pointer yet, point it at the built-in version (if registered) first, so the
-    first promotion has a previous version to roll back to."""
+    """With no pointer yet, point it at the built-in version first, so the first promotion
+    has a previous version to roll back to (the schema migrations register the built-in
+    version in every store; a store without it is left as it is)."""
     if store.get_live(session, deployment=deployment) is not None:
         return
     try:

@@ -5,11 +5,17 @@ the live pointer the replicas follow: the live version is the pointer's (``built
 when nothing was ever promoted), its shadow τ comes from the newest evaluation naming it,
 its live τ from the requests it served in the last hour and day; fresh requests are counted
 past the last consumed window; the next scheduled cycle is the schedule lease's expiry.
+
+The pointer says what replicas *should* serve; ``served`` says what they *do*, from their own
+reports (``replica_reports``, refreshed every few seconds by each replica): the versions the
+replicas that reported in the last :data:`FRESH_REPORT_S` seconds serve, and whether they all
+agree with the pointer (a version that failed to load leaves them on the previous one).
+``numerics`` is the target, revision and dtype the replicas recorded (:mod:`autospec.numerics`).
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
@@ -21,6 +27,8 @@ from autospec.controller.policy import Policy
 from autospec.controller.watch import evaluated_tau, pending_canary
 from autospec.store.models import utcnow
 from autospec.versions import BUILTIN_VERSION
+
+FRESH_REPORT_S = 60.0  # a replica report older than this is stale (the replica is gone?)
 
 
 def collect_status(engine: Engine, *, deployment: str, policy: Policy,
@@ -56,7 +64,26 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy,
             "lease": _lease(session, records.lease_name(deployment)),
             "canary": _canary(session, deployment, policy),
             "failures": _failures(session, deployment, now - timedelta(days=1)),
+            **_served(session, deployment, version, now),
         }
+
+
+def _served(session, deployment: str, pointer_version: str,  # type: ignore[no-untyped-def]
+            now: datetime) -> dict[str, Any]:
+    fresh_since = now - timedelta(seconds=FRESH_REPORT_S)
+    replicas = [{"replica": r.replica, "version": r.version, "target_id": r.target_id,
+                 "revision": r.target_revision, "dtype": r.dtype, "started_at": r.started_at,
+                 "reported_at": r.reported_at, "stale": r.reported_at < fresh_since}
+                for r in store.list_replicas(session, deployment=deployment)]
+    versions = sorted({r["version"] for r in replicas if not r["stale"]})
+    row = store.get_deployment(session, name=deployment)
+    numerics = None if row is None else {
+        "target": row.target, "target_id": row.target_id, "revision": row.target_revision,
+        "dtype": row.dtype, "updated_at": row.updated_at, "updated_by": row.updated_by}
+    return {"served": {"versions": versions,
+                       "replicas": sum(not r["stale"] for r in replicas),
+                       "agrees": versions == [pointer_version] if versions else None},
+            "replicas": replicas, "numerics": numerics}
 
 
 def _tau(session, deployment: str, version: str, since):  # type: ignore[no-untyped-def]

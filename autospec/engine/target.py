@@ -103,6 +103,11 @@ class Target:
     def dtype(self) -> torch.dtype:
         return self.model.dtype
 
+    @property
+    def dtype_name(self) -> str:
+        """``float32`` / ``bfloat16``: the numerics this target runs in."""
+        return dtype_name(self.model.dtype)
+
     def new_cache(self) -> KVCache:
         return KVCache(self.model)
 
@@ -191,6 +196,11 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if device.type == "cuda":
         return torch.bfloat16
     return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` → ``bfloat16`` (the names ``--dtype`` takes)."""
+    return str(dtype).removeprefix("torch.")
 
 
 def cpu_has_native_bf16() -> bool:
@@ -300,6 +310,7 @@ def _info(model: PreTrainedModel, tokenizer, target_id: str, model_dir: Path) ->
     return TargetInfo(
         target_id=target_id,
         revision=_revision(model_dir, cfg),
+        legacy_revision=_legacy_revision(model_dir, cfg),
         vocab_size=int(model.get_output_embeddings().weight.shape[0]),
         hidden_size=int(cfg.hidden_size),
         num_layers=int(cfg.num_hidden_layers),
@@ -308,9 +319,30 @@ def _info(model: PreTrainedModel, tokenizer, target_id: str, model_dir: Path) ->
     )
 
 
+# config keys that say how the weights were loaded, not what they are
+_LOAD_KEYS = ("dtype", "torch_dtype")
+
+
 def _revision(model_dir: Path, cfg) -> str:
-    """Short hash of the architecture and of the weight files' names and sizes."""
-    h = hashlib.sha256(cfg.to_json_string(use_diff=False).encode())
+    """Short hash of the architecture and of the weight files' names and sizes.
+
+    The dtype the target is loaded in is left out: a speculator trained against the
+    bfloat16 target serves the float32 one (same weights, same tokens to predict), so
+    the numerics are a property of the deployment (the store's ``deployments`` row),
+    not of the target's identity.
+    """
+    config = {k: v for k, v in cfg.to_dict().items() if k not in _LOAD_KEYS}
+    return _weights_hash(model_dir, json.dumps(config, sort_keys=True, default=str))
+
+
+def _legacy_revision(model_dir: Path, cfg) -> str:
+    """The revision as autospec 0.1 computed it (the load dtype included), so artifacts
+    registered before keep loading in the dtype they were built for."""
+    return _weights_hash(model_dir, cfg.to_json_string(use_diff=False))
+
+
+def _weights_hash(model_dir: Path, config_json: str) -> str:
+    h = hashlib.sha256(config_json.encode())
     for f in sorted(Path(model_dir).glob("*.safetensors")):
         h.update(f"{f.name}:{f.stat().st_size}".encode())
     return h.hexdigest()[:16]

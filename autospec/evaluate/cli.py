@@ -34,10 +34,12 @@ def evaluate(
         "the live one")],
     window: Annotated[str, typer.Option(
         help="requests to replay: the newest N, or a duration such as 24h")] = "200",
-    target: Annotated[str, typer.Option(
-        help="the target the versions were built for")] = "smollm2-135m",
-    dtype: Annotated[str, typer.Option(
-        help="target dtype for replay (float32 is exact)")] = "float32",
+    target: Annotated[str | None, typer.Option(
+        help="the target the versions were built for (default: what the deployment's "
+        "replicas serve, else smollm2-135m)")] = None,
+    dtype: Annotated[str | None, typer.Option(
+        help="target dtype for replay (default: the deployment's, so shadow τ is measured "
+        "in the numerics served; another one is refused)")] = None,
     k: Annotated[int, typer.Option(min=1, max=16, help="draft tokens per step")] = 5,
     deployment: Annotated[str, typer.Option(help="whose traffic and live version")] = "default",
     record: Annotated[bool, typer.Option(
@@ -49,8 +51,9 @@ def evaluate(
     """Replay held-out logged requests with each version: τ, a paired CI of Δτ, per-segment
     results, estimated speedup and the gate's decision (exit 0: promote, 3: reject)."""
     from autospec import store
-    from autospec.engine.target import TargetLoadError, load_target
+    from autospec.engine.target import TargetLoadError
     from autospec.evaluate.run import EvaluationError, evaluate_versions, select_requests
+    from autospec.numerics import NumericsMismatch, load_served_target
     from autospec.versions import BUILTIN_VERSION, VersionLoadError, check_registered
 
     spec = parse_window(window)
@@ -65,13 +68,14 @@ def evaluate(
         if not examples:
             raise EvaluationError(f"no usable logged requests in the window {window!r} of "
                                   f"deployment {deployment!r} (none logged, or all opted out)")
-        tgt = load_target(target, dtype=dtype)
+        tgt = load_served_target(db, deployment=deployment, target=target, dtype=dtype)
         with Progress(console=err, transient=True, disable=json_out) as bar:
             task = bar.add_task("shadow replay", total=len(examples))
             report = evaluate_versions(db=db, target=tgt, versions=versions, examples=examples,
                                        k=k, record=record,
                                        progress=lambda n, total: bar.update(task, completed=n))
-    except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError) as exc:
+    except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError,
+            NumericsMismatch) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None
     data = _as_json(report)

@@ -25,7 +25,7 @@ from autospec.evaluate.gate import Decision, GatePolicy, decide
 from autospec.evaluate.replay import ReplayRequest, ReplayStats, replay
 from autospec.store.models import utcnow
 from autospec.store.queries import TrafficExample
-from autospec.versions import BUILTIN_VERSION, load_speculator_version, register_builtin
+from autospec.versions import load_speculator_version
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,6 @@ def evaluate_versions(
                          level=policy.ci_level)
     decision = decide(policy, evaluation) if len(versions) > 1 else None
     start, end = examples[0].created_at, examples[-1].created_at
-    if record and decision and BUILTIN_VERSION in versions[:2]:
-        register_builtin(db, target)
     row_id = _record(db, evaluation, decision, policy, start, end,
                      training_run_id) if record and decision else None
     return EvaluationReport(evaluation, decision, row_id, start, end)

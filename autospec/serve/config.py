@@ -42,6 +42,9 @@ class ServeConfig(BaseModel):
     log_traffic: bool = Field(True, description="send every request to the traffic writer")
     poll_interval_s: float = Field(
         1.0, gt=0, le=60, description="how often each replica reads the live pointer")
+    report_interval_s: float = Field(
+        10.0, gt=0, le=300, description="how often each replica reports the version it serves "
+        "(`autospec status` shows the reports)")
     max_tokens_limit: int = Field(2048, ge=1, description="largest max_tokens accepted")
     default_max_tokens: int = Field(256, ge=1, description="max_tokens when a chat omits it")
     max_pending_requests: int = Field(

@@ -37,6 +37,7 @@ from autospec import store
 from autospec.engine.generate import GenerationResult
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target, load_target
+from autospec.numerics import record_served
 from autospec.serve.config import ServeConfig
 from autospec.serve.errors import APIError
 from autospec.serve.metrics import ServeMetrics
@@ -109,14 +110,19 @@ class LLMServer:
 
     @classmethod
     def from_config(cls, config: ServeConfig, *, actor: str = "serve") -> LLMServer:
-        """Load the target, open the store, load the live version and start watching."""
+        """Load the target, open the store, record what this deployment serves (target,
+        revision, dtype: :mod:`autospec.numerics`), load the live version, start watching."""
         target = load_target(config.target, dtype=config.dtype, device=config.device)
         need_db = config.log_traffic or config.speculation == "live"
         db = store.open_store(config.database_url) if need_db else None
+        if db is not None:
+            record_served(db, deployment=config.deployment, spec=config.target, target=target,
+                          actor=actor)
         writer = store.TrafficWriter(db) if (db is not None and config.log_traffic) else None
         versions = VersionManager(target=target, db=db, deployment=config.deployment,
                                   k=config.speculator_k, speculation=config.speculation == "live",
-                                  poll_interval_s=config.poll_interval_s, actor=actor)
+                                  poll_interval_s=config.poll_interval_s,
+                                  report_interval_s=config.report_interval_s, actor=actor)
         server = cls(target, versions, config=config, writer=writer)
         server.start()
         return server

@@ -14,6 +14,14 @@ that fails to load (checksum, shape, missing file, unknown version) leaves the r
 current version; the failure is logged, recorded once in the audit log (event kind
 ``failure``) and not retried until the pointer moves again.
 
+The artifact's SHA-256 must be the one registered: an artifact directory whose files were
+replaced by another (valid) artifact's is refused and audited like any other load failure.
+
+**Reports.** While it follows the pointer, the manager keeps one row of the store's
+``replica_reports`` current for its replica (the version it serves, target, revision, dtype),
+refreshed every ``report_interval_s`` and at once after a swap, and removed at
+:meth:`VersionManager.stop`; ``autospec status`` shows these next to the pointer.
+
 A pointer moved back to ``builtin-ngram`` serves the built-in speculator again (version
 names resolve through :mod:`autospec.versions`, as evaluation resolves them).
 With no live pointer yet the replica serves the training-free n-gram speculator under the
@@ -37,6 +45,7 @@ from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.target import Target
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION
 from autospec.speculators.registry import new_speculator
+from autospec.store.models import utcnow
 from autospec.versions import VersionLoadError, load_speculator_version
 
 log = logging.getLogger(__name__)
@@ -63,10 +72,12 @@ def off_version(target: Target) -> ServedVersion:
     return ServedVersion(OFF_VERSION, "none", SpeculativeEngine(target, None))
 
 
-def load_version(db: Engine | None, target: Target, version: str, k: int) -> ServedVersion:
+def load_version(db: Engine | None, target: Target, version: str, k: int, *,
+                 actor: str = "serve", deployment: str | None = None) -> ServedVersion:
     """``version`` ready to serve (the shared resolver of :mod:`autospec.versions`: the
     built-in name, or a registered artifact); :class:`VersionLoadError` if refused."""
-    kind, speculator = load_speculator_version(db, target, version)
+    kind, speculator = load_speculator_version(db, target, version, actor=actor,
+                                               deployment=deployment)
     return ServedVersion(version, kind, SpeculativeEngine(target, speculator, k))
 
 
@@ -75,12 +86,15 @@ class VersionManager:
 
     def __init__(self, *, target: Target, db: Engine | None, deployment: str = "default",
                  k: int = 5, speculation: bool = True, poll_interval_s: float = 1.0,
-                 actor: str = "serve",
+                 report_interval_s: float = 10.0, actor: str = "serve",
                  on_swap: Callable[[ServedVersion, ServedVersion], None] | None = None,
                  on_failure: Callable[[str, str], None] | None = None) -> None:
         self.target, self.db, self.deployment, self.k = target, db, deployment, k
         self.poll_interval_s, self.actor = poll_interval_s, actor
+        self.report_interval_s = report_interval_s
         self.follows_pointer = speculation and db is not None
+        self.started_at = utcnow()
+        self._reported = 0.0  # monotonic time of the last report
         self.on_swap, self.on_failure = on_swap, on_failure
         self._current = builtin_version(target, k) if speculation else off_version(target)
         self._failed: tuple[str, int] | None = None  # (version, generation) that failed
@@ -95,10 +109,12 @@ class VersionManager:
         return self._current
 
     def start(self) -> None:
-        """Load the live version now (blocking), then follow the pointer in a thread."""
-        if not self.follows_pointer:
+        """Load the live version now (blocking), report it, then follow the pointer (and
+        keep the report fresh) in a thread."""
+        if not self.follows_pointer:  # speculation off (or no store): nothing to follow
             return
         self.poll_once()
+        self.report()
         self._thread = threading.Thread(target=self._run, name="autospec-live-pointer",
                                         daemon=True)
         self._thread.start()
@@ -107,6 +123,26 @@ class VersionManager:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.follows_pointer:
+            try:
+                with store.session_scope(self.db) as session:
+                    store.remove_replica(session, replica=self.actor)
+            except Exception:  # shutting down: a stale report ages out of `status`
+                log.warning("could not remove the report of replica %s", self.actor)
+
+    def report(self) -> None:
+        """Record what this replica serves now (best effort: serving never waits on it)."""
+        assert self.db is not None
+        info, cur = self.target.info, self._current
+        try:
+            with store.session_scope(self.db) as session:
+                store.report_replica(session, replica=self.actor, deployment=self.deployment,
+                                     version=cur.name, target_id=info.target_id,
+                                     target_revision=info.revision,
+                                     dtype=self.target.dtype_name, started_at=self.started_at)
+            self._reported = time.monotonic()
+        except Exception as exc:  # database down: keep serving, report again later
+            log.warning("cannot report replica %s: %s", self.actor, exc)
 
     @property
     def watching(self) -> bool:
@@ -117,6 +153,8 @@ class VersionManager:
         while not self._stop.wait(self.poll_interval_s):
             try:
                 self.poll_once()
+                if time.monotonic() - self._reported >= self.report_interval_s:
+                    self.report()
             except Exception:  # the watcher must outlive any one bad poll
                 log.exception("live-pointer poll failed; will retry")
 
@@ -146,12 +184,14 @@ class VersionManager:
     def _swap_to(self, version: str, generation: int) -> bool:
         started = time.perf_counter()
         try:
-            new = load_version(self.db, self.target, version, self.k)
+            new = load_version(self.db, self.target, version, self.k, actor=self.actor,
+                               deployment=self.deployment)
         except VersionLoadError as exc:
             self._failed = (version, generation)
             self.load_failures += 1
             log.error("staying on %s: %s", self._current.name, exc)
-            self._record_failure(version, str(exc))
+            if not exc.audited:
+                self._record_failure(version, str(exc))
             if self.on_failure is not None:
                 self.on_failure(version, str(exc))
             return False
@@ -159,6 +199,7 @@ class VersionManager:
         self._failed = None
         log.info("now serving %s (was %s; loaded in %.2fs)", new.name, old.name,
                  time.perf_counter() - started)
+        self.report()
         if self.on_swap is not None:
             self.on_swap(old, new)
         return True

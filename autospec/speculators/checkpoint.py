@@ -13,9 +13,10 @@ Layout of an artifact directory::
 The top-level ``sha256`` is the artifact's identity (the store records it). Loading
 refuses, each with a :class:`SpeculatorLoadError` naming the problem: a pickle-like file
 (``*.bin``, ``*.pt``, ``*.pth``, ``*.pkl``, ``*.ckpt``), a missing file, a checksum
-mismatch, an unknown kind or invalid config, a different target (id or revision), and
-a missing, unexpected or wrongly shaped tensor. Nothing is ever unpickled: weights are
-read with ``safetensors.torch.load_file`` only.
+mismatch, an artifact SHA-256 other than the registered one (``expected_sha256``, which
+every load of a registered version passes), an unknown kind or invalid config, a
+different target (id or revision), and a missing, unexpected or wrongly shaped tensor.
+Nothing is ever unpickled: weights are read with ``safetensors.torch.load_file`` only.
 """
 
 from __future__ import annotations
@@ -82,16 +83,28 @@ def verify_manifest(directory: str | Path) -> str:
 
 
 # -- load ---------------------------------------------------------------------------------
-def load_speculator(directory: str | Path, target: Target) -> SavableSpeculator:
-    """Load a verified speculator for ``target``; :class:`SpeculatorLoadError` if refused."""
+class ArtifactMismatch(SpeculatorLoadError):
+    """A valid artifact, but not the one registered (its SHA-256 differs)."""
+
+
+def load_speculator(directory: str | Path, target: Target, *,
+                    expected_sha256: str | None = None) -> SavableSpeculator:
+    """Load a verified speculator for ``target``; :class:`SpeculatorLoadError` if refused.
+
+    ``expected_sha256``: the artifact SHA-256 the registry recorded; an artifact whose own
+    (consistent) manifest names another is refused with :class:`ArtifactMismatch`.
+    """
     root = Path(directory)
     if not root.is_dir():
         raise SpeculatorLoadError(f"{root}: not a directory")
     _refuse_pickles(root)
     digest = verify_manifest(root)
+    if expected_sha256 is not None and digest != expected_sha256:
+        raise ArtifactMismatch(f"{root}: artifact sha256 {digest[:16]}… is not the registered "
+                               f"{expected_sha256[:16]}… (the files were replaced)")
     config = _read_config(root / CONFIG_FILE)
     info = target.info
-    if (config.target_id, config.target_revision) != (info.target_id, info.revision):
+    if config.target_id != info.target_id or not info.accepts_revision(config.target_revision):
         raise SpeculatorLoadError(
             f"{root}: built for target {config.target_id!r} revision {config.target_revision!r}, "
             f"not {info.target_id!r} revision {info.revision!r}"

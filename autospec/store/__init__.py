@@ -17,6 +17,7 @@ Modules: :mod:`~autospec.store.db` (engines, sessions, SQLite WAL set-up),
 :mod:`~autospec.store.writer` (traffic writer), :mod:`~autospec.store.traffic` (request rows),
 :mod:`~autospec.store.privacy` (opt-out, redaction), :mod:`~autospec.store.registry`
 (speculators, live pointer, audit log), :mod:`~autospec.store.leases`,
+:mod:`~autospec.store.deployments` (what a deployment serves, replica reports),
 :mod:`~autospec.store.queries` (windows, τ, counts, purge), :mod:`~autospec.store.history`
 (training runs, evaluations), :mod:`~autospec.store.artifacts` (artifact SHA-256),
 :mod:`~autospec.store.errors`.
@@ -24,6 +25,13 @@ Modules: :mod:`~autospec.store.db` (engines, sessions, SQLite WAL set-up),
 
 from autospec.store.artifacts import artifact_sha256, write_manifest
 from autospec.store.db import make_engine, ping, session_scope
+from autospec.store.deployments import (
+    get_deployment,
+    list_replicas,
+    record_deployment,
+    remove_replica,
+    report_replica,
+)
 from autospec.store.errors import (
     ArtifactError,
     BadDatabaseURL,
@@ -100,6 +108,7 @@ __all__ = [
     "check_schema",
     "current_revision",
     "finish_training_run",
+    "get_deployment",
     "get_lease",
     "get_live",
     "get_speculator",
@@ -107,6 +116,7 @@ __all__ = [
     "head_revision",
     "list_evaluations",
     "list_events",
+    "list_replicas",
     "list_speculators",
     "list_training_runs",
     "live_tau",
@@ -116,13 +126,16 @@ __all__ = [
     "open_store",
     "ping",
     "purge_requests",
+    "record_deployment",
     "record_evaluation",
     "record_event",
     "redact_default",
     "register_prometheus",
     "register_speculator",
     "release_lease",
+    "remove_replica",
     "renew_lease",
+    "report_replica",
     "request_counts",
     "rollback",
     "session_scope",

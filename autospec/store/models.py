@@ -195,6 +195,40 @@ class LivePointer(Base):
     updated_by: Mapped[str] = mapped_column(String(128))
 
 
+class Deployment(Base):
+    """What a deployment serves: its target and the numerics its replicas run it in.
+
+    Written by every replica when it starts (the newest replica's view wins); the controller,
+    ``train`` and ``evaluate`` read it, so candidates are trained and shadow-evaluated for
+    exactly the target and dtype the replicas serve.
+    """
+
+    __tablename__ = "deployments"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    target: Mapped[str] = mapped_column(Text)  # the spec the replicas load (name, dir, .gguf)
+    target_id: Mapped[str] = mapped_column(String(200))
+    target_revision: Mapped[str] = mapped_column(String(64))
+    dtype: Mapped[str] = mapped_column(String(16))  # resolved: "float32" or "bfloat16"
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str] = mapped_column(String(128))
+
+
+class ReplicaReport(Base):
+    """One serving replica's latest report: the version it actually serves, and when."""
+
+    __tablename__ = "replica_reports"
+
+    replica: Mapped[str] = mapped_column(String(128), primary_key=True)
+    deployment: Mapped[str] = mapped_column(String(64), index=True)
+    version: Mapped[str] = mapped_column(String(64))
+    target_id: Mapped[str] = mapped_column(String(200))
+    target_revision: Mapped[str] = mapped_column(String(64))
+    dtype: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime]
+    reported_at: Mapped[datetime]
+
+
 class Evaluation(Base):
     """A shadow evaluation of a candidate against the incumbent on the same held-out traffic."""
 

@@ -8,10 +8,12 @@ by the kind's config model (:mod:`autospec.train.overrides`); the command builds
 :class:`~autospec.train.run.TrainRequest`, runs it and prints the outcome.
 
 Prints the registered version (``--json``: one JSON object with version, run id,
-artifact, SHA-256 and metrics). Bad input — an empty window, a window below the
-policy minimum, an incumbent built for another target, an unknown kind or a bad
-option — is one line on stderr, no traceback, exit status 2; a run that fails is
-recorded as failed (nothing registered) and exits with status 1.
+artifact, SHA-256 and metrics). The target and its dtype are the deployment's
+(what its replicas recorded; :mod:`autospec.numerics`) unless given. Bad input — an empty
+window, a window below the policy minimum, an incumbent built for another target, a
+target or dtype the deployment does not serve, an unknown kind or a bad option — is one
+line on stderr, no traceback, exit status 2; a run that fails is recorded as failed
+(nothing registered) and exits with status 1.
 """
 
 from __future__ import annotations
@@ -38,13 +40,14 @@ def _errors() -> Iterator[None]:
     import pydantic
 
     from autospec.engine.target import TargetLoadError
+    from autospec.numerics import NumericsMismatch
     from autospec.speculators.registry import UnknownSpeculatorKind
     from autospec.store.errors import StoreError
     from autospec.train.errors import TrainingError, TrainingInputError
 
     try:
         yield
-    except (TrainingInputError, UnknownSpeculatorKind, TargetLoadError,
+    except (TrainingInputError, UnknownSpeculatorKind, TargetLoadError, NumericsMismatch,
             pydantic.ValidationError) as exc:
         _fail(exc, 2)
     except (TrainingError, StoreError) as exc:
@@ -132,10 +135,12 @@ def train(
     address: Annotated[str | None, typer.Option(
         help="Ray: join this cluster (host:port, 'auto' or ray://host:10001; default "
         "RAY_ADDRESS, else a new local Ray)")] = None,
-    target: Annotated[str, typer.Option(
-        help="target: a name, a directory or a .gguf")] = "smollm2-135m",
-    dtype: Annotated[str, typer.Option(
-        help="target dtype: float32, bfloat16 or auto")] = "auto",
+    target: Annotated[str | None, typer.Option(
+        help="target: a name, a directory or a .gguf (default: what the deployment's "
+        "replicas serve, else smollm2-135m)")] = None,
+    dtype: Annotated[str | None, typer.Option(
+        help="target dtype: float32, bfloat16 or auto (default: the deployment's; another "
+        "one is refused)")] = None,
     database_url: Annotated[str | None, typer.Option(
         "--url", help="database (default AUTOSPEC_DATABASE_URL)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
@@ -177,9 +182,9 @@ def _request(*, kind: str, window: str, assignments: list[str], segment: str | N
 
 
 def _run(request: TrainRequest, *, database_url: str | None, address: str | None,
-         target: str, dtype: str, quiet: bool) -> TrainOutcome:
+         target: str | None, dtype: str | None, quiet: bool) -> TrainOutcome:
     from autospec import store
-    from autospec.engine.target import load_target
+    from autospec.numerics import load_served_target
     from autospec.train.run import train_candidate
 
     engine = store.open_store(database_url, upgrade=True)
@@ -187,7 +192,8 @@ def _run(request: TrainRequest, *, database_url: str | None, address: str | None
         from autospec.train.ray_trainer import connect_ray
 
         connect_ray(address=address, workers=request.workers)
-    model = load_target(target, dtype=dtype)
+    model = load_served_target(engine, deployment=request.deployment, target=target,
+                               dtype=dtype)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[info]}"))
     with Progress(*columns, console=err, transient=quiet) as bars:

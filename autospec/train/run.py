@@ -2,9 +2,12 @@
 
 :func:`train_candidate` does, in order:
 
-1. checks the input before anything is recorded: the incumbent to warm-start from (the
+1. checks the input before anything is recorded: the target must be what the deployment's
+   replicas serve (:func:`autospec.numerics.check_target`: id, revision, dtype;
+   :class:`~autospec.numerics.NumericsMismatch` otherwise), the incumbent to warm-start from (the
    ``--incumbent`` version, else the deployment's live version when it is of the same
-   kind) must be loadable for this target (:class:`IncumbentMismatch` otherwise), and the
+   kind) must be loadable for this target, its artifact the one registered
+   (:class:`IncumbentMismatch` otherwise), and the
    window must hold at least ``min_requests`` training requests (:class:`EmptyWindow`,
    :class:`WindowTooSmall`);
 2. records a ``training_runs`` row (status ``running``, window, config);
@@ -41,13 +44,13 @@ from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
 from autospec.evaluate.compare import set_tau
 from autospec.evaluate.replay import ReplayRequest, replay_request
+from autospec.numerics import check_target
 from autospec.settings import get_settings
-from autospec.speculators.checkpoint import SpeculatorLoadError, load_speculator, save_speculator
+from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.config import SuffixConfig
 from autospec.speculators.registry import build_speculator, new_speculator
 from autospec.speculators.suffix import suffix_from_documents
-from autospec.store.artifacts import local_path
 from autospec.train.data import (
     TrainingData,
     TrainSequence,
@@ -59,6 +62,7 @@ from autospec.train.errors import IncumbentMismatch, TrainingInputError, Trainin
 from autospec.train.features import FeatureCache, cached_extract
 from autospec.train.kinds import RECIPES, TraineeOptions
 from autospec.train.loop import LoopConfig, LoopState, StepMetrics, evaluate, train_loop
+from autospec.versions import VersionLoadError, load_speculator_version
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +129,11 @@ def train_candidate(request: TrainRequest, *, engine: Engine, target: Target,
     if request.kind not in TRAINABLE_KINDS:
         raise TrainingInputError(f"cannot train kind {request.kind!r}; trainable kinds: "
                                  f"{', '.join(TRAINABLE_KINDS)}")
+    check_target(engine, deployment=request.deployment, target=target)
     with store.session_scope(engine) as session:
         parent = _incumbent_version(session, request)
         data = load_training_data(session, request.window, min_requests=request.min_requests)
-    incumbent = _load_incumbent(engine, parent, target) if parent else None
+    incumbent = _load_incumbent(engine, parent, target, request.deployment) if parent else None
     with store.session_scope(engine) as session:
         run_id = store.start_training_run(
             session, kind=request.kind, parent_version=parent, window_start=data.start,
@@ -159,19 +164,23 @@ def _incumbent_version(session, request: TrainRequest) -> str | None:
     return row.version if row.kind == request.kind else None
 
 
-def _load_incumbent(engine: Engine, version: str, target: Target) -> SavableSpeculator:
+def _load_incumbent(engine: Engine, version: str, target: Target,
+                    deployment: str) -> SavableSpeculator:
     with store.session_scope(engine, readonly=True) as session:
         row = store.get_speculator(session, version=version)
-        uri, target_id, revision = row.artifact_uri, row.target_id, row.target_revision
+        target_id, revision = row.target_id, row.target_revision
     info = target.info
-    if target_id != info.target_id or (revision and revision != info.revision):
+    if target_id != info.target_id or (revision and not info.accepts_revision(revision)):
         raise IncumbentMismatch(
             f"incumbent {version} was built for target {target_id!r} (revision {revision}), "
             f"not {info.target_id!r} (revision {info.revision}); train with --from-scratch")
-    try:
-        return load_speculator(local_path(uri) or uri, target)
-    except SpeculatorLoadError as exc:
+    try:  # the shared loader: checksums, the registered SHA-256 (audited), the target
+        _kind, spec = load_speculator_version(engine, target, version, actor="train",
+                                              deployment=deployment)
+    except VersionLoadError as exc:
         raise IncumbentMismatch(f"cannot warm-start from {version}: {exc}") from exc
+    assert isinstance(spec, SavableSpeculator)
+    return spec
 
 
 # -- fitting --------------------------------------------------------------------------------

@@ -80,3 +80,64 @@ def test_traffic_in_candidate_trained_evaluated_promoted_served(
 def _logged(db) -> int:  # type: ignore[no-untyped-def]
     with store.session_scope(db, readonly=True) as session:
         return sum(store.request_counts(session).values())
+
+
+@pytest.mark.slow
+def test_serve_and_controller_with_their_defaults_promoted_version_is_served_tiny(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16 item 1: the replica built by ``LLMServer.from_config`` with the serving
+    defaults (``dtype: auto``, bfloat16 here on any CPU) and ``autospec controller once``
+    with its defaults (no --target, no --dtype) agree on the numerics: the controller reads
+    what the replica recorded, refuses another dtype before training, and the version it
+    promotes is the one served."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from autospec.cli import app
+    from autospec.serve.config import ServeConfig
+    from autospec.serve.server import LLMServer
+
+    from .helpers import write_policy
+
+    monkeypatch.setattr("autospec.engine.target.cpu_has_native_bf16", lambda: True)
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", sqlite_url)
+    model_dir = make_tokenizer_model_dir(tmp_path / "tiny-llama")
+    store.open_store(sqlite_url, upgrade=True).dispose()
+    config = ServeConfig(target=str(model_dir), model_name="tiny", database_url=sqlite_url,
+                         poll_interval_s=0.1, report_interval_s=0.2, speculator_k=4)
+    server = LLMServer.from_config(config, actor="replica-1")
+    db = server.versions.db
+    policy = str(write_policy(tmp_path / "policy.yaml"))
+    cli = CliRunner()
+    try:
+        assert server.target.dtype_name == "bfloat16"
+        with TestClient(make_app(server)) as client:
+            for i in range(40):
+                r = client.post("/v1/completions", json={
+                    "prompt": PROMPTS[i % len(PROMPTS)], **GREEDY})
+                assert r.status_code == 200
+            assert server.writer is not None and server.writer.flush()
+
+            other = cli.invoke(app, ["controller", "once", "--policy", policy,
+                                     "--dtype", "float32"])
+            assert other.exit_code == 2, other.output
+            assert "in bfloat16" in other.output and "Traceback" not in other.output
+            with store.session_scope(db, readonly=True) as session:
+                assert store.list_training_runs(session) == []  # refused before training
+
+            once = cli.invoke(app, ["controller", "once", "--policy", policy, "--json"])
+            assert once.exit_code == 0, once.output
+            promoted = json.loads(once.stdout)["promoted"]
+            assert promoted
+            _wait_for(lambda: server.versions.current.name == promoted)
+            assert server.versions.load_failures == 0
+            r = client.post("/v1/completions", json={"prompt": PROMPTS[0], **GREEDY})
+            assert r.headers["x-autospec-speculator"] == promoted
+
+            status = json.loads(cli.invoke(app, ["status", "--json"]).stdout)
+            assert status["numerics"]["dtype"] == "bfloat16"
+            _wait_for(lambda: json.loads(cli.invoke(app, ["status", "--json"]).stdout)[
+                "served"] == {"versions": [promoted], "replicas": 1, "agrees": True})
+    finally:
+        server.close()

@@ -47,7 +47,9 @@ def test_evaluate_cli_table_json_and_exit_codes(target, sqlite_url, monkeypatch,
                                   artifact_uri=str(path), sha256=sha)
     runner = CliRunner()
     started = time.perf_counter()
-    result = runner.invoke(app, ["evaluate", "eagle3-u", "--window", "10", "--json"])
+    # the traffic was decoded in float32 (no replica recorded the deployment's numerics)
+    result = runner.invoke(app, ["evaluate", "eagle3-u", "--window", "10", "--dtype", "float32",
+                                 "--json"])
     elapsed = time.perf_counter() - started
     assert result.exit_code == 3, result.output  # rejected: exit code 3
     data = json.loads(result.stdout)

@@ -223,3 +223,8 @@ def test_a_corrupt_candidate_is_refused_and_recorded(deploy, tiny_model_dir, tin
     assert len(events) == 2  # one per replica, not one per poll
     assert {e.version for e in events} == {"bad"} and "sha256" in events[0].reason
     assert requests.get(f"{app.url}/health", timeout=10).status_code == 200
+    with store.session_scope(app.db, readonly=True) as session:  # what `status` reads
+        reports = store.list_replicas(session, deployment="default")
+        served = store.get_deployment(session, name="default")
+        assert [r.version for r in reports] == ["good", "good"]  # not the pointer's "bad"
+        assert (served.target_id, served.dtype) == (tiny_llm.info.target_id, "float32")

@@ -118,13 +118,12 @@ def test_a_database_outage_keeps_serving(server, db, tiny_llm, tmp_path):
 
 
 def test_a_pointer_moved_back_to_the_builtin_serves_it_again(server, db, tiny_llm, tmp_path):
-    from autospec.versions import BUILTIN_VERSION, register_builtin
+    from autospec.versions import BUILTIN_VERSION
 
     register_artifact(db, tiny_llm, tmp_path, "v1")
     promote(db, "v1")
     assert server.versions.poll_once() and server.versions.current.name == "v1"
-    register_builtin(db, tiny_llm)
-    promote(db, BUILTIN_VERSION)
+    promote(db, BUILTIN_VERSION)  # registered by the migrations
     assert server.versions.poll_once()
     assert server.versions.current.name == BUILTIN_VERSION
     assert server.versions.current.kind == "ngram"

@@ -121,7 +121,7 @@ def test_run_tiny_random_init_stopped_registers_nothing_and_records_why(
     with pytest.raises(TrainingStopped, match="stopped on request at step 3"):
         train_candidate(_request(), engine=db_with_traffic, target=tiny, should_stop=stop)
     with store.session_scope(db_with_traffic) as s:
-        assert store.list_speculators(s) == []
+        assert [v.version for v in store.list_speculators(s)] == ["builtin-ngram"]
         (run,) = store.list_training_runs(s)
         assert run.status == "failed" and run.error.startswith("stopped")
         assert run.version is None and run.finished_at is not None

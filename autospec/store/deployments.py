@@ -1,0 +1,87 @@
+"""What a deployment serves (its target and numerics) and what each replica reports.
+
+- :func:`record_deployment` — a replica, at start, records the target spec, target id,
+  revision and resolved dtype it serves; the row is the one source of truth the controller,
+  ``train`` and ``evaluate`` read (:func:`get_deployment`). A change (a new target, another
+  dtype) is audited as a ``note`` event.
+- :func:`report_replica` — a replica's heartbeat: the version it actually serves now;
+  :func:`list_replicas` returns the reports of a deployment (newest first);
+  :func:`remove_replica` drops a replica's report when it shuts down.
+
+Keyword-only arguments after the caller's session, as everywhere in the store.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from autospec.store.errors import Conflict
+from autospec.store.models import Deployment, ReplicaReport, utcnow
+from autospec.store.registry import record_event
+
+
+def get_deployment(session: Session, *, name: str) -> Deployment | None:
+    return session.get(Deployment, name, populate_existing=True)
+
+
+def record_deployment(session: Session, *, name: str, target: str, target_id: str,
+                      target_revision: str, dtype: str, actor: str) -> Deployment:
+    """Record (or update) what ``name`` serves; a change is audited. :class:`Conflict` if
+    another replica inserted the row at the same moment (retry: it is an update then)."""
+    row = get_deployment(session, name=name)
+    now = utcnow()
+    new = {"target": target, "target_id": target_id, "target_revision": target_revision,
+           "dtype": dtype}
+    if row is None:
+        row = Deployment(name=name, updated_at=now, updated_by=actor, **new)
+        try:
+            with session.begin_nested():
+                session.add(row)
+        except IntegrityError:
+            raise Conflict(f"deployment {name!r} was recorded concurrently") from None
+        return row
+    old = {key: getattr(row, key) for key in new}
+    if old != new:
+        record_event(session, kind="note", actor=actor, deployment=name,
+                     reason=f"deployment {name} now serves {target_id} revision "
+                            f"{target_revision} in {dtype}",
+                     details={"type": "deployment", "from": old, "to": new})
+    for key, value in new.items():
+        setattr(row, key, value)
+    row.updated_at, row.updated_by = now, actor
+    session.flush()
+    return row
+
+
+def report_replica(session: Session, *, replica: str, deployment: str, version: str,
+                   target_id: str, target_revision: str, dtype: str,
+                   started_at: datetime) -> None:
+    """Insert or refresh ``replica``'s report (the version it serves now)."""
+    row = session.get(ReplicaReport, replica)
+    values = {"deployment": deployment, "version": version, "target_id": target_id,
+              "target_revision": target_revision, "dtype": dtype, "started_at": started_at,
+              "reported_at": utcnow()}
+    if row is None:
+        session.add(ReplicaReport(replica=replica, **values))
+    else:
+        for key, value in values.items():
+            setattr(row, key, value)
+    session.flush()
+
+
+def list_replicas(session: Session, *, deployment: str,
+                  since: datetime | None = None) -> list[ReplicaReport]:
+    """Reports of ``deployment``'s replicas (refreshed at or after ``since``), newest first."""
+    query = (select(ReplicaReport).where(ReplicaReport.deployment == deployment)
+             .order_by(ReplicaReport.reported_at.desc()))
+    if since is not None:
+        query = query.where(ReplicaReport.reported_at >= since)
+    return list(session.scalars(query))
+
+
+def remove_replica(session: Session, *, replica: str) -> None:
+    session.execute(delete(ReplicaReport).where(ReplicaReport.replica == replica))
