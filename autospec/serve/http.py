@@ -13,6 +13,10 @@ included) names the replica in ``x-autospec-replica`` when :func:`make_app` is g
 request for per-segment evaluation (default: the route, ``completions`` or ``chat``);
 ``x-autospec-log: off`` keeps the request's statistics but no text or token ids.
 
+A client that disconnects before its answer abandons the request: a non-stream handler races
+the decode against the disconnect (:func:`unless_disconnected`), a stream frees its request
+when its response ends; see :meth:`~autospec.serve.server.LLMServer.abandon`.
+
 Bodies are read here, not by FastAPI, so that every bad input gets a small 4xx in the OpenAI
 error shape: an oversized body (413), invalid UTF-8, malformed JSON, NaN/Infinity, a
 non-object, a lone surrogate, or any field pydantic rejects (400).
@@ -20,11 +24,12 @@ non-object, a lone surrogate, or any field pydantic rejects (400).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -49,7 +54,7 @@ from autospec.serve.schemas import (
     ModelList,
     Usage,
 )
-from autospec.serve.server import LLMServer, Prepared, RequestContext, Served
+from autospec.serve.server import LLMServer, Prepared, RequestContext, Served, Streamed
 
 VERSION_HEADER = "x-autospec-speculator"
 SEGMENT_HEADER = "x-autospec-segment"
@@ -59,6 +64,7 @@ _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
 _OFF = {"off", "0", "false", "no"}
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 def make_app(server: LLMServer, *, replica: str | None = None) -> FastAPI:
@@ -90,7 +96,9 @@ def make_app(server: LLMServer, *, replica: str | None = None) -> FastAPI:
         prepared = await server.prepare_completion(req, context(request, "completions"))
         if req.stream:
             return _stream(server, prepared, chat=False)
-        served = await server.generate(prepared)
+        served = await unless_disconnected(request, server.generate(prepared))
+        if served is None:
+            return _client_gone()
         body = completion_body(server, served, prepared)
         return JSONResponse(body.model_dump(), headers={VERSION_HEADER: served.version.name})
 
@@ -101,7 +109,9 @@ def make_app(server: LLMServer, *, replica: str | None = None) -> FastAPI:
         prepared = await server.prepare_chat(req, context(request, "chat"))
         if req.stream:
             return _stream(server, prepared, chat=True)
-        served = await server.generate(prepared)
+        served = await unless_disconnected(request, server.generate(prepared))
+        if served is None:
+            return _client_gone()
         body = chat_body(server, served, prepared)
         return JSONResponse(body.model_dump(), headers={VERSION_HEADER: served.version.name})
 
@@ -133,6 +143,52 @@ def parse_replica(value: str | None) -> dict[str, str]:
     """The fields of an ``x-autospec-replica`` value (``{}`` for None or empty)."""
     fields = (part.strip().partition("=") for part in (value or "").split(";"))
     return {key: val for key, sep, val in fields if sep}
+
+
+# -- abandoned requests -------------------------------------------------------------------
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """``work``'s result, or None after cancelling it if the client disconnects first (as
+    vLLM's ``with_cancellation``). The body must have been read: what ``receive`` gives next
+    is the disconnect."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # also when this handler is itself cancelled (Ray Serve: client gone)
+        for t in (task, watch):
+            if not t.done():
+                t.cancel()
+    if not task.done() or task.cancelled():
+        return None
+    return task.result()
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _client_gone() -> Response:
+    # nobody reads this answer; 499 ("client closed request") names it in access logs
+    return Response(status_code=499)
+
+
+class _AbandoningStream(StreamingResponse):
+    """A stream that frees its request when the response ends for any reason, including a
+    client that left before the first chunk (the body iterator never started)."""
+
+    def __init__(self, streamed: Streamed, content: AsyncIterator[str],
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.streamed = streamed
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.streamed.abandon()  # no effect once it has finished
 
 
 # -- reading requests ---------------------------------------------------------------------
@@ -297,12 +353,12 @@ class TextStream:
 def _stream(server: LLMServer, prepared: Prepared, *, chat: bool) -> StreamingResponse:
     steps = server.stream(prepared)  # admits now: an overload is a 503 before any byte
     events = _sse(server, prepared, steps, chat=chat)
-    return StreamingResponse(events, media_type="text/event-stream",
+    return _AbandoningStream(steps, events, media_type="text/event-stream",
                              headers={VERSION_HEADER: prepared.version.name,
                                       "Cache-Control": "no-cache"})
 
 
-async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterator[list[int] | Served],
+async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterable[list[int] | Served],
                *, chat: bool) -> AsyncIterator[str]:
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     chunk = _ChunkMaker(rid, server.model_name, chat)

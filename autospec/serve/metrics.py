@@ -20,6 +20,7 @@ replica; scrape each replica, or run one replica per node (see ``ops/README-serv
 | ``autospec:generation_tokens_total`` / ``autospec:prompt_tokens_total`` | counter | tokens |
 | ``autospec:request_success_total{finish_reason}`` | counter | finished requests |
 | ``autospec:request_rejected_total{reason}`` | counter | refused for overload |
+| ``autospec:request_abandoned_total{stage}`` | counter | client gone: ``waiting``/``decoding`` |
 | ``autospec:num_requests_running`` / ``..._waiting`` | gauge | decode thread |
 | ``autospec:speculator_info{version,kind}`` | gauge | 1 for the version serving now |
 | ``autospec:speculator_load_failures_total`` | counter | versions that failed to load |
@@ -76,6 +77,9 @@ class ServeMetrics:
                                ["version", "finish_reason"], registry=r)
         self.rejected = Counter("autospec:request_rejected", "Requests refused for overload.",
                                 ["reason"], registry=r)
+        self.abandoned = Counter("autospec:request_abandoned",
+                                 "Requests whose client left before the answer (not logged).",
+                                 ["stage"], registry=r)
         self.running = Gauge("autospec:num_requests_running", "Requests decoding now.",
                              registry=r)
         self.waiting = Gauge("autospec:num_requests_waiting",
