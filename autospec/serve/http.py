@@ -37,6 +37,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
+from autospec.serve.detok import TextStream
 from autospec.serve.errors import APIError, install_handlers, validation_error
 from autospec.serve.schemas import (
     AssistantMessage,
@@ -314,40 +315,6 @@ def chat_body(server: LLMServer, served: Served, prepared: Prepared) -> ChatComp
 
 
 # -- streaming ----------------------------------------------------------------------------
-
-
-class TextStream:
-    """Turns token ids, step by step, into text deltas that never need taking back.
-
-    Holds back an incomplete UTF-8 character and the last ``len(longest stop) - 1``
-    characters (they may start a stop string); the text is cut before a stop string.
-    """
-
-    def __init__(self, tokenizer: Any, stop: tuple[str, ...]) -> None:
-        self.tokenizer, self.stop = tokenizer, stop
-        self.hold = max((len(s) for s in stop), default=1) - 1
-        self.ids: list[int] = []
-        self.sent = ""
-
-    def push(self, ids: list[int]) -> str:
-        self.ids.extend(ids)
-        if self.tokenizer is None:
-            return ""
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        cuts = [text.find(s) for s in self.stop if s in text]
-        text = text[: min(cuts)] if cuts else text.rstrip("\ufffd")
-        if self.hold and not cuts:
-            text = text[: max(len(self.sent), len(text) - self.hold)]
-        return self._emit(text)
-
-    def finish(self, final_text: str) -> str:
-        return self._emit(final_text)
-
-    def _emit(self, text: str) -> str:
-        if not text.startswith(self.sent):
-            return ""
-        delta, self.sent = text[len(self.sent):], text
-        return delta
 
 
 def _stream(server: LLMServer, prepared: Prepared, *, chat: bool) -> StreamingResponse:

@@ -160,7 +160,7 @@ async def _complete(server: LLMServer):  # type: ignore[no-untyped-def]
 
 
 def test_a_stream_abandoned_before_it_is_read_is_freed_tiny(slow_server):
-    server, forwards, db = slow_server
+    server, forwards, _db = slow_server
 
     async def scenario() -> None:
         req = CompletionRequest(prompt="hello", max_tokens=400, ignore_eos=True)
