@@ -22,8 +22,9 @@ log = logging.getLogger(__name__)
 def serve(
     target: str = typer.Option("smollm2-135m", help="target: a name, a model directory or .gguf"),
     replicas: int = typer.Option(1, min=1, help="Serve replicas (each one decode thread)"),
-    max_ongoing_requests: int = typer.Option(
-        32, min=1, help="Ray Serve's limit of requests in flight per replica"),
+    max_ongoing_requests: int | None = typer.Option(
+        None, min=1, help="Ray Serve's limit of requests in flight per replica; must exceed "
+        "--max-pending-requests (default: twice it)"),
     max_pending_requests: int = typer.Option(
         32, min=1, help="requests waiting or decoding per replica before a fast 503"),
     host: str = typer.Option("127.0.0.1", help="HTTP host to bind"),
