@@ -2,7 +2,8 @@
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both with ``stream: true``
 as server-sent events ending with ``data: [DONE]``), ``GET /v1/models``, ``GET /health``
-(503 when the replica cannot serve), ``GET /metrics`` (Prometheus text).
+(503 when the replica cannot serve), ``GET /metrics`` (Prometheus text: every replica's under
+Ray Serve, ``?scope=replica``: this one's).
 
 Every completion answer names the speculator version that served it, in the header
 ``x-autospec-speculator`` and in the body's ``autospec`` object (for a stream: the header
@@ -29,7 +30,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -68,9 +69,12 @@ M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 
-def make_app(server: LLMServer, *, replica: str | None = None) -> FastAPI:
+def make_app(server: LLMServer, *, replica: str | None = None,
+             metrics: Callable[[], Awaitable[bytes]] | None = None) -> FastAPI:
     """The FastAPI app serving ``server`` (Ray Serve wraps it; tests use it directly);
-    ``replica``: the ``x-autospec-replica`` value of every answer (none if None)."""
+    ``replica``: the ``x-autospec-replica`` value of every answer (none if None);
+    ``metrics``: what ``GET /metrics`` answers (default: this server's metrics only).
+    ``GET /metrics?scope=replica`` always answers this server's."""
     app = FastAPI(title="autospec", description="OpenAI-compatible speculative decoding",
                   version="1")
     install_handlers(app)
@@ -83,8 +87,10 @@ def make_app(server: LLMServer, *, replica: str | None = None) -> FastAPI:
         return JSONResponse(state, status_code=200 if state["ok"] else 503)
 
     @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(server.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+    async def metrics_route(scope: str = "deployment") -> Response:
+        if metrics is None or scope == "replica":
+            return Response(server.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+        return Response(await metrics(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models", response_model=ModelList)
     async def models() -> ModelList:
