@@ -94,15 +94,18 @@ class Job:
 
 
 class Streamed:
-    """A streamed request: iterate it for token-id steps then :class:`Served`;
+    """A streamed request (an async iterator): iterate it for token-id steps then :class:`Served`;
     :meth:`abandon` frees it whether or not iteration ever started."""
 
     def __init__(self, steps: AsyncIterator[list[int] | Served],
                  abandon: Callable[[], None]) -> None:
         self._steps, self.abandon = steps, abandon
 
-    def __aiter__(self) -> AsyncIterator[list[int] | Served]:
-        return self._steps
+    def __aiter__(self) -> Streamed:
+        return self
+
+    async def __anext__(self) -> list[int] | Served:
+        return await anext(self._steps)
 
 
 class Overloaded(APIError):
