@@ -12,6 +12,9 @@ Hot-swap does not go through Ray: every replica watches the live pointer in the 
 controller, another machine) reaches every replica without a redeploy, and the database
 stays the one source of truth. ``user_config`` is not used.
 
+Metrics: the application also runs a :class:`~autospec.serve.metrics_hub.MetricsHub`; every
+replica sends it its metrics, and ``GET /metrics`` on any replica answers all of them.
+
 ``build_app(args)`` at the bottom is what ``autospec serve`` and
 ``serve run ops/serve_config.yaml`` (``import_path: autospec.serve.app:build_app``) call.
 """
@@ -27,9 +30,11 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
 from ray.serve.exceptions import RayServeException
+from ray.serve.handle import DeploymentHandle
 
 from autospec.serve.config import ServeConfig
 from autospec.serve.http import make_app
+from autospec.serve.metrics_hub import MetricsHub, MetricsPusher
 from autospec.serve.server import LLMServer
 
 log = logging.getLogger(__name__)
@@ -37,11 +42,15 @@ log = logging.getLogger(__name__)
 APP_NAME = "autospec"
 
 
-def _replica_name() -> str:
+def _replica_id() -> str:
     try:
-        return f"serve:{serve.get_replica_context().replica_id.unique_id}"
+        return serve.get_replica_context().replica_id.unique_id
     except (RayServeException, RuntimeError, AttributeError):  # outside a replica
-        return f"serve:pid{os.getpid()}"
+        return f"pid{os.getpid()}"
+
+
+def _replica_name() -> str:
+    return f"serve:{_replica_id()}"
 
 
 def replica_identity() -> str:
@@ -64,12 +73,25 @@ def replica_identity() -> str:
 class AutospecServer:
     """One Serve replica of the autospec application."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], metrics_hub: DeploymentHandle | None = None,
+                 ) -> None:
         cfg = ServeConfig.model_validate(config)
         self.server = LLMServer.from_config(cfg, actor=_replica_name())
+        self.hub = metrics_hub
+        self.pusher = None
+        if metrics_hub is not None:
+            self.pusher = MetricsPusher(metrics_hub, _replica_id(), self.server.metrics.exposition)
+            self.pusher.start()
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return make_app(self.server, replica=replica_identity())
+        return make_app(self.server, replica=replica_identity(),
+                        metrics=self._all_metrics if self.hub is not None else None)
+
+    async def _all_metrics(self) -> bytes:
+        """Every replica's metrics (this one's fresh), from the application's hub."""
+        assert self.hub is not None and self.pusher is not None
+        await self.hub.put.remote(self.pusher.replica, self.server.metrics.exposition().decode())
+        return await self.hub.collect.remote()
 
     def check_health(self) -> None:
         state = self.server.health()
@@ -77,6 +99,9 @@ class AutospecServer:
             raise RuntimeError(f"replica cannot serve: {'; '.join(state['problems'])}")
 
     def __del__(self) -> None:
+        pusher = getattr(self, "pusher", None)
+        if pusher is not None:
+            pusher.stop()
         server = getattr(self, "server", None)
         if server is not None:
             server.close()
@@ -87,10 +112,10 @@ def build_app(args: dict[str, Any] | ServeConfig | None = None) -> Application:
     cfg = args if isinstance(args, ServeConfig) else ServeConfig.model_validate(args or {})
     deployment = AutospecServer.options(
         num_replicas=cfg.replicas,
-        max_ongoing_requests=cfg.max_ongoing_requests,
+        max_ongoing_requests=cfg.ray_max_ongoing_requests,
         max_queued_requests=cfg.max_queued_requests,
         ray_actor_options=cfg.ray_actor_options,
         health_check_period_s=cfg.health_check_period_s,
         health_check_timeout_s=max(30.0, cfg.health_check_period_s * 2),
     )
-    return deployment.bind(cfg.to_args())
+    return deployment.bind(cfg.to_args(), MetricsHub.bind())

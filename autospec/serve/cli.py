@@ -31,8 +31,9 @@ def serve(
         help="target: a name, a model directory or .gguf")] = "smollm2-135m",
     replicas: Annotated[int, typer.Option(
         min=1, help="Serve replicas (each one decode thread)")] = 1,
-    max_ongoing_requests: Annotated[int, typer.Option(
-        min=1, help="Ray Serve's limit of requests in flight per replica")] = 32,
+    max_ongoing_requests: Annotated[int | None, typer.Option(
+        min=1, help="Ray Serve's limit of requests in flight per replica; must exceed "
+        "--max-pending-requests (default: twice it)")] = None,
     max_pending_requests: Annotated[int, typer.Option(
         min=1, help="requests waiting or decoding per replica before a fast 503")] = 32,
     host: Annotated[str, typer.Option(help="HTTP host to bind")] = "127.0.0.1",

@@ -3,14 +3,16 @@ config file (``ops/serve_config.yaml``, ``args:``) and the tests.
 
 A typo in a field name is an error naming the field (``extra="forbid"``). The model knows
 nothing of Ray: replica counts and Ray's own queue limits are read by
-:mod:`autospec.serve.app` when it builds the application.
+:mod:`autospec.serve.app` when it builds the application. Overload is answered by the
+replica (OpenAI-shaped 503 with ``Retry-After``), never by Ray: Ray's in-flight limit per
+replica stays above the replica's pending limit and Ray's router queue is unbounded.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 # the version name served while no version is live (the training-free n-gram speculator);
 # defined with the shared version resolver so evaluation and serving agree on it
@@ -51,10 +53,13 @@ class ServeConfig(BaseModel):
         32, ge=1, description="requests waiting or decoding per replica; more get a fast 503")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body accepted")
     replicas: int = Field(1, ge=1, description="Serve replicas (one decode thread each)")
-    max_ongoing_requests: int = Field(
-        32, ge=1, description="Ray Serve's per-replica limit of requests in flight")
+    max_ongoing_requests: int | None = Field(
+        None, ge=1, description="Ray Serve's per-replica limit of requests in flight; must "
+        "exceed max_pending_requests so the replica's own 503 answers overload (default: "
+        "twice max_pending_requests)")
     max_queued_requests: int = Field(
-        64, ge=-1, description="Ray Serve's limit of requests queued at the router (-1: none)")
+        -1, ge=-1, description="Ray Serve's limit of requests queued at the router (-1: none; "
+        "past a limit Ray answers a text/plain 503 itself)")
     ray_actor_options: dict[str, Any] = Field(
         default_factory=lambda: {"num_cpus": 1.0},
         description="Ray options per replica (num_cpus, num_gpus, runtime_env)")
@@ -74,6 +79,22 @@ class ServeConfig(BaseModel):
         args = self.model_dump(mode="json")
         args["api_key"] = self.api_key.get_secret_value() if self.api_key else None
         return args
+
+    @model_validator(mode="after")
+    def _replica_answers_overload(self) -> ServeConfig:
+        ongoing = self.max_ongoing_requests
+        if ongoing is not None and ongoing <= self.max_pending_requests:
+            raise ValueError(
+                f"max_ongoing_requests ({ongoing}) must exceed max_pending_requests "
+                f"({self.max_pending_requests}): otherwise Ray Serve refuses overload with its "
+                "own text/plain 503 before the replica can answer in the OpenAI shape")
+        return self
+
+    @property
+    def ray_max_ongoing_requests(self) -> int:
+        """Ray Serve's in-flight limit per replica: above the replica's pending limit, so
+        every overloaded request reaches the replica and gets its OpenAI-shaped 503."""
+        return self.max_ongoing_requests or 2 * self.max_pending_requests
 
     @property
     def served_model_name(self) -> str:

@@ -2,9 +2,10 @@
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both with ``stream: true``
 as server-sent events ending with ``data: [DONE]``), ``GET /v1/models``, ``GET /health``
-(503 when the replica cannot serve), ``GET /metrics`` (Prometheus text), ``GET /openapi.json``
-and, with ``docs: true``, ``GET /docs``. With an API key configured every route but
-``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (:mod:`autospec.serve.auth`).
+(503 when the replica cannot serve), ``GET /metrics`` (Prometheus text: every replica's under
+Ray Serve, ``?scope=replica``: this one's), ``GET /openapi.json`` and, with ``docs: true``,
+``GET /docs``. With an API key configured every route but ``/health`` and ``/metrics`` needs
+``Authorization: Bearer <key>`` (:mod:`autospec.serve.auth`).
 
 Every completion answer names the speculator version that served it, in the header
 ``x-autospec-speculator`` and in the body's ``autospec`` object (for a stream: the header
@@ -16,6 +17,10 @@ request for per-segment evaluation (default: the route, ``completions`` or ``cha
 ``x-autospec-log: off`` keeps the request's statistics but nothing the client wrote (no
 text, ids, stop strings, seed or segment label; see :mod:`autospec.store.privacy`).
 
+A client that disconnects before its answer abandons the request: a non-stream handler races
+the decode against the disconnect (:func:`unless_disconnected`), a stream frees its request
+when its response ends; see :meth:`~autospec.serve.server.LLMServer.abandon`.
+
 Bodies are read here, not by FastAPI, so that every bad input gets a small 4xx in the OpenAI
 error shape: an oversized body (413), invalid UTF-8, malformed JSON, NaN/Infinity, a
 non-object, a lone surrogate, or any field pydantic rejects (400).
@@ -23,11 +28,12 @@ non-object, a lone surrogate, or any field pydantic rejects (400).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -36,6 +42,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
 from autospec.serve.auth import ApiKeyAuth, configured_key
+from autospec.serve.detok import TextStream
 from autospec.serve.errors import APIError, install_handlers, validation_error
 from autospec.serve.schemas import (
     AssistantMessage,
@@ -53,7 +60,7 @@ from autospec.serve.schemas import (
     ModelList,
     Usage,
 )
-from autospec.serve.server import LLMServer, Prepared, RequestContext, Served
+from autospec.serve.server import LLMServer, Prepared, RequestContext, Served, Streamed
 
 VERSION_HEADER = "x-autospec-speculator"
 SEGMENT_HEADER = "x-autospec-segment"
@@ -63,11 +70,15 @@ _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
 _OFF = {"off", "0", "false", "no"}
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
-def make_app(server: LLMServer, *, replica: str | None = None) -> FastAPI:
+def make_app(server: LLMServer, *, replica: str | None = None,
+             metrics: Callable[[], Awaitable[bytes]] | None = None) -> FastAPI:
     """The FastAPI app serving ``server`` (Ray Serve wraps it; tests use it directly);
-    ``replica``: the ``x-autospec-replica`` value of every answer (none if None)."""
+    ``replica``: the ``x-autospec-replica`` value of every answer (none if None);
+    ``metrics``: what ``GET /metrics`` answers (default: this server's metrics only).
+    ``GET /metrics?scope=replica`` always answers this server's."""
     docs = "/docs" if server.config.docs else None  # Swagger UI loads from a CDN: opt-in
     app = FastAPI(title="autospec", description="OpenAI-compatible speculative decoding",
                   version="1", docs_url=docs, redoc_url=None)
@@ -84,8 +95,10 @@ def make_app(server: LLMServer, *, replica: str | None = None) -> FastAPI:
         return JSONResponse(state, status_code=200 if state["ok"] else 503)
 
     @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(server.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+    async def metrics_route(scope: str = "deployment") -> Response:
+        if metrics is None or scope == "replica":
+            return Response(server.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+        return Response(await metrics(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models", response_model=ModelList)
     async def models() -> ModelList:
@@ -98,7 +111,9 @@ def make_app(server: LLMServer, *, replica: str | None = None) -> FastAPI:
         prepared = await server.prepare_completion(req, context(request, "completions"))
         if req.stream:
             return _stream(server, prepared, chat=False)
-        served = await server.generate(prepared)
+        served = await unless_disconnected(request, server.generate(prepared))
+        if served is None:
+            return _client_gone()
         body = completion_body(server, served, prepared)
         return JSONResponse(body.model_dump(), headers={VERSION_HEADER: served.version.name})
 
@@ -109,7 +124,9 @@ def make_app(server: LLMServer, *, replica: str | None = None) -> FastAPI:
         prepared = await server.prepare_chat(req, context(request, "chat"))
         if req.stream:
             return _stream(server, prepared, chat=True)
-        served = await server.generate(prepared)
+        served = await unless_disconnected(request, server.generate(prepared))
+        if served is None:
+            return _client_gone()
         body = chat_body(server, served, prepared)
         return JSONResponse(body.model_dump(), headers={VERSION_HEADER: served.version.name})
 
@@ -141,6 +158,52 @@ def parse_replica(value: str | None) -> dict[str, str]:
     """The fields of an ``x-autospec-replica`` value (``{}`` for None or empty)."""
     fields = (part.strip().partition("=") for part in (value or "").split(";"))
     return {key: val for key, sep, val in fields if sep}
+
+
+# -- abandoned requests -------------------------------------------------------------------
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """``work``'s result, or None after cancelling it if the client disconnects first (as
+    vLLM's ``with_cancellation``). The body must have been read: what ``receive`` gives next
+    is the disconnect."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # also when this handler is itself cancelled (Ray Serve: client gone)
+        for t in (task, watch):
+            if not t.done():
+                t.cancel()
+    if not task.done() or task.cancelled():
+        return None
+    return task.result()
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _client_gone() -> Response:
+    # nobody reads this answer; 499 ("client closed request") names it in access logs
+    return Response(status_code=499)
+
+
+class _AbandoningStream(StreamingResponse):
+    """A stream that frees its request when the response ends for any reason, including a
+    client that left before the first chunk (the body iterator never started)."""
+
+    def __init__(self, streamed: Streamed, content: AsyncIterator[str],
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.streamed = streamed
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.streamed.abandon()  # no effect once it has finished
 
 
 # -- reading requests ---------------------------------------------------------------------
@@ -268,49 +331,15 @@ def chat_body(server: LLMServer, served: Served, prepared: Prepared) -> ChatComp
 # -- streaming ----------------------------------------------------------------------------
 
 
-class TextStream:
-    """Turns token ids, step by step, into text deltas that never need taking back.
-
-    Holds back an incomplete UTF-8 character and the last ``len(longest stop) - 1``
-    characters (they may start a stop string); the text is cut before a stop string.
-    """
-
-    def __init__(self, tokenizer: Any, stop: tuple[str, ...]) -> None:
-        self.tokenizer, self.stop = tokenizer, stop
-        self.hold = max((len(s) for s in stop), default=1) - 1
-        self.ids: list[int] = []
-        self.sent = ""
-
-    def push(self, ids: list[int]) -> str:
-        self.ids.extend(ids)
-        if self.tokenizer is None:
-            return ""
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        cuts = [text.find(s) for s in self.stop if s in text]
-        text = text[: min(cuts)] if cuts else text.rstrip("\ufffd")
-        if self.hold and not cuts:
-            text = text[: max(len(self.sent), len(text) - self.hold)]
-        return self._emit(text)
-
-    def finish(self, final_text: str) -> str:
-        return self._emit(final_text)
-
-    def _emit(self, text: str) -> str:
-        if not text.startswith(self.sent):
-            return ""
-        delta, self.sent = text[len(self.sent):], text
-        return delta
-
-
 def _stream(server: LLMServer, prepared: Prepared, *, chat: bool) -> StreamingResponse:
     steps = server.stream(prepared)  # admits now: an overload is a 503 before any byte
     events = _sse(server, prepared, steps, chat=chat)
-    return StreamingResponse(events, media_type="text/event-stream",
+    return _AbandoningStream(steps, events, media_type="text/event-stream",
                              headers={VERSION_HEADER: prepared.version.name,
                                       "Cache-Control": "no-cache"})
 
 
-async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterator[list[int] | Served],
+async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterable[list[int] | Served],
                *, chat: bool) -> AsyncIterator[str]:
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     chunk = _ChunkMaker(rid, server.model_name, chat)

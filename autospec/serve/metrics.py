@@ -4,8 +4,10 @@ Reporter only: every figure is read from a request's
 :class:`~autospec.engine.stats.RequestStats` (τ is defined there), labelled by the
 speculator ``version`` that served it. Exposed by ``GET /metrics`` of the replica that
 answers, from a registry of its own (``prometheus_client``), so tests and several servers in
-one process never collide. Under Ray Serve with several replicas each scrape reaches one
-replica; scrape each replica, or run one replica per node (see ``ops/README-serve.md``).
+one process never collide. Under Ray Serve every replica also sends its exposition to the
+application's metrics hub (:mod:`autospec.serve.metrics_hub`), and ``GET /metrics`` on any
+replica answers :func:`merge_expositions` of all of them: one scrape covers the deployment,
+each series labelled ``replica``, names unchanged (see ``ops/README-serve.md``).
 
 | metric | type | meaning |
 |---|---|---|
@@ -20,6 +22,7 @@ replica; scrape each replica, or run one replica per node (see ``ops/README-serv
 | ``autospec:generation_tokens_total`` / ``autospec:prompt_tokens_total`` | counter | tokens |
 | ``autospec:request_success_total{finish_reason}`` | counter | finished requests |
 | ``autospec:request_rejected_total{reason}`` | counter | refused for overload |
+| ``autospec:request_abandoned_total{stage}`` | counter | client gone: ``waiting``/``decoding`` |
 | ``autospec:num_requests_running`` / ``..._waiting`` | gauge | decode thread |
 | ``autospec:speculator_info{version,kind}`` | gauge | 1 for the version serving now |
 | ``autospec:speculator_load_failures_total`` | counter | versions that failed to load |
@@ -30,7 +33,12 @@ The traffic writer's own counters (``autospec_traffic_rows_total{outcome}``...) 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from autospec.engine.stats import RequestStats
 
@@ -76,6 +84,9 @@ class ServeMetrics:
                                ["version", "finish_reason"], registry=r)
         self.rejected = Counter("autospec:request_rejected", "Requests refused for overload.",
                                 ["reason"], registry=r)
+        self.abandoned = Counter("autospec:request_abandoned",
+                                 "Requests whose client left before the answer (not logged).",
+                                 ["stage"], registry=r)
         self.running = Gauge("autospec:num_requests_running", "Requests decoding now.",
                              registry=r)
         self.waiting = Gauge("autospec:num_requests_waiting",
@@ -111,3 +122,28 @@ class ServeMetrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def merge_expositions(texts: Mapping[str, str]) -> bytes:
+    """One Prometheus exposition from several replicas' (``{replica: text}``): every sample
+    gains the label ``replica``; names, types and help are kept."""
+    families: dict[str, Metric] = {}
+    for replica, text in sorted(texts.items()):
+        for fam in text_string_to_metric_families(text):
+            out = families.setdefault(fam.name, Metric(fam.name, fam.documentation, fam.type,
+                                                       fam.unit))
+            out.samples.extend(Sample(s.name, {**s.labels, "replica": replica}, s.value,
+                                      s.timestamp, s.exemplar) for s in fam.samples)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed(list(families.values())))
+    return generate_latest(registry)
+
+
+class _Fixed:
+    """A collector of given metric families."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families

@@ -18,6 +18,11 @@ It turns OpenAI-shaped requests into engine calls, one replica's worth:
   ``x-autospec-log: off`` is recorded with ``opted_out``, under its route rather than its
   ``x-autospec-segment``, and the store keeps nothing else it sent: no text, ids, stop
   strings or seed (:mod:`autospec.store.privacy`).
+- **Abandoned requests.** Each admitted request is a :class:`Job`. When its client goes
+  (:meth:`LLMServer.abandon`: cancellation of :meth:`~LLMServer.generate`, a stream closed
+  or never read), a waiting job leaves the queue at once and a decoding one stops after its
+  current step; either way it is counted in ``autospec:request_abandoned_total`` and not
+  logged.
 
 Nothing here knows HTTP: :mod:`autospec.serve.http` maps requests and errors.
 """
@@ -80,6 +85,32 @@ class Served:
     ttft_s: float
 
 
+class Job:
+    """One admitted request's place on the decode thread: ``waiting`` -> ``running`` ->
+    ``done``, or ``abandoned`` while waiting. Its admission is released exactly once, by
+    whichever path ends it; ``cancel`` is the flag the decode thread reads after each step."""
+
+    def __init__(self) -> None:
+        self.state = "waiting"
+        self.cancel = threading.Event()
+        self.steps = 0  # decode steps completed (read by logs and tests)
+
+
+class Streamed:
+    """A streamed request (an async iterator): iterate it for token-id steps then :class:`Served`;
+    :meth:`abandon` frees it whether or not iteration ever started."""
+
+    def __init__(self, steps: AsyncIterator[list[int] | Served],
+                 abandon: Callable[[], None]) -> None:
+        self._steps, self.abandon = steps, abandon
+
+    def __aiter__(self) -> Streamed:
+        return self
+
+    async def __anext__(self) -> list[int] | Served:
+        return await anext(self._steps)
+
+
 class Overloaded(APIError):
     def __init__(self, limit: int) -> None:
         super().__init__(503, f"server overloaded: {limit} requests already pending on this "
@@ -99,7 +130,8 @@ class LLMServer:
         self.model_name = config.served_model_name
         self.created = int(time.time())
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autospec-decode")
-        self._pending = 0
+        self._pending = 0  # admitted and not finished, guarded by _lock
+        self._lock = threading.Lock()
         self._closed = False
         versions.on_swap = self._on_swap
         versions.on_failure = lambda _version, _reason: self.metrics.load_failures.inc()
@@ -221,56 +253,87 @@ class LLMServer:
 
     # -- decoding ----------------------------------------------------------------------------
 
-    def _admit(self) -> None:
+    def _admit(self) -> Job:
         if self._closed:
             raise APIError(503, "server is shutting down", type="overloaded_error",
                            code="unavailable")
-        if self._pending >= self.config.max_pending_requests:
-            self.metrics.rejected.labels("pending_limit").inc()
-            raise Overloaded(self.config.max_pending_requests)
-        self._pending += 1
-        self.metrics.waiting.inc()
+        with self._lock:
+            if self._pending >= self.config.max_pending_requests:
+                self.metrics.rejected.labels("pending_limit").inc()
+                raise Overloaded(self.config.max_pending_requests)
+            self._pending += 1
+            self.metrics.waiting.inc()
+        return Job()
 
-    def _release(self) -> None:
-        self._pending -= 1
+    def _start(self, job: Job) -> bool:
+        """On the decode thread: take ``job`` off the queue; False if it was abandoned."""
+        with self._lock:
+            if job.state != "waiting":
+                return False
+            job.state = "running"
+            self.metrics.waiting.dec()
+            self.metrics.running.inc()
+            return True
+
+    def _finish(self, job: Job) -> None:
+        """On the decode thread: ``job`` has left the decode thread (finished or stopped)."""
+        with self._lock:
+            job.state = "done"
+            self.metrics.running.dec()
+            self._pending -= 1
+
+    def abandon(self, job: Job) -> None:
+        """The client is gone: stop ``job`` (idempotent; no effect once it has finished).
+
+        A waiting job leaves the queue now; a decoding one stops after its current step."""
+        job.cancel.set()
+        with self._lock:
+            if job.state != "waiting":
+                return
+            job.state = "abandoned"
+            self.metrics.waiting.dec()
+            self._pending -= 1
+        self.metrics.abandoned.labels("waiting").inc()
+        log.info("request abandoned while waiting for the decode thread")
 
     async def generate(self, p: Prepared) -> Served:
-        """Decode ``p`` to the end on the decode thread."""
-        self._admit()
+        """Decode ``p`` to the end on the decode thread; if the caller is cancelled (client
+        gone), the request leaves the queue or stops decoding, and is not logged."""
+        job = self._admit()
+        loop = asyncio.get_running_loop()
         try:
-            loop = asyncio.get_running_loop()
-            served = await loop.run_in_executor(self._decoder, self._decode, p, None)
-        finally:
-            self._release()
+            served = await loop.run_in_executor(self._decoder, self._decode, p, job, None)
+        except asyncio.CancelledError:
+            self.abandon(job)
+            raise
         assert served is not None
         return served
 
-    def stream(self, p: Prepared) -> AsyncIterator[list[int] | Served]:
-        """Admit ``p`` now (an overload raises here), then decode it as it is iterated.
+    def stream(self, p: Prepared) -> Streamed:
+        """Admit ``p`` now (an overload raises here); it decodes as the result is iterated.
 
-        The iterator yields each step's new token ids, then the :class:`Served` request. If
-        the consumer stops early (client gone) the decode stops after the current step.
+        Iterating yields each step's new token ids, then the :class:`Served` request. If the
+        consumer stops early, or :meth:`Streamed.abandon` is called (client gone, even before
+        iterating), the request leaves the queue or stops decoding after its current step.
         """
-        self._admit()
-        return self._stream(p)
+        job = self._admit()
+        return Streamed(self._stream(p, job), lambda: self.abandon(job))
 
-    async def _stream(self, p: Prepared) -> AsyncIterator[list[int] | Served]:
+    async def _stream(self, p: Prepared, job: Job) -> AsyncIterator[list[int] | Served]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[list[int] | Served | BaseException | None] = asyncio.Queue()
-        stop = threading.Event()
 
-        def on_step(ids: list[int]) -> bool:
+        def on_step(ids: list[int]) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, ids)
-            return not stop.is_set()
 
         def work() -> None:
             try:
-                item: Any = self._decode(p, on_step)
+                item: Any = self._decode(p, job, on_step)
             except BaseException as exc:
                 item = exc
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        future = loop.run_in_executor(self._decoder, work)
+        loop.run_in_executor(self._decoder, work)
         try:
             while True:
                 item = await queue.get()
@@ -280,21 +343,25 @@ class LLMServer:
                 if isinstance(item, Served) or item is None:
                     return
         finally:
-            stop.set()
-            future.add_done_callback(lambda _: self._release())
+            self.abandon(job)
 
-    def _decode(self, p: Prepared,
-                on_step: Callable[[list[int]], bool] | None) -> Served | None:
-        """On the decode thread: run the engine, then report. None if cancelled."""
-        self.metrics.waiting.dec()
-        self.metrics.running.inc()
+    def _decode(self, p: Prepared, job: Job,
+                on_step: Callable[[list[int]], None] | None) -> Served | None:
+        """On the decode thread: run the engine, then report. None if abandoned."""
+        if not self._start(job):
+            return None
         try:
             started = time.perf_counter()
             gen = p.version.engine.stream(p.prompt_ids, p.params)
             for ids in gen:
-                if on_step is not None and not on_step(ids):
+                if on_step is not None:
+                    on_step(ids)
+                if job.cancel.is_set():
                     gen.steps.close()  # type: ignore[attr-defined]
+                    self.metrics.abandoned.labels("decoding").inc()
+                    log.info("request abandoned after %d steps of decoding", job.steps + 1)
                     return None
+                job.steps += 1
             assert gen.result is not None
             result = gen.result
             ended = time.perf_counter()
@@ -303,7 +370,7 @@ class LLMServer:
             self._report(p, served)
             return served
         finally:
-            self.metrics.running.dec()
+            self._finish(job)
 
     def _report(self, p: Prepared, s: Served) -> None:
         stats = s.result.stats

@@ -228,3 +228,69 @@ def test_a_corrupt_candidate_is_refused_and_recorded(deploy, tiny_model_dir, tin
         served = store.get_deployment(session, name="default")
         assert [r.version for r in reports] == ["good", "good"]  # not the pointer's "bad"
         assert (served.target_id, served.dtype) == (tiny_llm.info.target_id, "float32")
+
+
+def test_overload_through_ray_is_always_an_openai_503(deploy, tiny_model_dir):
+    """120 requests at once against one replica with the serving defaults (the issue's
+    burst): every refusal is the replica's JSON 503 with Retry-After, none Ray's text/plain."""
+    from .test_overload import assert_overload_answer
+
+    app = deploy(target=str(tiny_model_dir), model_name="tiny", dtype="float32")
+    n = 120
+    start, answers = threading.Barrier(n), []
+
+    def one(i: int) -> None:
+        start.wait()
+        r = requests.post(f"{app.url}/v1/completions", timeout=300, json={
+            "prompt": f"load {i}", "max_tokens": 200, "ignore_eos": True})
+        answers.append((r.status_code, r.headers, r.content))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    refused = [a for a in answers if a[0] != 200]
+    assert len(answers) == n and refused  # the burst did overload the replica
+    for status, headers, body in refused:
+        assert_overload_answer(status, headers, body)
+    print(f"\noverload through Ray: {n - len(refused)} served, {len(refused)} OpenAI-shaped 503")
+
+
+def test_one_metrics_scrape_covers_every_replica(deploy, tiny_model_dir):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from autospec.serve.http import parse_replica
+
+    app = deploy(target=str(tiny_model_dir), model_name="tiny", dtype="float32", replicas=2)
+    served: set[str] = set()
+
+    def one() -> None:
+        r = requests.post(f"{app.url}/v1/completions", timeout=60,
+                          json={"prompt": "hello", "max_tokens": 4})
+        assert r.status_code == 200
+        served.add(parse_replica(r.headers["x-autospec-replica"])["id"])
+
+    deadline = time.monotonic() + 60
+    while len(served) < 2:
+        assert time.monotonic() < deadline, served
+        threads = [threading.Thread(target=one) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def scraped() -> dict[str, float]:
+        text = requests.get(f"{app.url}/metrics", timeout=10).text
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        return {s.labels.get("replica", "?"): s.value
+                for s in families["autospec:generation_tokens"].samples
+                if s.name.endswith("_total")}
+
+    deadline = time.monotonic() + 30
+    while set(scraped()) != served:  # each replica sends its metrics every 2 s
+        assert time.monotonic() < deadline, (scraped(), served)
+        time.sleep(0.5)
+    assert all(v >= 4 for v in scraped().values())
+    own = requests.get(f"{app.url}/metrics?scope=replica", timeout=10).text
+    assert 'replica="' not in own and "autospec:generation_tokens_total" in own
