@@ -58,6 +58,7 @@ EVENT_KINDS = (
     "purge",
     "lease",
     "note",
+    "import",
 )
 """Event kinds :func:`autospec.store.repo.record_event` accepts (checked in Python, not by a
 CHECK constraint, so adding a kind needs no migration)."""
