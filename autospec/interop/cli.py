@@ -110,8 +110,10 @@ def import_(
     with _refusals():
         from autospec import store
         from autospec.engine.target import load_target
-        from autospec.interop.importer import import_head
+        from autospec.interop.importer import ImportRefused, import_head
 
+        if not (directory / "config.json").is_file():  # before the target is loaded
+            raise ImportRefused(f"{directory}: no config.json (not a speculators directory)")
         db = store.open_store(database_url, upgrade=True)
         model = load_target(target, dtype="float32")
         done = import_head(directory, target=model, engine=db, name=name, actor=actor)

@@ -271,3 +271,21 @@ def test_import_takes_specforge_names_and_vllm_default_flag_tiny(tiny, tmp_path)
     order = spec.head.d2t.argsort()
     assert torch.equal(head.head.lm_head.weight, spec.head.lm_head.weight[order])
     assert torch.equal(head.head.layer.q_proj.weight, spec.head.layer.q_proj.weight)
+
+
+def test_cli_refusals_are_one_line_exit_2(sqlite_url, tmp_path):
+    from typer.testing import CliRunner
+
+    from autospec.cli import app
+
+    runner = CliRunner()
+    missing = runner.invoke(app, ["import", str(tmp_path / "nowhere"), "--url", sqlite_url])
+    assert missing.exit_code == 2 and "no config.json" in missing.output
+    unknown = runner.invoke(app, ["export", "nope", "--out", str(tmp_path / "o"),
+                                  "--url", sqlite_url])
+    assert unknown.exit_code == 2 and "'nope' is not registered" in unknown.output
+    fmt = runner.invoke(app, ["export", "nope", "--format", "onnx", "--out",
+                              str(tmp_path / "o"), "--url", sqlite_url])
+    assert fmt.exit_code == 2 and "unknown format 'onnx'" in fmt.output
+    for result in (missing, unknown, fmt):
+        assert "Traceback" not in result.output
