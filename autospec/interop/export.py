@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,10 +100,14 @@ def export_speculator(spec: SavableSpeculator, target: Target, out: str | Path, 
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise ExportError(f"{root} exists and is not an empty directory")
     root.mkdir(parents=True, exist_ok=True)
-    done = exporter(spec, target, root.resolve(), k)
-    (root / SPEC_CONFIG_FILE).write_text(json.dumps(done.speculative_config, indent=2) + "\n")
-    files = sorted([*done.files, SPEC_CONFIG_FILE])
-    digest = _write_manifest(root, files, done.tensors, source)
+    try:
+        done = exporter(spec, target, root.resolve(), k)
+        (root / SPEC_CONFIG_FILE).write_text(json.dumps(done.speculative_config, indent=2) + "\n")
+        files = sorted([*done.files, SPEC_CONFIG_FILE])
+        digest = _write_manifest(root, files, done.tensors, source)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)  # it was empty: leave nothing half-written
+        raise
     log.info("exported %s speculator to %s (%s)", spec.kind, root, ", ".join(files))
     return ExportResult(out=root.resolve(), kind=spec.kind, files=[*files, artifacts.MANIFEST],
                         speculative_config=done.speculative_config, sha256=digest,
@@ -154,8 +159,8 @@ def _export_eagle3(spec: SavableSpeculator, target: Target, out: Path, k: int) -
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     _save(tensors, out / WEIGHTS)
     renamed = {v: k_ for k_, v in TENSOR_NAMES.items()}
-    sums = {n: {"sha256": tensor_sha256(t), "from": renamed.get(n, "d2t")}
-            for n, t in tensors.items()}
+    renamed.update({"d2t": "d2t (as offsets)", "t2d": "d2t (as a mask)"})
+    sums = {n: {"sha256": tensor_sha256(t), "from": renamed[n]} for n, t in tensors.items()}
     done = Exported(speculative_config={"method": "eagle3", "model": str(out),
                                         "num_speculative_tokens": k},
                     files=["config.json", WEIGHTS], tensors=sums,

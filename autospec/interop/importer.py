@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from autospec.speculators.suffix import SuffixSpeculator
 log = logging.getLogger(__name__)
 
 SIDECAR_DIR = "suffix-index"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the registry's rule, checked first
 
 
 class ImportRefused(ValueError):
@@ -95,6 +97,9 @@ def read_head(directory: str | Path, target: Target) -> Eagle3Speculator:
 def import_head(directory: str | Path, *, target: Target, engine: Engine,
                 name: str | None = None, actor: str = "cli") -> Imported:
     """Register the head in ``directory`` as a candidate version; see the module doc."""
+    if name is not None and not _NAME.fullmatch(name):
+        raise ImportRefused(f"invalid version name {name!r}: use 1-64 letters, digits, '.', "
+                            f"'_' or '-', starting with a letter or digit")
     spec = read_head(directory, target)
     source = str(Path(directory).resolve())
     root = get_settings().resolved_artifact_dir

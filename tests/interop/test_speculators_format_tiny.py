@@ -289,3 +289,12 @@ def test_cli_refusals_are_one_line_exit_2(sqlite_url, tmp_path):
     assert fmt.exit_code == 2 and "unknown format 'onnx'" in fmt.output
     for result in (missing, unknown, fmt):
         assert "Traceback" not in result.output
+
+
+def test_import_refuses_a_bad_version_name_before_writing_anything_tiny(tiny, db, tmp_path):
+    export_speculator(_head(tiny), tiny, tmp_path / "x", k=3)
+    from autospec.settings import get_settings
+
+    with pytest.raises(ImportRefused, match=r"invalid version name '\.\./escape'"):
+        import_head(tmp_path / "x", target=tiny, engine=db, name="../escape")
+    assert not (get_settings().resolved_artifact_dir.parent / "escape").exists()
