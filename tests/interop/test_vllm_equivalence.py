@@ -11,7 +11,7 @@ with ``autospec export --format speculators``.
   set). vLLM drafts plain chains from the head alone, so the replay runs the same head with
   no suffix index and ``tree_nodes = 0`` (chains).
 
-Runs ~5-8 minutes on 2 CPU cores (traffic, a short training run, vLLM's start).
+Runs ~6-9 minutes on 2 CPU cores (traffic, a short training run, vLLM's start).
 """
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ def trained(target, workdir):  # type: ignore[no-untyped-def]
 
     url = f"sqlite:///{workdir / 'autospec.db'}"
     db = store.open_store(url, upgrade=True)
-    store.write_requests(db, [store.RequestRecord(prompt_ids=p, output_ids=o)
-                              for p, o in _greedy(target, _chats(N_TRAIN, seed=0))])
-    request = TrainRequest(kind="eagle3", window=WindowSpec(heldout_fraction=0.0), epochs=3,
+    logged = _greedy(target, _chats(N_TRAIN, seed=0))
+    store.write_requests(db, [store.RequestRecord(prompt_ids=p, output_ids=o) for p, o in logged])
+    request = TrainRequest(kind="eagle3", window=WindowSpec(heldout_fraction=0.0), epochs=6,
                            min_requests=1, precision="fp32",
                            overrides={"suffix_threshold": None, "tree_nodes": 0})
     outcome = train_candidate(request, engine=db, target=target)
@@ -96,7 +96,9 @@ def trained(target, workdir):  # type: ignore[no-untyped-def]
                                       "--out", str(out), "--k", str(K), "--url", url, "--json"])
     assert result.exit_code == 0, result.output
     exported = json.loads(result.stdout)
-    check = _greedy(target, _chats(N_CHECK, seed=1))  # not trained on
+    # half trained on (long accepted chains: the head's own hidden feeds later drafts),
+    # half fresh
+    check = logged[::N_TRAIN // (N_CHECK // 2)] + _greedy(target, _chats(N_CHECK // 2, seed=1))
     return {"db": db, "version": outcome.version, "exported": exported, "check": check}
 
 
@@ -150,13 +152,19 @@ def test_vllm_acceptance_equals_shadow_replay_per_request(target, trained, vllm_
             prompt_ids=prompt, output_ids=output,
             params=SamplingParams(max_new_tokens=MAX_NEW)), K)
         m = theirs.spec_decode_metrics
-        accepted = sum(j * n for j, n in enumerate(m.histogram))
-        rows.append((int(stats.accepted), accepted, stats.steps, sum(m.histogram)))
-    for i, (ours, theirs, steps, vsteps) in enumerate(rows):
-        print(f"request {i}: replay accepted {ours} in {steps} steps, vLLM {theirs} in {vsteps}")
+        raw = sum(j * n for j, n in enumerate(m.histogram))
+        # vLLM counts drafts accepted past max_tokens (the output is cut after the step);
+        # autospec's engine drafts no further than max_tokens: count what was emitted
+        past = 1 + sum(m.histogram) + raw - len(theirs.token_ids)
+        assert 0 <= past <= (m.per_step_accepted[-1] if m.per_step_accepted else 0)
+        rows.append((int(stats.accepted), raw - past, stats.steps, sum(m.histogram), raw))
+    for i, (ours, theirs, steps, vsteps, raw) in enumerate(rows):
+        print(f"request {i}: replay accepted {ours} in {steps} steps, vLLM {theirs} in "
+              f"{vsteps} (raw {raw})")
     ours_total, theirs_total = sum(r[0] for r in rows), sum(r[1] for r in rows)
-    print(f"total accepted: replay {ours_total}, vLLM {theirs_total}")
-    assert ours_total > len(rows)  # the head does propose acceptable tokens
+    print(f"total accepted: replay {ours_total}, vLLM {theirs_total} "
+          f"(raw {sum(r[4] for r in rows)})")
+    assert ours_total > 2 * len(rows)  # the head does propose acceptable tokens
     assert abs(ours_total - theirs_total) <= 0.01 * ours_total, rows
-    differing = [r for r in rows if r[0] != r[1]]
+    differing = [r for r in rows if r[:4] != (r[0], r[0], r[2], r[2])]
     assert len(differing) <= max(1, len(rows) // 10), rows
