@@ -12,6 +12,7 @@ from autospec.bench.cli import bench_app
 from autospec.controller import cli as controller_cli
 from autospec.demo.cli import demo
 from autospec.evaluate.cli import evaluate
+from autospec.interop import cli as interop_cli
 from autospec.loadgen.cli import loadgen
 from autospec.serve.cli import serve
 from autospec.store.cli import db_app
@@ -33,6 +34,8 @@ for _name in ("status", "promote", "rollback", "versions", "history"):
 app.command("train")(train)
 app.command("loadgen")(loadgen)
 app.command("demo")(demo)
+app.command("export")(interop_cli.export)
+app.command("import")(interop_cli.import_)
 
 
 if __name__ == "__main__":

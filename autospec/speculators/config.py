@@ -159,6 +159,10 @@ class Eagle3Config(_Transformer):
     tree_width: int = Field(
         default=4, ge=1, le=8, description="tree drafting: candidates expanded per depth, "
         "and children kept per expanded candidate")
+    norm_before_residual: bool = Field(
+        default=False, description="the decoder layer's residual stream starts from "
+        "hidden_norm(hidden) instead of hidden (speculators' flag of the same name; heads "
+        "autospec trains use false, imported heads keep theirs)")
 
     @model_validator(mode="after")
     def _check_vocab(self) -> Eagle3Config:

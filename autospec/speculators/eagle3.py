@@ -132,6 +132,7 @@ class Eagle3Layer(nn.Module):
         self.gate_proj = nn.Linear(h, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(h, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, h, bias=False)
+        self.norm_before_residual = config.norm_before_residual
         inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, hd, 2).float() / hd))
         self._inv_freq32 = inv_freq  # the float32 values, whatever the module is cast to
         self.register_buffer("inv_freq", inv_freq.clone(), persistent=False)
@@ -163,10 +164,14 @@ class Eagle3Layer(nn.Module):
 
     def finish(self, hidden: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                mask: torch.Tensor | None) -> torch.Tensor:
-        """Attention over ``k``/``v`` (``mask``: bool, True = attend), then MLP; ``[B, T, H]``."""
+        """Attention over ``k``/``v`` (``mask``: bool, True = attend), then MLP; ``[B, T, H]``.
+
+        The residual stream starts from ``hidden`` (or from ``hidden_norm(hidden)`` with
+        ``norm_before_residual``, as some published heads were trained)."""
         attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         b, _, t, _ = attn.shape
-        h = hidden + self.o_proj(attn.transpose(1, 2).reshape(b, t, -1))
+        residual = self.hidden_norm(hidden) if self.norm_before_residual else hidden
+        h = residual + self.o_proj(attn.transpose(1, 2).reshape(b, t, -1))
         x = self.post_attention_layernorm(h)
         return h + self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 

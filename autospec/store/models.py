@@ -59,6 +59,7 @@ EVENT_KINDS = (
     "purge",
     "lease",
     "note",
+    "import",
 )
 """Event kinds :func:`autospec.store.registry.record_event` accepts (checked in Python, not by a
 CHECK constraint, so adding a kind needs no migration)."""

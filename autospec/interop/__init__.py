@@ -1,0 +1,1 @@
+"""Interoperability with other serving engines: export for vLLM, import speculators heads."""

@@ -1,0 +1,126 @@
+"""``autospec export`` and ``autospec import``: speculators for vLLM, public heads in.
+
+Thin commands: resolve the version (or directory), load the target in float32, call
+:func:`autospec.interop.export.export_speculator` / :func:`autospec.interop.importer.import_head`,
+print. Refusals (an unknown version, a kind vLLM has no method for, a head that does not fit
+the target, a non-empty output directory) are one line on stderr, exit status 2.
+"""
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+out = Console()
+err = Console(stderr=True)
+
+TargetOpt = Annotated[str, typer.Option(help="the target: a name, a directory or a .gguf")]
+UrlOpt = Annotated[str | None, typer.Option("--url",
+                                            help="database (default AUTOSPEC_DATABASE_URL)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+
+
+@contextmanager
+def _refusals() -> Iterator[None]:
+    from autospec.engine.target import TargetLoadError
+    from autospec.interop.export import ExportError
+    from autospec.interop.importer import ImportRefused
+    from autospec.store.errors import StoreError
+    from autospec.versions import VersionLoadError
+
+    try:
+        yield
+    except (ExportError, ImportRefused, VersionLoadError, TargetLoadError, StoreError,
+            OSError) as exc:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        err.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def export(
+    version: Annotated[str, typer.Argument(help="the version to export (or builtin-ngram)")],
+    out_dir: Annotated[Path, typer.Option("--out", help="directory to write (new or empty)")],
+    fmt: Annotated[str, typer.Option("--format", help="output format (speculators: what "
+                                     "vLLM loads)")] = "speculators",
+    k: Annotated[int, typer.Option("--k", min=1, max=16, help="num_speculative_tokens in the "
+                                   "written speculative_config")] = 5,
+    target: TargetOpt = "smollm2-135m",
+    database_url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Export a version for vLLM: an eagle3 head in the speculators format, a draft as a
+    LlamaForCausalLM directory, ngram/suffix as vLLM's speculative_config; see docs/vllm.md."""
+    logging.getLogger("autospec").setLevel(logging.WARNING)
+    with _refusals():
+        from autospec import store
+        from autospec.engine.target import load_target
+        from autospec.interop.export import FORMATS, ExportError, export_speculator
+        from autospec.versions import BUILTIN_VERSION, check_registered, load_speculator_version
+
+        if fmt not in FORMATS:
+            raise ExportError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+        db = store.open_store(database_url, upgrade=True)
+        check_registered(db, [version])
+        source = _source(db, version) if version != BUILTIN_VERSION else {"version": version}
+        model = load_target(target, dtype="float32")
+        _, spec = load_speculator_version(db, model, version)
+        result = export_speculator(spec, model, out_dir, k=k, source=source, fmt=fmt)
+    if as_json:
+        out.print_json(json.dumps({"version": version, **result.as_dict()}))
+        return
+    out.print(f"exported [bold]{version}[/] ({result.kind}) to {result.out}: "
+              f"{', '.join(result.files)}")
+    out.print(f"serve with: python -m vllm.entrypoints.openai.api_server --model <target dir> "
+              f"--speculative-config '{json.dumps(result.speculative_config)}'",
+              highlight=False, soft_wrap=True)
+    for note in result.notes:
+        out.print(f"note: {note}", highlight=False)
+
+
+def _source(db, version: str) -> dict:  # type: ignore[no-untyped-def]
+    from autospec import artifacts, store
+    from autospec.store.artifacts import local_path
+
+    with store.session_scope(db, readonly=True) as session:
+        row = store.get_speculator(session, version=version)
+        uri, sha = row.artifact_uri, row.sha256
+    path = local_path(uri)
+    files = artifacts.read_manifest(path) if path is not None else {}
+    return {"version": version, "artifact": uri, "sha256": sha, "files": files}
+
+
+def import_(
+    directory: Annotated[Path, typer.Argument(help="a speculators-format eagle3 head "
+                                              "(config.json + model.safetensors)")],
+    name: Annotated[str | None, typer.Option(help="version name (default: the next "
+                                             "eagle3-<date>-<n>)")] = None,
+    target: TargetOpt = "smollm2-135m",
+    actor: Annotated[str, typer.Option(help="who imports (audit log)")] = "cli",
+    database_url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Register a speculators-format EAGLE-3 head (speculators, SpecForge, published) as a
+    candidate version of the target, after checking it fits; audited as an import event."""
+    logging.getLogger("autospec").setLevel(logging.WARNING)
+    with _refusals():
+        from autospec import store
+        from autospec.engine.target import load_target
+        from autospec.interop.importer import ImportRefused, import_head
+
+        if not (directory / "config.json").is_file():  # before the target is loaded
+            raise ImportRefused(f"{directory}: no config.json (not a speculators directory)")
+        db = store.open_store(database_url, upgrade=True)
+        model = load_target(target, dtype="float32")
+        done = import_head(directory, target=model, engine=db, name=name, actor=actor)
+    if as_json:
+        out.print_json(json.dumps({"version": done.version, "artifact": str(done.artifact),
+                                   "sha256": done.sha256, "source": done.source,
+                                   **done.details}))
+        return
+    out.print(f"imported [bold]{done.version}[/] (candidate) from {done.source}; artifact "
+              f"{done.artifact} sha256 {done.sha256[:16]}…")

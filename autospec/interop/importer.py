@@ -1,0 +1,222 @@
+"""Import a speculators-format EAGLE-3 head as a version of the loaded target.
+
+:func:`import_head` reads ``DIR/config.json`` and ``DIR/model.safetensors`` (safetensors
+only: a pickle-format file in ``DIR`` is refused, nothing is unpickled; a ``manifest.json``
+written by ``autospec export`` is verified), converts them
+(:func:`autospec.speculators.speculators_format.from_speculators`), and checks them against
+the target: hidden size, vocabulary, aux layer ids, the verifier's architecture, and the
+head's own embedding table if it ships one (autospec heads use the target's). A sidecar
+``suffix-index/`` written by ``autospec export`` comes back as the head's suffix index.
+
+The head is then built and loaded as an :class:`~autospec.speculators.eagle3.Eagle3Speculator`
+(so it serves and warm-starts training like a trained one), saved as an autospec artifact
+under the artifact directory, registered as a ``candidate`` and audited with an ``import``
+event in the same transaction. Every refusal is an :class:`ImportRefused` naming what is
+wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import safetensors
+import safetensors.torch
+import torch
+from sqlalchemy import Engine
+
+from autospec import artifacts, store
+from autospec.engine.target import Target
+from autospec.settings import get_settings
+from autospec.speculators.checkpoint import PICKLE_SUFFIXES, save_speculator
+from autospec.speculators.config import SuffixConfig
+from autospec.speculators.eagle3 import Eagle3Speculator
+from autospec.speculators.speculators_format import FormatError, embed_table, from_speculators
+from autospec.speculators.suffix import SuffixSpeculator
+
+log = logging.getLogger(__name__)
+
+SIDECAR_DIR = "suffix-index"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the registry's rule, checked first
+
+
+class ImportRefused(ValueError):
+    """The directory cannot be imported for this target; the message says why."""
+
+
+@dataclass
+class Imported:
+    version: str
+    artifact: Path
+    sha256: str
+    source: str
+    details: dict[str, Any]
+
+
+def read_head(directory: str | Path, target: Target) -> Eagle3Speculator:
+    """The head in ``directory``, checked against ``target`` and loaded (nothing written)."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise ImportRefused(f"{root}: not a directory")
+    _refuse_pickles(root)
+    if (root / artifacts.MANIFEST).exists():
+        try:
+            artifacts.verify_manifest(root, required=("config.json", "model.safetensors"))
+        except artifacts.ManifestError as exc:
+            raise ImportRefused(str(exc)) from None
+    data = _read_json(root / "config.json")
+    tensors = _read_tensors(root / "model.safetensors")
+    _check_verifier(data, target)
+    info = target.info
+    try:
+        config, head = from_speculators(
+            data, tensors, target_id=info.target_id, target_revision=info.revision,
+            target_vocab_size=info.vocab_size, target_hidden_size=info.hidden_size,
+            target_num_layers=info.num_layers)
+    except (FormatError, pydantic.ValidationError) as exc:
+        raise ImportRefused(f"{root}: {exc}") from None
+    _check_embedding(embed_table(tensors), target, root)
+    spec = Eagle3Speculator(config, target)
+    spec.head.float()  # imported and stored at full precision, whatever the target's dtype
+    try:
+        spec.load_tensors(_shaped(head, spec))
+    except (ValueError, RuntimeError) as exc:
+        raise ImportRefused(f"{root}: {exc}") from None
+    if (root / SIDECAR_DIR).is_dir():
+        spec.attach_suffix(_read_index(root / SIDECAR_DIR, target))
+    return spec.to(target.device)
+
+
+def import_head(directory: str | Path, *, target: Target, engine: Engine,
+                name: str | None = None, actor: str = "cli") -> Imported:
+    """Register the head in ``directory`` as a candidate version; see the module doc."""
+    if name is not None and not _NAME.fullmatch(name):
+        raise ImportRefused(f"invalid version name {name!r}: use 1-64 letters, digits, '.', "
+                            f"'_' or '-', starting with a letter or digit")
+    spec = read_head(directory, target)
+    source = str(Path(directory).resolve())
+    root = get_settings().resolved_artifact_dir
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".partial-{uuid.uuid4().hex}"
+    final: Path | None = None
+    details = {"source": source, "draft_vocab_size": spec.config.draft_vocab_size,
+               "feature_layers": list(spec.config.feature_layers),
+               "norm_before_residual": spec.config.norm_before_residual,
+               "suffix_tokens": spec.config.suffix_tokens}
+    try:
+        sha = save_speculator(spec, tmp)
+        with store.session_scope(engine) as session:
+            version = name or store.next_version(session, kind="eagle3")
+            final = root / version
+            if final.exists():
+                raise store.Conflict(f"artifact directory {final} already exists")
+            tmp.rename(final)
+            info = target.info
+            store.register_speculator(
+                session, version=version, kind="eagle3", target_id=info.target_id,
+                target_revision=info.revision, artifact_uri=str(final), sha256=sha,
+                draft_vocab_size=spec.config.draft_vocab_size,
+                meta={"imported": details}, actor=actor)
+            store.record_event(session, kind="import", actor=actor, version=version,
+                               reason=f"imported from {source}", details={**details,
+                                                                          "sha256": sha})
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if final is not None and final.exists() and not _registered(engine, final):
+            shutil.rmtree(final, ignore_errors=True)
+        raise
+    log.info("imported %s as %s (%s)", source, version, final)
+    return Imported(version=version, artifact=final, sha256=sha, source=source,
+                    details=details)
+
+
+def _registered(engine: Engine, path: Path) -> bool:
+    with store.session_scope(engine, readonly=True) as session:
+        try:
+            return store.get_speculator(session, version=path.name).artifact_uri == str(path)
+        except store.NotFound:
+            return False
+
+
+def _refuse_pickles(root: Path) -> None:
+    for path in sorted(root.rglob("*")):
+        if path.suffix.lower() in PICKLE_SUFFIXES:
+            raise ImportRefused(f"{path}: refusing a pickle-format file ({path.suffix}); only "
+                                f"safetensors weights are imported. Remove it to import.")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise ImportRefused(f"{path.parent}: no config.json (not a speculators directory)") \
+            from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ImportRefused(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ImportRefused(f"{path}: expected a JSON object")
+    return data
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        shards = sorted(p.name for p in path.parent.glob("*.safetensors"))
+        hint = f" (found {shards}; sharded heads are not supported)" if shards else ""
+        raise ImportRefused(f"{path.parent}: no model.safetensors{hint}")
+    try:
+        return safetensors.torch.load_file(str(path))
+    except (safetensors.SafetensorError, OSError) as exc:
+        raise ImportRefused(f"{path}: unreadable safetensors file ({exc})") from None
+
+
+def _check_verifier(data: dict[str, Any], target: Target) -> None:
+    verifier = (data.get("speculators_config") or {}).get("verifier") or {}
+    theirs = verifier.get("architectures") or []
+    ours = list(getattr(target.model.config, "architectures", None) or
+                [type(target.model).__name__])
+    if theirs and not set(theirs) & set(ours):
+        raise ImportRefused(f"the head's verifier is a {theirs} model "
+                            f"({verifier.get('name_or_path')}); the target is {ours}")
+    if verifier.get("name_or_path"):
+        log.info("head trained for verifier %s; importing for %s", verifier["name_or_path"],
+                 target.info.target_id)
+
+
+def _check_embedding(embed: torch.Tensor | None, target: Target, root: Path) -> None:
+    if embed is None:
+        return
+    ours = target.model.get_input_embeddings().weight.detach().float().cpu()
+    if tuple(embed.shape) != tuple(ours.shape) or not torch.allclose(
+            embed.float(), ours, rtol=1e-2, atol=1e-3):
+        raise ImportRefused(f"{root}: embed_tokens.weight differs from the target's embedding "
+                            f"(autospec heads use the target's table): another verifier?")
+
+
+def _shaped(head: dict[str, torch.Tensor], spec: Eagle3Speculator) -> dict[str, torch.Tensor]:
+    want = spec.head.state_dict()
+    for name, tensor in head.items():
+        if tuple(tensor.shape) != tuple(want[name].shape):
+            raise ImportRefused(f"tensor {name} has shape {tuple(tensor.shape)}, the config "
+                                f"implies {tuple(want[name].shape)}")
+    return head
+
+
+def _read_index(path: Path, target: Target) -> SuffixSpeculator:
+    try:
+        data = json.loads((path / "config.json").read_text("utf-8"))
+        info = target.info
+        config = SuffixConfig(**{**data, "target_id": info.target_id,
+                                 "target_revision": info.revision})
+        index = SuffixSpeculator(config, target)
+        index.load_tensors(_read_tensors(path / "model.safetensors"))
+    except (OSError, json.JSONDecodeError, pydantic.ValidationError, ValueError,
+            RuntimeError) as exc:
+        raise ImportRefused(f"{path}: not a suffix index sidecar ({exc})") from None
+    return index
