@@ -19,7 +19,9 @@ from rich.console import Console
 out = Console()
 err = Console(stderr=True)
 
-TargetOpt = Annotated[str, typer.Option(help="the target: a name, a directory or a .gguf")]
+TargetOpt = Annotated[str | None, typer.Option(
+    help="the target: a name, a directory or a .gguf (default: what the default deployment's "
+    "replicas serve, else smollm2-135m)")]
 UrlOpt = Annotated[str | None, typer.Option("--url",
                                             help="database (default AUTOSPEC_DATABASE_URL)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
@@ -49,7 +51,7 @@ def export(
                                      "vLLM loads)")] = "speculators",
     k: Annotated[int, typer.Option("--k", min=1, max=16, help="num_speculative_tokens in the "
                                    "written speculative_config")] = 5,
-    target: TargetOpt = "smollm2-135m",
+    target: TargetOpt = None,
     database_url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -67,7 +69,7 @@ def export(
         db = store.open_store(database_url, upgrade=True)
         check_registered(db, [version])
         source = _source(db, version) if version != BUILTIN_VERSION else {"version": version}
-        model = load_target(target, dtype="float32")
+        model = load_target(_target(db, target), dtype="float32")
         _, spec = load_speculator_version(db, model, version)
         result = export_speculator(spec, model, out_dir, k=k, source=source, fmt=fmt)
     if as_json:
@@ -80,6 +82,14 @@ def export(
               highlight=False, soft_wrap=True)
     for note in result.notes:
         out.print(f"note: {note}", highlight=False)
+
+
+def _target(db, target: str | None) -> str:  # type: ignore[no-untyped-def]
+    """The target given, else the one the default deployment serves (its numerics record);
+    loaded in float32, the format's dtype, whatever the replicas decode in."""
+    from autospec.numerics import resolve
+
+    return target or resolve(db, deployment="default")[0]
 
 
 def _source(db, version: str) -> dict:  # type: ignore[no-untyped-def]
@@ -99,7 +109,7 @@ def import_(
                                               "(config.json + model.safetensors)")],
     name: Annotated[str | None, typer.Option(help="version name (default: the next "
                                              "eagle3-<date>-<n>)")] = None,
-    target: TargetOpt = "smollm2-135m",
+    target: TargetOpt = None,
     actor: Annotated[str, typer.Option(help="who imports (audit log)")] = "cli",
     database_url: UrlOpt = None,
     as_json: JsonOpt = False,
@@ -115,7 +125,7 @@ def import_(
         if not (directory / "config.json").is_file():  # before the target is loaded
             raise ImportRefused(f"{directory}: no config.json (not a speculators directory)")
         db = store.open_store(database_url, upgrade=True)
-        model = load_target(target, dtype="float32")
+        model = load_target(_target(db, target), dtype="float32")
         done = import_head(directory, target=model, engine=db, name=name, actor=actor)
     if as_json:
         out.print_json(json.dumps({"version": done.version, "artifact": str(done.artifact),
