@@ -114,8 +114,10 @@ def build_runs(target: Target, prompts: list[list[int]], max_new: int, k: int,
     from autospec.speculators.checkpoint import load_speculator
     from autospec.speculators.registry import new_speculator
 
-    # warm-up: one-time kernel and allocator costs must not land on the first run timed
+    # warm-up of both paths: one-time kernel, allocator and (on GPUs) clock ramp-up costs
+    # must not land on the first run timed, the baseline of all others
     hf_generate(target, prompts[:1], 4)
+    engine_run("warm-up", SpeculativeEngine(target), prompts[:1], min(max_new, 16))
     base = engine_run("engine-target-only", SpeculativeEngine(target), prompts, max_new)
     runs: list[Run] = []
 
