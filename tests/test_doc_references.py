@@ -8,6 +8,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests.source import package_modules
+
 ROOT = Path(__file__).resolve().parents[1]
 DOTTED = re.compile(r"(?<![\w/.])autospec(?:\.[A-Za-z_]\w*)+")
 PATH = re.compile(r"(?<![\w/.~])autospec/[\w/]*\w(?:\.py)?")
@@ -15,12 +17,7 @@ NOT_MODULES = {"autospec.db"}  # the default SQLite file's name
 
 
 def _modules() -> dict[str, Path]:
-    found = {}
-    for path in ROOT.glob("autospec/**/*.py"):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
+    found = package_modules()
     for top in ("policies", "migrations"):  # installed as autospec.policies / .migrations
         found[f"autospec.{top}"] = ROOT / top / "__init__.py"
     return found

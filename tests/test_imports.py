@@ -3,7 +3,7 @@ every third-party import is a runtime dependency in pyproject.toml; no module im
 that imports it back, directly or through others, and no subpackage does either (the layer
 below owns the interface the layer above calls). Imports inside functions count as much as
 module-level ones: deferring an import hides a cycle, it does not remove it.
-`python tests/test_imports.py` prints the graph's summary and any cycles.
+`python -m tests.test_imports` (from the repository root) prints the graph's summary and any cycles.
 
 `autospec.speculators.config` imports without torch (checked in a fresh interpreter)."""
 
@@ -17,6 +17,8 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import tomllib
+
+from tests.source import package_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_CODE = ["autospec/**/*.py", "migrations/**/*.py"]
@@ -62,17 +64,6 @@ def test_every_third_party_import_is_a_runtime_dependency() -> None:
     assert missing == {}, f"imported but not in [project].dependencies: {missing}"
 
 
-def _modules() -> dict[str, Path]:
-    """Module name → file, for every module of the autospec package."""
-    found = {}
-    for path in ROOT.glob("autospec/**/*.py"):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
-    return found
-
-
 def _internal_imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     """autospec modules that ``module`` imports (``from pkg import submodule`` → submodule)."""
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
@@ -90,7 +81,7 @@ def _internal_imports(module: str, path: Path, known: dict[str, Path]) -> set[st
 
 
 def import_graph() -> dict[str, set[str]]:
-    known = _modules()
+    known = package_modules()
     return {module: _internal_imports(module, path, known) for module, path in known.items()}
 
 
