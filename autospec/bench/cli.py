@@ -62,10 +62,33 @@ def serve(
         min=5, help="1-token requests per round and config in the logging phase")] = 40,
     k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    engine: Annotated[str | None, typer.Option(
+        help="compare serving engines instead, e.g. 'vllm,native': per-request tokens/s with "
+        "1 client and throughput with --concurrency clients, speculation on and off")] = None,
+    dtype: Annotated[str, typer.Option(help="--engine: target dtype")] = "auto",
+    database_url: Annotated[str | None, typer.Option(
+        help="--engine: serve this store's live version (a promoted head) in every "
+        "application (default: a fresh store, builtin-ngram)")] = None,
+    deployment: Annotated[str, typer.Option(
+        help="--engine: the live pointer to serve")] = "default",
 ) -> None:
-    """Requests/s and p50/p99 over HTTP: logging on vs off, speculation on vs off."""
+    """Requests/s and p50/p99 over HTTP: logging on vs off, speculation on vs off; with
+    --engine, the engines side by side."""
     from autospec.bench.serve import run_serve_bench
 
+    if engine is not None:
+        from autospec.bench.serve_engines import run_engine_bench
+        from autospec.serve.engines import ENGINES
+
+        names = [e.strip() for e in engine.split(",") if e.strip()]
+        unknown = sorted(set(names) - set(ENGINES))
+        if not names or unknown:
+            raise typer.BadParameter(f"--engine: unknown {unknown or names}; known: "
+                                     f"{', '.join(ENGINES)}")
+        run_engine_bench(engines=names, target=target, dtype=dtype, max_tokens=max_tokens,
+                         rounds=rounds, clients=concurrency, k=k, database_url=database_url,
+                         deployment=deployment, json_path=json_path)
+        return
     run_serve_bench(target=target, max_tokens=max_tokens, rounds=rounds,
                     concurrency=concurrency, short_requests=short_requests, k=k,
                     json_path=json_path)

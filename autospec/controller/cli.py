@@ -89,8 +89,9 @@ def status(
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
 ) -> None:
     """Live pointer, the versions replicas actually serve (their reports) and their target /
-    dtype, τ (shadow; live over the last hour and day), traffic, fresh requests since the
-    last cycle, recent cycles, next scheduled run, lease, failures."""
+    dtype, τ (shadow; live over the last hour and day), speedup over target-only (estimated
+    and measured), traffic, fresh requests since the last cycle, recent cycles, next
+    scheduled run, lease, failures."""
     from autospec.controller.policy import load_policy
     from autospec.controller.status import collect_status
 
@@ -123,6 +124,7 @@ def _print_status(data: dict[str, Any]) -> None:
     table.add_row("τ shadow / 1h / 24h", f"{_fmt(tau['shadow'])} / {_fmt(tau['live_1h'])} "
                   f"({tau['requests_1h']} req) / {_fmt(tau['live_24h'])} "
                   f"({tau['requests_24h']} req)")
+    table.add_row("speedup est. / measured", _speedup_text(data.get("speedup")))
     traffic = data["traffic"]
     table.add_row("requests 1h / 24h / all",
                   f"{traffic['last_hour']} / {traffic['last_day']} / {traffic['total']}")
@@ -139,7 +141,9 @@ def _print_status(data: dict[str, Any]) -> None:
     canary = data["canary"]
     table.add_row("canary", "—" if not canary else
                   f"{canary['version']}: {canary['requests']} of {canary['needed']} requests, "
-                  f"live τ {_fmt(canary['live_tau'])} vs shadow {_fmt(canary['shadow_tau'])}")
+                  f"live τ {_fmt(canary['live_tau'])} vs shadow {_fmt(canary['shadow_tau'])}"
+                  + ("" if canary.get("expected_speed_gain") is None else
+                     f"; measured speed gain {canary['expected_speed_gain']:.2f}×"))
     out.print(table)
     _print_cycles(data["cycles"])
     if data["failures"]:
@@ -149,6 +153,15 @@ def _print_status(data: dict[str, Any]) -> None:
         for f in data["failures"]:
             fails.add_row(str(f["time"]), f["actor"], str(f["version"] or "—"), f["reason"])
         out.print(fails)
+
+
+def _speedup_text(speed: dict[str, Any] | None) -> str:
+    if not speed:
+        return "— (no evaluation names the live version)"
+    est, measured = speed["estimated"], speed["measured"]
+    text = (f"{_fmt(est, 2)}× / {_fmt(measured, 2)}"
+            + ("×" if measured is not None else " (not measured)"))
+    return text + f" over target-only (evaluation #{speed['evaluation_id']})"
 
 
 def _served_text(served: dict[str, Any], pointer: str) -> str:

@@ -19,9 +19,11 @@
 6. shadow-evaluates each candidate against the incumbent (the live version, or the built-in
    one) on the held-out part (:func:`autospec.evaluate.run.evaluate_versions`, recorded);
 7. in **one transaction**: checks the fencing token and that the pointer still names the
-   incumbent, moves the pointer to the best passing candidate (highest estimated speedup,
-   then highest shadow τ: of two candidates that both accept better, the one that decodes
-   faster on this hardware wins; reason names the evaluation), marks failing candidates
+   incumbent, moves the pointer to the best passing candidate (highest **measured**
+   speedup — :mod:`autospec.evaluate.speed`, or the estimated one when the policy turns
+   measurement off — then highest shadow τ: of two candidates that both accept better, the
+   one that decodes faster on this machine wins; reason names the evaluation and both
+   speedups), marks failing candidates
    ``rejected``, and writes the ``cycle`` record.
    So a crash anywhere leaves either nothing or everything of the promotion: a registered
    candidate is never live without its evaluation and cycle record.
@@ -98,15 +100,26 @@ class Candidate:
     run_id: int
     evaluation_id: int | None = None
     tau: float | None = None
-    speedup: float | None = None  # estimated, over target-only
+    speedup: float | None = None  # over target-only, as the gate ranks it (measured if on)
+    speedup_estimated: float | None = None
+    speedup_measured: float | None = None  # None: measurement off
+    incumbent_speedup_measured: float | None = None
     promote: bool = False
     reasons: list[str] = field(default_factory=list)
 
 
 def best_candidate(candidates: list[Candidate]) -> Candidate | None:
-    """The passing candidate with the highest estimated speedup (ties: shadow τ), or None."""
+    """The passing candidate with the highest speedup as the gate ranks it (measured, or
+    estimated when measurement is off; ties: shadow τ), or None."""
     passing = [c for c in candidates if c.promote]
     return min(passing, key=lambda c: (-(c.speedup or 0), -(c.tau or 0)), default=None)
+
+
+def _speed_text(cand: Candidate) -> str:
+    est = f"estimated speedup {cand.speedup_estimated or 0:.2f}×"
+    if cand.speedup_measured is None:
+        return f"{est}, not measured"
+    return f"measured speedup {cand.speedup_measured:.2f}× ({est})"
 
 
 class CycleFailed(RuntimeError):
@@ -304,7 +317,8 @@ class Controller:
         request = TrainRequest(kind=kind, window=spec, epochs=tp.epochs, workers=tp.workers,
                                from_scratch=tp.from_scratch, deployment=self.deployment,
                                min_requests=tp.min_train_requests, seed=self.policy.seed,
-                               batch_size=tp.batch_size, time_budget_s=budget)
+                               batch_size=tp.batch_size, time_budget_s=budget,
+                               overrides=tp.overrides(kind))
 
         def should_stop() -> bool:
             return lease.lost or time.monotonic() > deadline
@@ -336,14 +350,20 @@ class Controller:
             report = evaluate_versions(
                 db=self.engine, target=target, versions=[cand.version, incumbent],
                 examples=snap.window.heldout, k=self.policy.evaluation.k,
-                policy=self.policy.gate, record=True, training_run_id=cand.run_id)
+                policy=self.policy.gate, record=True, training_run_id=cand.run_id,
+                speed=self.policy.evaluation.speed)
         except (EvaluationError, VersionLoadError) as exc:
             cand.reasons = [f"evaluation failed: {exc}"]
             return
         assert report.decision is not None
         cand.evaluation_id = report.evaluation_id
         cand.tau = report.evaluation.tau[cand.version]
-        cand.speedup = report.evaluation.speedup.get(cand.version)
+        ev = report.evaluation
+        cand.speedup = ev.gate_speedup.get(cand.version)
+        cand.speedup_estimated = ev.speedup.get(cand.version)
+        if ev.measured is not None:
+            cand.speedup_measured = ev.measured.speedup.get(cand.version)
+            cand.incumbent_speedup_measured = ev.measured.speedup.get(incumbent)
         cand.promote, cand.reasons = report.decision.promote, list(report.decision.reasons)
         if report.evaluation_id is not None:
             result.evaluations.append(report.evaluation_id)
@@ -379,9 +399,12 @@ class Controller:
         store.set_live(
             session, version=best.version, actor=self.holder, deployment=self.deployment,
             reason=f"controller: gate passed, evaluation #{best.evaluation_id} "
-                   f"(shadow τ {best.tau:.3f}, estimated speedup {best.speedup or 0:.2f}× "
-                   f"vs {incumbent}); cycle {result.cycle_id}",
+                   f"(shadow τ {best.tau:.3f}, {_speed_text(best)} vs {incumbent}); "
+                   f"cycle {result.cycle_id}",
             details={"evaluation_id": best.evaluation_id, "shadow_tau": best.tau,
+                     "estimated_speedup": best.speedup_estimated,
+                     "measured_speedup": best.speedup_measured,
+                     "incumbent_measured_speedup": best.incumbent_speedup_measured,
                      "incumbent": incumbent, "cycle_id": result.cycle_id,
                      "window_key": result.window_key, "fencing_token": lease.token,
                      "policy": self.policy.name})

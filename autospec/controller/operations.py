@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from autospec import store
 from autospec.controller import records
+from autospec.controller.speedcheck import promotion_speeds
 from autospec.versions import BUILTIN_VERSION
 
 HISTORY_KINDS = ("promotion", "rollback", "override", "rejection", "failure", "note")
@@ -69,7 +70,7 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
         details: dict[str, Any] = {"forced": force}
         if ev is not None:
             details.update(evaluation_id=ev.id, shadow_tau=ev.tau_candidate,
-                           incumbent=current)
+                           incumbent=current, **promotion_speeds(ev))
         ensure_pointer(session, deployment=deployment, actor=actor)
         text = reason.strip() or f"operator promotion: evaluation #{ev.id} passed " \
                                  f"against {current}"  # type: ignore[union-attr]

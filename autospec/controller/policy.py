@@ -35,11 +35,15 @@ from pydantic import (
 )
 
 from autospec.evaluate.gate import GatePolicy
+from autospec.evaluate.speed import SpeedSettings
 from autospec.shipped import shipped_dir
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 TRAINABLE = Literal["eagle3", "draft", "suffix"]
+#: what a vLLM deployment runs of each kind: eagle3 heads alone, in chains
+VLLM_OVERRIDES: dict[str, dict[str, Any]] = {"eagle3": {"tree_nodes": 0,
+                                                        "suffix_threshold": None}}
 
 
 class PolicyError(ValueError):
@@ -130,18 +134,32 @@ class Training(_Strict):
     batch_size: int = Field(8, ge=1, description="training batch size (gradient kinds)")
     from_scratch: bool = Field(
         False, description="never warm-start from the live version of the same kind")
+    engine: Literal["native", "vllm"] = Field(
+        "native", description="the engine the deployment serves with (`autospec serve "
+        "--engine`): vllm trains eagle3 heads as chains of k without a traffic suffix index "
+        "(what vLLM runs) and refuses kinds vLLM cannot serve (suffix)")
 
     @model_validator(mode="after")
     def _unique(self) -> Training:
         if len(set(self.kinds)) != len(self.kinds):
             raise ValueError(f"kinds are listed twice: {self.kinds}")
+        if self.engine == "vllm" and "suffix" in self.kinds:
+            raise ValueError("kinds: vLLM cannot serve suffix candidates (their traffic index "
+                             "has no vLLM form); with engine vllm train eagle3 or draft")
         return self
+
+    def overrides(self, kind: str) -> dict[str, Any]:
+        """Config fields of a fresh ``kind`` candidate that the serving engine requires."""
+        return dict(VLLM_OVERRIDES.get(kind, {})) if self.engine == "vllm" else {}
 
 
 class EvaluationSpec(_Strict):
     """How candidates are shadow-evaluated."""
 
     k: int = Field(5, ge=1, le=16, description="draft tokens per step (match the serving k)")
+    speed: SpeedSettings = Field(
+        default_factory=SpeedSettings, description="measured speedup: interleaved target-only "
+        "vs speculative decodes of held-out prompts (autospec/evaluate/speed.py)")
 
 
 class Canary(_Strict):
@@ -152,6 +170,12 @@ class Canary(_Strict):
         100, ge=1, description="live requests of the new version to judge the canary on")
     max_shortfall: float = Field(
         0.10, ge=0, lt=1, description="roll back when live τ < shadow τ × (1 − this)")
+    speed_check: bool = Field(
+        True, description="also judge realised speed: the new version's live tokens/s over "
+        "the replaced version's before the move, against the gain the evaluation measured")
+    max_speed_shortfall: float = Field(
+        0.25, ge=0, lt=1, description="roll back when the realised speed gain < the measured "
+        "gain × (1 − this)")
 
 
 class Drift(_Strict):

@@ -10,7 +10,8 @@ The controller keeps no state of its own: everything it must remember lives in t
   promoted, ...} — the cycle's end. A window whose key has a ``cycle`` record with a
   consuming outcome (``promoted``, ``rejected``) is done: a later run over it does nothing;
   ``failed`` and ``interrupted`` cycles do not consume their window;
-- ``canary`` {version, promotion_event, verdict, live_tau, shadow_tau, requests};
+- ``canary`` {version, promotion_event, verdict, live_tau, shadow_tau, requests, and when
+  speed was judged speed_ok, realised_gain, expected_gain};
 - ``drift`` {version, live_tau, evaluated_tau} — an early cycle was triggered.
 
 Fresh traffic is counted by request id: usable requests (not opted out, with token ids)

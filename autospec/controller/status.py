@@ -3,8 +3,10 @@
 Everything is read from the store in one read-only transaction, so the report agrees with
 the live pointer the replicas follow: the live version is the pointer's (``builtin-ngram``
 when nothing was ever promoted), its shadow τ comes from the newest evaluation naming it,
-its live τ from the requests it served in the last hour and day; fresh requests are counted
-past the last consumed window; the next scheduled cycle is the schedule lease's expiry.
+its live τ from the requests it served in the last hour and day; its speedup over
+target-only, estimated and measured side by side, from that same newest evaluation; fresh
+requests are counted past the last consumed window; the next scheduled cycle is the
+schedule lease's expiry.
 
 The pointer says what replicas *should* serve; ``served`` says what they *do*, from their own
 reports (``replica_reports``, refreshed every few seconds by each replica): the versions the
@@ -24,6 +26,7 @@ from autospec import store
 from autospec.controller import records
 from autospec.controller.operations import cycle_rows
 from autospec.controller.policy import Policy
+from autospec.controller.speedcheck import expected_gain
 from autospec.controller.watch import evaluated_tau, pending_canary
 from autospec.store.models import utcnow
 from autospec.versions import BUILTIN_VERSION
@@ -52,6 +55,7 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy,
                     "requests_1h": hour.requests if hour else 0,
                     "live_24h": day.tau if day else None,
                     "requests_24h": day.requests if day else 0},
+            "speedup": evaluated_speedup(session, version),
             "traffic": {
                 "last_hour": _count(session, now - timedelta(hours=1)),
                 "last_day": _count(session, now - timedelta(days=1)),
@@ -66,6 +70,20 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy,
             "failures": _failures(session, deployment, now - timedelta(days=1)),
             **_served(session, deployment, version, now),
         }
+
+
+def evaluated_speedup(session, version: str) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    """Estimated and measured speedup of ``version`` over target-only in the newest
+    evaluation naming it, and which one its gate used."""
+    for ev in store.list_evaluations(session, limit=200):
+        if version not in (ev.candidate, ev.incumbent):
+            continue
+        data = ev.per_segment or {}
+        measured = data.get("speedup_measured") or {}
+        return {"estimated": (data.get("speedup") or {}).get(version),
+                "measured": measured.get(version),
+                "basis": data.get("speed_basis", "estimated"), "evaluation_id": ev.id}
+    return None
 
 
 def _served(session, deployment: str, pointer_version: str,  # type: ignore[no-untyped-def]
@@ -118,6 +136,7 @@ def _canary(session, deployment: str, policy: Policy) -> dict[str, Any] | None: 
     stats = store.live_tau(session, since=promo.created_at, deployment=deployment,
                            versions=[promo.version])
     return {"version": promo.version, "shadow_tau": promo.details.get("shadow_tau"),
+            "expected_speed_gain": expected_gain(promo.details or {}),
             "live_tau": stats[0].tau if stats else None,
             "requests": stats[0].requests if stats else 0,
             "needed": policy.canary.requests}

@@ -11,6 +11,11 @@ served at least ``canary.requests`` requests since the move, its live τ
 (:func:`autospec.store.rollback`, in the same transaction as the fencing check, a check
 that the pointer still names that version, and the ``canary`` note), the reason giving
 both τ and the request count; otherwise the canary passes. Fewer requests: pending.
+With ``canary.speed_check`` on, the canary also judges **realised speed**
+(:mod:`autospec.controller.speedcheck`): the new version's live tokens/s over the replaced
+version's before the move, against the speed gain the evaluation measured; a gain below it
+by more than ``canary.max_speed_shortfall`` rolls back too, the reason giving both gains and
+both live rates. Either check failing rolls back; the reason lists both.
 
 **Drift.** With no canary pending: if the live version served at least
 ``drift.min_requests`` requests in the last ``drift.window`` and its live τ is below its
@@ -33,6 +38,7 @@ from autospec import store
 from autospec.controller import records
 from autospec.controller.cycle import Controller, CycleResult
 from autospec.controller.lease import HeldLease
+from autospec.controller.speedcheck import SpeedVerdict, check_speed
 from autospec.store.models import utcnow
 from autospec.versions import BUILTIN_VERSION
 
@@ -78,41 +84,60 @@ class Watcher:
     # -- canary -------------------------------------------------------------------------
     def canary(self, lease: HeldLease) -> WatchResult | None:
         """A canary result, or None when no canary is pending."""
+        cp = self.policy.canary
         with store.session_scope(self.controller.engine) as session:
             promo = pending_canary(session, deployment=self.deployment)
             if promo is None:
                 return None
             version, shadow = promo.version, float(promo.details["shadow_tau"])
             stat = _live(session, self.deployment, version, since=promo.created_at)
-            need = self.policy.canary.requests
-            if stat is None or stat.requests < need or stat.tau is None:
+            if stat is None or stat.requests < cp.requests or stat.tau is None:
                 seen = stat.requests if stat else 0
-                return WatchResult("canary_pending", [f"{version}: {seen} of {need} canary "
-                                   f"requests served"], version)
-            limit = shadow * (1 - self.policy.canary.max_shortfall)
-            verdict = "rollback" if stat.tau < limit else "pass"
-            reason = (f"canary of {version}: live τ {stat.tau:.3f} over {stat.requests} "
-                      f"requests vs shadow τ {shadow:.3f} (evaluation "
-                      f"#{promo.details.get('evaluation_id')}); "
-                      f"{'below' if verdict == 'rollback' else 'within'} the allowed "
-                      f"{self.policy.canary.max_shortfall:.0%} shortfall (τ ≥ {limit:.3f})")
-            if verdict == "rollback":
-                lease.fence(session)
-                pointer = store.get_live(session, deployment=self.deployment)
-                if pointer is None or pointer.version != version:
-                    return None
-                store.rollback(session, actor=self.controller.holder, reason=reason,
-                               deployment=self.deployment,
-                               details={"type": "canary", "promotion_event": promo.id,
-                                        "live_tau": stat.tau, "shadow_tau": shadow,
-                                        "requests": stat.requests})
+                return WatchResult("canary_pending", [f"{version}: {seen} of {cp.requests} "
+                                   f"canary requests served"], version)
+            limit = shadow * (1 - cp.max_shortfall)
+            tau_ok = stat.tau >= limit
+            reasons = [f"canary of {version}: live τ {stat.tau:.3f} over {stat.requests} "
+                       f"requests vs shadow τ {shadow:.3f} (evaluation "
+                       f"#{promo.details.get('evaluation_id')}); "
+                       f"{'within' if tau_ok else 'below'} the allowed "
+                       f"{cp.max_shortfall:.0%} shortfall (τ ≥ {limit:.3f})"]
+            speed = self._speed(session, promo) if cp.speed_check else None
+            if speed is not None:
+                reasons.append(speed.reason)
+            verdict = "pass" if tau_ok and (speed is None or speed.ok) else "rollback"
+            reason = "; ".join(reasons)
+            if verdict == "rollback" and not self._roll_back(session, lease, promo, reason,
+                                                             stat, shadow, speed):
+                return None
             records.note(session, type_="canary", actor=self.controller.holder,
                          deployment=self.deployment, reason=reason, version=version,
                          verdict=verdict, promotion_event=promo.id, live_tau=stat.tau,
-                         shadow_tau=shadow, requests=stat.requests)
+                         shadow_tau=shadow, requests=stat.requests, **_speed_details(speed))
         log.log(logging.WARNING if verdict == "rollback" else logging.INFO, "%s", reason)
         return WatchResult("rolled_back" if verdict == "rollback" else "canary_passed",
-                           [reason], version)
+                           reasons, version)
+
+    def _speed(self, session: Session, promo: Any) -> SpeedVerdict:
+        pointer = store.get_live(session, deployment=self.deployment)
+        replaced = (promo.details or {}).get("incumbent") or (
+            pointer.previous_version if pointer else None)
+        return check_speed(session, deployment=self.deployment, promo=promo,
+                           replaced=replaced, max_shortfall=self.policy.canary.max_speed_shortfall)
+
+    def _roll_back(self, session: Session, lease: HeldLease, promo: Any, reason: str,
+                   stat: Any, shadow: float, speed: SpeedVerdict | None) -> bool:
+        """Roll the pointer back from ``promo.version``; False if it no longer names it."""
+        lease.fence(session)
+        pointer = store.get_live(session, deployment=self.deployment)
+        if pointer is None or pointer.version != promo.version:
+            return False
+        store.rollback(session, actor=self.controller.holder, reason=reason,
+                       deployment=self.deployment,
+                       details={"type": "canary", "promotion_event": promo.id,
+                                "live_tau": stat.tau, "shadow_tau": shadow,
+                                "requests": stat.requests, **_speed_details(speed)})
+        return True
 
     # -- drift --------------------------------------------------------------------------
     def drift(self, lease: HeldLease) -> WatchResult:
@@ -177,6 +202,13 @@ def evaluated_tau(session: Session, version: str) -> float | None:
 def _live(session: Session, deployment: str, version: str, *, since: Any) -> Any | None:
     stats = store.live_tau(session, since=since, deployment=deployment, versions=[version])
     return stats[0] if stats else None
+
+
+def _speed_details(speed: SpeedVerdict | None) -> dict[str, Any]:
+    if speed is None or not speed.judged:
+        return {}
+    return {"speed_ok": speed.ok, "realised_gain": speed.realised_gain,
+            "expected_gain": speed.expected_gain}
 
 
 def _span(window: timedelta) -> str:

@@ -44,19 +44,33 @@ def evaluate(
     deployment: Annotated[str, typer.Option(help="whose traffic and live version")] = "default",
     record: Annotated[bool, typer.Option(
         help="write the evaluation and decision to the store")] = True,
+    speed: Annotated[bool, typer.Option(
+        help="measure the speedup by decoding prompts of the window against target-only "
+        "decoding (interleaved, median of per-round ratios); --no-speed: the gate uses the "
+        "estimate")] = True,
+    speed_prompts: Annotated[int, typer.Option(min=1, max=64,
+                                               help="prompts decoded to measure speed")] = 4,
+    speed_repeats: Annotated[int, typer.Option(min=1, max=20,
+                                               help="rounds per prompt")] = 2,
+    speed_max_tokens: Annotated[int, typer.Option(min=4, max=1024,
+                                                  help="new tokens per timed decode")] = 32,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     json_path: Annotated[Path | None, typer.Option(
         "--json-path", help="also write JSON here")] = None,
 ) -> None:
     """Replay held-out logged requests with each version: τ, a paired CI of Δτ, per-segment
-    results, estimated speedup and the gate's decision (exit 0: promote, 3: reject)."""
+    results, estimated and measured speedup and the gate's decision (exit 0: promote,
+    3: reject)."""
     from autospec import store
     from autospec.engine.target import TargetLoadError
     from autospec.evaluate.run import EvaluationError, evaluate_versions, select_requests
+    from autospec.evaluate.speed import SpeedSettings
     from autospec.numerics import NumericsMismatch, load_served_target
     from autospec.versions import BUILTIN_VERSION, VersionLoadError, check_registered
 
     spec = parse_window(window)
+    settings = SpeedSettings(enabled=speed, prompts=speed_prompts, repeats=speed_repeats,
+                             max_tokens=speed_max_tokens)
     try:
         db = store.open_store()
         if len(versions) == 1:
@@ -71,9 +85,11 @@ def evaluate(
         tgt = load_served_target(db, deployment=deployment, target=target, dtype=dtype)
         with Progress(console=err, transient=True, disable=json_out) as bar:
             task = bar.add_task("shadow replay", total=len(examples))
-            report = evaluate_versions(db=db, target=tgt, versions=versions, examples=examples,
-                                       k=k, record=record,
-                                       progress=lambda n, total: bar.update(task, completed=n))
+            timed = bar.add_task("speed (interleaved decodes)", total=None, visible=speed)
+            report = evaluate_versions(
+                db=db, target=tgt, versions=versions, examples=examples, k=k, record=record,
+                progress=lambda n, total: bar.update(task, completed=n), speed=settings,
+                speed_progress=lambda n, total: bar.update(timed, completed=n, total=total))
     except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError,
             NumericsMismatch) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
@@ -91,22 +107,39 @@ def evaluate(
 
 def _as_json(report) -> dict:
     data = asdict(report.evaluation)
+    data["speed_basis"] = report.evaluation.speed_basis
     data["decision"] = asdict(report.decision) if report.decision else None
     data["evaluation_id"] = report.evaluation_id
     data["window"] = [report.window_start, report.window_end]
     return data
 
 
+def _measured(ev, version: str) -> str:
+    if ev.measured is None:
+        return "—"
+    q = ev.measured.spread.get(version) or []
+    iqr = f" [{q[0]:.2f}, {q[1]:.2f}]" if len(q) == 2 else ""
+    return f"{ev.measured.speedup[version]:.2f}×{iqr}"
+
+
 def _print(report) -> None:
     ev = report.evaluation
     table = Table(title=f"shadow evaluation: {ev.num_requests} requests, k = {ev.k}")
-    for col in ("version", "τ", "drafts/step", "acceptance by position", "est. speedup"):
+    for col in ("version", "τ", "drafts/step", "acceptance by position", "est. speedup",
+                "measured speedup [IQR]"):
         table.add_column(col, justify="left" if col == "version" else "right")
     for v in ev.versions:
         rates = " ".join(f"{r:.2f}" for r in ev.accepted_per_position[v])
         table.add_row(v, f"{ev.tau[v]:.3f}", f"{ev.draft_tokens_per_step[v]:.2f}", rates,
-                      f"{ev.speedup[v]:.2f}×")
+                      f"{ev.speedup[v]:.2f}×", _measured(ev, v))
     out.print(table)
+    if ev.measured is None:
+        out.print("speed not measured (--no-speed): the gate used the estimated speedup")
+    else:
+        m = ev.measured
+        out.print(f"measured: median of {m.rounds} interleaved rounds ({m.prompts} prompts × "
+                  f"{m.repeats}, {m.max_tokens} tokens, target-only "
+                  f"{m.tokens_per_s['target-only']:.1f} tokens/s); the gate used it")
     if ev.delta is not None:
         out.print(f"Δτ ({ev.candidate} − {ev.incumbent}) = {ev.delta.delta:+.3f}, "
                   f"{ev.ci_level:.0%} CI [{ev.delta.low:+.3f}, {ev.delta.high:+.3f}]")

@@ -11,6 +11,10 @@ Estimated speedup over target-only decoding, per version:
 step, ``t_step`` a 1-token target forward, ``t_verify(n)`` a target forward over ``n``
 tokens and ``t_propose(d)`` the speculator's seconds per step, as its replay spent them on
 these requests — so a slow speculator with a slightly higher τ does not win.
+
+The estimate is a model; the gate ranks on the **measured** speedup
+(:mod:`autospec.evaluate.speed`, ``Evaluation.measured``) when there is one, and falls back
+to the estimate only when measurement is off (``Evaluation.speed_basis`` says which).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autospec.evaluate.replay import ReplayStats
+from autospec.evaluate.speed import SpeedMeasurement
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,17 @@ class Evaluation:
     speedup: dict[str, float]  # estimated, over target-only
     k: int
     ci_level: float
+    measured: SpeedMeasurement | None = None  # decoded speedup; None: measurement off
+
+    @property
+    def speed_basis(self) -> str:
+        """Which speedup the gate compares: ``measured`` or (measurement off) ``estimated``."""
+        return "measured" if self.measured is not None else "estimated"
+
+    @property
+    def gate_speedup(self) -> dict[str, float]:
+        """Speedup over target-only per version, as the gate compares and ranks it."""
+        return self.measured.speedup if self.measured is not None else self.speedup
 
     @property
     def candidate(self) -> str:

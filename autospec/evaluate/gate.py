@@ -7,7 +7,9 @@ A candidate is promoted only when **all** hold, each failure giving a reason:
    candidate equal to the incumbent is never promoted);
 3. no segment with at least ``min_segment_requests`` requests regresses by more than
    ``segment_tolerance`` (point estimate of its Δτ);
-4. the estimated speedup does not fall (within ``speedup_tolerance``, relative).
+4. the speedup over target-only does not fall (within ``speedup_tolerance``, relative):
+   the **measured** one (:mod:`autospec.evaluate.speed`), or the estimated one when the
+   evaluation did not measure (the reason says which).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ class GatePolicy(BaseModel):
     min_segment_requests: int = Field(
         10, ge=1, description="segments with fewer requests are reported, not judged")
     speedup_tolerance: float = Field(
-        0.02, ge=0, description="relative drop of estimated speedup allowed (measurement noise)")
+        0.02, ge=0, description="relative drop of the speedup (measured, else estimated) allowed: "
+        "measurement noise")
     ci_level: float = Field(0.95, gt=0.5, lt=1, description="confidence level of the interval")
 
 
@@ -85,7 +88,15 @@ def _segment_checks(policy: GatePolicy, ev: Evaluation) -> list[tuple[bool, str]
 
 
 def _speed(policy: GatePolicy, ev: Evaluation) -> tuple[bool, str]:
-    cand, inc = ev.speedup[ev.candidate], ev.speedup[ev.incumbent or ""]
+    speed = ev.gate_speedup
+    cand, inc = speed[ev.candidate], speed[ev.incumbent or ""]
     ok = cand >= inc * (1 - policy.speedup_tolerance)
-    return ok, (f"estimated speedup {cand:.2f}× vs incumbent {inc:.2f}× "
-                f"({'does not fall' if ok else 'falls'})")
+    verdict = ("does not fall" if ok
+               else f"falls beyond the {policy.speedup_tolerance:.0%} tolerance")
+    if ev.measured is None:
+        return ok, (f"estimated speedup {cand:.2f}× vs incumbent {inc:.2f}× ({verdict}; "
+                    f"not measured: evaluation.speed.enabled is off)")
+    m = ev.measured
+    est_c, est_i = ev.speedup[ev.candidate], ev.speedup[ev.incumbent or ""]
+    return ok, (f"measured speedup {cand:.2f}× vs incumbent {inc:.2f}× ({verdict}; median "
+                f"of {m.rounds} interleaved rounds; estimated {est_c:.2f}× vs {est_i:.2f}×)")

@@ -2,8 +2,10 @@
 
 :func:`evaluate_versions` replays the same requests with every version (one target pass
 per request), measures each version's propose cost and the target's verify cost,
-compares ``versions[0]`` (candidate) with ``versions[1]`` (incumbent), applies the gate
-and writes the evaluation with its decision and reasons to the store.
+compares ``versions[0]`` (candidate) with ``versions[1]`` (incumbent), measures each
+version's speedup by decoding a few of the requests' prompts against target-only decoding
+(:mod:`autospec.evaluate.speed`, unless ``speed.enabled`` is off), applies the gate and
+writes the evaluation with its decision and reasons to the store.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
@@ -23,6 +25,12 @@ from autospec.engine.target import Target
 from autospec.evaluate.compare import Costs, Evaluation, compare, drafts_per_step
 from autospec.evaluate.gate import Decision, GatePolicy, decide
 from autospec.evaluate.replay import ReplayRequest, ReplayStats, replay
+from autospec.evaluate.speed import (
+    SpeedMeasurement,
+    SpeedSettings,
+    measure_speedups,
+    spread_prompts,
+)
 from autospec.store.models import utcnow
 from autospec.store.queries import TrafficExample
 from autospec.versions import load_speculator_version
@@ -85,8 +93,11 @@ def evaluate_versions(
     *, db: Engine, target: Target, versions: Sequence[str], examples: list[TrafficExample],
     k: int = 5, policy: GatePolicy | None = None, record: bool = True,
     training_run_id: int | None = None, progress: Callable[[int, int], None] | None = None,
+    speed: SpeedSettings | None = None,
+    speed_progress: Callable[[int, int], None] | None = None,
 ) -> EvaluationReport:
-    """Replay ``examples`` with each version, compare, decide and (optionally) record."""
+    """Replay ``examples`` with each version, measure speed, compare, decide and (optionally)
+    record. ``speed``: how the speedup is measured (default :class:`SpeedSettings`)."""
     if not versions:
         raise EvaluationError("name at least one speculator version to evaluate")
     if len(set(versions)) != len(versions):
@@ -102,11 +113,35 @@ def evaluate_versions(
     costs = measure_costs(target, max(requests, key=lambda r: len(r.prompt_ids)), k, results)
     evaluation = compare(results, [r.segment for r in requests], costs, k=k,
                          level=policy.ci_level)
+    evaluation.measured = measure_speed(target, specs, requests, k, speed or SpeedSettings(),
+                                        speed_progress)
     decision = decide(policy, evaluation) if len(versions) > 1 else None
     start, end = examples[0].created_at, examples[-1].created_at
     row_id = _record(db, evaluation, decision, policy, start, end,
                      training_run_id) if record and decision else None
     return EvaluationReport(evaluation, decision, row_id, start, end)
+
+
+def measure_speed(target: Target, specs: dict, requests: list[ReplayRequest], k: int,
+                  settings: SpeedSettings,
+                  progress: Callable[[int, int], None] | None = None) -> SpeedMeasurement | None:
+    """Decoded speedup of each version on a spread of the requests' prompts; None when off."""
+    if not settings.enabled:
+        return None
+    prompts = spread_prompts([r.prompt_ids for r in requests], settings.prompts)
+    measured = measure_speedups(target, specs, prompts, k=k, max_tokens=settings.max_tokens,
+                                repeats=settings.repeats, progress=progress)
+    log.info("measured speedup over target-only (%d rounds): %s", measured.rounds,
+             ", ".join(f"{v} {s:.2f}×" for v, s in measured.speedup.items()))
+    return measured
+
+
+def speed_record(ev: Evaluation) -> dict:
+    """The speed part of an evaluation as recorded and printed: estimated and measured
+    side by side, and which one the gate used."""
+    return {"speedup": ev.speedup, "speedup_measured": ev.measured.speedup if ev.measured
+            else None, "speed_basis": ev.speed_basis,
+            "speed": asdict(ev.measured) if ev.measured else None}
 
 
 def _record(db: Engine, ev: Evaluation, decision: Decision, policy: GatePolicy,
@@ -124,7 +159,7 @@ def _record(db: Engine, ev: Evaluation, decision: Decision, policy: GatePolicy,
             decision=decision.verdict, reasons=decision.reasons, num_requests=ev.num_requests,
             tau_candidate=ev.tau[ev.candidate], tau_incumbent=ev.tau[ev.incumbent],
             delta_ci_low=ev.delta.low, delta_ci_high=ev.delta.high,
-            per_segment={"segments": per_segment, "speedup": ev.speedup, "k": ev.k},
+            per_segment={"segments": per_segment, **speed_record(ev), "k": ev.k},
             window_start=start, window_end=end, training_run_id=training_run_id,
             policy=policy.model_dump())
         session.flush()

@@ -13,12 +13,13 @@ bounded (``--startup-timeout``): replicas that are not ready in time fail the co
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Annotated
+from typing import Annotated, Any
 
 import psutil
 import typer
@@ -42,6 +43,14 @@ def serve(
         help="join this Ray cluster (e.g. 'auto' or ray://host:10001); default: start a local "
         "Ray")] = None,
     speculator_k: Annotated[int, typer.Option(min=1, max=16, help="draft tokens per step")] = 5,
+    engine: Annotated[str, typer.Option(
+        help="native: autospec's engine (every speculator kind); vllm: vLLM's async engine "
+        "(continuous batching; eagle3 chains, draft and ngram versions, see docs/vllm.md)")
+    ] = "native",
+    vllm_option: Annotated[list[str] | None, typer.Option(
+        help="--engine vllm: a vLLM engine argument as KEY=VALUE (VALUE as JSON, else a "
+        "string), e.g. max_model_len=4096 or kv_cache_memory_bytes=1073741824; repeatable")
+    ] = None,
     speculation: Annotated[str, typer.Option(
         help="live: the live version (builtin-ngram until one is promoted); off: target "
         "only")] = "live",
@@ -78,6 +87,7 @@ def serve(
             target=target, replicas=replicas, max_ongoing_requests=max_ongoing_requests,
             max_pending_requests=max_pending_requests, speculator_k=speculator_k,
             speculation=speculation, deployment=deployment, dtype=dtype,  # type: ignore[arg-type]
+            engine=engine, vllm_options=_engine_options(vllm_option or []),  # type: ignore[arg-type]
             database_url=None, log_traffic=log_traffic, ray_actor_options=actor_options,
             startup_timeout_s=startup_timeout, api_key=api_key or None, docs=docs)
     except ValidationError as exc:
@@ -96,6 +106,20 @@ def serve(
     finally:
         if not detach:
             shut_down(local=address is None)
+
+
+def _engine_options(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as a dict (each VALUE parsed as JSON when it is JSON)."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--vllm-option {pair!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
 
 
 def _prepare_database(database_url: str | None) -> str:

@@ -377,11 +377,15 @@ class LLMServer:
         self.metrics.observe_request(version=s.version.name, route=p.ctx.route, stats=stats,
                                      latency_s=s.latency_s, ttft_s=s.ttft_s,
                                      finish_reason=s.result.finish_reason)
-        if self.writer is None:
-            return
+        if self.writer is not None:
+            self.writer.record(self._record(p, s))
+
+    def _record(self, p: Prepared, s: Served) -> store.RequestRecord:
+        """The traffic row of a finished request (see the module doc)."""
+        stats = s.result.stats
         keep = p.ctx.log_text
         params = p.params
-        self.writer.record(store.RequestRecord(
+        return store.RequestRecord(
             prompt_text=p.prompt_text if keep else None,
             output_text=s.result.text if keep else None,
             prompt_ids=p.prompt_ids if keep else None,
@@ -400,4 +404,4 @@ class LLMServer:
             num_accepted_tokens=stats.num_accepted_tokens,
             accepted_per_position=list(stats.accepted_per_position),
             prompt_tokens=stats.prompt_tokens, output_tokens=stats.output_tokens,
-        ))
+        )

@@ -96,12 +96,21 @@ class VersionManager:
         self.started_at = utcnow()
         self._reported = 0.0  # monotonic time of the last report
         self.on_swap, self.on_failure = on_swap, on_failure
-        self._current = builtin_version(target, k) if speculation else off_version(target)
+        self._current = self._initial(speculation)
         self._failed: tuple[str, int] | None = None  # (version, generation) that failed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_poll_error: str | None = None
         self.load_failures = 0
+
+    def _initial(self, speculation: bool) -> ServedVersion:
+        """What the replica serves before (or without) following the pointer."""
+        return builtin_version(self.target, self.k) if speculation else off_version(self.target)
+
+    def _load(self, version: str) -> ServedVersion:
+        """``version`` ready to serve; :class:`VersionLoadError` if refused."""
+        return load_version(self.db, self.target, version, self.k, actor=self.actor,
+                            deployment=self.deployment)
 
     @property
     def current(self) -> ServedVersion:
@@ -184,16 +193,9 @@ class VersionManager:
     def _swap_to(self, version: str, generation: int) -> bool:
         started = time.perf_counter()
         try:
-            new = load_version(self.db, self.target, version, self.k, actor=self.actor,
-                               deployment=self.deployment)
+            new = self._load(version)
         except VersionLoadError as exc:
-            self._failed = (version, generation)
-            self.load_failures += 1
-            log.error("staying on %s: %s", self._current.name, exc)
-            if not exc.audited:
-                self._record_failure(version, str(exc))
-            if self.on_failure is not None:
-                self.on_failure(version, str(exc))
+            self._refused(version, generation, exc)
             return False
         old, self._current = self._current, new  # the swap: one reference assignment
         self._failed = None
@@ -204,12 +206,23 @@ class VersionManager:
             self.on_swap(old, new)
         return True
 
+    def _refused(self, version: str, generation: int, exc: VersionLoadError) -> None:
+        """``version`` failed to load: remember it (no retry until the pointer moves),
+        log it, audit it."""
+        self._failed = (version, generation)
+        self.load_failures += 1
+        log.error("staying on %s: %s", self._current.name if self._current else None, exc)
+        if not exc.audited:
+            self._record_failure(version, str(exc))
+        if self.on_failure is not None:
+            self.on_failure(version, str(exc))
+
     def _record_failure(self, version: str, reason: str) -> None:
         try:
             with store.session_scope(self.db) as session:
                 store.record_event(session, kind="failure", actor=self.actor, reason=reason,
                                    deployment=self.deployment, version=version,
-                                   from_version=self._current.name,
+                                   from_version=self._current.name if self._current else None,
                                    details={"what": "speculator load", "replica": self.actor})
         except Exception:  # the audit log is best effort here; the replica keeps serving
             log.exception("could not record the load failure of %s", version)

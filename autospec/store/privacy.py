@@ -62,8 +62,9 @@ def no_redaction(text: str) -> str:
 
 
 #: the ``sampling`` entries an opted-out row keeps: numbers the server reads, no client text
+#: (``engine`` and ``vllm_spec_decode``: what served the request and vLLM's acceptance of it)
 OPT_OUT_SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "ignore_eos", "k",
-                         "route")
+                         "route", "engine", "vllm_spec_decode")
 
 
 def apply_privacy(row: dict[str, Any], redact: Redactor | None) -> dict[str, Any]:

@@ -53,8 +53,13 @@ def test_controller_once_exit_codes_and_status(cli, db, traffic) -> None:
     assert status["cycles"][1]["reasons"] and status["lease"] is None
     assert status["traffic"]["total"] == 2 * len(traffic)
     assert status["canary"]["version"] == data["promoted"]
+    assert status["canary"]["expected_speed_gain"] > 0
+    speed = status["speedup"]  # estimated and measured side by side
+    assert speed["basis"] == "measured" and speed["measured"] > 0 and speed["estimated"] > 0
     table = cli("status")
     assert table.exit_code == 0 and data["promoted"][:12] in table.stdout
+    assert "speedup est. / measured" in table.stdout
+    assert f"{speed['estimated']:.2f}× / {speed['measured']:.2f}×" in table.stdout
 
 
 def test_promote_needs_a_passing_evaluation_or_an_audited_override(cli, db, traffic) -> None:

@@ -58,11 +58,16 @@ def test_evaluate_cli_table_json_and_exit_codes(target, sqlite_url, monkeypatch,
     live_tau = (sum(r.num_accepted_tokens for r in records) + sum(r.num_drafts for r in records)) \
         / sum(r.num_drafts for r in records)
     assert abs(data["tau"]["builtin-ngram"] - live_tau) <= 0.02 * live_tau
+    assert data["speed_basis"] == "measured"  # estimated and measured side by side
+    assert set(data["measured"]["speedup"]) == set(data["speedup"]) == {"eagle3-u",
+                                                                       "builtin-ngram"}
+    assert data["measured"]["rounds"] == 3 * 2  # 3 prompts (all there are) x 2 repeats
     print(f"shadow evaluation: 3 requests x 2 versions in {elapsed:.1f}s (incl. target load)")
 
     table = runner.invoke(app, ["evaluate", "eagle3-u", "builtin-ngram", "--window", "10",
-                                "--no-record"])
+                                "--no-record", "--no-speed"])
     assert table.exit_code == 3 and "decision: reject" in table.stdout
+    assert "speed not measured (--no-speed): the gate used the estimated speedup" in table.stdout
     unknown = runner.invoke(app, ["evaluate", "nope", "--window", "10"])
     assert unknown.exit_code == 2 and "'nope' is not registered" in unknown.output
     assert "Traceback" not in unknown.output

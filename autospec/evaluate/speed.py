@@ -1,0 +1,125 @@
+"""Measured speedup over target-only decoding, on this machine, with its load cancelled out.
+
+The estimate of :func:`autospec.evaluate.compare.estimated_speedup` multiplies τ by a cost
+model; this module **decodes** instead. A **round** decodes one held-out prompt greedily
+(the native engine, the evaluation's ``k``, ``max_tokens`` new tokens) with the target
+alone and with each version, back to back, the order reversed every other round so that a
+load rising or falling during a round weighs on both sides alike. A version's **ratio** in
+a round is its tokens/s over the target-only tokens/s of that same round; its **measured
+speedup** is the median of its ratios over all rounds (``prompts × repeats``). Load that
+slows a whole round slows both sides and divides out; a burst that hits one decode moves
+one ratio, which the median ignores.
+
+Decoding is greedy, so a version's output is the target-only output (token for token, up
+to bfloat16 near-ties): both sides of a ratio produce the same tokens, and the ratio is a
+ratio of seconds. One warm-up decode per side comes first, untimed (allocator and kernel
+first-call costs).
+
+Knows nothing of the store or the gate: it takes a target, speculators and token ids.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autospec.engine.clock import clock
+from autospec.engine.generate import SpeculativeEngine
+from autospec.engine.protocol import Speculator
+from autospec.engine.sampling import SamplingParams
+from autospec.engine.target import Target
+
+TARGET_ONLY = "target-only"
+
+
+class SpeedSettings(BaseModel):
+    """How the speedup is measured (the policy's ``evaluation.speed`` section)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(True, description="measure the speedup by decoding (off: the gate "
+                          "ranks on the estimate from τ and a cost model, and says so)")
+    prompts: int = Field(4, ge=1, le=64, description="held-out prompts decoded, spread over "
+                         "the held-out set")
+    repeats: int = Field(2, ge=1, le=20, description="rounds per prompt (each: target-only "
+                         "and every version, back to back)")
+    max_tokens: int = Field(32, ge=4, le=1024, description="new tokens per decode")
+
+
+@dataclass
+class SpeedMeasurement:
+    """Measured speedup of each version over target-only decoding."""
+
+    speedup: dict[str, float]  # version -> median over rounds of its per-round ratio
+    ratios: dict[str, list[float]]  # version -> ratio of each round, in round order
+    tokens_per_s: dict[str, float]  # version (and "target-only") -> median tokens/s
+    rounds: int
+    prompts: int
+    repeats: int
+    max_tokens: int
+    k: int
+    spread: dict[str, list[float]] = field(default_factory=dict)  # version -> [q25, q75]
+
+
+def spread_prompts(prompts: Sequence[list[int]], n: int) -> list[list[int]]:
+    """``n`` prompts evenly spaced over ``prompts`` (all of them when there are fewer)."""
+    usable = [p for p in prompts if p]
+    if len(usable) <= n:
+        return list(usable)
+    step = len(usable) / n
+    return [usable[int(i * step)] for i in range(n)]
+
+
+def _decode_rate(engine: SpeculativeEngine, prompt: list[int], params: SamplingParams) -> float:
+    """Output tokens per second of one greedy decode, timed to the device's end."""
+    device = engine.target.device
+    started = clock(device)
+    result = engine.generate(prompt, params)
+    seconds = clock(device) - started
+    return result.stats.output_tokens / seconds if seconds > 0 else 0.0
+
+
+def _quartiles(values: list[float]) -> list[float]:
+    if len(values) < 2:
+        return [values[0], values[0]] if values else []
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return [q[0], q[2]]
+
+
+def measure_speedups(target: Target, speculators: Mapping[str, Speculator],
+                     prompts: Sequence[list[int]], *, k: int, max_tokens: int = 32,
+                     repeats: int = 2,
+                     progress: Callable[[int, int], None] | None = None) -> SpeedMeasurement:
+    """Interleaved target-only vs speculative decodes of ``prompts`` (see the module doc);
+    ``progress(done, total)`` after each round."""
+    if not prompts:
+        raise ValueError("no prompts to measure the speedup on")
+    if TARGET_ONLY in speculators:
+        raise ValueError(f"{TARGET_ONLY!r} names the baseline; rename that version")
+    params = SamplingParams(max_new_tokens=max_tokens)
+    limit = target.info.max_position_embeddings - max_tokens - k - 1
+    prompts = [p[-limit:] for p in prompts]  # keep the longest tail that fits
+    engines = {TARGET_ONLY: SpeculativeEngine(target)}
+    engines |= {v: SpeculativeEngine(target, s, k) for v, s in speculators.items()}
+    for engine in engines.values():  # warm-up, untimed
+        engine.generate(prompts[0], SamplingParams(max_new_tokens=min(8, max_tokens)))
+    rates: dict[str, list[float]] = {name: [] for name in engines}
+    total = len(prompts) * repeats
+    for r in range(total):
+        prompt = prompts[r % len(prompts)]
+        order = list(engines) if r % 2 == 0 else list(reversed(engines))
+        for name in order:
+            rates[name].append(_decode_rate(engines[name], prompt, params))
+        if progress is not None:
+            progress(r + 1, total)
+    base = rates[TARGET_ONLY]
+    ratios = {v: [s / b if b > 0 else 0.0 for s, b in zip(rates[v], base, strict=True)]
+              for v in speculators}
+    return SpeedMeasurement(
+        speedup={v: statistics.median(r) for v, r in ratios.items()}, ratios=ratios,
+        tokens_per_s={name: statistics.median(r) for name, r in rates.items()},
+        rounds=total, prompts=len(prompts), repeats=repeats, max_tokens=max_tokens, k=k,
+        spread={v: _quartiles(r) for v, r in ratios.items()})

@@ -1,0 +1,283 @@
+"""The vLLM serving path: one replica's :class:`VllmServer`, decoding with vLLM's async engine.
+
+It is an :class:`~autospec.serve.server.LLMServer` (same request preparation, admission
+limit and 503s, metrics, traffic row, health, same HTTP app from :mod:`autospec.serve.http`)
+whose requests go to a :class:`~autospec.serve.vllm_engine.VllmEngine` instead of the decode
+thread: vLLM batches every admitted request (continuous batching).
+
+**Versions** (:class:`VllmVersionManager`). Each version is served by its own vLLM engine:
+the version is loaded as everywhere (:func:`autospec.versions.load_speculator_version`,
+checksums and registration checked), refused if vLLM cannot run it faithfully
+(:func:`autospec.serve.vllm_engine.vllm_refusal`), exported with
+:func:`~autospec.interop.export.export_speculator` into a fresh directory under
+``<data dir>/vllm-exports/`` and started with that ``speculative_config``.
+``builtin-ngram`` is vLLM's ``ngram`` method (prompt lookup with autospec's n-gram bounds);
+with speculation off the engine has no speculative config (version name ``off``).
+
+**Hot swap.** When the live pointer moves, the watcher thread starts the new version's
+engine beside the running one (the replica holds two engines meanwhile), then swaps the
+reference: requests admitted from then on go to the new engine, requests already running
+finish on the old one, which shuts down when its last request ends. Every response names
+the version whose engine served it. A version that fails (refused kind, load error, vLLM
+failing to start) leaves the old engine serving and is audited once (``failure`` event),
+exactly as on the native path. Chosen over a Ray Serve roll because the pointer is read by
+the replicas themselves (no redeploy, no controller-to-Serve coupling) and a replica never
+stops serving during the engine start (20-130 s on a CPU).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autospec import store
+from autospec.engine.generate import GenerationResult
+from autospec.engine.target import load_target
+from autospec.interop.export import export_speculator, target_dir
+from autospec.numerics import record_served
+from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION, ServeConfig
+from autospec.serve.errors import APIError
+from autospec.serve.server import Job, LLMServer, Prepared, Served, Streamed
+from autospec.serve.versions import ServedVersion, VersionManager
+from autospec.serve.vllm_engine import (
+    VllmEngine,
+    VllmMetricsCollector,
+    reported_summary,
+    vllm_refusal,
+    vllm_stats,
+)
+from autospec.settings import get_settings
+from autospec.versions import VersionLoadError, load_speculator_version
+
+log = logging.getLogger(__name__)
+
+#: vLLM's max_model_len unless ``vllm_options`` sets it (bounded by the target's context)
+DEFAULT_MAX_MODEL_LEN = 2048
+
+
+@dataclass
+class VllmServed(Served):
+    """A finished request and vLLM's own acceptance summary of it (as reported)."""
+
+    reported: dict[str, Any] | None = None
+
+
+class VllmVersionManager(VersionManager):
+    """:class:`VersionManager` whose versions are vLLM engines (see the module doc)."""
+
+    def __init__(self, *, config: ServeConfig, **kwargs: Any) -> None:
+        self.config = config
+        self._speculation = bool(kwargs.get("speculation", True))
+        super().__init__(**kwargs)
+        options = dict(config.vllm_options)
+        limit = self.target.info.max_position_embeddings
+        self.max_model_len = min(int(options.pop("max_model_len", DEFAULT_MAX_MODEL_LEN)), limit)
+        self.options = options
+        self.model_dir = target_dir(self.target)
+        self.export_root = get_settings().data_dir / "vllm-exports"
+
+    def _initial(self, speculation: bool) -> ServedVersion:
+        return None  # type: ignore[return-value]  # an engine starts in start(), not here
+
+    def prime(self) -> None:
+        """Start the engine of the live version (builtin-ngram without one, or if it
+        fails); blocking. :meth:`start` then follows the pointer."""
+        if self._current is None:
+            self._current = self._first()
+
+    def start(self) -> None:
+        self.prime()
+        super().start()
+
+    def stop(self) -> None:
+        super().stop()
+        if self._current is not None:
+            self._current.engine.shutdown()
+
+    def _first(self) -> ServedVersion:
+        if not self._speculation:
+            return self._engine_version(OFF_VERSION, "none", None)
+        wanted = self._pointer() if self.follows_pointer else None
+        if wanted is not None and wanted[0] != BUILTIN_VERSION:
+            try:
+                return self._load(wanted[0])
+            except VersionLoadError as exc:
+                self._refused(*wanted, exc)
+        return self._load(BUILTIN_VERSION)
+
+    def _pointer(self) -> tuple[str, int] | None:
+        try:
+            with store.session_scope(self.db, readonly=True) as session:
+                pointer = store.get_live(session, deployment=self.deployment)
+        except Exception as exc:  # database down at start: serve the built-in version
+            self._note_poll_error(f"{type(exc).__name__}: {exc}")
+            return None
+        return (pointer.version, pointer.generation) if pointer else None
+
+    def _load(self, version: str) -> ServedVersion:
+        kind, spec = load_speculator_version(self.db, self.target, version, actor=self.actor,
+                                             deployment=self.deployment)
+        reason = vllm_refusal(kind, getattr(spec, "config", None))
+        if reason is not None:
+            raise VersionLoadError(f"version {version!r}: {reason}")
+        self.export_root.mkdir(parents=True, exist_ok=True)
+        out = Path(tempfile.mkdtemp(prefix=f"{version}-k{self.k}-", dir=self.export_root))
+        try:
+            exported = export_speculator(spec, self.target, out,  # type: ignore[arg-type]
+                                         k=self.k, source={"version": version})
+        except Exception as exc:
+            raise VersionLoadError(f"version {version!r}: export for vLLM failed: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+        return self._engine_version(version, kind, exported.speculative_config, out)
+
+    def _engine_version(self, version: str, kind: str,
+                        speculative_config: dict[str, Any] | None,
+                        export_dir: Path | None = None) -> ServedVersion:
+        """An engine for ``version``; ``export_dir`` (its exported files) is removed when
+        the engine shuts down, or now if it fails to start."""
+        started = time.perf_counter()
+        try:
+            engine = VllmEngine(self.model_dir, dtype=self.target.dtype_name,
+                                speculative_config=speculative_config,
+                                max_model_len=self.max_model_len, options=self.options,
+                                cleanup=export_dir)
+        except Exception as exc:
+            if export_dir is not None:
+                shutil.rmtree(export_dir, ignore_errors=True)
+            raise VersionLoadError(f"version {version!r}: vLLM could not start with it: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+        log.info("vLLM engine for %s started in %.1fs", version, time.perf_counter() - started)
+        return ServedVersion(version, kind, engine)  # type: ignore[arg-type]
+
+
+class VllmServer(LLMServer):
+    """One replica decoding with vLLM (see the module doc)."""
+
+    @classmethod
+    def from_config(cls, config: ServeConfig, *, actor: str = "serve") -> VllmServer:
+        """As :meth:`LLMServer.from_config`; the target autospec loads (on the CPU unless
+        ``device`` says otherwise) tokenizes, exports and is recorded; vLLM loads the same
+        directory in the same dtype."""
+        target = load_target(config.target, dtype=config.dtype, device=config.device or "cpu")
+        need_db = config.log_traffic or config.speculation == "live"
+        db = store.open_store(config.database_url) if need_db else None
+        if db is not None:
+            record_served(db, deployment=config.deployment, spec=config.target, target=target,
+                          actor=actor)
+        writer = store.TrafficWriter(db) if (db is not None and config.log_traffic) else None
+        versions = VllmVersionManager(
+            config=config, target=target, db=db, deployment=config.deployment,
+            k=config.speculator_k, speculation=config.speculation == "live",
+            poll_interval_s=config.poll_interval_s, report_interval_s=config.report_interval_s,
+            actor=actor)
+        versions.prime()  # the first engine, before the server reads versions.current
+        server = cls(target, versions, config=config, writer=writer)
+        server.start()
+        return server
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.metrics.registry.register(VllmMetricsCollector())  # vLLM's vllm:* series too
+
+    def _on_swap(self, old: ServedVersion, new: ServedVersion) -> None:
+        super()._on_swap(old, new)
+        old.engine.retire()  # type: ignore[attr-defined]  # after its running requests
+
+    def health(self) -> dict[str, Any]:
+        state = super().health()
+        engine = self.versions.current.engine
+        if getattr(engine, "errored", False):
+            state["problems"].append("vLLM engine errored")
+            state["ok"] = False
+        state["engine"] = "vllm"
+        return state
+
+    # -- decoding ----------------------------------------------------------------------------
+
+    async def generate(self, p: Prepared) -> Served:
+        """Decode ``p`` to the end in vLLM (batched with the others); a cancelled caller
+        (client gone) aborts the request in vLLM and it is not logged."""
+        job = self._admit()
+        served = None
+        async for item in self._decode_vllm(p, job):
+            served = item
+        assert isinstance(served, Served)
+        return served
+
+    def stream(self, p: Prepared) -> Streamed:
+        """Admit ``p`` now (an overload raises here); it decodes as the result is iterated."""
+        job = self._admit()
+        return Streamed(self._decode_vllm(p, job), lambda: self.abandon(job))
+
+    async def _decode_vllm(self, p: Prepared, job: Job) -> AsyncIterator[list[int] | Served]:
+        """Each step's new token ids, then the :class:`VllmServed` request (reported)."""
+        if not self._start(job):
+            return
+        finished = False
+        steps = self._steps(p, job)
+        try:
+            last, ttft = None, 0.0
+            async for completion, new in steps:
+                last = completion
+                ttft = ttft or time.perf_counter() - p.ctx.arrived
+                if new:
+                    yield new
+            if job.cancel.is_set():
+                self.metrics.abandoned.labels("decoding").inc()
+                log.info("request abandoned while decoding in vLLM")
+                return
+            served = self._served(p, last, ttft)
+            self._report(p, served)
+            finished = True
+            yield served
+        except (asyncio.CancelledError, GeneratorExit):
+            if not finished:
+                self.metrics.abandoned.labels("decoding").inc()
+            raise
+        finally:
+            await steps.aclose()  # aborts the request in vLLM if it has not finished
+            self._finish(job)
+
+    async def _steps(self, p: Prepared, job: Job) -> AsyncIterator[tuple[Any, list[int]]]:
+        engine: VllmEngine = p.version.engine  # type: ignore[assignment]
+        outputs = engine.generate(p.prompt_ids, p.params, f"autospec-{uuid.uuid4().hex}")
+        sent = 0
+        try:
+            async for out in outputs:
+                completion = out.outputs[0]
+                new = list(completion.token_ids[sent:])
+                sent = len(completion.token_ids)
+                yield completion, new
+                if job.cancel.is_set():
+                    return
+        finally:
+            await outputs.aclose()  # aborts the request in vLLM if it has not finished
+
+    def _served(self, p: Prepared, completion: Any, ttft_s: float) -> VllmServed:
+        if completion is None or completion.finish_reason not in ("stop", "length"):
+            raise APIError(500, "vLLM ended the request: "
+                           f"{completion.finish_reason if completion else 'no output'}",
+                           type="internal_error", code="engine_error")
+        latency = time.perf_counter() - p.ctx.arrived
+        engine: VllmEngine = p.version.engine  # type: ignore[assignment]
+        stats = vllm_stats(completion, prompt_tokens=len(p.prompt_ids), k=engine.k,
+                           ttft_s=ttft_s, total_s=latency)
+        result = GenerationResult(token_ids=list(completion.token_ids),
+                                  finish_reason=completion.finish_reason, stats=stats,
+                                  text=completion.text)
+        return VllmServed(p.version, result, latency_s=latency, ttft_s=ttft_s,
+                          reported=reported_summary(completion))
+
+    def _record(self, p: Prepared, s: Served) -> store.RequestRecord:
+        record = super()._record(p, s)
+        record.sampling = {**(record.sampling or {}), "engine": "vllm",
+                           "vllm_spec_decode": getattr(s, "reported", None)}
+        return record

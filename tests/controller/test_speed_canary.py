@@ -1,0 +1,122 @@
+"""The measured speedup in a cycle (tiny random-init target): the evaluation records
+estimated and measured side by side, the promotion carries both, and the canary rolls a
+promotion back when its realised speed gain falls short of the measured one."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from autospec import store
+from autospec.controller.cycle import Controller
+from autospec.controller.status import collect_status
+from autospec.controller.watch import Watcher
+
+from .helpers import T0, events, fast_policy, live_version, log_traffic
+
+SPEED = {"k": 4, "speed": {"prompts": 2, "repeats": 2, "max_tokens": 12}}
+
+
+def _promoted(db, tiny, traffic, **evaluation):  # type: ignore[no-untyped-def]
+    log_traffic(db, traffic)
+    controller = Controller(db, fast_policy(evaluation={**SPEED, **evaluation}), tiny)
+    result = controller.run_cycle()
+    assert result.outcome == "promoted", result.reasons
+    (promo,) = [e for e in events(db, "promotion") if e.version == result.promoted]
+    return controller, promo
+
+
+def _timed(db, version: str, *, n: int, tokens_per_s: float, tau: float,  # type: ignore[no-untyped-def]
+           start: datetime) -> None:
+    """``n`` requests of ``version`` of 21 tokens each, decoded (after the first) at
+    ``tokens_per_s`` after a 50 ms time to first token; acceptance ``tau``."""
+    steps = 10
+    records = [store.RequestRecord(
+        speculator_version=version, num_drafts=steps, num_draft_tokens=steps * 4,
+        num_accepted_tokens=round((tau - 1) * steps), opted_out=True, output_tokens=21,
+        ttft_ms=50.0, latency_ms=50.0 + 20 / tokens_per_s * 1e3,
+        created_at=start + timedelta(milliseconds=i))
+        for i in range(n)]
+    store.write_requests(db, records)
+
+
+def test_the_cycle_records_estimated_and_measured_speedups_tiny_random_init(
+        db, tiny, traffic) -> None:
+    controller, promo = _promoted(db, tiny, traffic)
+    d = promo.details
+    assert d["measured_speedup"] > 0 and d["incumbent_measured_speedup"] > 0
+    assert d["estimated_speedup"] > 0
+    assert "measured speedup" in promo.reason and "estimated speedup" in promo.reason
+    with store.session_scope(db, readonly=True) as session:
+        (ev,) = store.list_evaluations(session, candidate=promo.version)
+    data = ev.per_segment
+    assert data["speed_basis"] == "measured"
+    assert data["speedup_measured"][promo.version] == d["measured_speedup"]
+    assert data["speed"]["rounds"] == 4 and len(data["speed"]["ratios"]["builtin-ngram"]) == 4
+    assert any(r.startswith("measured speedup") for r in ev.reasons)
+    status = collect_status(db, deployment="default", policy=controller.policy)
+    assert status["speedup"]["measured"] == d["measured_speedup"]
+    assert status["speedup"]["estimated"] == d["estimated_speedup"]
+
+
+def test_with_measurement_off_the_gate_says_it_used_the_estimate_tiny_random_init(
+        db, tiny, traffic) -> None:
+    _, promo = _promoted(db, tiny, traffic, speed={"enabled": False})
+    assert promo.details["measured_speedup"] is None
+    assert "not measured" in promo.reason
+    with store.session_scope(db, readonly=True) as session:
+        (ev,) = store.list_evaluations(session, candidate=promo.version)
+    assert ev.per_segment["speed_basis"] == "estimated"
+    assert ev.per_segment["speedup_measured"] is None
+    assert any("not measured: evaluation.speed.enabled is off" in r for r in ev.reasons)
+
+
+def _gain(promo) -> float:  # type: ignore[no-untyped-def]
+    return promo.details["measured_speedup"] / promo.details["incumbent_measured_speedup"]
+
+
+def test_a_realised_speed_shortfall_rolls_back_with_a_speed_reason_tiny_random_init(
+        db, tiny, traffic) -> None:
+    controller, promo = _promoted(db, tiny, traffic)
+    shadow, gain = promo.details["shadow_tau"], _gain(promo)
+    _timed(db, "builtin-ngram", n=10, tokens_per_s=50.0, tau=1.5, start=T0)  # before the move
+    # τ as evaluated, but the new version decodes at half the measured gain
+    _timed(db, promo.version, n=10, tokens_per_s=50.0 * gain * 0.5, tau=shadow,
+           start=datetime.now(timezone.utc))
+    result = Watcher(controller).run()
+    assert result.action == "rolled_back", result.reasons
+    assert live_version(db) == "builtin-ngram"
+    (rollback,) = events(db, "rollback")
+    assert "within the allowed" in rollback.reason  # τ held ...
+    assert (f"speed of {promo.version}: realised gain over builtin-ngram {gain * 0.5:.2f}× "
+            f"({50 * gain * 0.5:.1f} vs 50.0 tokens/s live decode, 10 vs 10 requests) vs measured "
+            f"{gain:.2f}×") in rollback.reason
+    assert "below the allowed 25% shortfall" in rollback.reason  # ... speed did not
+    assert rollback.details["speed_ok"] is False
+    assert rollback.details["realised_gain"] == pytest.approx(gain * 0.5)
+    assert rollback.details["expected_gain"] == pytest.approx(gain)
+
+
+def test_a_realised_speed_gain_as_measured_passes_tiny_random_init(db, tiny, traffic) -> None:
+    controller, promo = _promoted(db, tiny, traffic)
+    shadow, gain = promo.details["shadow_tau"], _gain(promo)
+    # older, slower requests of the replaced version are left out: equal samples, newest
+    _timed(db, "builtin-ngram", n=30, tokens_per_s=5.0, tau=1.5, start=T0 - timedelta(hours=1))
+    _timed(db, "builtin-ngram", n=10, tokens_per_s=50.0, tau=1.5, start=T0)
+    _timed(db, promo.version, n=10, tokens_per_s=50.0 * gain * 0.9, tau=shadow,
+           start=datetime.now(timezone.utc))
+    result = Watcher(controller).run()
+    assert result.action == "canary_passed", result.reasons
+    assert "speed of" in result.reasons[1] and "within the allowed 25%" in result.reasons[1]
+    assert "10 vs 10 requests" in result.reasons[1]
+    assert live_version(db) == promo.version
+
+
+def test_speed_is_not_judged_without_timed_requests_tiny_random_init(db, tiny, traffic) -> None:
+    controller, promo = _promoted(db, tiny, traffic)
+    _timed(db, promo.version, n=10, tokens_per_s=1.0, tau=promo.details["shadow_tau"],
+           start=datetime.now(timezone.utc))  # the replaced version served no timed request
+    result = Watcher(controller).run()
+    assert result.action == "canary_passed", result.reasons
+    assert "speed not judged: no timed requests of builtin-ngram" in result.reasons[1]

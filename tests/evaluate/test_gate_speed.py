@@ -1,0 +1,69 @@
+"""The gate compares the measured speedup when there is one, the estimate only when the
+evaluation did not measure (and says so)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autospec.evaluate.gate import GatePolicy, decide
+from autospec.evaluate.speed import SpeedMeasurement
+
+from .test_gate import _trial
+
+POLICY = GatePolicy(min_gain=0.05, min_heldout=30, segment_tolerance=0.1,
+                    min_segment_requests=10)
+
+
+def _measured(cand: float, inc: float) -> SpeedMeasurement:
+    return SpeedMeasurement(speedup={"cand": cand, "inc": inc},
+                            ratios={"cand": [cand] * 3, "inc": [inc] * 3},
+                            tokens_per_s={"target-only": 10.0, "cand": 10 * cand,
+                                          "inc": 10 * inc},
+                            rounds=3, prompts=3, repeats=1, max_tokens=16, k=5,
+                            spread={"cand": [cand, cand], "inc": [inc, inc]})
+
+
+def test_a_candidate_slower_when_measured_is_rejected_whatever_the_estimate() -> None:
+    ev = _trial(0, 0.75, 0.5)
+    assert ev.speedup["cand"] > ev.speedup["inc"]  # the estimate favours the candidate
+    assert decide(POLICY, ev).promote
+    slow = replace(ev, measured=_measured(0.9, 1.2))
+    assert slow.speed_basis == "measured" and slow.gate_speedup["cand"] == 0.9
+    decision = decide(POLICY, slow)
+    assert not decision.promote
+    (reason,) = [r for r in decision.reasons if "speedup" in r]
+    assert reason.startswith("measured speedup 0.90× vs incumbent 1.20× (falls")
+    assert "estimated" in reason  # both shown side by side
+
+
+def test_a_candidate_faster_when_measured_passes_the_speed_check() -> None:
+    ev = replace(_trial(0, 0.75, 0.5), measured=_measured(1.5, 1.2))
+    decision = decide(POLICY, ev)
+    assert decision.promote, decision.reasons
+    assert any(r.startswith("measured speedup 1.50× vs incumbent 1.20× (does not fall")
+               for r in decision.reasons)
+
+
+def test_without_measurement_the_gate_uses_the_estimate_and_says_so() -> None:
+    ev = _trial(0, 0.75, 0.5)
+    assert ev.measured is None and ev.speed_basis == "estimated"
+    assert ev.gate_speedup == ev.speedup
+    (reason,) = [r for r in decide(POLICY, ev).reasons if "speedup" in r]
+    assert reason.startswith("estimated speedup") and "not measured" in reason
+
+
+def test_the_evaluate_table_shows_estimated_and_measured_side_by_side(capsys,
+                                                                       monkeypatch) -> None:
+    from rich.console import Console
+
+    from autospec.evaluate import cli
+    from autospec.evaluate.run import EvaluationReport
+
+    ev = replace(_trial(0, 0.75, 0.5), measured=_measured(1.5, 1.2))
+    monkeypatch.setattr(cli, "out", Console(width=250))  # wide: no wrapped columns
+    cli._print(EvaluationReport(ev, decide(POLICY, ev), None, None, None))
+    text = capsys.readouterr().out
+    assert "est. speedup" in text and "measured speedup [IQR]" in text
+    assert f"{ev.speedup['cand']:.2f}×" in text and "1.50× [1.50, 1.50]" in text
+    assert "median of 3 interleaved rounds (3 prompts × 1, 16 tokens" in text
+    assert cli._as_json(EvaluationReport(ev, None, None, None, None))["speed_basis"] == "measured"

@@ -1,0 +1,395 @@
+"""The vLLM serving path without vLLM: :class:`VllmServer` and :class:`VllmVersionManager`
+on the tiny target with ``FakeVllmEngine`` standing in for vLLM's engine (a fake, named so:
+it replays fixed outputs). What runs for real: the version loading and refusals, the export
+for vLLM, the swap and the old engine's retirement, the HTTP app, the traffic writer and the
+store. Real vLLM is in tests/serve/test_vllm_ray.py (integration)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autospec import store
+from autospec.engine.generate import RequestError
+from autospec.serve.config import ServeConfig
+from autospec.serve.http import make_app
+from autospec.serve.versions import ServedVersion
+from autospec.serve.vllm_engine import vllm_refusal, vllm_stats
+from autospec.serve.vllm_server import VllmServer, VllmVersionManager
+
+from .helpers import promote, register_artifact
+
+
+@dataclass
+class FakeSpecMetrics:
+    histogram: list[int]
+    num_draft_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"acceptance_histogram": self.histogram, "num_draft_tokens": self.num_draft_tokens}
+
+
+def _completion(ids: list[int], finish: str | None, metrics: FakeSpecMetrics | None = None):
+    return SimpleNamespace(token_ids=ids, text=" ".join(map(str, ids)), finish_reason=finish,
+                           spec_decode_metrics=metrics)
+
+
+@dataclass
+class FakeVllmEngine:
+    """Stands in for :class:`~autospec.serve.vllm_engine.VllmEngine`: each request emits
+    ``steps`` outputs of 2 tokens, waiting ``delay_s`` per step."""
+
+    speculative_config: dict[str, Any] | None
+    steps: int = 3
+    delay_s: float = 0.0
+    k: int = field(init=False)
+    active: int = 0
+    retired: bool = False
+    shut: bool = False
+    aborted: int = 0
+    errored: bool = False
+    max_model_len: int = 256
+
+    def __post_init__(self) -> None:
+        self.k = (self.speculative_config or {}).get("num_speculative_tokens", 0)
+
+    def check_request(self, prompt_ids: list[int], params: Any) -> None:
+        if len(prompt_ids) + params.max_new_tokens > self.max_model_len:
+            raise RequestError("too long for the fake engine")
+
+    async def generate(self, prompt_ids, params, request_id):  # type: ignore[no-untyped-def]
+        self.active += 1
+        ids: list[int] = []
+        try:
+            for step in range(self.steps):
+                await asyncio.sleep(self.delay_s)
+                ids = [*ids, 10 + step, 20 + step]
+                last = step == self.steps - 1
+                metrics = FakeSpecMetrics([1, 1, 0], 4) if last and self.k else None
+                yield SimpleNamespace(outputs=[_completion(ids, "length" if last else None,
+                                                           metrics)])
+        except GeneratorExit:
+            self.aborted += 1
+            raise
+        finally:
+            self.active -= 1
+            if self.retired and not self.active:
+                self.shut = True
+
+    def retire(self) -> None:
+        self.retired = True
+        self.shut = self.active == 0
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+@pytest.fixture
+def fake_engines(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, FakeVllmEngine]]:
+    """Every engine the version manager starts, as (version, FakeVllmEngine)."""
+    started: list[tuple[str, FakeVllmEngine]] = []
+
+    def engine_version(self, version, kind, speculative_config, export_dir=None):  # type: ignore[no-untyped-def]
+        engine = FakeVllmEngine(speculative_config, delay_s=0.02)
+        started.append((version, engine))
+        return ServedVersion(version, kind, engine)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(VllmVersionManager, "_engine_version", engine_version)
+    return started
+
+
+@pytest.fixture
+def vllm_server(tiny_llm, db, fake_engines, tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    from autospec.settings import get_settings
+
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    cfg = ServeConfig(target=tiny_llm.info.target_id, model_name="tiny", engine="vllm",
+                      speculator_k=3, poll_interval_s=0.05)
+    versions = VllmVersionManager(config=cfg, target=tiny_llm, db=db, k=3,
+                                  poll_interval_s=0.05, actor="test-replica")
+    versions.prime()
+    writer = store.TrafficWriter(db, flush_interval_s=0.01)
+    server = VllmServer(tiny_llm, versions, config=cfg, writer=writer)
+    server.start()
+    yield server
+    server.close()
+    get_settings.cache_clear()
+
+
+def _rows(db: Any, n: int) -> list[Any]:
+    from sqlalchemy import select
+
+    from autospec.store.models import Request
+
+    deadline = time.monotonic() + 10
+    while True:
+        with store.session_scope(db, readonly=True) as session:
+            rows = list(session.scalars(select(Request).order_by(Request.id)))
+            session.expunge_all()
+        if len(rows) >= n or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
+
+
+def test_builtin_ngram_is_vllms_ngram_method_and_rows_carry_vllms_acceptance(
+        vllm_server, fake_engines, db):
+    assert [v for v, _ in fake_engines] == ["builtin-ngram"]
+    assert fake_engines[0][1].speculative_config["method"] == "ngram"
+    with TestClient(make_app(vllm_server, replica="r1")) as client:
+        r = client.post("/v1/completions", json={"prompt": "hello", "max_tokens": 6,
+                                                 "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-autospec-speculator"] == "builtin-ngram"
+    assert r.headers["x-autospec-replica"] == "r1"
+    info = r.json()["autospec"]
+    # histogram [1, 1, 0]: 2 steps with drafts, 1 accepted (at position 0), 4 drafted; 6
+    # tokens out = 1 (prompt's forward) + 4 verify steps + 1 accepted
+    assert (info["num_drafts"], info["num_accepted_tokens"], info["num_draft_tokens"]) == (4, 1, 4)
+    assert info["accepted_per_position"] == [1, 0, 0] and info["tau"] == 1.25
+    assert r.json()["usage"]["completion_tokens"] == 6
+    (row,) = _rows(db, 1)
+    assert row.speculator_version == "builtin-ngram" and row.num_accepted_tokens == 1
+    assert row.sampling["engine"] == "vllm"
+    assert row.sampling["vllm_spec_decode"]["acceptance_histogram"] == [1, 1, 0]
+
+
+def test_stream_sends_steps_then_usage_and_the_version(vllm_server):
+    with TestClient(make_app(vllm_server)) as client:
+        r = client.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": True})
+    events = [line[6:] for line in r.text.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    last = json.loads(events[-2])
+    assert last["autospec"]["version"] == "builtin-ngram"
+    assert last["usage"]["completion_tokens"] == 6
+    assert r.headers["x-autospec-speculator"] == "builtin-ngram"
+
+
+def test_errors_keep_the_native_shape(vllm_server):
+    with TestClient(make_app(vllm_server)) as client:
+        too_long = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1000})
+        model = client.post("/v1/completions", json={"prompt": "hi", "model": "other"})
+    assert too_long.status_code == 400 and "fake engine" in too_long.json()["error"]["message"]
+    assert model.status_code == 404 and model.json()["error"]["code"] == "model_not_found"
+
+
+def test_swap_starts_a_new_engine_and_retires_the_old_after_its_requests(
+        vllm_server, fake_engines, tiny_llm, db, tmp_path):
+    register_artifact(db, tiny_llm, tmp_path, "head-a", "eagle3", tree_nodes=0,
+                      suffix_threshold=None)
+    old = fake_engines[0][1]
+    old.delay_s = 0.2  # a request in flight across the swap
+
+    async def scenario() -> tuple[Any, Any]:
+        running = asyncio.ensure_future(_complete(vllm_server))
+        await asyncio.sleep(0.1)
+        promote(db, "head-a")
+        while vllm_server.versions.current.name != "head-a":
+            await asyncio.sleep(0.02)
+        assert not old.shut  # still finishing the running request
+        first = await running
+        return first, await _complete(vllm_server)
+
+    first, second = asyncio.run(scenario())
+    assert first.version.name == "builtin-ngram" and second.version.name == "head-a"
+    assert old.retired and old.shut
+    version, new = fake_engines[1]
+    assert version == "head-a" and new.speculative_config["method"] == "eagle3"
+    exported = Path(new.speculative_config["model"])
+    assert (exported / "config.json").exists() and exported.parent.name == "vllm-exports"
+
+
+async def _complete(server: VllmServer):  # type: ignore[no-untyped-def]
+    from autospec.serve.schemas import CompletionRequest
+    from autospec.serve.server import RequestContext
+
+    prepared = await server.prepare_completion(
+        CompletionRequest(prompt="hello", max_tokens=6), RequestContext("completions", "t"))
+    return await server.generate(prepared)
+
+
+@pytest.mark.parametrize("kind, overrides, refused", [
+    ("suffix", {}, "suffix version cannot be served on vLLM"),
+    ("eagle3", {}, "drafts trees (tree_nodes=16)"),
+])
+def test_versions_vllm_cannot_run_are_refused_audited_and_the_old_one_serves(
+        vllm_server, fake_engines, tiny_llm, db, tmp_path, kind, overrides, refused):
+    register_artifact(db, tiny_llm, tmp_path, "bad", kind, **overrides)
+    promote(db, "bad")
+    deadline = time.monotonic() + 5
+    while not vllm_server.versions.load_failures and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)  # more polls: audited once, not per poll
+    assert vllm_server.versions.current.name == "builtin-ngram"
+    assert [v for v, _ in fake_engines] == ["builtin-ngram"]  # no engine started
+    with store.session_scope(db, readonly=True) as session:
+        events = store.list_events(session, kinds=["failure"])
+    assert [e.version for e in events] == ["bad"] and refused in events[0].reason
+
+
+def test_abandoned_stream_aborts_the_request_in_the_engine(vllm_server, fake_engines, db):
+    engine = fake_engines[0][1]
+    engine.delay_s, engine.steps = 0.05, 50
+
+    async def scenario() -> None:
+        from autospec.serve.schemas import CompletionRequest
+        from autospec.serve.server import RequestContext
+
+        prepared = await vllm_server.prepare_completion(
+            CompletionRequest(prompt="hello", max_tokens=100), RequestContext("completions", "t"))
+        streamed = vllm_server.stream(prepared)
+        await anext(streamed)
+        streamed.abandon()
+        await streamed._steps.aclose()  # type: ignore[attr-defined]  # as Starlette ends it
+
+    asyncio.run(scenario())
+    assert engine.aborted == 1 and engine.active == 0
+    assert vllm_server._pending == 0
+    time.sleep(0.2)
+    assert _rows(db, 0) == []  # not logged
+
+
+def test_vllm_stats_clip_drafts_accepted_past_the_end():
+    # 3 steps at k=3: accepted 3, 1, 3 (histogram [0, 1, 0, 2]) = 7 reported; emitted
+    # 1 + 3 + 7 = 11 tokens, but the output was cut at 9: the last step's last 2 are past it
+    metrics = FakeSpecMetrics([0, 1, 0, 2], 9)
+    stats = vllm_stats(_completion(list(range(9)), "length", metrics), prompt_tokens=4, k=3,
+                       ttft_s=0.1, total_s=1.0)
+    assert (stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens) == (3, 9, 5)
+    assert stats.accepted_per_position == [3, 2, 0]
+    whole = vllm_stats(_completion(list(range(11)), "length", metrics), prompt_tokens=4, k=3,
+                       ttft_s=0.1, total_s=1.0)
+    assert whole.num_accepted_tokens == 7 and whole.accepted_per_position == [3, 2, 2]
+    none = vllm_stats(_completion([1, 2], "stop"), prompt_tokens=4, k=0, ttft_s=0, total_s=0)
+    assert none.num_drafts == 1 and none.tau == 1.0  # one verify step, as the native engine
+
+
+def test_vllm_stats_count_the_steps_without_drafts_as_the_native_engine():
+    # an n-gram that matched twice in 9 steps: vLLM's histogram has 2 steps, 1 accepted
+    metrics = FakeSpecMetrics([1, 1, 0, 0], 6)
+    stats = vllm_stats(_completion(list(range(10)), "length", metrics), prompt_tokens=4, k=3,
+                       ttft_s=0.1, total_s=1.0)
+    assert (stats.num_drafts, stats.num_accepted_tokens, stats.num_draft_tokens) == (8, 1, 6)
+    assert stats.tau == 9 / 8
+
+
+def test_refusal_rules():
+    chain = SimpleNamespace(tree_nodes=0, suffix_threshold=0.7, suffix_tokens=0)
+    assert vllm_refusal("eagle3", chain) is None  # threshold without an index: head alone
+    indexed = SimpleNamespace(tree_nodes=0, suffix_threshold=0.7, suffix_tokens=100)
+    assert "suffix index" in vllm_refusal("eagle3", indexed)
+    assert vllm_refusal("draft", None) is None and vllm_refusal("ngram", None) is None
+    assert "no vLLM" in vllm_refusal("mystery", None)
+
+
+def test_engine_vllm_without_vllm_installed_says_what_to_install(monkeypatch):
+    import importlib.util
+
+    from autospec.serve import engines
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))
+    with pytest.raises(engines.EngineUnavailable, match="pip install"):
+        engines.build_server(ServeConfig(engine="vllm"), actor="t")
+    with pytest.raises(ValueError, match="engine"):
+        ServeConfig(engine="tgi")
+
+
+class FakeAsyncLLM:
+    """Stands in for vLLM's ``AsyncLLM`` under the real :class:`VllmEngine` lifecycle."""
+
+    def __init__(self) -> None:
+        self.shutdowns = 0
+        self.release = asyncio.Event()
+
+    async def generate(self, prompt, sampling, request_id):  # type: ignore[no-untyped-def]
+        await self.release.wait()
+        yield SimpleNamespace(outputs=[_completion([1, 2], "stop")])
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+def _engine_with(llm: FakeAsyncLLM, cleanup: Path | None = None) -> Any:
+    pytest.importorskip("vllm")  # generate() builds vLLM's SamplingParams
+    from autospec.serve.vllm_engine import VllmEngine
+
+    engine = VllmEngine.__new__(VllmEngine)  # the lifecycle, without starting vLLM
+    engine.llm, engine.k, engine.max_model_len = llm, 0, 256
+    engine._init_lifecycle(cleanup)
+    return engine
+
+
+def test_a_retired_engine_shuts_down_after_its_running_request_and_the_grace(tmp_path):
+    from autospec.engine.sampling import SamplingParams
+
+    exported = tmp_path / "head-k3-x"
+    (exported / "config.json").parent.mkdir()
+    (exported / "config.json").write_text("{}")
+
+    async def scenario() -> tuple[FakeAsyncLLM, Any]:
+        llm = FakeAsyncLLM()
+        engine = _engine_with(llm, exported)
+
+        async def run() -> list[Any]:
+            return [o async for o in engine.generate([1], SamplingParams(), "r")]
+
+        running = asyncio.ensure_future(run())
+        await asyncio.sleep(0.05)
+        engine.retire(grace_s=0.05)
+        await asyncio.sleep(0.3)
+        assert llm.shutdowns == 0 and engine.active == 1  # still decoding
+        llm.release.set()
+        assert len(await running) == 1
+        await asyncio.sleep(0.3)
+        return llm, engine
+
+    llm, engine = asyncio.run(scenario())
+    assert llm.shutdowns == 1 and engine.active == 0
+    assert not exported.exists()  # the export it served is removed with it
+    with pytest.raises(RuntimeError, match="shut down"):
+        asyncio.run(anext(engine.generate([1], _params(), "late")))
+    engine.shutdown()
+    assert llm.shutdowns == 1  # once
+
+
+def test_a_retired_engine_still_takes_requests_bound_before_the_swap():
+    async def scenario() -> int:
+        llm = FakeAsyncLLM()
+        llm.release.set()
+        engine = _engine_with(llm)
+        engine.retire(grace_s=0.3)
+        await asyncio.sleep(0.05)  # idle, but within the grace: a bound request still runs
+        outputs = [o async for o in engine.generate([1], _params(), "bound")]
+        await asyncio.sleep(0.5)
+        return len(outputs) * 10 + llm.shutdowns
+
+    assert asyncio.run(scenario()) == 11
+
+
+def _params():  # type: ignore[no-untyped-def]
+    from autospec.engine.sampling import SamplingParams
+
+    return SamplingParams()
+
+
+def test_engine_arguments_ask_for_acceptance_only_when_speculating():
+    from autospec.serve.vllm_engine import engine_kwargs
+
+    spec = {"method": "ngram", "num_speculative_tokens": 3}
+    on = engine_kwargs("/m", dtype="float32", speculative_config=spec, max_model_len=512)
+    off = engine_kwargs("/m", dtype="float32", speculative_config=None, max_model_len=512,
+                        options={"kv_cache_memory_bytes": 1 << 30})
+    assert on["per_request_spec_decode_metrics"] == "summary"
+    assert off["per_request_spec_decode_metrics"] == "none"  # vLLM refuses it otherwise
+    assert off["kv_cache_memory_bytes"] == 1 << 30 and off["max_model_len"] == 512
