@@ -20,6 +20,7 @@ Modules: :mod:`~autospec.store.db` (engines, sessions, SQLite WAL set-up),
 :mod:`~autospec.store.deployments` (what a deployment serves, replica reports),
 :mod:`~autospec.store.queries` (windows, τ, counts, purge), :mod:`~autospec.store.history`
 (training runs, evaluations), :mod:`~autospec.store.artifacts` (artifact SHA-256),
+:mod:`~autospec.store.synthetic` (target-generated training sequences, apart from traffic),
 :mod:`~autospec.store.errors`.
 """
 
@@ -82,6 +83,14 @@ from autospec.store.registry import (
     set_live,
     set_state,
 )
+from autospec.store.synthetic import (
+    SyntheticExample,
+    SyntheticRecord,
+    SyntheticTarget,
+    add_synthetic,
+    count_synthetic,
+    select_synthetic,
+)
 from autospec.store.traffic import RequestRecord, write_requests
 from autospec.store.writer import TrafficWriter, WriterCounters, register_prometheus
 
@@ -97,6 +106,9 @@ __all__ = [
     "SchemaNotInitialized",
     "SchemaOutdated",
     "StoreError",
+    "SyntheticExample",
+    "SyntheticRecord",
+    "SyntheticTarget",
     "TauStat",
     "TrafficExample",
     "TrafficWindow",
@@ -104,8 +116,10 @@ __all__ = [
     "UnknownRevision",
     "WriterCounters",
     "acquire_lease",
+    "add_synthetic",
     "artifact_sha256",
     "check_schema",
+    "count_synthetic",
     "current_revision",
     "finish_training_run",
     "get_deployment",
@@ -138,6 +152,7 @@ __all__ = [
     "report_replica",
     "request_counts",
     "rollback",
+    "select_synthetic",
     "session_scope",
     "set_live",
     "set_state",

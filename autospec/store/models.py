@@ -253,6 +253,46 @@ class Evaluation(Base):
     policy: Mapped[dict[str, Any] | None]
 
 
+SYNTHETIC_SPLITS = ("train", "heldout")
+
+
+class SyntheticSequence(Base):
+    """A sequence the target generated for training (``autospec synth``), never traffic.
+
+    Kept out of ``requests`` so no traffic query (windows, live τ, counts, held-out sets) can
+    ever see it. ``source`` is ``resampled`` (a logged prompt answered again at temperature
+    > 0; ``origin_request_id`` names it) or ``domain:<name>`` (a prompt of a workload
+    domain). ``split`` is ``train`` (mixed into training windows) or ``heldout`` (only for
+    the overfitting guard's synthetic τ, never trained on). Only rows of the target id,
+    revision and dtype being trained are used.
+    """
+
+    __tablename__ = "synthetic_sequences"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    run_id: Mapped[str] = mapped_column(String(32))  # one ``autospec synth`` run
+    source: Mapped[str] = mapped_column(String(64))
+    split: Mapped[str] = mapped_column(String(16))
+    target_id: Mapped[str] = mapped_column(String(200))
+    target_revision: Mapped[str] = mapped_column(String(64))
+    dtype: Mapped[str] = mapped_column(String(16))
+    prompt_ids: Mapped[bytes] = mapped_column(LargeBinary)
+    output_ids: Mapped[bytes] = mapped_column(LargeBinary)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    output_tokens: Mapped[int] = mapped_column(Integer)
+    temperature: Mapped[float] = mapped_column(Float)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    origin_request_id: Mapped[int | None] = mapped_column(BigInteger)
+
+    __table_args__ = (
+        Index("ix_synthetic_sequences_target_split", "target_id", "target_revision", "dtype",
+              "split", "created_at"),
+        CheckConstraint(_in("split", SYNTHETIC_SPLITS), name="split"),
+        CheckConstraint("temperature > 0", name="temperature_positive"),
+    )
+
+
 class Event(Base):
     """The audit log: every pointer move, override and failure, with who and why."""
 
