@@ -16,6 +16,7 @@ from autospec.interop import cli as interop_cli
 from autospec.loadgen.cli import loadgen
 from autospec.serve.cli import serve
 from autospec.store.cli import db_app
+from autospec.synth.cli import synth
 from autospec.train.cli import train
 
 app = typer.Typer(
@@ -32,6 +33,7 @@ app.add_typer(controller_cli.controller_app, name="controller")
 for _name in ("status", "promote", "rollback", "versions", "history"):
     app.command(_name)(getattr(controller_cli, _name))
 app.command("train")(train)
+app.command("synth")(synth)
 app.command("loadgen")(loadgen)
 app.command("demo")(demo)
 app.command("export")(interop_cli.export)

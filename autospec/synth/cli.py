@@ -1,0 +1,109 @@
+"""``autospec synth``: have the target answer prompts and store the answers as synthetic data.
+
+Builds a :class:`~autospec.synth.run.SynthRequest` from the options, loads the target the
+deployment serves (its dtype too: synthetic rows are only used for the same target,
+revision and dtype), runs it printing one line per finished batch, and prints what was
+written (``--json``: one JSON object). Bad input — an unknown source, temperature ≤ 0, no
+logged prompt to resample, a target without a tokenizer for domain prompts, a target or
+dtype the deployment does not serve — is one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from autospec.synth.run import SourceResult, SynthOutcome
+
+out = Console()
+err = Console(stderr=True)
+
+SOURCE_HELP = ("where prompts come from (repeat): resampled (logged prompts, answered "
+               "again), domain:support, domain:coding, domain:json")
+
+
+def synth(
+    sources: Annotated[list[str] | None, typer.Option(
+        "--source", help=SOURCE_HELP)] = None,
+    count: Annotated[int, typer.Option(min=1, help="sequences per source")] = 64,
+    temperature: Annotated[float, typer.Option(
+        help="sampling temperature (> 0)")] = 0.8,
+    top_p: Annotated[float, typer.Option(min=0.01, max=1.0, help="nucleus sampling")] = 0.95,
+    max_tokens: Annotated[int, typer.Option(min=1, help="new tokens per answer at most")] = 128,
+    batch_size: Annotated[int, typer.Option(min=1, help="prompts decoded together")] = 8,
+    heldout_fraction: Annotated[float, typer.Option(
+        min=0.0, max=0.9, help="share of prompts kept for the overfitting guard, never "
+        "trained on (by a hash of the prompt: stable across runs)")] = 0.1,
+    window: Annotated[int, typer.Option(
+        min=1, help="resampled: prompts of the newest N usable logged requests")] = 1000,
+    seed: Annotated[int, typer.Option(
+        help="sampling seed and domain prompt draw (use another than the load generator's "
+        "to keep synthetic prompts apart from traffic ones)")] = 0,
+    deployment: Annotated[str, typer.Option(help="whose traffic and target")] = "default",
+    target: Annotated[str | None, typer.Option(
+        help="target: a name, a directory or a .gguf (default: what the deployment's "
+        "replicas serve, else smollm2-135m)")] = None,
+    dtype: Annotated[str | None, typer.Option(
+        help="target dtype (default: the deployment's; another one is refused)")] = None,
+    database_url: Annotated[str | None, typer.Option(
+        "--url", help="database (default AUTOSPEC_DATABASE_URL)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Generate synthetic training sequences with the target (never logged as traffic)."""
+    from autospec.synth.run import SynthRequest
+
+    logging.getLogger("autospec").setLevel(logging.WARNING)
+    request = SynthRequest(sources=tuple(sources or ["resampled"]), count=count,
+                           temperature=temperature, top_p=top_p, max_new_tokens=max_tokens,
+                           batch_size=batch_size, seed=seed, heldout_fraction=heldout_fraction,
+                           window=window, deployment=deployment)
+    outcome = _run(request, database_url=database_url, target=target, dtype=dtype,
+                   quiet=as_json)
+    _print(outcome, as_json=as_json)
+
+
+def _run(request, *, database_url: str | None, target: str | None,  # type: ignore[no-untyped-def]
+         dtype: str | None, quiet: bool) -> SynthOutcome:
+    from autospec import store
+    from autospec.engine.target import TargetLoadError
+    from autospec.numerics import NumericsMismatch, load_served_target
+    from autospec.synth.run import SynthError, check_request, synthesize
+
+    try:
+        check_request(request)
+        engine = store.open_store(database_url, upgrade=True)
+        model = load_served_target(engine, deployment=request.deployment, target=target,
+                                   dtype=dtype)
+        return synthesize(request, engine=engine, target=model,
+                          progress=None if quiet else _progress)
+    except (SynthError, TargetLoadError, NumericsMismatch, store.StoreError) as exc:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        err.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _progress(result: SourceResult, done: int, total: int) -> None:
+    err.print(f"{result.source}: {done}/{total} prompts answered ({result.train} train, "
+              f"{result.heldout} held out, {result.output_tokens} tokens, "
+              f"{result.seconds:.1f} s)", highlight=False)
+
+
+def _print(outcome: SynthOutcome, *, as_json: bool) -> None:
+    if as_json:
+        out.print_json(json.dumps({"run_id": outcome.run_id, "target": asdict(outcome.target),
+                                   "written": outcome.written,
+                                   "sources": [asdict(s) for s in outcome.sources]}))
+        return
+    t = outcome.target
+    out.print(f"run {outcome.run_id}: {outcome.written} synthetic sequences of "
+              f"{t.target_id} (revision {t.revision}, {t.dtype})", highlight=False)
+    for s in outcome.sources:
+        rate = s.output_tokens / s.seconds if s.seconds else 0.0
+        out.print(f"  {s.source}: {s.train} train, {s.heldout} held out, "
+                  f"{s.output_tokens} tokens ({rate:.0f} tokens/s)", highlight=False)
