@@ -15,6 +15,7 @@ the target it is given, so a sequence from other weights or numerics is never us
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -102,9 +103,10 @@ def add_synthetic(session: Session, *, records: list[SyntheticRecord],
 
 
 def select_synthetic(session: Session, *, target: SyntheticTarget, split: str,
-                     sources: list[str] | None = None,
-                     limit: int | None = None) -> list[SyntheticExample]:
-    """The newest ``limit`` rows of ``target`` in ``split`` (of ``sources``), oldest first."""
+                     sources: list[str] | None = None, limit: int | None = None,
+                     exclude_origins: Collection[int] = ()) -> list[SyntheticExample]:
+    """The newest ``limit`` rows of ``target`` in ``split`` (of ``sources``), oldest first;
+    rows resampled from a request of ``exclude_origins`` (e.g. held-out ones) left out."""
     if split not in SYNTHETIC_SPLITS:
         raise StoreError(f"synthetic split {split!r} is not one of {SYNTHETIC_SPLITS}")
     query = select(SyntheticSequence).where(
@@ -114,6 +116,9 @@ def select_synthetic(session: Session, *, target: SyntheticTarget, split: str,
         SyntheticSequence.split == split)
     if sources is not None:
         query = query.where(SyntheticSequence.source.in_([check_source(s) for s in sources]))
+    if exclude_origins:
+        query = query.where(SyntheticSequence.origin_request_id.is_(None)
+                            | SyntheticSequence.origin_request_id.not_in(list(exclude_origins)))
     query = query.order_by(SyntheticSequence.created_at.desc(), SyntheticSequence.id.desc())
     if limit is not None:
         query = query.limit(limit)

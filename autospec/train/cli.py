@@ -113,6 +113,9 @@ def train(
         min=0.0, max=0.9, help="newest share held out, never trained on")] = 0.1,
     anchors: Annotated[int, typer.Option(
         min=0, help="requests from before the window mixed in")] = 0,
+    synthetic_share: Annotated[float, typer.Option(
+        min=0.0, max=0.9, help="share of the training part made of synthetic sequences "
+        "(autospec synth) of this target; 0: none")] = 0.0,
     loss: Annotated[str, typer.Option(
         help="eagle3: kl (target distribution) or ce (greedy)")] = "kl",
     feature_noise: Annotated[float, typer.Option(
@@ -151,6 +154,7 @@ def train(
         request = _request(kind=kind, window=window, assignments=assignments or [],
                            segment=segment, heldout_fraction=heldout_fraction,
                            anchors=anchors, address=address, epochs=epochs, workers=workers,
+                           synthetic_share=synthetic_share,
                            from_scratch=from_scratch, incumbent=incumbent,
                            deployment=deployment, min_requests=min_requests, seed=seed,
                            batch_size=batch_size, lr=lr, loss=loss, use_gpu=use_gpu,
@@ -163,10 +167,10 @@ def train(
 
 def _request(*, kind: str, window: str, assignments: list[str], segment: str | None,
              heldout_fraction: float, anchors: int, address: str | None,
-             **fields: Any) -> TrainRequest:
+             synthetic_share: float = 0.0, **fields: Any) -> TrainRequest:
     """The TrainRequest of the command line; TrainingInputError naming a bad option."""
     from autospec.train import TRAINABLE_KINDS, TrainingInputError, TrainRequest
-    from autospec.train.data import parse_window
+    from autospec.train.data import SyntheticMix, parse_window
     from autospec.train.overrides import parse_overrides
 
     if kind not in TRAINABLE_KINDS:
@@ -177,8 +181,9 @@ def _request(*, kind: str, window: str, assignments: list[str], segment: str | N
     spec = parse_window(window)
     spec = type(spec)(since=spec.since, limit=spec.limit, segment=segment,
                       heldout_fraction=heldout_fraction, anchor_requests=anchors)
+    mix = SyntheticMix(share=synthetic_share) if synthetic_share else None
     return TrainRequest(kind=kind, window=spec, overrides=parse_overrides(kind, assignments),
-                        **fields)
+                        synthetic=mix, **fields)
 
 
 def _run(request: TrainRequest, *, database_url: str | None, address: str | None,

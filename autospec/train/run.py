@@ -9,7 +9,8 @@
    kind) must be loadable for this target, its artifact the one registered
    (:class:`IncumbentMismatch` otherwise), and the
    window must hold at least ``min_requests`` training requests (:class:`EmptyWindow`,
-   :class:`WindowTooSmall`);
+   :class:`WindowTooSmall`); synthetic sequences of this target join the train part at
+   ``request.synthetic``'s share (:func:`~autospec.train.data.mix_synthetic`);
 2. records a ``training_runs`` row (status ``running``, window, config);
 3. fits the candidate: ``suffix`` indexes the window's outputs; ``eagle3`` / ``draft``
    extract target features (:mod:`autospec.train.features`) and run the plain loop in
@@ -52,11 +53,13 @@ from autospec.speculators.config import SuffixConfig
 from autospec.speculators.registry import build_speculator, new_speculator
 from autospec.speculators.suffix import suffix_from_documents
 from autospec.train.data import (
+    SyntheticMix,
     TrainingData,
     TrainSequence,
     WindowSpec,
     documents,
     load_training_data,
+    mix_synthetic,
 )
 from autospec.train.errors import IncumbentMismatch, TrainingInputError, TrainingStopped
 from autospec.train.features import FeatureCache, cached_extract
@@ -96,6 +99,7 @@ class TrainRequest:
     precision: str = "auto"  # fp32, bf16 (autocast) or auto: bf16 on CUDA / CPUs with bf16
     time_budget_s: float | None = None  # features + training end within this (gradient kinds)
     feature_noise: float = 0.2  # eagle3: training noise on target features (x layer RMS)
+    synthetic: SyntheticMix | None = None  # synthetic sequences mixed into the train part
 
 
 @dataclass
@@ -133,11 +137,13 @@ def train_candidate(request: TrainRequest, *, engine: Engine, target: Target,
     with store.session_scope(engine) as session:
         parent = _incumbent_version(session, request)
         data = load_training_data(session, request.window, min_requests=request.min_requests)
+        if request.synthetic is not None:
+            data = mix_synthetic(session, data, request.synthetic, synthetic_target(target))
     incumbent = _load_incumbent(engine, parent, target, request.deployment) if parent else None
     with store.session_scope(engine) as session:
         run_id = store.start_training_run(
             session, kind=request.kind, parent_version=parent, window_start=data.start,
-            window_end=data.end, train_requests=len(data.train),
+            window_end=data.end, train_requests=len(data.train) - data.synthetic,
             heldout_requests=len(data.heldout), config=_jsonable(request)).id
     try:
         spec, metrics = fit(request, data, target, incumbent, progress, should_stop)
@@ -146,6 +152,12 @@ def train_candidate(request: TrainRequest, *, engine: Engine, target: Target,
     except BaseException as exc:
         _record_failure(engine, run_id, exc)
         raise
+
+
+def synthetic_target(target: Target) -> store.SyntheticTarget:
+    """The identity synthetic rows must carry to be used with ``target``."""
+    return store.SyntheticTarget(target_id=target.info.target_id,
+                                 revision=target.info.revision, dtype=target.dtype_name)
 
 
 def _incumbent_version(session, request: TrainRequest) -> str | None:
