@@ -125,6 +125,8 @@ def _print_status(data: dict[str, Any]) -> None:
                   f"({tau['requests_1h']} req) / {_fmt(tau['live_24h'])} "
                   f"({tau['requests_24h']} req)")
     table.add_row("speedup est. / measured", _speedup_text(data.get("speedup")))
+    table.add_row("last evaluation τ real / synthetic",
+                  _evaluation_text(data.get("last_evaluation")))
     traffic = data["traffic"]
     table.add_row("requests 1h / 24h / all",
                   f"{traffic['last_hour']} / {traffic['last_day']} / {traffic['total']}")
@@ -153,6 +155,18 @@ def _print_status(data: dict[str, Any]) -> None:
         for f in data["failures"]:
             fails.add_row(str(f["time"]), f["actor"], str(f["version"] or "—"), f["reason"])
         out.print(fails)
+
+
+def _evaluation_text(ev: dict[str, Any] | None) -> str:
+    if not ev:
+        return "— (no evaluation yet)"
+    real = " / ".join(f"{v} {_fmt(t)}" for v, t in ev["tau_real"].items())
+    syn = ev["tau_synthetic"]
+    synthetic = ("no synthetic sequences" if not syn else
+                 " / ".join(f"{v} {_fmt(t)}" for v, t in syn.items())
+                 + f" ({ev['synthetic_sequences']} seq)")
+    guard = "; [red]overfitting guard rejected it[/]" if ev["overfits"] else ""
+    return f"#{ev['evaluation_id']} {ev['decision']}: real {real}; synthetic {synthetic}{guard}"
 
 
 def _speedup_text(speed: dict[str, Any] | None) -> str:

@@ -122,6 +122,16 @@ def _speed_text(cand: Candidate) -> str:
     return f"measured speedup {cand.speedup_measured:.2f}× ({est})"
 
 
+def _mix(synthetic):  # type: ignore[no-untyped-def]
+    """The policy's ``training.synthetic`` as a training mix (None when its share is 0)."""
+    from autospec.train.data import SyntheticMix
+
+    if synthetic.share == 0.0:
+        return None
+    return SyntheticMix(share=synthetic.share, max_sequences=synthetic.max_sequences,
+                        sources=tuple(synthetic.sources) if synthetic.sources else None)
+
+
 class CycleFailed(RuntimeError):
     """The cycle cannot go on; the message is recorded as the reason."""
 
@@ -318,7 +328,7 @@ class Controller:
                                from_scratch=tp.from_scratch, deployment=self.deployment,
                                min_requests=tp.min_train_requests, seed=self.policy.seed,
                                batch_size=tp.batch_size, time_budget_s=budget,
-                               overrides=tp.overrides(kind))
+                               overrides=tp.overrides(kind), synthetic=_mix(tp.synthetic))
 
         def should_stop() -> bool:
             return lease.lost or time.monotonic() > deadline
@@ -351,7 +361,8 @@ class Controller:
                 db=self.engine, target=target, versions=[cand.version, incumbent],
                 examples=snap.window.heldout, k=self.policy.evaluation.k,
                 policy=self.policy.gate, record=True, training_run_id=cand.run_id,
-                speed=self.policy.evaluation.speed)
+                speed=self.policy.evaluation.speed,
+                synthetic_heldout=self.policy.training.synthetic.heldout_sequences)
         except (EvaluationError, VersionLoadError) as exc:
             cand.reasons = [f"evaluation failed: {exc}"]
             return

@@ -118,6 +118,29 @@ class Window(_Strict):
         "never trained on")
 
 
+class Synthetic(_Strict):
+    """Target-generated sequences (``autospec synth``) in training, and the overfitting guard."""
+
+    share: float = Field(
+        0.0, ge=0, le=0.9, description="share of a training window's train part made of "
+        "synthetic sequences of the served target (0: none)")
+    sources: list[str] | None = Field(
+        None, description="only these sources (resampled, domain:<name>); null: every source")
+    max_sequences: int = Field(
+        2000, ge=1, description="most synthetic sequences mixed into one window")
+    heldout_sequences: int = Field(
+        64, ge=0, description="held-out synthetic sequences each evaluation replays beside the "
+        "real held-out traffic, for the overfitting guard (0: none)")
+
+    @field_validator("sources")
+    @classmethod
+    def _sources(cls, value: list[str] | None) -> list[str] | None:
+        for source in value or []:
+            if source != "resampled" and not source.startswith("domain:"):
+                raise ValueError(f"{source!r} is not a source: resampled or domain:<name>")
+        return value
+
+
 class Training(_Strict):
     """What a cycle trains, and its budget."""
 
@@ -134,6 +157,9 @@ class Training(_Strict):
     batch_size: int = Field(8, ge=1, description="training batch size (gradient kinds)")
     from_scratch: bool = Field(
         False, description="never warm-start from the live version of the same kind")
+    synthetic: Synthetic = Field(
+        default_factory=Synthetic, description="synthetic sequences in training windows "
+        "(autospec synth) and held out for the overfitting guard")
     engine: Literal["native", "vllm"] = Field(
         "native", description="the engine the deployment serves with (`autospec serve "
         "--engine`): vllm trains eagle3 heads as chains of k without a traffic suffix index "

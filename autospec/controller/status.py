@@ -56,6 +56,7 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy,
                     "live_24h": day.tau if day else None,
                     "requests_24h": day.requests if day else 0},
             "speedup": evaluated_speedup(session, version),
+            "last_evaluation": last_evaluation(session),
             "traffic": {
                 "last_hour": _count(session, now - timedelta(hours=1)),
                 "last_day": _count(session, now - timedelta(days=1)),
@@ -84,6 +85,21 @@ def evaluated_speedup(session, version: str) -> dict[str, Any] | None:  # type: 
                 "measured": measured.get(version),
                 "basis": data.get("speed_basis", "estimated"), "evaluation_id": ev.id}
     return None
+
+
+def last_evaluation(session) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    """The newest evaluation: τ on real held-out traffic (what the gate decided on) and on
+    held-out synthetic sequences (None without any), each per version, and its decision."""
+    evs = store.list_evaluations(session, limit=1)
+    if not evs:
+        return None
+    ev = evs[0]
+    syn = (ev.per_segment or {}).get("synthetic") or {}
+    return {"evaluation_id": ev.id, "candidate": ev.candidate, "incumbent": ev.incumbent,
+            "decision": ev.decision,
+            "tau_real": {ev.candidate: ev.tau_candidate, ev.incumbent: ev.tau_incumbent},
+            "tau_synthetic": syn.get("tau"), "synthetic_sequences": syn.get("num_sequences", 0),
+            "overfits": syn.get("overfits", False)}
 
 
 def _served(session, deployment: str, pointer_version: str,  # type: ignore[no-untyped-def]

@@ -54,6 +54,9 @@ def evaluate(
                                                help="rounds per prompt")] = 2,
     speed_max_tokens: Annotated[int, typer.Option(min=4, max=1024,
                                                   help="new tokens per timed decode")] = 32,
+    synthetic_heldout: Annotated[int, typer.Option(
+        min=0, help="held-out synthetic sequences (autospec synth) of the target replayed "
+        "beside the real requests for the overfitting guard (0: none)")] = 64,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     json_path: Annotated[Path | None, typer.Option(
         "--json-path", help="also write JSON here")] = None,
@@ -89,7 +92,8 @@ def evaluate(
             report = evaluate_versions(
                 db=db, target=tgt, versions=versions, examples=examples, k=k, record=record,
                 progress=lambda n, total: bar.update(task, completed=n), speed=settings,
-                speed_progress=lambda n, total: bar.update(timed, completed=n, total=total))
+                speed_progress=lambda n, total: bar.update(timed, completed=n, total=total),
+                synthetic_heldout=synthetic_heldout)
     except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError,
             NumericsMismatch) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
@@ -122,6 +126,19 @@ def _measured(ev, version: str) -> str:
     return f"{ev.measured.speedup[version]:.2f}×{iqr}"
 
 
+def _print_synthetic(ev) -> None:
+    syn = ev.synthetic
+    if syn is None:
+        out.print("no held-out synthetic sequences of this target (autospec synth): "
+                  "real held-out τ only")
+        return
+    taus = ", ".join(f"{v} {t:.3f}" for v, t in syn.tau.items())
+    delta = (f"; Δτ = {syn.delta.delta:+.3f}, CI [{syn.delta.low:+.3f}, "
+             f"{syn.delta.high:+.3f}]" if syn.delta else "")
+    out.print(f"held-out synthetic τ ({syn.num_sequences} sequences, not gated): "
+              f"{taus}{delta}")
+
+
 def _print(report) -> None:
     ev = report.evaluation
     table = Table(title=f"shadow evaluation: {ev.num_requests} requests, k = {ev.k}")
@@ -143,6 +160,7 @@ def _print(report) -> None:
     if ev.delta is not None:
         out.print(f"Δτ ({ev.candidate} − {ev.incumbent}) = {ev.delta.delta:+.3f}, "
                   f"{ev.ci_level:.0%} CI [{ev.delta.low:+.3f}, {ev.delta.high:+.3f}]")
+    _print_synthetic(ev)
     seg = Table(title="per segment")
     for col in ("segment", "requests", *[f"τ {v}" for v in ev.versions], "Δτ [CI]"):
         seg.add_column(col, justify="left" if col == "segment" else "right")

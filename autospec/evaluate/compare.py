@@ -44,6 +44,17 @@ class SegmentResult:
 
 
 @dataclass
+class SyntheticResult:
+    """τ of each version on held-out synthetic sequences (target-generated, never trained
+    on): drafts counted against the synthetic outputs token by token. Reported beside the
+    real held-out τ for the overfitting guard; the gate never decides on it."""
+
+    num_sequences: int
+    tau: dict[str, float]
+    delta: Interval | None  # candidate vs incumbent, when there are two versions
+
+
+@dataclass
 class Costs:
     """Measured seconds of the target: a 1-token step and forwards by size (the speculator's
     side comes from each version's replay, ``ReplayStats.draft_s``)."""
@@ -73,6 +84,7 @@ class Evaluation:
     k: int
     ci_level: float
     measured: SpeedMeasurement | None = None  # decoded speedup; None: measurement off
+    synthetic: SyntheticResult | None = None  # held-out synthetic τ; None: no such sequences
 
     @property
     def speed_basis(self) -> str:
@@ -155,6 +167,18 @@ def compare(results: dict[str, list[ReplayStats]], segments: Sequence[str], cost
         speedup={v: estimated_speedup(s, costs) for v, s in results.items()},
         k=k, ci_level=level,
     )
+
+
+def compare_synthetic(results: dict[str, list[ReplayStats]], *, level: float = 0.95,
+                      resamples: int = 2000, seed: int = 0) -> SyntheticResult:
+    """τ per version and the paired CI of Δτ on held-out synthetic sequences."""
+    versions = list(results)
+    n = len(results[versions[0]])
+    assert n > 0 and all(len(v) == n for v in results.values())
+    delta = (paired_bootstrap(results[versions[0]], results[versions[1]], level=level,
+                              resamples=resamples, seed=seed) if len(versions) > 1 else None)
+    return SyntheticResult(num_sequences=n, tau={v: set_tau(s) for v, s in results.items()},
+                           delta=delta)
 
 
 def drafts_per_step(stats: Sequence[ReplayStats]) -> float:

@@ -6,6 +6,13 @@ compares ``versions[0]`` (candidate) with ``versions[1]`` (incumbent), measures 
 version's speedup by decoding a few of the requests' prompts against target-only decoding
 (:mod:`autospec.evaluate.speed`, unless ``speed.enabled`` is off), applies the gate and
 writes the evaluation with its decision and reasons to the store.
+
+Beside the real held-out requests it replays up to ``synthetic_heldout`` held-out synthetic
+sequences of the same target, revision and dtype (:mod:`autospec.store.synthetic`; drafts
+counted against their outputs token by token) and reports their τ
+(``Evaluation.synthetic``). The gate decides on real traffic only; the overfitting guard
+(:mod:`autospec.evaluate.guard`) then rejects a candidate whose synthetic gain does not
+show on real traffic.
 """
 
 from __future__ import annotations
@@ -22,8 +29,16 @@ from autospec import store
 from autospec.engine.costs import verify_cost
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
-from autospec.evaluate.compare import Costs, Evaluation, compare, drafts_per_step
+from autospec.evaluate.compare import (
+    Costs,
+    Evaluation,
+    SyntheticResult,
+    compare,
+    compare_synthetic,
+    drafts_per_step,
+)
 from autospec.evaluate.gate import Decision, GatePolicy, decide
+from autospec.evaluate.guard import guard, overfits
 from autospec.evaluate.replay import ReplayRequest, ReplayStats, replay
 from autospec.evaluate.speed import (
     SpeedMeasurement,
@@ -95,6 +110,7 @@ def evaluate_versions(
     training_run_id: int | None = None, progress: Callable[[int, int], None] | None = None,
     speed: SpeedSettings | None = None,
     speed_progress: Callable[[int, int], None] | None = None,
+    synthetic_heldout: int = 64,
 ) -> EvaluationReport:
     """Replay ``examples`` with each version, measure speed, compare, decide and (optionally)
     record. ``speed``: how the speedup is measured (default :class:`SpeedSettings`)."""
@@ -115,11 +131,40 @@ def evaluate_versions(
                          level=policy.ci_level)
     evaluation.measured = measure_speed(target, specs, requests, k, speed or SpeedSettings(),
                                         speed_progress)
-    decision = decide(policy, evaluation) if len(versions) > 1 else None
+    evaluation.synthetic = replay_synthetic(db, target, specs, k, synthetic_heldout,
+                                            level=policy.ci_level)
+    decision = guard(policy, evaluation, decide(policy, evaluation)) if len(versions) > 1 \
+        else None
     start, end = examples[0].created_at, examples[-1].created_at
     row_id = _record(db, evaluation, decision, policy, start, end,
                      training_run_id) if record and decision else None
     return EvaluationReport(evaluation, decision, row_id, start, end)
+
+
+def synthetic_requests(db: Engine, target: Target, limit: int) -> list[ReplayRequest]:
+    """The newest ``limit`` held-out synthetic sequences of ``target`` (its id, revision and
+    dtype), as replay input: their outputs are the tokens drafts are counted against."""
+    if limit <= 0:
+        return []
+    ident = store.SyntheticTarget(target_id=target.info.target_id,
+                                  revision=target.info.revision, dtype=target.dtype_name)
+    with store.session_scope(db, readonly=True) as session:
+        rows = store.select_synthetic(session, target=ident, split="heldout", limit=limit)
+    return [ReplayRequest(prompt_ids=r.prompt_ids, output_ids=r.output_ids,
+                          params=SamplingParams(max_new_tokens=len(r.output_ids)),
+                          segment=r.source, request_id=f"synthetic-{r.id}") for r in rows]
+
+
+def replay_synthetic(db: Engine, target: Target, specs: dict, k: int, limit: int, *,
+                     level: float) -> SyntheticResult | None:
+    """τ of each version on held-out synthetic sequences; None when there are none."""
+    requests = synthetic_requests(db, target, limit)
+    if not requests:
+        return None
+    result = compare_synthetic(replay(target, specs, requests, k), level=level)
+    log.info("held-out synthetic τ (%d sequences): %s", result.num_sequences,
+             ", ".join(f"{v} {t:.3f}" for v, t in result.tau.items()))
+    return result
 
 
 def measure_speed(target: Target, specs: dict, requests: list[ReplayRequest], k: int,
@@ -144,6 +189,17 @@ def speed_record(ev: Evaluation) -> dict:
             "speed": asdict(ev.measured) if ev.measured else None}
 
 
+def synthetic_record(ev: Evaluation, policy: GatePolicy) -> dict | None:
+    """The held-out synthetic part as recorded: τ each, Δτ and its CI, the guard's verdict."""
+    syn = ev.synthetic
+    if syn is None:
+        return None
+    return {"num_sequences": syn.num_sequences, "tau": syn.tau,
+            "delta": syn.delta.delta if syn.delta else None,
+            "ci": [syn.delta.low, syn.delta.high] if syn.delta else None,
+            "overfits": overfits(policy, ev)}
+
+
 def _record(db: Engine, ev: Evaluation, decision: Decision, policy: GatePolicy,
             start: datetime, end: datetime, training_run_id: int | None) -> int:
     assert ev.delta is not None and ev.incumbent is not None
@@ -159,7 +215,8 @@ def _record(db: Engine, ev: Evaluation, decision: Decision, policy: GatePolicy,
             decision=decision.verdict, reasons=decision.reasons, num_requests=ev.num_requests,
             tau_candidate=ev.tau[ev.candidate], tau_incumbent=ev.tau[ev.incumbent],
             delta_ci_low=ev.delta.low, delta_ci_high=ev.delta.high,
-            per_segment={"segments": per_segment, **speed_record(ev), "k": ev.k},
+            per_segment={"segments": per_segment, **speed_record(ev), "k": ev.k,
+                         "synthetic": synthetic_record(ev, policy)},
             window_start=start, window_end=end, training_run_id=training_run_id,
             policy=policy.model_dump())
         session.flush()
