@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from autospec.store.codec import unpack_ids
 from autospec.store.errors import StoreError
 from autospec.store.models import Request, utcnow
+from autospec.store.synthetic import purge_resampled
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +292,8 @@ def purge_requests(
     text_only: bool = False,
     now: datetime | None = None,
 ) -> int:
-    """Delete requests older than ``older_than`` (or, ``text_only``, strip their text and ids).
+    """Delete requests older than ``older_than`` (or, ``text_only``, strip their text and ids),
+    and in both cases the synthetic sequences resampled from them (they copy the prompt).
 
     Returns the number of rows affected. Run inside one session; on SQLite the write lock is
     held for the duration, so purge regularly rather than rarely.
@@ -299,6 +301,7 @@ def purge_requests(
     if older_than <= timedelta(0):
         raise StoreError(f"older_than must be positive, got {older_than}")
     cutoff = (now or utcnow()) - older_than
+    resampled = purge_resampled(session, before=cutoff)  # they hold the requests' prompts
     if text_only:
         stmt = (
             update(Request)
@@ -310,5 +313,6 @@ def purge_requests(
     else:
         stmt = delete(Request).where(Request.created_at < cutoff)
     count = session.execute(stmt.execution_options(synchronize_session=False)).rowcount
-    log.info("purged %d requests older than %s (text_only=%s)", count, cutoff, text_only)
+    log.info("purged %d requests older than %s (text_only=%s) and %d synthetic sequences "
+             "resampled from them", count, cutoff, text_only, resampled)
     return count

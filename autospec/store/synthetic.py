@@ -9,7 +9,9 @@ the target it is given, so a sequence from other weights or numerics is never us
 
 - :func:`add_synthetic` — write one generation run's sequences;
 - :func:`select_synthetic` — the newest rows of a target and split, oldest first;
-- :func:`count_synthetic` — row counts by source and split.
+- :func:`count_synthetic` — row counts by source and split;
+- :func:`purge_resampled` — delete rows resampled from requests older than a cutoff (the
+  retention purge calls it: a resampled row holds its request's prompt).
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from autospec.store.codec import pack_ids, unpack_ids
 from autospec.store.errors import StoreError
-from autospec.store.models import SYNTHETIC_SPLITS, SyntheticSequence, utcnow
+from autospec.store.models import SYNTHETIC_SPLITS, Request, SyntheticSequence, utcnow
 
 _SOURCE = re.compile(r"^(resampled|domain:[a-z0-9_-]{1,48})$")
 
@@ -144,3 +146,10 @@ def count_synthetic(session: Session, *,
                             SyntheticSequence.dtype == target.dtype)
     query = query.group_by(SyntheticSequence.source, SyntheticSequence.split)
     return {(source, split): n for source, split, n in session.execute(query)}
+
+
+def purge_resampled(session: Session, *, before: datetime) -> int:
+    """Delete synthetic rows resampled from requests created before ``before``; the count."""
+    origins = select(Request.id).where(Request.created_at < before)
+    stmt = delete(SyntheticSequence).where(SyntheticSequence.origin_request_id.in_(origins))
+    return session.execute(stmt.execution_options(synchronize_session=False)).rowcount

@@ -90,7 +90,8 @@ class TrainingData:
 
     def describe(self) -> dict[str, object]:
         return {**self.spec.describe(), "start": _iso(self.start), "end": _iso(self.end),
-                "split_at": _iso(self.split_at), "train_requests": len(self.train),
+                "split_at": _iso(self.split_at),
+                "train_requests": len(self.train) - self.synthetic,
                 "heldout_requests": len(self.heldout), "anchor_requests": self.anchors,
                 "synthetic_sequences": self.synthetic, "train_tokens": self.train_tokens}
 

@@ -77,3 +77,27 @@ def test_migration_0003_up_and_down_from_0002(db_url: str) -> None:
     migrate.downgrade(engine, "0002")
     assert "synthetic_sequences" not in inspect(engine).get_table_names()
     engine.dispose()
+
+
+@pytest.mark.parametrize("text_only", [False, True])
+def test_purge_drops_rows_resampled_from_purged_requests(engine, text_only: bool) -> None:  # type: ignore[no-untyped-def]
+    from datetime import timedelta
+
+    from autospec.store.models import utcnow
+
+    now = utcnow()
+    store.write_requests(engine, [
+        store.RequestRecord(prompt_ids=[1, 2], output_ids=[3], request_uid=f"r{i}",
+                            created_at=now - timedelta(days=age))
+        for i, age in enumerate((40, 1))])
+    with store.session_scope(engine, readonly=True) as session:
+        old, new = (ex.id for ex in store.traffic_window(session, heldout_fraction=0.0).train)
+    rows = [store.SyntheticRecord(prompt_ids=[1, 2], output_ids=[9], source="resampled",
+                                  origin_request_id=origin) for origin in (old, new, None)]
+    with store.session_scope(engine) as session:
+        store.add_synthetic(session, records=rows, target=T, run_id="p")
+    with store.session_scope(engine) as session:
+        store.purge_requests(session, older_than=timedelta(days=30), text_only=text_only)
+    with store.session_scope(engine, readonly=True) as session:
+        kept = store.select_synthetic(session, target=T, split="train")
+    assert [r.origin_request_id for r in kept] == [new, None]
