@@ -16,7 +16,7 @@ from autospec.interop import cli as interop_cli
 from autospec.loadgen.cli import loadgen
 from autospec.serve.cli import serve
 from autospec.store.cli import db_app
-from autospec.synth.cli import synth
+from autospec.synth.cli import pretrain, synth
 from autospec.train.cli import train
 
 app = typer.Typer(
@@ -34,6 +34,7 @@ for _name in ("status", "promote", "rollback", "versions", "history"):
     app.command(_name)(getattr(controller_cli, _name))
 app.command("train")(train)
 app.command("synth")(synth)
+app.command("pretrain")(pretrain)
 app.command("loadgen")(loadgen)
 app.command("demo")(demo)
 app.command("export")(interop_cli.export)

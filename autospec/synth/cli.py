@@ -1,4 +1,6 @@
-"""``autospec synth``: have the target answer prompts and store the answers as synthetic data.
+"""``autospec synth`` and ``autospec pretrain``: synthetic data, and a base head from it.
+
+``synth``: have the target answer prompts and store the answers as synthetic data.
 
 Builds a :class:`~autospec.synth.run.SynthRequest` from the options, loads the target the
 deployment serves (its dtype too: synthetic rows are only used for the same target,
@@ -6,6 +8,10 @@ revision and dtype), runs it printing one line per finished batch, and prints wh
 written (``--json``: one JSON object). Bad input — an unknown source, temperature ≤ 0, no
 logged prompt to resample, a target without a tokenizer for domain prompts, a target or
 dtype the deployment does not serve — is one line on stderr, exit status 2.
+
+``pretrain``: :func:`autospec.synth.pretrain.pretrain_base` (generate per domain, train a
+base eagle3 head on the target's synthetic sequences, register it marked ``base``), one
+line per training phase; bad input exits 2, a failed run 1.
 """
 
 from __future__ import annotations
@@ -83,9 +89,7 @@ def _run(request, *, database_url: str | None, target: str | None,  # type: igno
         return synthesize(request, engine=engine, target=model,
                           progress=None if quiet else _progress)
     except (SynthError, TargetLoadError, NumericsMismatch, store.StoreError) as exc:
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        err.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+        _fail(exc, 2)
 
 
 def _progress(result: SourceResult, done: int, total: int) -> None:
@@ -107,3 +111,100 @@ def _print(outcome: SynthOutcome, *, as_json: bool) -> None:
         rate = s.output_tokens / s.seconds if s.seconds else 0.0
         out.print(f"  {s.source}: {s.train} train, {s.heldout} held out, "
                   f"{s.output_tokens} tokens ({rate:.0f} tokens/s)", highlight=False)
+
+
+class _LineProgress:
+    """Training phases as lines on stderr (a line per phase; a loss line every 20 steps)."""
+
+    def phase(self, name: str, total: int | None) -> None:
+        err.print(f"{name} ({total if total is not None else '?'})", highlight=False)
+
+    def advance(self, n: int = 1) -> None:
+        pass
+
+    def step(self, metrics) -> None:  # type: ignore[no-untyped-def]
+        if metrics.step % 20 == 0:
+            err.print(f"  step {metrics.step}: loss {metrics.loss:.3f}", highlight=False)
+
+
+def pretrain(
+    domains: Annotated[list[str] | None, typer.Option(
+        "--domain", help="workload domain to generate from (repeat; default: all)")] = None,
+    per_domain: Annotated[int, typer.Option(
+        min=0, help="new sequences generated per domain first (0: train on the stored "
+        "synthetic sequences only)")] = 64,
+    max_sequences: Annotated[int, typer.Option(
+        min=1, help="newest synthetic sequences of the target trained on")] = 4000,
+    temperature: Annotated[float, typer.Option(help="sampling temperature (> 0)")] = 0.8,
+    max_tokens: Annotated[int, typer.Option(min=1, help="new tokens per answer at most")] = 128,
+    gen_batch_size: Annotated[int, typer.Option(
+        min=1, help="prompts decoded together while generating")] = 8,
+    epochs: Annotated[int, typer.Option(min=1, help="passes over the sequences")] = 3,
+    batch_size: Annotated[int, typer.Option(min=1, help="sequences per training step")] = 8,
+    assignments: Annotated[list[str] | None, typer.Option(
+        "--set", help="a field of the eagle3 config, KEY=VALUE (repeat)")] = None,
+    seed: Annotated[int, typer.Option(help="generation and training seed")] = 0,
+    deployment: Annotated[str, typer.Option(help="whose target")] = "default",
+    target: Annotated[str | None, typer.Option(
+        help="target (default: what the deployment's replicas serve, else smollm2-135m)")] = None,
+    dtype: Annotated[str | None, typer.Option(
+        help="target dtype (default: the deployment's; another one is refused)")] = None,
+    database_url: Annotated[str | None, typer.Option(
+        "--url", help="database (default AUTOSPEC_DATABASE_URL)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Train a base eagle3 head for the target from synthetic data (every workload domain)
+    and register it; later eagle3 training starts from it when no eagle3 head is live."""
+    from autospec.synth.pretrain import PretrainRequest
+    from autospec.synth.run import SynthRequest
+
+    logging.getLogger("autospec").setLevel(logging.WARNING)
+    request = PretrainRequest(
+        domains=tuple(domains or PretrainRequest().domains), per_domain=per_domain,
+        max_sequences=max_sequences, epochs=epochs, batch_size=batch_size, seed=seed,
+        deployment=deployment, synth=SynthRequest(temperature=temperature, seed=seed,
+                                                  max_new_tokens=max_tokens,
+                                                  batch_size=gen_batch_size))
+    outcome = _pretrain(request, assignments or [], database_url=database_url, target=target,
+                        dtype=dtype)
+    if as_json:
+        out.print_json(json.dumps({"version": outcome.version, "run_id": outcome.run_id,
+                                   "artifact": str(outcome.artifact), "sha256": outcome.sha256,
+                                   "metrics": outcome.metrics}, default=str))
+        return
+    after = outcome.metrics.get("heldout_after") or {}
+    top1 = f"; held-out synthetic top-1 {after['accuracy'][0]:.3f}" if after else ""
+    out.print(f"registered base [bold]{outcome.version}[/] from run {outcome.run_id}: "
+              f"{outcome.metrics['window']['synthetic_sequences']} synthetic sequences{top1}")
+
+
+def _pretrain(request, assignments: list[str], *, database_url: str | None,  # type: ignore[no-untyped-def]
+              target: str | None, dtype: str | None):
+    import pydantic
+
+    from autospec import store
+    from autospec.engine.target import TargetLoadError
+    from autospec.numerics import NumericsMismatch, load_served_target
+    from autospec.synth.pretrain import pretrain_base
+    from autospec.synth.run import SynthError
+    from autospec.train.errors import TrainingError, TrainingInputError
+    from autospec.train.overrides import parse_overrides
+
+    try:
+        request = type(request)(**{**request.__dict__,
+                                   "overrides": parse_overrides("eagle3", assignments)})
+        engine = store.open_store(database_url, upgrade=True)
+        model = load_served_target(engine, deployment=request.deployment, target=target,
+                                   dtype=dtype)
+        return pretrain_base(request, engine=engine, target=model, progress=_LineProgress())
+    except (SynthError, TargetLoadError, NumericsMismatch, TrainingInputError,
+            pydantic.ValidationError) as exc:
+        _fail(exc, 2)
+    except (TrainingError, store.StoreError) as exc:
+        _fail(exc, 1)
+
+
+def _fail(exc: BaseException, code: int) -> None:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    err.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code) from None

@@ -6,7 +6,8 @@
    replicas serve (:func:`autospec.numerics.check_target`: id, revision, dtype;
    :class:`~autospec.numerics.NumericsMismatch` otherwise), the incumbent to warm-start from (the
    ``--incumbent`` version, else the deployment's live version when it is of the same
-   kind) must be loadable for this target, its artifact the one registered
+   kind, else the newest *base* version of the kind for this target — ``autospec
+   pretrain`` —) must be loadable for this target, its artifact the one registered
    (:class:`IncumbentMismatch` otherwise), and the
    window must hold at least ``min_requests`` training requests (:class:`EmptyWindow`,
    :class:`WindowTooSmall`); synthetic sequences of this target join the train part at
@@ -135,11 +136,22 @@ def train_candidate(request: TrainRequest, *, engine: Engine, target: Target,
                                  f"{', '.join(TRAINABLE_KINDS)}")
     check_target(engine, deployment=request.deployment, target=target)
     with store.session_scope(engine) as session:
-        parent = _incumbent_version(session, request)
+        parent = _incumbent_version(session, request, target)
         data = load_training_data(session, request.window, min_requests=request.min_requests)
         if request.synthetic is not None:
             data = mix_synthetic(session, data, request.synthetic, synthetic_target(target))
     incumbent = _load_incumbent(engine, parent, target, request.deployment) if parent else None
+    return train_on(request, data, engine=engine, target=target, parent=parent,
+                    incumbent=incumbent, progress=progress, should_stop=should_stop)
+
+
+def train_on(request: TrainRequest, data: TrainingData, *, engine: Engine, target: Target,
+             parent: str | None = None, incumbent: SavableSpeculator | None = None,
+             progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
+             meta: dict[str, Any] | None = None) -> TrainOutcome:
+    """Record a run, fit on ``data``, write and register the version (``meta`` added to its
+    registry row); a failure closes the run as failed and registers nothing."""
+    progress = progress or Progress()
     with store.session_scope(engine) as session:
         run_id = store.start_training_run(
             session, kind=request.kind, parent_version=parent, window_start=data.start,
@@ -148,10 +160,22 @@ def train_candidate(request: TrainRequest, *, engine: Engine, target: Target,
     try:
         spec, metrics = fit(request, data, target, incumbent, progress, should_stop)
         metrics = {**metrics, "window": data.describe(), "parent": parent}
-        return _register(engine, request, spec, target, metrics, run_id, parent)
+        return _register(engine, request, spec, target, metrics, run_id, parent, meta or {})
     except BaseException as exc:
         _record_failure(engine, run_id, exc)
         raise
+
+
+def base_version(session, kind: str, target: Target) -> str | None:  # type: ignore[no-untyped-def]
+    """The newest registered *base* version of ``kind`` (``autospec pretrain``) for
+    ``target``'s id and revision, or None."""
+    info = target.info
+    for row in store.list_speculators(session, kind=kind, limit=1000):
+        usable = row.state not in ("rejected", "rolled_back")
+        if (row.meta or {}).get("base") and usable and row.target_id == info.target_id \
+                and (not row.target_revision or info.accepts_revision(row.target_revision)):
+            return row.version
+    return None
 
 
 def synthetic_target(target: Target) -> store.SyntheticTarget:
@@ -160,7 +184,9 @@ def synthetic_target(target: Target) -> store.SyntheticTarget:
                                  revision=target.info.revision, dtype=target.dtype_name)
 
 
-def _incumbent_version(session, request: TrainRequest) -> str | None:
+def _incumbent_version(session, request: TrainRequest, target: Target) -> str | None:  # type: ignore[no-untyped-def]
+    """``--incumbent``, else the live version if of this kind, else the base version of
+    this kind for the target (``autospec pretrain``), else None (from scratch)."""
     if request.from_scratch:
         return None
     if request.incumbent:
@@ -170,10 +196,11 @@ def _incumbent_version(session, request: TrainRequest) -> str | None:
                                     f"not {request.kind}")
         return row.version
     live = store.get_live(session, deployment=request.deployment)
-    if live is None:
-        return None
-    row = store.get_speculator(session, version=live.version)
-    return row.version if row.kind == request.kind else None
+    if live is not None:
+        row = store.get_speculator(session, version=live.version)
+        if row.kind == request.kind:
+            return row.version
+    return base_version(session, request.kind, target)
 
 
 def _load_incumbent(engine: Engine, version: str, target: Target,
@@ -326,7 +353,8 @@ def replay_tau(spec: SavableSpeculator, sequences: list[TrainSequence], k: int =
 
 # -- registration ---------------------------------------------------------------------------
 def _register(engine: Engine, request: TrainRequest, spec: SavableSpeculator, target: Target,
-              metrics: dict[str, Any], run_id: int, parent: str | None) -> TrainOutcome:
+              metrics: dict[str, Any], run_id: int, parent: str | None,
+              meta: dict[str, Any]) -> TrainOutcome:
     root = request.artifact_dir or get_settings().resolved_artifact_dir
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".partial-{uuid.uuid4().hex}"
@@ -341,7 +369,8 @@ def _register(engine: Engine, request: TrainRequest, spec: SavableSpeculator, ta
                 session, version=version, kind=request.kind, target_id=target.info.target_id,
                 target_revision=target.info.revision, artifact_uri=str(final), sha256=sha,
                 parent=parent, draft_vocab_size=getattr(spec.config, "draft_vocab_size", None),
-                training_run_id=run_id, meta={"metrics": _summary(metrics)}, actor="trainer")
+                training_run_id=run_id, meta={**meta, "metrics": _summary(metrics)},
+                actor="trainer")
             store.finish_training_run(session, run_id=run_id, status="succeeded",
                                       version=version, metrics=metrics)
     except BaseException:

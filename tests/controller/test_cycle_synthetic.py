@@ -30,3 +30,19 @@ def test_a_cycle_trains_on_the_mix_and_reports_both_taus(db, tiny, traffic) -> N
     assert 0 < synthetic["num_sequences"] <= 16
     assert set(synthetic["tau"]) == {ev.candidate, "builtin-ngram"}
     assert shown["tau_synthetic"] == synthetic["tau"] and shown["tau_real"][ev.candidate]
+
+
+def test_a_cycles_eagle3_candidate_starts_from_the_base_head(db, tiny, traffic) -> None:  # type: ignore[no-untyped-def]
+    from autospec.synth.pretrain import PretrainRequest, pretrain_base
+
+    log_traffic(db, traffic)
+    synthesize(SynthRequest(count=20, max_new_tokens=12), engine=db, target=tiny)
+    base = pretrain_base(PretrainRequest(per_domain=0, epochs=1,
+                                         overrides={"draft_vocab_size": 40}),
+                         engine=db, target=tiny).version
+    policy = fast_policy(training={"kinds": ["eagle3"], "epochs": 1})
+    result = Controller(db, policy, tiny).run_cycle()
+    assert result.candidates, result.reasons
+    with store.session_scope(db, readonly=True) as session:
+        cand = store.get_speculator(session, version=result.candidates[0])
+    assert cand.parent == base  # the live version is the built-in n-gram one

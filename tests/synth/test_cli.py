@@ -43,3 +43,26 @@ def test_cli_synth_errors_are_one_line(cli_env, args, message) -> None:  # type:
     result = CliRunner().invoke(app, ["synth", *args])
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_cli_pretrain_registers_a_base_head(cli_env, tiny) -> None:  # type: ignore[no-untyped-def]
+    result = CliRunner().invoke(app, ["synth", "--count", "24", "--max-tokens", "8"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(app, ["pretrain", "--per-domain", "0", "--epochs", "1",
+                                      "--set", "draft_vocab_size=40"])
+    assert result.exit_code == 0, result.output
+    assert "registered base eagle3-" in result.output and "synthetic sequences" in result.output
+    with store.session_scope(cli_env, readonly=True) as session:
+        (row,) = store.list_speculators(session, kind="eagle3")
+    assert row.meta["base"] is True
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--per-domain", "0"], "no synthetic sequences of tiny-llama-0"),
+    (["--per-domain", "2"], "has no tokenizer"),
+    (["--per-domain", "0", "--set", "nope=1"], "nope"),
+])
+def test_cli_pretrain_errors_are_one_line(cli_env, args, message) -> None:  # type: ignore[no-untyped-def]
+    result = CliRunner().invoke(app, ["pretrain", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
