@@ -7,5 +7,7 @@ table apart from traffic: never logged as requests, never in a held-out set of t
 :mod:`autospec.synth.run` plans and runs one generation run; :mod:`autospec.synth.cli` is
 the command. Training mixes them into a window at the policy's share
 (:mod:`autospec.train.data`); evaluation replays the held-out ones for the overfitting
-guard. Knows nothing of speculators or serving.
+guard (:mod:`autospec.evaluate.guard`). :mod:`autospec.synth.pretrain` trains a base eagle3
+head from them (``autospec pretrain``) through :mod:`autospec.train`. Knows nothing of
+serving.
 """
