@@ -1,13 +1,15 @@
-"""The serving numerics: one source of truth for which target, revision and dtype a
-deployment serves.
+"""The serving numerics: one source of truth for which target, revision, dtype and engine
+a deployment serves.
 
 Every replica records, when it starts, the target spec it loaded, the target's id and
-revision and the dtype it resolved (``auto`` → ``bfloat16`` or ``float32`` on *its*
-hardware) in the store's ``deployments`` row (:func:`record_served`). Whatever trains or
-shadow-evaluates for that deployment — the controller, ``autospec train``,
-``autospec evaluate`` — reads the row when not told otherwise (:func:`resolve`) and
-refuses a target that does not match it (:func:`check_target`) before any training or
-replay, so a promoted candidate is always one the replicas can load and the shadow τ is
+revision, the engine it decodes with (``native`` or ``vllm``) and the dtype it resolved
+(``auto`` → ``bfloat16`` or ``float32`` on *its* hardware) in the store's ``deployments``
+row (:func:`record_served`). Whatever trains or shadow-evaluates for that deployment — the
+controller, ``autospec train``, ``autospec evaluate`` — reads the row when not told
+otherwise (:func:`resolve`) and refuses a target that does not match it
+(:func:`check_target`), and the controller a policy trained for another engine
+(:func:`engine_for`), before any training or replay, so a promoted candidate is always
+one the replicas can load and the shadow τ is
 measured in the numerics the replicas decode in. With no row yet (nothing served), the
 defaults apply: the embedded target, ``auto``.
 
@@ -46,6 +48,7 @@ class Served:
     target_id: str | None = None
     revision: str | None = None
     recorded_by: str | None = None
+    engine: str = "native"
 
     @property
     def recorded(self) -> bool:
@@ -65,7 +68,7 @@ def served(db: Engine, *, deployment: str) -> Served:
         if row is None:
             return Served(deployment, DEFAULT_TARGET, AUTO)
         return Served(deployment, row.target, row.dtype, row.target_id, row.target_revision,
-                      row.updated_by)
+                      row.updated_by, row.engine)
 
 
 def resolve(db: Engine, *, deployment: str, target: str | None = None,
@@ -101,6 +104,23 @@ def check_target(db: Engine, *, deployment: str, target: Target) -> None:
             f"--dtype out (the deployment's are used) or redeploy the replicas")
 
 
+def engine_for(db: Engine, *, deployment: str, wanted: str) -> str:
+    """The engine to train ``deployment``'s candidates for: ``wanted`` (a policy's
+    ``training.engine``), where ``auto`` is the engine its replicas recorded (``native``
+    until one has started). An explicit engine other than the recorded one is refused
+    (:class:`NumericsMismatch`): its candidates would be trained for what the replicas do
+    not run (a suffix index a vLLM replica refuses, trees it would run as chains)."""
+    rec = served(db, deployment=deployment)
+    if wanted == AUTO:
+        return rec.engine
+    if rec.recorded and rec.engine != wanted:
+        raise NumericsMismatch(
+            f"deployment {deployment!r} serves with engine {rec.engine} (recorded by "
+            f"{rec.recorded_by}) but the policy trains for engine {wanted}: set "
+            f"`training.engine: auto` (or {rec.engine}) in the policy (docs/configuration.md)")
+    return wanted
+
+
 def load_served_target(db: Engine, *, deployment: str, target: str | None = None,
                        dtype: str | None = None, device: str | None = None) -> Target:
     """Load the target ``deployment`` serves (see :func:`resolve`), checked."""
@@ -111,7 +131,7 @@ def load_served_target(db: Engine, *, deployment: str, target: str | None = None
 
 
 def record_served(db: Engine, *, deployment: str, spec: str, target: Target,
-                  actor: str) -> None:
+                  actor: str, engine: str = "native") -> None:
     """A replica's record of what it serves (see the module docstring)."""
     for attempt in range(2):  # replicas starting together: the loser updates the row
         try:
@@ -119,7 +139,8 @@ def record_served(db: Engine, *, deployment: str, spec: str, target: Target,
                 store.record_deployment(session, name=deployment, target=spec,
                                         target_id=target.info.target_id,
                                         target_revision=target.info.revision,
-                                        dtype=target.dtype_name, actor=actor)
+                                        dtype=target.dtype_name, actor=actor,
+                                        engine=engine)
             return
         except store.Conflict:
             if attempt:

@@ -117,8 +117,9 @@ def _print_status(data: dict[str, Any]) -> None:
                   + (" (built-in, nothing promoted)" if not live["pointer"] else ""))
     table.add_row("served by replicas", _served_text(data["served"], live["version"]))
     numerics = data["numerics"]
-    table.add_row("target / dtype", "— (no replica has started)" if not numerics else
-                  f"{numerics['target_id']} rev {numerics['revision']} / {numerics['dtype']}")
+    table.add_row("target / dtype / engine", "— (no replica has started)" if not numerics else
+                  f"{numerics['target_id']} rev {numerics['revision']} / {numerics['dtype']}"
+                  f" / {numerics['engine']}")
     table.add_row("previous", str(live.get("previous_version") or "—"))
     tau = data["tau"]
     table.add_row("τ shadow / 1h / 24h", f"{_fmt(tau['shadow'])} / {_fmt(tau['live_1h'])} "
@@ -304,6 +305,8 @@ def _controller(policy: str, target: str | None, dtype: str | None,  # type: ign
     # refuse options the deployment does not serve now, before any cycle; the target is
     # loaded (and checked again against the deployment's record) when a cycle needs it
     numerics.resolve(db, deployment=pol.deployment, target=target, dtype=dtype)
+    pol.training.kinds_for(numerics.engine_for(db, deployment=pol.deployment,
+                                               wanted=pol.training.engine))
     if address and pol.training.workers:  # join the cluster now, before a cycle starts
         from autospec.train.ray_trainer import connect_ray
 
@@ -311,6 +314,7 @@ def _controller(policy: str, target: str | None, dtype: str | None,  # type: ign
     elif address:
         err.print(f"note: policy {policy!r} trains in this process (training.workers: 0); "
                   "--address is not used", highlight=False)
+
     return Controller(db, pol, lambda: numerics.load_served_target(
         db, deployment=pol.deployment, target=target, dtype=dtype))
 

@@ -45,11 +45,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from autospec import store
+from autospec import numerics, store
 from autospec.controller import records
 from autospec.controller.lease import HeldLease, LeaseLost, holder_name, try_acquire
 from autospec.controller.operations import ensure_pointer
-from autospec.controller.policy import Policy
+from autospec.controller.policy import Policy, PolicyError
 from autospec.engine.target import Target
 from autospec.numerics import NumericsMismatch
 from autospec.store.models import utcnow
@@ -288,8 +288,9 @@ class Controller:
         if len(snap.window.heldout) < self.policy.gate.min_heldout:
             raise CycleFailed(f"the window holds {len(snap.window.heldout)} held-out requests; "
                               f"the gate needs {self.policy.gate.min_heldout}")
+        serving = self._serving_engine()
         target = self.target()
-        candidates = self._train_all(lease, snap, target, result)
+        candidates = self._train_all(lease, snap, target, result, serving)
         if not candidates:
             raise CycleFailed("no candidate could be trained: " + "; ".join(result.reasons))
         for cand in candidates:
@@ -298,14 +299,28 @@ class Controller:
         return self._conclude(lease, result, candidates, incumbent)
 
     # -- training and evaluation --------------------------------------------------------
+    def _serving_engine(self) -> str:
+        """The engine this cycle's candidates are trained for (the policy's; ``auto``: the
+        replicas'), checked against the replicas' record now, each cycle: they may have been
+        redeployed on another engine since the last."""
+        return numerics.engine_for(self.engine, deployment=self.deployment,
+                                   wanted=self.policy.training.engine)
+
     def _train_all(self, lease: HeldLease, snap: Snapshot, target: Target,
-                   result: CycleResult) -> list[Candidate]:
+                   result: CycleResult, serving: str) -> list[Candidate]:
         from autospec.train.errors import TrainingError
 
         out = []
-        for kind in self.policy.training.kinds:
+        try:
+            kinds, skipped = self.policy.training.kinds_for(serving)
+        except PolicyError as exc:
+            raise CycleFailed(str(exc)) from None
+        for kind in skipped:
+            result.reasons.append(f"{kind}: not trained, the deployment serves with engine "
+                                  f"{serving}, which cannot serve it")
+        for kind in kinds:
             try:
-                outcome = self._train(kind, lease, snap, target)
+                outcome = self._train(kind, lease, snap, target, serving)
             except (TrainingError, store.StoreError, VersionLoadError) as exc:
                 self._kind_failed(result, kind, exc)
                 continue
@@ -314,7 +329,8 @@ class Controller:
             self._hook("registered")
         return out
 
-    def _train(self, kind: str, lease: HeldLease, snap: Snapshot, target: Target):  # type: ignore[no-untyped-def]
+    def _train(self, kind: str, lease: HeldLease, snap: Snapshot, target: Target,  # type: ignore[no-untyped-def]
+               serving: str):
         from autospec.train.data import WindowSpec
         from autospec.train.errors import IncumbentMismatch
         from autospec.train.run import TrainRequest, train_candidate
@@ -328,7 +344,8 @@ class Controller:
                                from_scratch=tp.from_scratch, deployment=self.deployment,
                                min_requests=tp.min_train_requests, seed=self.policy.seed,
                                batch_size=tp.batch_size, time_budget_s=budget,
-                               overrides=tp.overrides(kind), synthetic=_mix(tp.synthetic))
+                               overrides=tp.overrides(kind, serving),
+                               synthetic=_mix(tp.synthetic))
 
         def should_stop() -> bool:
             return lease.lost or time.monotonic() > deadline

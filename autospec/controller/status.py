@@ -12,7 +12,8 @@ The pointer says what replicas *should* serve; ``served`` says what they *do*, f
 reports (``replica_reports``, refreshed every few seconds by each replica): the versions the
 replicas that reported in the last :data:`FRESH_REPORT_S` seconds serve, and whether they all
 agree with the pointer (a version that failed to load leaves them on the previous one).
-``numerics`` is the target, revision and dtype the replicas recorded (:mod:`autospec.numerics`).
+``numerics`` is the target, revision, dtype and engine the replicas recorded
+(:mod:`autospec.numerics`).
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ def _served(session, deployment: str, pointer_version: str,  # type: ignore[no-u
     row = store.get_deployment(session, name=deployment)
     numerics = None if row is None else {
         "target": row.target, "target_id": row.target_id, "revision": row.target_revision,
-        "dtype": row.dtype, "updated_at": row.updated_at, "updated_by": row.updated_by}
+        "dtype": row.dtype, "engine": row.engine, "updated_at": row.updated_at,
+        "updated_by": row.updated_by}
     return {"served": {"versions": versions,
                        "replicas": sum(not r["stale"] for r in replicas),
                        "agrees": versions == [pointer_version] if versions else None},

@@ -49,6 +49,10 @@ def demo(
         f"{_FULL.max_tokens} full)")] = None,
     domain_a: Annotated[str, typer.Option(help="the first traffic domain")] = "support",
     domain_b: Annotated[str, typer.Option(help="the domain traffic shifts to")] = "json",
+    engine: Annotated[str, typer.Option(
+        help="serving engine: native (autospec's; suffix and eagle3 candidates), vllm (vLLM's "
+        "async engine; eagle3 candidates as chains) or auto (vllm on a CUDA GPU with vLLM "
+        "installed, else native)")] = "auto",
 ) -> None:
     """Serve, send traffic, let the controller retrain and promote, shift the traffic, show
     τ drop, the drift trigger, the retrain and the recovery; report what was measured."""
@@ -57,6 +61,12 @@ def demo(
     from autospec.demo.plan import plan_for
     from autospec.demo.run import DemoStopped, run_demo
     from autospec.loadgen.source import SourceError, canonical
+    from autospec.serve.engines import (
+        ENGINES,
+        EngineUnavailable,
+        check_vllm_installed,
+        resolve_engine,
+    )
 
     try:
         canonical(domain_a), canonical(domain_b)
@@ -65,14 +75,23 @@ def demo(
     if domain_a == domain_b:
         raise typer.BadParameter("--domain-a and --domain-b must differ: the demo shifts "
                                  "the traffic from one to the other")
+    if engine not in ("auto", *ENGINES):
+        raise typer.BadParameter(f"--engine must be auto, native or vllm, not {engine!r}")
+    resolved = resolve_engine(engine)
+    if resolved == "vllm":
+        try:
+            check_vllm_installed()
+        except EngineUnavailable as exc:
+            raise typer.BadParameter(str(exc)) from None
     plan = plan_for("quick" if quick else "full").with_overrides(
         requests_per_phase=requests_per_phase, max_tokens=max_tokens, domain_a=domain_a,
-        domain_b=domain_b)
+        domain_b=domain_b).on_engine(resolved)
     out = out or Path.cwd() / time.strftime("autospec-demo-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     console = Console()
-    console.print(f"[bold]autospec demo[/] ({plan.mode}): {target}, {plan.requests_per_phase} "
-                  f"requests per phase, {plan.max_tokens} tokens each; report in {out}")
+    console.print(f"[bold]autospec demo[/] ({plan.mode}): {target} on the {plan.engine} engine, "
+                  f"{plan.requests_per_phase} requests per phase, {plan.max_tokens} tokens each, "
+                  f"candidates {', '.join(plan.kinds)}; report in {out}")
     err = Console(stderr=True)
     try:
         try:

@@ -36,9 +36,17 @@ class DemoPlan:
     domain_a: str = "support"
     domain_b: str = "json"
     seed: int = 0
+    engine: str = "native"  # the serving engine (resolved: native or vllm)
 
     def with_overrides(self, **changes: object) -> DemoPlan:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def on_engine(self, engine: str) -> DemoPlan:
+        """This plan served by ``engine``: on vLLM the candidates are the kinds it runs
+        (eagle3 heads as chains; the suffix index has no vLLM form)."""
+        if engine == "vllm":
+            return replace(self, engine=engine, kinds=VLLM_KINDS)
+        return replace(self, engine=engine)
 
 
 PRESETS = {
@@ -51,6 +59,10 @@ PRESETS = {
                      train_budget_s=150, heldout_fraction=0.3, min_heldout=14,
                      canary_requests=20, drift_min_requests=12, shadow_sample=12),
 }
+
+
+#: what a demo on vLLM trains (``suffix`` cannot be served there)
+VLLM_KINDS = ("eagle3",)
 
 
 def plan_for(mode: str) -> DemoPlan:
@@ -82,7 +94,7 @@ def demo_policy(plan: DemoPlan, *, drift_window_s: float = 3600.0) -> Policy:
             "kinds": list(plan.kinds), "epochs": plan.epochs,
             "time_budget": timedelta(seconds=plan.train_budget_s),
             "min_train_requests": max(n // 3, 2), "workers": 0,
-            "batch_size": 4}),
+            "batch_size": 4, "engine": plan.engine}),
         "evaluation": base.evaluation.model_copy(update={"k": plan.k}),
         "gate": base.gate.model_copy(update={
             "min_heldout": heldout, "min_segment_requests": max(heldout // 2, 2)}),

@@ -58,7 +58,8 @@ def partial_note(result: DemoResult) -> str | None:
 
 
 def phase_table(result: DemoResult) -> Table:
-    table = Table(title=f"autospec demo ({result.plan['mode']}, {result.target}) — "
+    table = Table(title=f"autospec demo ({result.plan['mode']}, {result.target}, "
+                  f"{result.plan.get('engine', 'native')} engine) — "
                   f"{result.took_s / 60:.1f} min"
                   + (" — PARTIAL" if result.partial is not None else ""),
                   caption=partial_note(result))
@@ -91,7 +92,8 @@ def write_markdown(result: DemoResult, path: Path, chart: Path | None) -> None:
     lines = [f"# autospec demo ({result.plan['mode']})" + (" — partial" if note else ""), ""]
     if note:
         lines += [f"> **{note[0].upper() + note[1:]}.**", ""]
-    lines += [f"Target `{result.target}`, {result.plan['max_tokens']} tokens per request, "
+    lines += [f"Target `{result.target}` on the {result.plan.get('engine', 'native')} engine, "
+              f"{result.plan['max_tokens']} tokens per request, "
               f"k = {result.plan['k']}, greedy; took {result.took_s / 60:.1f} minutes. "
               f"Speedup: output tokens/s of the live app over the target-only app on the same "
               f"prompts (every {result.plan['baseline_every']}th prompt of a phase, sent to "

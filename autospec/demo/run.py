@@ -54,6 +54,12 @@ from autospec.settings import api_key
 log = logging.getLogger(__name__)
 
 DEPLOYMENT = "default"
+#: seconds the demo waits for the replica to serve a promoted version (native: a load; vLLM:
+#: an engine start, 20-130 s on 2 cores, more under load)
+SWAP_TIMEOUT_S, VLLM_SWAP_TIMEOUT_S = 60.0, 600.0
+#: vLLM engine arguments of the demo's replicas: a short context (demo requests are short)
+#: and a small KV cache (two apps, and a third engine during a swap, share the machine)
+VLLM_OPTIONS = {"max_model_len": 1024, "kv_cache_memory_bytes": 128 << 20}
 
 
 @dataclass
@@ -228,7 +234,8 @@ class Demo:
 
         from autospec.serve.app import build_app
 
-        self.say("starting a local Ray and two Serve applications (live, target-only)...")
+        self.say("starting a local Ray and two Serve applications (live, target-only) on the "
+                 f"{self.plan.engine} engine...")
         ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
                  namespace=f"autospec-demo-{uuid.uuid4().hex[:8]}", configure_logging=False)
         port = _free_port()
@@ -236,6 +243,7 @@ class Demo:
         env = {"AUTOSPEC_DATA_DIR": str(self.data_dir)}
         common = {"target": self.target_spec, "dtype": self.dtype, "model_name": "demo",
                   "database_url": self.db_url, "speculator_k": self.plan.k,
+                  "engine": self.plan.engine, "vllm_options": VLLM_OPTIONS,
                   "deployment": DEPLOYMENT, "poll_interval_s": 0.5,
                   "ray_actor_options": {"num_cpus": 1, "runtime_env": {"env_vars": env}},
                   "api_key": api_key()}  # AUTOSPEC_API_KEY: the Drivers below send it
@@ -439,8 +447,11 @@ class Demo:
             self._wait_for_version(None)
         return result
 
-    def _wait_for_version(self, version: str | None, timeout_s: float = 60.0) -> None:
-        """Until the live app's replica reports the pointer's version (hot-swap)."""
+    def _wait_for_version(self, version: str | None, timeout_s: float | None = None) -> None:
+        """Until the live app's replica reports the pointer's version (hot-swap; on vLLM the
+        replica starts an engine for it first)."""
+        timeout_s = timeout_s or (SWAP_TIMEOUT_S if self.plan.engine == "native" else
+                                  VLLM_SWAP_TIMEOUT_S)
         from autospec import store
         from autospec.versions import BUILTIN_VERSION
 

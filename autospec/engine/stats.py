@@ -39,6 +39,22 @@ class RequestStats:
         for i in range(num_accepted):
             self.accepted_per_position[i] += 1
 
+    @classmethod
+    def merged(cls, parts: list[RequestStats]) -> RequestStats:
+        """One request's figures over several sequences (``n > 1`` choices): counts summed
+        (the prompt counted once), so ``tau`` is over all their steps."""
+        width = max((len(p.accepted_per_position) for p in parts), default=0)
+        per_position = [sum(p.accepted_per_position[i] for p in parts
+                            if i < len(p.accepted_per_position)) for i in range(width)]
+        return cls(prompt_tokens=parts[0].prompt_tokens if parts else 0,
+                   output_tokens=sum(p.output_tokens for p in parts),
+                   num_drafts=sum(p.num_drafts for p in parts),
+                   num_draft_tokens=sum(p.num_draft_tokens for p in parts),
+                   num_accepted_tokens=sum(p.num_accepted_tokens for p in parts),
+                   accepted_per_position=per_position,
+                   ttft_s=min((p.ttft_s for p in parts), default=0.0),
+                   total_s=max((p.total_s for p in parts), default=0.0))
+
     @property
     def tau(self) -> float:
         """Acceptance length: mean over steps of accepted + 1 (1.0 before any step)."""

@@ -45,8 +45,9 @@ def serve(
     speculator_k: Annotated[int, typer.Option(min=1, max=16, help="draft tokens per step")] = 5,
     engine: Annotated[str, typer.Option(
         help="native: autospec's engine (every speculator kind); vllm: vLLM's async engine "
-        "(continuous batching; eagle3 chains, draft and ngram versions, see docs/vllm.md)")
-    ] = "native",
+        "(continuous batching; eagle3 chains, draft and ngram versions, see docs/vllm.md); "
+        "auto: vllm on a CUDA GPU with vLLM installed, else native")
+    ] = "auto",
     vllm_option: Annotated[list[str] | None, typer.Option(
         help="--engine vllm: a vLLM engine argument as KEY=VALUE (VALUE as JSON, else a "
         "string), e.g. max_model_len=4096 or kv_cache_memory_bytes=1073741824; repeatable")

@@ -35,10 +35,11 @@ class ServeConfig(BaseModel):
     model_name: str | None = Field(
         None, description="the model id clients name in requests (default: the target spec)")
     deployment: str = Field("default", description="live-pointer name this app follows")
-    engine: Literal["native", "vllm"] = Field(
-        "native", description="native: autospec's engine (one request at a time per replica, "
+    engine: Literal["auto", "native", "vllm"] = Field(
+        "auto", description="native: autospec's engine (one request at a time per replica, "
         "every speculator kind); vllm: vLLM's async engine (continuous batching) with the live "
-        "version exported in the speculators format (see docs/vllm.md)")
+        "version exported in the speculators format (see docs/vllm.md); auto: vllm where the "
+        "replica has a CUDA GPU and vLLM is installed, else native")
     vllm_options: dict[str, Any] = Field(
         default_factory=dict, description="engine: vllm: extra vLLM engine arguments "
         "(max_model_len, kv_cache_memory_bytes, gpu_memory_utilization, "

@@ -8,16 +8,30 @@
 Both answer the same routes through :mod:`autospec.serve.http`. vLLM runs what
 ``autospec export`` can express and nothing else
 (:func:`autospec.serve.vllm_engine.vllm_refusal`).
+
+**The default, ``auto``** (:func:`resolve_engine`, decided where the replica runs): ``vllm``
+when the replica decodes on a CUDA GPU and vLLM is installed, else ``native``. On a GPU the
+native engine is launch-bound (docs/gpu.md: a step costs ~11-18 ms where the weights take
+under 1 ms to read, so speculation gains little) while vLLM batches and captures CUDA graphs.
+On a CPU the native engine stays the default: it runs every speculator kind (the traffic
+suffix index, the candidate that wins on demo-sized traffic, has no vLLM form; trees are
+autospec's), swaps versions in well under a second instead of starting an engine (20-130 s
+on 2 cores) and needs no memory reserved per engine; ``engine: vllm`` is there for CPU
+serving that needs batching (docs/vllm.md has the figures).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 from typing import Any
 
 from autospec.serve.config import ServeConfig
 
+log = logging.getLogger(__name__)
+
 ENGINES = ("native", "vllm")
+AUTO = "auto"
 
 
 class EngineUnavailable(RuntimeError):
@@ -32,9 +46,22 @@ def check_vllm_installed() -> None:
             "`pip install vllm` on a GPU machine (docs/vllm.md)")
 
 
+def resolve_engine(engine: str, device: str | None = None) -> str:
+    """The engine ``engine`` means on this machine (``auto``: see the module doc); ``device``:
+    the torch device the replica decodes on (None: CUDA if present)."""
+    if engine != AUTO:
+        return engine
+    import torch
+
+    on_gpu = device.startswith("cuda") if device else torch.cuda.is_available()
+    return "vllm" if on_gpu and importlib.util.find_spec("vllm") is not None else "native"
+
+
 def build_server(config: ServeConfig, *, actor: str) -> Any:
     """The replica's server for ``config.engine`` (loaded, started, following the pointer)."""
-    if config.engine == "vllm":
+    engine = resolve_engine(config.engine, config.device)
+    log.info("replica engine: %s%s", engine, " (auto)" if config.engine == AUTO else "")
+    if engine == "vllm":
         check_vllm_installed()
         from autospec.serve.vllm_server import VllmServer
 

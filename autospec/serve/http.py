@@ -41,6 +41,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
+from autospec.engine.generate import GenerationResult
+from autospec.engine.stats import RequestStats
 from autospec.serve.auth import ApiKeyAuth, configured_key
 from autospec.serve.detok import TextStream
 from autospec.serve.errors import APIError, install_handlers, validation_error
@@ -52,15 +54,26 @@ from autospec.serve.schemas import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatCompletionResponse,
+    ChatLogprobs,
     CompletionChoice,
+    CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
     DeltaMessage,
     ModelCard,
     ModelList,
+    TokenLogprob,
+    TopLogprob,
     Usage,
 )
-from autospec.serve.server import LLMServer, Prepared, RequestContext, Served, Streamed
+from autospec.serve.server import (
+    LLMServer,
+    PositionLogprobs,
+    Prepared,
+    RequestContext,
+    Served,
+    Streamed,
+)
 
 VERSION_HEADER = "x-autospec-speculator"
 SEGMENT_HEADER = "x-autospec-segment"
@@ -297,35 +310,82 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _usage(served: Served, prepared: Prepared) -> Usage:
-    n_out = len(served.result.token_ids)
+    n_out = sum(len(result.token_ids) for result in served.choices)
     return Usage(prompt_tokens=len(prepared.prompt_ids), completion_tokens=n_out,
                  total_tokens=len(prepared.prompt_ids) + n_out)
 
 
 def _info(served: Served) -> AutospecInfo:
-    return AutospecInfo.from_stats(served.version.name, served.result.stats)
+    """The ``autospec`` object: over all choices when there are several."""
+    stats = served.result.stats if not served.extra else \
+        RequestStats.merged([result.stats for result in served.choices])
+    return AutospecInfo.from_stats(served.version.name, stats)
 
 
-def _text(server: LLMServer, served: Served) -> str:
-    if served.result.text is not None:
-        return served.result.text
-    return server.target.decode(served.result.token_ids)
+def _text(server: LLMServer, result: GenerationResult) -> str:
+    if result.text is not None:
+        return result.text
+    return server.target.decode(result.token_ids)
+
+
+def _choice_logprobs(served: Served, index: int) -> list[PositionLogprobs] | None:
+    return None if served.logprobs is None else served.logprobs[index]
 
 
 def completion_body(server: LLMServer, served: Served, prepared: Prepared) -> CompletionResponse:
+    choices = [CompletionChoice(index=i, text=_text(server, result),
+                                logprobs=completion_logprobs(server, _choice_logprobs(served, i)),
+                                finish_reason=result.finish_reason)
+               for i, result in enumerate(served.choices)]
     return CompletionResponse(
         id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=server.model_name,
-        choices=[CompletionChoice(text=_text(server, served),
-                                  finish_reason=served.result.finish_reason)],
-        usage=_usage(served, prepared), autospec=_info(served))
+        choices=choices, usage=_usage(served, prepared), autospec=_info(served))
 
 
 def chat_body(server: LLMServer, served: Served, prepared: Prepared) -> ChatCompletionResponse:
+    choices = [ChatChoice(index=i, message=AssistantMessage(content=_text(server, result)),
+                          logprobs=chat_logprobs(server, _choice_logprobs(served, i)),
+                          finish_reason=result.finish_reason)
+               for i, result in enumerate(served.choices)]
     return ChatCompletionResponse(
         id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=server.model_name,
-        choices=[ChatChoice(message=AssistantMessage(content=_text(server, served)),
-                            finish_reason=served.result.finish_reason)],
-        usage=_usage(served, prepared), autospec=_info(served))
+        choices=choices, usage=_usage(served, prepared), autospec=_info(served))
+
+
+def completion_logprobs(server: LLMServer,
+                        tokens: list[PositionLogprobs] | None) -> CompletionLogprobs | None:
+    """OpenAI's completions form: token strings, their log-probabilities, the alternatives
+    by string and each token's character offset in the choice's text."""
+    if tokens is None:
+        return None
+    piece = _piece(server)
+    strings = [piece(t.token_id) for t in tokens]
+    offsets = [sum(len(s) for s in strings[:i]) for i in range(len(strings))]
+    return CompletionLogprobs(
+        tokens=strings, token_logprobs=[t.logprob for t in tokens],
+        top_logprobs=[{piece(i): lp for i, lp in t.top} for t in tokens], text_offset=offsets)
+
+
+def chat_logprobs(server: LLMServer, tokens: list[PositionLogprobs] | None) -> ChatLogprobs | None:
+    """OpenAI's chat form: each token with its UTF-8 bytes and its alternatives."""
+    if tokens is None:
+        return None
+    piece = _piece(server)
+
+    def top(token_id: int, logprob: float) -> TopLogprob:
+        text = piece(token_id)
+        return TopLogprob(token=text, logprob=logprob, bytes=list(text.encode("utf-8")))
+
+    return ChatLogprobs(content=[
+        TokenLogprob(**top(t.token_id, t.logprob).model_dump(),
+                     top_logprobs=[top(i, lp) for i, lp in t.top])
+        for t in tokens])
+
+
+def _piece(server: LLMServer) -> Callable[[int], str]:
+    """A token id's text as the tokenizer decodes it alone."""
+    tokenizer = server.target.tokenizer
+    return lambda token_id: tokenizer.decode([token_id])
 
 
 # -- streaming ----------------------------------------------------------------------------
@@ -349,7 +409,7 @@ async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterable[list[
     try:
         async for item in steps:
             if isinstance(item, Served):
-                rest = text.finish(_text(server, item))
+                rest = text.finish(_text(server, item.result))
                 if rest:
                     yield chunk.event(DeltaMessage(content=rest) if chat else rest)
                 usage = _usage(item, prepared)

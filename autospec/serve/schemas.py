@@ -1,8 +1,11 @@
 """OpenAI-compatible API schemas (requests and responses), separate from engine and tables.
 
 Requests ignore fields this server does not know (clients send many), but fields whose
-non-default value would change the answer (``n > 1``, ``logprobs``, ``echo``, penalties)
-are refused with a 400 naming them, never silently ignored. Numbers and booleans are strict:
+non-default value would change the answer (``echo``, ``best_of``, penalties) are refused
+with a 400 naming them, never silently ignored. ``n > 1`` and ``logprobs`` are parsed here
+and served by the vLLM engine; the native engine refuses them with a 400 (the server decides,
+:meth:`autospec.serve.server.LLMServer.check_features`), as does a streamed request that asks
+for them. Numbers and booleans are strict:
 ``true`` is not the number 1 and ``"yes"`` is not a boolean (a 400 names the field); a
 ``null`` means the field's default (``max_tokens``: 16 on completions, as OpenAI; on chat the
 server's ``default_max_tokens`` within the context). Extensions, as in vLLM:
@@ -30,6 +33,10 @@ from pydantic import (
 from autospec.engine.stats import RequestStats
 
 MAX_STOP_STRINGS = 4
+#: most choices per request (``n``)
+MAX_CHOICES = 8
+#: most alternatives per token: completions' ``logprobs`` (OpenAI: 5), chat's ``top_logprobs``
+MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS = 5, 20
 #: ``max_tokens`` of a completion that omits it or sends null (OpenAI's default)
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 _SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
@@ -44,7 +51,8 @@ class _Request(BaseModel):
     top_k: StrictInt = Field(-1, ge=-1, description="extension: keep the k likeliest (-1/0: off)")
     stop: str | list[str] | None = None
     seed: StrictInt | None = Field(None, ge=_SEED_MIN, le=_SEED_MAX)
-    n: StrictInt = Field(1, description="only 1 is supported")
+    n: StrictInt = Field(1, ge=1, le=MAX_CHOICES,
+                         description="choices to generate (engine vllm; the native engine: 1)")
     stream: StrictBool = False
     stream_options: dict[str, Any] | None = Field(
         None, description="accepted; usage is always sent in the last chunk")
@@ -72,12 +80,17 @@ class _Request(BaseModel):
 
     @model_validator(mode="after")
     def _unsupported(self) -> _Request:
-        if self.n != 1:
-            raise ValueError("n: only n=1 is supported")
+        if self.stream and (self.n != 1 or self.wanted_logprobs is not None):
+            raise ValueError("stream: n > 1 and logprobs are served without streaming only")
         if self.presence_penalty or self.frequency_penalty or self.logit_bias:
             raise ValueError("presence_penalty, frequency_penalty and logit_bias are not "
                              "supported (speculative decoding here is lossless sampling only)")
         return self
+
+    @property
+    def wanted_logprobs(self) -> int | None:
+        """Alternatives per token the client wants (0: the chosen token's only; None: none)."""
+        return None
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -93,7 +106,9 @@ class CompletionRequest(_Request):
     max_tokens: StrictInt | None = Field(
         DEFAULT_COMPLETION_MAX_TOKENS, description="tokens to generate (OpenAI default 16; "
         "null: the default)")
-    logprobs: StrictInt | None = None
+    logprobs: StrictInt | None = Field(
+        None, ge=0, le=MAX_COMPLETION_LOGPROBS,
+        description="log-probabilities of the chosen and this many likeliest tokens (engine vllm)")
     echo: StrictBool | None = False
     best_of: StrictInt | None = None
     suffix: str | None = None
@@ -114,14 +129,18 @@ class CompletionRequest(_Request):
 
     @model_validator(mode="after")
     def _completion_only(self) -> CompletionRequest:
-        if self.logprobs is not None or self.echo or (self.best_of or 1) != 1 or self.suffix:
-            raise ValueError("logprobs, echo, best_of and suffix are not supported")
+        if self.echo or (self.best_of or 1) != 1 or self.suffix:
+            raise ValueError("echo, best_of and suffix are not supported")
         if isinstance(self.prompt, list) and not self.prompt:
             raise ValueError("prompt: must not be empty")
         if isinstance(self.prompt, list) and isinstance(self.prompt[0], str) \
                 and len(self.prompt) != 1:
             raise ValueError("prompt: a list of several prompts is not supported (send one)")
         return self
+
+    @property
+    def wanted_logprobs(self) -> int | None:
+        return self.logprobs
 
 
 class TextPart(BaseModel):
@@ -151,17 +170,24 @@ class ChatCompletionRequest(_Request):
         None, description="tokens to generate (null: the server's default_max_tokens, within "
         "the context)")
     max_completion_tokens: StrictInt | None = Field(None, description="alias of max_tokens")
-    logprobs: StrictBool | None = False
-    top_logprobs: StrictInt | None = None
+    logprobs: StrictBool | None = Field(
+        False, description="log-probability of each chosen token (engine vllm)")
+    top_logprobs: StrictInt | None = Field(
+        None, ge=0, le=MAX_TOP_LOGPROBS,
+        description="and of this many likeliest tokens at each position (needs logprobs)")
     tools: list[Any] | None = None
 
     @model_validator(mode="after")
     def _chat_only(self) -> ChatCompletionRequest:
-        if self.logprobs or self.top_logprobs:
-            raise ValueError("logprobs are not supported")
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs: needs logprobs true")
         if self.tools:
             raise ValueError("tools are not supported")
         return self
+
+    @property
+    def wanted_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def requested_max_tokens(self) -> int | None:
@@ -199,10 +225,19 @@ class AutospecInfo(BaseModel):
                    accepted_per_position=list(stats.accepted_per_position))
 
 
+class CompletionLogprobs(BaseModel):
+    """OpenAI's legacy completions ``logprobs``: one entry per generated token."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: str | None
 
 
@@ -221,10 +256,26 @@ class AssistantMessage(BaseModel):
     content: str
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    """OpenAI's chat ``logprobs``: one entry per generated token."""
+
+    content: list[TokenLogprob]
+
+
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: str | None
 
 

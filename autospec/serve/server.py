@@ -73,16 +73,34 @@ class Prepared:
     prompt_text: str | None
     params: SamplingParams
     version: ServedVersion
+    n: int = 1  # choices (engine vllm)
+    logprobs: int | None = None  # alternatives per token wanted (None: no logprobs)
+
+
+@dataclass(frozen=True)
+class PositionLogprobs:
+    """One generated token's log-probability and the likeliest alternatives at its place."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass
 class Served:
-    """A finished request."""
+    """A finished request: ``result`` is its (first) choice; ``extra`` the others (n > 1);
+    ``logprobs`` one list per choice when the client asked for them."""
 
     version: ServedVersion
     result: GenerationResult
     latency_s: float
     ttft_s: float
+    extra: list[GenerationResult] = field(default_factory=list)
+    logprobs: list[list[PositionLogprobs]] | None = None
+
+    @property
+    def choices(self) -> list[GenerationResult]:
+        return [self.result, *self.extra]
 
 
 class Job:
@@ -231,10 +249,23 @@ class LLMServer:
 
     def _bind(self, ctx: RequestContext, ids: list[int], text: str | None, req: _Request,
               max_tokens: int | None) -> Prepared:
+        self.check_features(req)
         version = self.versions.current  # the version this request is served by, to the end
         params = self._params(req, max_tokens, len(ids), version)
         version.engine.check_request(ids, params)  # RequestError -> 400
-        return Prepared(ctx, ids, text, params, version)
+        return Prepared(ctx, ids, text, params, version, n=req.n, logprobs=req.wanted_logprobs)
+
+    def check_features(self, req: _Request) -> None:
+        """A 400 for what this engine does not serve: autospec's engine decodes one choice
+        without log-probabilities (the vLLM engine serves both)."""
+        hint = "; `autospec serve --engine vllm` serves it"
+        if req.n != 1:
+            raise APIError(400, f"n: this server's engine (native) serves n=1 only{hint}",
+                           param="n", code="unsupported_value")
+        if req.wanted_logprobs is not None:
+            raise APIError(400, f"logprobs: this server's engine (native) does not return "
+                           f"log-probabilities{hint}", param="logprobs",
+                           code="unsupported_value")
 
     def _params(self, req: _Request, max_tokens: int | None, n_prompt: int,
                 version: ServedVersion) -> SamplingParams:

@@ -98,18 +98,19 @@ class VllmEngine:
                 f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_new_tokens}) "
                 f"exceeds the engine's context of {room} tokens")
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams,
-                       request_id: str) -> AsyncIterator[Any]:
-        """vLLM's cumulative ``RequestOutput`` after each engine step, to the finished one.
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str,
+                       *, n: int = 1, logprobs: int | None = None) -> AsyncIterator[Any]:
+        """vLLM's cumulative ``RequestOutput`` after each engine step, to the finished one
+        (``n`` choices; ``logprobs``: alternatives per token, None for none).
 
         Closing the iterator early aborts the request in vLLM."""
         from vllm import SamplingParams as VllmParams
 
         sampling = VllmParams(
-            n=1, temperature=params.temperature, top_p=params.top_p,
+            n=n, temperature=params.temperature, top_p=params.top_p,
             top_k=params.top_k if params.top_k > 0 else 0, seed=params.seed,
             max_tokens=params.max_new_tokens, stop=list(params.stop) or None,
-            ignore_eos=params.ignore_eos)
+            ignore_eos=params.ignore_eos, logprobs=logprobs)
         with self._lock:
             if self._closed:
                 raise RuntimeError("engine is shut down")

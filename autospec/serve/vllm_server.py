@@ -34,7 +34,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,8 @@ from autospec.interop.export import export_speculator, target_dir
 from autospec.numerics import record_served
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION, ServeConfig
 from autospec.serve.errors import APIError
-from autospec.serve.server import Job, LLMServer, Prepared, Served, Streamed
+from autospec.serve.schemas import _Request
+from autospec.serve.server import Job, LLMServer, PositionLogprobs, Prepared, Served, Streamed
 from autospec.serve.versions import ServedVersion, VersionManager
 from autospec.serve.vllm_engine import (
     VllmEngine,
@@ -65,9 +66,11 @@ DEFAULT_MAX_MODEL_LEN = 2048
 
 @dataclass
 class VllmServed(Served):
-    """A finished request and vLLM's own acceptance summary of it (as reported)."""
+    """A finished request and vLLM's own acceptance summary of each choice (as reported);
+    ``index``: the choice a traffic row is written for."""
 
-    reported: dict[str, Any] | None = None
+    reported: list[dict[str, Any] | None] = field(default_factory=list)
+    index: int = 0
 
 
 class VllmVersionManager(VersionManager):
@@ -158,6 +161,19 @@ class VllmVersionManager(VersionManager):
         return ServedVersion(version, kind, engine)  # type: ignore[arg-type]
 
 
+def position_logprobs(output: Any, wanted: int) -> list[PositionLogprobs]:
+    """A finished completion's log-probabilities (vLLM's ``logprobs``: per generated token a
+    dict of token id -> ``Logprob``, the chosen token and the ``wanted`` likeliest)."""
+    positions = []
+    for token_id, entries in zip(output.token_ids, output.logprobs or [], strict=False):
+        top = sorted(((tid, float(e.logprob)) for tid, e in entries.items()
+                      if e.rank is not None and e.rank <= wanted),
+                     key=lambda item: -item[1])[:wanted]
+        positions.append(PositionLogprobs(int(token_id), float(entries[token_id].logprob),
+                                          tuple(top)))
+    return positions
+
+
 class VllmServer(LLMServer):
     """One replica decoding with vLLM (see the module doc)."""
 
@@ -171,7 +187,7 @@ class VllmServer(LLMServer):
         db = store.open_store(config.database_url) if need_db else None
         if db is not None:
             record_served(db, deployment=config.deployment, spec=config.target, target=target,
-                          actor=actor)
+                          actor=actor, engine="vllm")
         writer = store.TrafficWriter(db) if (db is not None and config.log_traffic) else None
         versions = VllmVersionManager(
             config=config, target=target, db=db, deployment=config.deployment,
@@ -247,37 +263,63 @@ class VllmServer(LLMServer):
             self._finish(job)
 
     async def _steps(self, p: Prepared, job: Job) -> AsyncIterator[tuple[Any, list[int]]]:
+        """vLLM's cumulative output after each step and the first choice's new token ids
+        (a streamed request has one choice)."""
         engine: VllmEngine = p.version.engine  # type: ignore[assignment]
-        outputs = engine.generate(p.prompt_ids, p.params, f"autospec-{uuid.uuid4().hex}")
+        outputs = engine.generate(p.prompt_ids, p.params, f"autospec-{uuid.uuid4().hex}",
+                                  n=p.n, logprobs=p.logprobs)
         sent = 0
         try:
             async for out in outputs:
-                completion = out.outputs[0]
-                new = list(completion.token_ids[sent:])
-                sent = len(completion.token_ids)
-                yield completion, new
+                first = out.outputs[0]
+                new = list(first.token_ids[sent:])
+                sent = len(first.token_ids)
+                yield out, new
                 if job.cancel.is_set():
                     return
         finally:
             await outputs.aclose()  # aborts the request in vLLM if it has not finished
 
-    def _served(self, p: Prepared, completion: Any, ttft_s: float) -> VllmServed:
-        if completion is None or completion.finish_reason not in ("stop", "length"):
+    def _served(self, p: Prepared, output: Any, ttft_s: float) -> VllmServed:
+        """The finished request from vLLM's last output (every choice, in index order)."""
+        completions = sorted(output.outputs, key=lambda c: c.index) if output else []
+        unfinished = [c.finish_reason for c in completions if c.finish_reason not in
+                      ("stop", "length")]
+        if not completions or unfinished:
             raise APIError(500, "vLLM ended the request: "
-                           f"{completion.finish_reason if completion else 'no output'}",
+                           f"{unfinished[0] if unfinished else 'no output'}",
                            type="internal_error", code="engine_error")
         latency = time.perf_counter() - p.ctx.arrived
+        results = [self._result(p, c, ttft_s, latency) for c in completions]
+        logprobs = None if p.logprobs is None else \
+            [position_logprobs(c, p.logprobs) for c in completions]
+        return VllmServed(p.version, results[0], latency_s=latency, ttft_s=ttft_s,
+                          extra=results[1:], logprobs=logprobs,
+                          reported=[reported_summary(c) for c in completions])
+
+    def _result(self, p: Prepared, completion: Any, ttft_s: float,
+                latency: float) -> GenerationResult:
         engine: VllmEngine = p.version.engine  # type: ignore[assignment]
         stats = vllm_stats(completion, prompt_tokens=len(p.prompt_ids), k=engine.k,
                            ttft_s=ttft_s, total_s=latency)
-        result = GenerationResult(token_ids=list(completion.token_ids),
-                                  finish_reason=completion.finish_reason, stats=stats,
-                                  text=completion.text)
-        return VllmServed(p.version, result, latency_s=latency, ttft_s=ttft_s,
-                          reported=reported_summary(completion))
+        return GenerationResult(token_ids=list(completion.token_ids),
+                                finish_reason=completion.finish_reason, stats=stats,
+                                text=completion.text)
+
+    def check_features(self, req: _Request) -> None:
+        """vLLM serves ``n > 1`` and ``logprobs`` (the schema refuses them streamed)."""
+
+    def _report(self, p: Prepared, s: Served) -> None:
+        """One traffic row (and one set of metrics) per choice: each is a sequence the
+        target decoded with the speculator, with its own acceptance."""
+        for index, result in enumerate(s.choices):
+            super()._report(p, replace(s, result=result, extra=[], index=index))
 
     def _record(self, p: Prepared, s: Served) -> store.RequestRecord:
         record = super()._record(p, s)
+        reported = getattr(s, "reported", None) or [None]
+        index = getattr(s, "index", 0)
         record.sampling = {**(record.sampling or {}), "engine": "vllm",
-                           "vllm_spec_decode": getattr(s, "reported", None)}
+                           "vllm_spec_decode": reported[index], "n": p.n, "choice": index,
+                           "logprobs": p.logprobs}
         return record

@@ -197,7 +197,8 @@ class LivePointer(Base):
 
 
 class Deployment(Base):
-    """What a deployment serves: its target and the numerics its replicas run it in.
+    """What a deployment serves: its target, the numerics its replicas run it in and the
+    engine they decode with.
 
     Written by every replica when it starts (the newest replica's view wins); the controller,
     ``train`` and ``evaluate`` read it, so candidates are trained and shadow-evaluated for
@@ -211,6 +212,7 @@ class Deployment(Base):
     target_id: Mapped[str] = mapped_column(String(200))
     target_revision: Mapped[str] = mapped_column(String(64))
     dtype: Mapped[str] = mapped_column(String(16))  # resolved: "float32" or "bfloat16"
+    engine: Mapped[str] = mapped_column(String(16), server_default="native")  # or "vllm"
     updated_at: Mapped[datetime]
     updated_by: Mapped[str] = mapped_column(String(128))
 

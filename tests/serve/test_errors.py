@@ -41,7 +41,11 @@ def _assert_error(r, status: int, param: str | None = None) -> dict:  # type: ig
     (b'{"prompt": "hi", "max_tokens": 100000}', 400, "max_tokens"),
     (b'{"prompt": "hi", "temperature": -1}', 400, "temperature"),
     (b'{"prompt": "hi", "top_p": 0}', 400, "top_p"),
-    (b'{"prompt": "hi", "n": 2}', 400, None),
+    (b'{"prompt": "hi", "n": 2}', 400, "n"),  # the native engine: n = 1 only
+    (b'{"prompt": "hi", "n": 0}', 400, "n"),
+    (b'{"prompt": "hi", "n": 9}', 400, "n"),
+    (b'{"prompt": "hi", "logprobs": 6}', 400, "logprobs"),
+    (b'{"prompt": "hi", "n": 2, "stream": true}', 400, None),
     (b'{"prompt": "hi", "seed": 1e400}', 400, None),
     (b'{"prompt": "hi", "seed": 999999999999999999999999999999}', 400, "seed"),
     (b'{"prompt": [99999999]}', 400, "prompt"),
@@ -49,7 +53,7 @@ def _assert_error(r, status: int, param: str | None = None) -> dict:  # type: ig
     (b'{"prompt": ""}', 400, None),
     (b'{"prompt": "hi", "model": "gpt-4"}', 404, "model"),
     (b'{"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}', 400, "stop"),
-    (b'{"prompt": "hi", "logprobs": 3}', 400, None),
+    (b'{"prompt": "hi", "logprobs": 3}', 400, "logprobs"),  # native: no logprobs
 ])
 def test_bad_completion_bodies(client, body, status, param):
     r = client.post("/v1/completions", content=body,
@@ -64,6 +68,10 @@ def test_bad_completion_bodies(client, body, status, param):
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0},
      "max_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, None),
+    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
+    ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, None),
+    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True,
+      "top_logprobs": 21}, "top_logprobs"),
 ])
 def test_bad_chat_bodies(client, body, param):
     _assert_error(client.post("/v1/chat/completions", json=body), 400, param)

