@@ -152,7 +152,8 @@ def _logged_prompts(request: SynthRequest, engine: Engine, target: Target) -> li
     if not prompts:
         raise SynthError(f"no logged prompt to resample in deployment {request.deployment!r} "
                          f"(none logged, all opted out, or all longer than {limit} tokens)")
-    return [prompts[i % len(prompts)] for i in range(request.count)]  # newest last; cycles
+    newest_first = prompts[::-1]  # count < the window: the newest prompts; more: cycle again
+    return [newest_first[i % len(newest_first)] for i in range(request.count)]
 
 
 def split_of(key: str, heldout_fraction: float) -> str:

@@ -77,3 +77,10 @@ def test_domain_prompts_through_the_chat_template(tmp_path, sqlite_url) -> None:
     assert all(r.origin_request_id is None for r in rows)
     assert "<|im_start|>assistant" in target.tokenizer.decode(rows[0].prompt_ids)
     engine.dispose()
+
+
+def test_fewer_than_the_window_resamples_the_newest_prompts(db_with_traffic, tiny, traffic) -> None:  # type: ignore[no-untyped-def]
+    synthesize(SynthRequest(count=5, max_new_tokens=4, heldout_fraction=0.0),
+               engine=db_with_traffic, target=tiny)
+    rows = _rows(db_with_traffic, tiny, "train")
+    assert sorted(tuple(r.prompt_ids) for r in rows) == sorted(tuple(p) for p, _ in traffic[-5:])
