@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,12 +18,23 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: what a copy of the checkout leaves out: environments, caches and earlier build output
+#: (a stale build/ would put files deleted since into the wheel)
+_NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
+                                      "__pycache__", ".pytest_cache", ".ruff_cache",
+                                      "autospec-demo-*")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel built from a copy of the checkout (setuptools writes build/ beside the
+    sources: not in the checkout, and never from an old build/ there)."""
     wheels = tmp_path_factory.mktemp("wheels")
+    source = tmp_path_factory.mktemp("source") / "autospec"
+    shutil.copytree(ROOT, source, ignore=_NOT_SOURCES)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(wheels), str(ROOT)],
+         "-w", str(wheels), str(source)],
         check=True, timeout=300, capture_output=True,
     )
     (built,) = wheels.glob("autospec-*.whl")
