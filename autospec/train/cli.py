@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
@@ -66,24 +67,52 @@ def _fail(exc: BaseException, code: int) -> None:
 
 
 class _RichProgress:
-    """Draws the run's phases as rich progress bars (training: loss and accuracy)."""
+    """Draws the run's phases as rich progress bars (training: loss and accuracy); on a
+    console that is not a terminal (a log file), where rich draws nothing until the end, a
+    line per phase and per finished epoch instead."""
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
         self.task: Any = None
+        self.plain = not progress.console.is_terminal
+        self.started = time.perf_counter()
+        self.last: Any = None  # the newest step's metrics (plain: printed per epoch)
+
+    def _line(self, text: str) -> None:
+        self.progress.console.print(f"{time.perf_counter() - self.started:6.0f}s {text}",
+                                    highlight=False)
 
     def phase(self, name: str, total: int | None) -> None:
         if self.task is not None:
             self.progress.update(self.task, completed=self.progress.tasks[-1].total or 0)
         self.task = self.progress.add_task(name, total=total, info="")
+        if self.plain:
+            self._epoch_done()
+            self._line(name + (f" ({total})" if total else ""))
 
     def advance(self, n: int = 1) -> None:
         self.progress.advance(self.task, n)
 
-    def step(self, metrics) -> None:
-        acc = "/".join(f"{a:.2f}" for a in metrics.accuracy)
-        self.progress.update(self.task, advance=1,
-                             info=f"loss {metrics.loss:.3f} acc {acc} epoch {metrics.epoch + 1}")
+    def step(self, metrics) -> None:  # type: ignore[no-untyped-def]
+        if self.plain and self.last is not None and metrics.epoch != self.last.epoch:
+            self._epoch_done()
+        self.last = metrics
+        self.progress.update(self.task, advance=1, info=_metrics_text(metrics))
+
+    def finish(self) -> None:
+        """The run is over: the last epoch's line (plain)."""
+        if self.plain:
+            self._epoch_done()
+
+    def _epoch_done(self) -> None:
+        if self.last is not None:
+            self._line(f"  epoch {self.last.epoch + 1} done: {_metrics_text(self.last)}")
+            self.last = None
+
+
+def _metrics_text(metrics) -> str:  # type: ignore[no-untyped-def]
+    acc = "/".join(f"{a:.2f}" for a in metrics.accuracy)
+    return f"loss {metrics.loss:.3f} acc {acc} epoch {metrics.epoch + 1}"
 
 
 SET_HELP = ("a field of the new speculator's config, KEY=VALUE (repeat), validated by the "
@@ -202,8 +231,10 @@ def _run(request: TrainRequest, *, database_url: str | None, address: str | None
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[info]}"))
     with Progress(*columns, console=err, transient=quiet) as bars:
-        return train_candidate(request, engine=engine, target=model,
-                               progress=_RichProgress(bars))
+        shown = _RichProgress(bars)
+        outcome = train_candidate(request, engine=engine, target=model, progress=shown)
+        shown.finish()
+        return outcome
 
 
 def _print(outcome: TrainOutcome, *, as_json: bool) -> None:

@@ -32,6 +32,8 @@ def test_cli_train_tiny_random_init_prints_the_registered_version(cli_env) -> No
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["version"].startswith("eagle3-") and data["metrics"]["examples_seen"] > 0
+    # not a terminal: a line per phase and per epoch on stderr (rich draws no bars there)
+    assert "epoch 1 done: loss" in result.stderr and "training" in result.stderr
     assert data["metrics"]["suffix_tokens"] > 0  # the index over the window rides along
     result = _run("--kind", "eagle3", "--window", "100", "--epochs", "1",
                   "--set", "draft_vocab_size=32", "--set", "suffix_threshold=null", "--json")
