@@ -71,6 +71,10 @@ def serve(
         "application (default: a fresh store, builtin-ngram)")] = None,
     deployment: Annotated[str, typer.Option(
         help="--engine: the live pointer to serve")] = "default",
+    domain: Annotated[str | None, typer.Option(
+        help="--engine: chat prompts of this workload domain (support, coding, json; drawn "
+        "with a seed of their own) instead of the generic benchmark prompts — the traffic a "
+        "promoted head was trained on")] = None,
 ) -> None:
     """Requests/s and p50/p99 over HTTP: logging on vs off, speculation on vs off; with
     --engine, the engines side by side."""
@@ -87,11 +91,30 @@ def serve(
                                      f"{', '.join(ENGINES)}")
         run_engine_bench(engines=names, target=target, dtype=dtype, max_tokens=max_tokens,
                          rounds=rounds, clients=concurrency, k=k, database_url=database_url,
-                         deployment=deployment, json_path=json_path)
+                         deployment=deployment, json_path=json_path,
+                         prompts=_bench_prompts(domain))
         return
     run_serve_bench(target=target, max_tokens=max_tokens, rounds=rounds,
                     concurrency=concurrency, short_requests=short_requests, k=k,
                     json_path=json_path)
+
+
+def _bench_prompts(domain: str | None) -> list[list[dict[str, str]]] | None:
+    """``--domain``'s prompts (as many as the generic set), or None for the generic set."""
+    if domain is None:
+        return None
+    from autospec.bench.prompts import BENCH_PROMPTS
+    from autospec.workloads import UnknownDomain, domain_prompts
+
+    try:
+        return domain_prompts(domain, len(BENCH_PROMPTS), seed=DOMAIN_PROMPT_SEED)
+    except UnknownDomain as exc:
+        raise typer.BadParameter(f"--domain: {exc}") from None
+
+
+#: seed of ``bench serve --domain``'s prompts: not the demo's or loadgen's default (0), so a
+#: head trained on that traffic is measured on other prompts of its domain
+DOMAIN_PROMPT_SEED = 7919
 
 
 @bench_app.command("train")

@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +38,35 @@ from autospec.settings import api_key
 MODES = {"spec": "live", "off": "off"}
 
 
-def _send(session: requests.Session, url: str, body: dict[str, Any]) -> tuple[float, int, str]:
+@dataclass(frozen=True)
+class Answer:
+    """One response: seconds, completion tokens, the version that served it, and its
+    verify steps and accepted drafts (from the ``autospec`` object)."""
+
+    seconds: float
+    tokens: int
+    version: str
+    steps: int
+    accepted: int
+
+
+def _send(session: requests.Session, url: str, body: dict[str, Any]) -> Answer:
     started = time.perf_counter()
     r = session.post(f"{url}/v1/chat/completions", json=body, timeout=600)
     r.raise_for_status()
     took = time.perf_counter() - started
-    return took, int(r.json()["usage"]["completion_tokens"]), r.headers.get(
-        "x-autospec-speculator", "")
+    data = r.json()
+    info = data.get("autospec") or {}
+    return Answer(took, int(data["usage"]["completion_tokens"]),
+                  r.headers.get("x-autospec-speculator", ""), int(info.get("num_drafts", 0)),
+                  int(info.get("num_accepted_tokens", 0)))
 
 
 def _batch(url: str, bodies: list[dict[str, Any]],
-           clients: int) -> tuple[list[tuple[float, int, str]], float]:
+           clients: int) -> tuple[list[Answer], float]:
     local = threading.local()
 
-    def send(body: dict[str, Any]) -> tuple[float, int, str]:
+    def send(body: dict[str, Any]) -> Answer:
         if not hasattr(local, "session"):
             local.session = requests.Session()
             key = api_key()
@@ -66,24 +82,29 @@ def _batch(url: str, bodies: list[dict[str, Any]],
 
 def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int, clients: int,
            progress: BenchProgress, label: str) -> dict[str, dict[str, Any]]:
-    per_request: dict[str, list[float]] = {n: [] for n in urls}
-    tokens: dict[str, int] = dict.fromkeys(urls, 0)
+    answers: dict[str, list[Answer]] = {n: [] for n in urls}
     wall: dict[str, float] = dict.fromkeys(urls, 0.0)
-    versions: dict[str, set[str]] = {n: set() for n in urls}
     names = list(urls)
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
             got, took = _batch(urls[name], bodies, clients)
-            per_request[name] += [n / t for t, n, _ in got if t > 0]
-            tokens[name] += sum(n for _, n, _ in got)
+            answers[name] += got
             wall[name] += took
-            versions[name] |= {v for _, _, v in got}
             progress.done(f"{label} round {r + 1}/{rounds} {name}: "
-                          f"{sum(n for _, n, _ in got) / took:.1f} tok/s")
-    return {n: {"requests": len(per_request[n]),
-                "per_request_tok_s": statistics.median(per_request[n]),
-                "throughput_tok_s": tokens[n] / wall[n], "versions": sorted(versions[n])}
-            for n in names}
+                          f"{sum(a.tokens for a in got) / took:.1f} tok/s")
+    return {n: _figures(answers[n], wall[n]) for n in names}
+
+
+def _figures(answers: list[Answer], wall_s: float) -> dict[str, Any]:
+    """A configuration's figures: per-request tokens/s (median), throughput, versions and τ
+    over all its requests' steps (1.0: no speculation)."""
+    steps = sum(a.steps for a in answers)
+    return {"requests": len(answers),
+            "per_request_tok_s": statistics.median(a.tokens / a.seconds for a in answers
+                                                   if a.seconds > 0),
+            "throughput_tok_s": sum(a.tokens for a in answers) / wall_s,
+            "versions": sorted({a.version for a in answers}),
+            "tau": (sum(a.accepted for a in answers) + steps) / steps if steps else 1.0}
 
 
 def _deploy(engines: list[str], target: str, dtype: str, url: str, deployment: str,
@@ -114,8 +135,10 @@ def _deploy(engines: list[str], target: str, dtype: str, url: str, deployment: s
 
 def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens: int,
                      rounds: int, clients: int, k: int, database_url: str | None,
-                     deployment: str, json_path: Path | None) -> dict[str, Any]:
-    """Deploy every engine × {spec, off}, measure both phases, print, write the JSON."""
+                     deployment: str, json_path: Path | None,
+                     prompts: list[list[dict[str, str]]] | None = None) -> dict[str, Any]:
+    """Deploy every engine × {spec, off}, measure both phases, print, write the JSON;
+    ``prompts``: the chats sent (default: the generic benchmark prompts)."""
     from ray import serve
 
     from autospec import store
@@ -131,7 +154,7 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
                            {"max_model_len": 2048})
         try:
             bodies = [{"messages": m, "max_tokens": max_tokens, "temperature": 0}
-                      for m in BENCH_PROMPTS]
+                      for m in (prompts or BENCH_PROMPTS)]
             with progress.stage("warm-up"):
                 _phase(urls, bodies[:2], 1, 1, progress, "warm-up")
             with progress.stage(f"1 client: {rounds} rounds"):
@@ -172,12 +195,13 @@ def _print(result: dict[str, Any]) -> None:
     console = Console()
     table = Table(title=f"bench serve --engine ({result['target']}, {result['dtype']}, "
                   f"{result['max_tokens']} tokens, k={result['k']})")
-    for col in ("engine/speculation", "version", "1 client tok/s per request",
+    for col in ("engine/speculation", "version", "τ", "1 client tok/s per request",
                 f"{result['clients']} clients tok/s"):
         table.add_column(col, justify="left" if col in ("engine/speculation", "version")
                          else "right")
     for name, row in result["single"].items():
-        table.add_row(name, ",".join(row["versions"]), f"{row['per_request_tok_s']:.1f}",
+        table.add_row(name, ",".join(row["versions"]), f"{row['tau']:.2f}",
+                      f"{row['per_request_tok_s']:.1f}",
                       f"{result['many'][name]['throughput_tok_s']:.1f}")
     console.print(table)
     for name, value in result["ratios"].items():

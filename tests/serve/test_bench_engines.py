@@ -1,0 +1,41 @@
+"""``autospec bench serve --engine``'s figures and options (no engine is started here; the
+real run is recorded in docs/vllm.md)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from autospec.bench.cli import _bench_prompts
+from autospec.bench.prompts import BENCH_PROMPTS
+from autospec.bench.serve_engines import Answer, _figures
+from autospec.cli import app
+
+
+def test_figures_give_tau_over_all_steps_and_median_per_request_speed() -> None:
+    answers = [Answer(1.0, 40, "head", steps=20, accepted=19),
+               Answer(2.0, 40, "head", steps=30, accepted=9),
+               Answer(4.0, 40, "head", steps=39, accepted=0)]
+    got = _figures(answers, wall_s=7.0)
+    assert got["tau"] == pytest.approx((28 + 89) / 89)  # not the mean of per-request τ
+    assert got["per_request_tok_s"] == 20.0 and got["throughput_tok_s"] == pytest.approx(120 / 7)
+    assert got["versions"] == ["head"] and got["requests"] == 3
+    assert _figures([Answer(1.0, 8, "off", 0, 0)], wall_s=1.0)["tau"] == 1.0
+
+
+def test_domain_prompts_replace_the_generic_ones_and_differ_from_the_demos() -> None:
+    from autospec.workloads import domain_prompts
+
+    support = _bench_prompts("support")
+    assert support is not None and len(support) == len(BENCH_PROMPTS)
+    assert not set(map(str, support)) & set(map(str, domain_prompts("support", 64, seed=0)))
+    assert _bench_prompts(None) is None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--engine", "tgi"], "--engine: unknown ['tgi']"),
+    (["--engine", "vllm", "--domain", "poetry"], "--domain"),
+])
+def test_bad_options_are_refused_before_anything_starts(args, message) -> None:  # type: ignore[no-untyped-def]
+    done = CliRunner().invoke(app, ["bench", "serve", *args])
+    assert done.exit_code == 2 and message in done.output
