@@ -105,6 +105,19 @@ def test_a_base_directory_is_used_instead_of_pretraining_tiny(tiny_dir: Path,
     assert json.loads(out.read_text())["training"]["eagle3-base"]["version"] is None
 
 
+def test_without_variants_the_bench_is_as_before_plus_the_other_domain_tiny(
+        tiny_dir: Path, tmp_path: Path) -> None:
+    work, out = tmp_path / "work", tmp_path / "train.json"
+    result = CliRunner().invoke(app, [*_args(tiny_dir, work, out, "--other-domain", "json"),
+                                      "--kinds", "suffix"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert list(report["methods"]) == ["target-only", "ngram", "suffix"]
+    assert list(report["other_domain"]["methods"]) == ["target-only", "ngram", "suffix"]
+    assert report["by_variant"] == {} and "heldout_prompts_in_synthetic" not in report
+    assert set(_heads(work)) == set()  # no eagle3 head of any variant
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--variants", "scratch,teacher"], "known variants: scratch, synthetic, base, base+finetune"),
     (["--variants", "base,base"], "named twice"),
