@@ -17,6 +17,11 @@
    ``eagle3`` is the registered artifact (head + suffix index over the window, drafting
    trees for these greedy requests); ``eagle3-chain`` the same drafting chains of k;
    ``eagle3-head`` the head with its index dropped (trees).
+4. **eagle3 variants** (``--variants``; :mod:`autospec.bench.train_variants`): the base head
+   and synthetic data beside today's from-scratch head, decoded in the same run on the same
+   held-out requests, reported as ratios to ``scratch`` (``by_variant``).
+5. **Another domain** (``--other-domain``): every method but the head's decompositions on
+   prompts of a domain no traffic was logged or trained on, with τ against ngram's there.
 """
 
 from __future__ import annotations
