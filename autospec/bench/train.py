@@ -248,15 +248,16 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
                                      synthetic_count, base_dir))
     prompts = _heldout_prompts(engine, window, eval_requests, report)
     if {"synthetic", "base", "base+finetune"} & set(variants) and base_dir is None:
-        from autospec.bench.train_variants import heldout_prompts_in_synthetic
+        from autospec.bench.train_variants import prompts_in_synthetic
 
-        report["heldout_prompts_in_synthetic"] = heldout_prompts_in_synthetic(engine, target,
+        report["heldout_prompts_in_synthetic"] = prompts_in_synthetic(engine, target,
                                                                               prompts)
     with progress.stage(f"decoding {len(prompts)} held-out prompts with {len(specs)} methods"):
         report["methods"] = _measure(target, specs, prompts, max_new, k, progress)
     _report_methods(progress, report["methods"], "")
     if other_domain is not None:
-        _measure_other(target, specs, other_domain, eval_requests, seed, max_new, k, progress)
+        _measure_other(target, specs, other_domain, eval_requests, seed, max_new, k, progress,
+                       engine if "heldout_prompts_in_synthetic" in report else None)
     _variant_figures(report)
     _verify_cost(target, k, report, progress)
     engine.dispose()
@@ -329,7 +330,7 @@ def _train_kind(kind: str, request, engine, target: Target, progress: BenchProgr
     progress.report["training"][kind] = entry
     log.debug("%s trained in %.0fs: %s", kind, wall, entry)
     progress.done(f"{kind} {'reused' if reused else 'trained'}: {outcome.version} in "
-                  f"{wall:.0f} s, held-out replay τ {entry['replay_tau'] or '—'}")
+                  f"{wall:.0f} s, {_fit_figure(entry)}")
     specs = {kind: load_speculator(outcome.artifact, target)}  # the registered artifact
     if kind == "eagle3":
         specs.update(_eagle3_variants(outcome.artifact, target, specs[kind]))
@@ -357,12 +358,22 @@ def _train_variants(variants: tuple[str, ...], template, engine, target: Target,
         specs[method] = load_speculator(built.artifact, target)
         progress.done(f"{method} {'reused' if built.reused else 'trained'}: "
                       f"{built.version or built.artifact} in {built.wall_s:.0f} s, "
-                      f"{entry['synthetic_sequences'] or 0} synthetic sequences, held-out "
-                      f"replay τ {entry['replay_tau'] or '—'}")
+                      f"{entry['synthetic_sequences'] or 0} synthetic sequences, "
+                      f"{_fit_figure(entry)}")
 
     with progress.stage(f"eagle3 variants {', '.join(v for v in variants if v != 'scratch')}"):
         build_variants(variants, plan, engine=engine, target=target, on_done=done)
     return specs
+
+
+def _fit_figure(entry: dict) -> str:
+    """How well a trained speculator fits its held-out set, in a few words."""
+    after = entry.get("heldout_after")
+    if after and after.get("accuracy"):
+        return f"held-out top-1 {after['accuracy'][0]:.2f} (first step)"
+    if entry.get("replay_tau"):
+        return f"held-out replay τ {entry['replay_tau']:.2f}"
+    return "no held-out figure"
 
 
 def _training_entry(version: str | None, m: dict, wall: float) -> dict:
@@ -392,14 +403,19 @@ def _report_methods(progress: BenchProgress, methods: dict, where: str) -> None:
 
 
 def _measure_other(target: Target, specs: dict, domain: str, n: int, seed: int, max_new: int,
-                   k: int, progress: BenchProgress) -> None:
+                   k: int, progress: BenchProgress, synthetic_store=None) -> None:  # type: ignore[no-untyped-def]
     """τ and speed of every method but the eagle3 head's decompositions on ``n`` prompts of
-    another domain (no traffic of it was logged or trained on)."""
+    another domain (no traffic of it was logged or trained on); with ``synthetic_store``,
+    how many of those prompts recur verbatim among its synthetic prompts."""
+    from autospec.bench.train_variants import prompts_in_synthetic
     from autospec.workloads import domain_prompts
 
     prompts = [target.encode_chat(m) for m in domain_prompts(domain, n, seed)]
     names = [m for m in specs if m not in ("eagle3-chain", "eagle3-head")]
     other = {"domain": domain, "eval_requests": len(prompts), "methods": {}}
+    if synthetic_store is not None:
+        other["prompts_in_synthetic"] = prompts_in_synthetic(synthetic_store, target,
+                                                                     prompts)
     progress.report["other_domain"] = other
     with progress.stage(f"decoding {len(prompts)} {domain} prompts with {len(names)} methods"):
         other["methods"] = _measure(target, {m: specs[m] for m in names}, prompts, max_new, k,

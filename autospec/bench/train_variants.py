@@ -205,13 +205,12 @@ def reused_run(engine: Engine, kind: str, variant: str = "scratch") -> TrainOutc
     return None
 
 
-def heldout_prompts_in_synthetic(engine: Engine, target: Target,
-                                 heldout: list[list[int]]) -> int:
-    """How many held-out prompts recur verbatim among the synthetic rows' prompts (the
-    domains' prompts are drawn with another seed, but a template may repeat one)."""
+def prompts_in_synthetic(engine: Engine, target: Target, prompts: list[list[int]]) -> int:
+    """How many of ``prompts`` (measured ones) recur verbatim among the prompts of the domain
+    synthetic rows (drawn with another seed, but a template may repeat one)."""
     from autospec.train.run import synthetic_target
 
-    wanted = {tuple(p) for p in heldout}
+    wanted = {tuple(p) for p in prompts}
     with store.session_scope(engine, readonly=True) as session:
         rows = store.select_synthetic(session, target=synthetic_target(target), split="train",
                                       limit=1_000_000)
