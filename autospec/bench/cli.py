@@ -119,6 +119,8 @@ DOMAIN_PROMPT_SEED = 7919
 
 @bench_app.command("train")
 def train(
+    target: Annotated[str, typer.Option(
+        help="target: a name or a model directory")] = "smollm2-135m",
     domain: Annotated[str, typer.Option(
         help="workload domain: support, coding or json")] = "support",
     requests: Annotated[int, typer.Option(min=20, help="logged requests (cached traffic)")] = 300,
@@ -140,13 +142,37 @@ def train(
     reuse: Annotated[bool, typer.Option(
         "--reuse", help="measure candidates already trained in --workdir instead of training them "
         "again")] = False,
+    variants: Annotated[str, typer.Option(
+        help="eagle3 heads side by side: scratch (today's), synthetic (resampled answers "
+        "mixed in), base (the base head alone, autospec pretrain), base+finetune")] = "scratch",
+    synthetic_share: Annotated[float, typer.Option(
+        help="synthetic: share of the train part that is synthetic")] = 0.3,
+    synthetic_count: Annotated[int, typer.Option(
+        min=1, help="sequences the target generates: resampled (synthetic), per domain "
+        "(base)")] = 64,
+    base: Annotated[Path | None, typer.Option(
+        help="an eagle3 artifact directory to use as the base head instead of pretraining "
+        "one")] = None,
+    other_domain: Annotated[str | None, typer.Option(
+        help="also decode --eval-requests prompts of this domain (none of its traffic is "
+        "logged or trained on) with ngram and the variants")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Log domain traffic, train each kind on it, measure τ and speed on held-out requests."""
-    from autospec.bench.train import run_train_bench
+    from autospec.bench.train import check_bench_input, run_train_bench
+    from autospec.bench.train_variants import parse_variants
 
-    run_train_bench(domain=domain, requests=requests, max_new=max_new_tokens,
-                    kinds=tuple(s.strip() for s in kinds.split(",") if s.strip()), k=k,
+    kind_names = tuple(s.strip() for s in kinds.split(",") if s.strip())
+    try:
+        names = parse_variants(variants)
+        check_bench_input(domain=domain, kinds=kind_names, variants=names,
+                          other_domain=other_domain, synthetic_share=synthetic_share)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    run_train_bench(target_spec=target, variants=names, synthetic_share=synthetic_share,
+                    synthetic_count=synthetic_count, base_dir=base, other_domain=other_domain,
+                    domain=domain, requests=requests, max_new=max_new_tokens,
+                    kinds=kind_names, k=k,
                     epochs=epochs, eval_requests=eval_requests,
                     draft_vocab_size=draft_vocab_size, ttt_steps=ttt_steps, dtype=dtype,
                     draft_epochs=draft_epochs, feature_noise=feature_noise, reuse=reuse,

@@ -17,6 +17,11 @@
    ``eagle3`` is the registered artifact (head + suffix index over the window, drafting
    trees for these greedy requests); ``eagle3-chain`` the same drafting chains of k;
    ``eagle3-head`` the head with its index dropped (trees).
+4. **eagle3 variants** (``--variants``; :mod:`autospec.bench.train_variants`): the base head
+   and synthetic data beside today's from-scratch head, decoded in the same run on the same
+   held-out requests, reported as ratios to ``scratch`` (``by_variant``).
+5. **Another domain** (``--other-domain``): every method but the head's decompositions on
+   prompts of a domain no traffic was logged or trained on, with τ against ngram's there.
 """
 
 from __future__ import annotations
@@ -155,7 +160,8 @@ class TimedSpeculator:
 
 
 def _measure(target: Target, specs: dict, prompts: list[list[int]], max_new: int,
-             k: int, progress: BenchProgress | None = None) -> dict[str, dict]:
+             k: int, progress: BenchProgress | None = None,
+             what: str = "held-out") -> dict[str, dict]:
     """Every method on every prompt, interleaved (prompt by prompt) to share the noise."""
     from autospec.engine.generate import SpeculativeEngine
     from autospec.engine.sampling import SamplingParams
@@ -177,7 +183,7 @@ def _measure(target: Target, specs: dict, prompts: list[list[int]], max_new: int
         if progress is not None:
             done = len(acc["target-only"]["outputs"])
             progress.report["eval_prompts_done"] = done
-            progress.done(f"held-out prompt {done}/{len(prompts)} decoded by "
+            progress.done(f"{what} prompt {done}/{len(prompts)} decoded by "
                           f"{len(engines)} methods")
     base = acc["target-only"]
     out = {}
@@ -201,26 +207,25 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
                     epochs: int = 16, eval_requests: int = 24, heldout_fraction: float = 0.1,
                     draft_vocab_size: int = 4096, ttt_steps: int = 3, seed: int = 0,
                     draft_epochs: int = 2, feature_noise: float = 0.2,
-                    reuse: bool = False,
+                    reuse: bool = False, variants: tuple[str, ...] = ("scratch",),
+                    synthetic_share: float = 0.3, synthetic_count: int = 64,
+                    base_dir: Path | None = None, other_domain: str | None = None,
                     workdir: Path | None = None, json_path: Path | None = None) -> dict:
-    """Traffic -> train each kind -> measure on held-out; the figures (also as JSON, written
-    as each stage finishes)."""
-    import shutil
-    import tempfile
-
+    """Traffic -> train each kind (and eagle3 variant) -> measure on held-out; the figures
+    (also as JSON, written as each stage finishes)."""
     from autospec import store
-    from autospec.bench.decode import verify_cost
     from autospec.engine.target import load_target
-    from autospec.speculators.checkpoint import load_speculator
     from autospec.speculators.registry import new_speculator
-    from autospec.train import TrainRequest, WindowSpec, train_candidate
-    from autospec.train.data import load_training_data
+    from autospec.train import WindowSpec
 
+    check_bench_input(domain=domain, kinds=kinds, variants=variants, other_domain=other_domain,
+                      synthetic_share=synthetic_share)
     report: dict = {"target": target_spec, "domain": domain, "requests": requests,
                     "max_new_tokens": max_new, "k": k, "epochs": epochs,
+                    "draft_epochs": draft_epochs, "seed": seed,
                     "draft_vocab_size": draft_vocab_size, "ttt_steps": ttt_steps,
                     "feature_noise": feature_noise, "threads": torch.get_num_threads(),
-                    "training": {}}
+                    "variants": list(variants), "training": {}}
     progress = BenchProgress("bench train", report, json_path)
     with progress.stage(f"loading {target_spec} ({dtype})"):
         target = load_target(target_spec, dtype=dtype)
@@ -228,63 +233,228 @@ def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16
     with progress.stage(f"traffic: {requests} {domain} requests (cached after the first run)"):
         url = ensure_traffic(target, domain=domain, requests=requests, max_new=max_new,
                              seed=seed)
+    work = _workdir(workdir, url, reuse)
+    engine = store.open_store(f"sqlite:///{work / 'traffic.db'}", upgrade=True)
+    window = WindowSpec(heldout_fraction=heldout_fraction, greedy_only=True)
+    specs: dict = {"target-only": None, "ngram": new_speculator("ngram", target)}
+    for kind in kinds:
+        if kind == "eagle3" and "scratch" not in variants:
+            continue
+        specs.update(_train_kind(kind, _request(kind, report, window, work), engine, target,
+                                 progress, reuse))
+    if "eagle3" in kinds and variants != ("scratch",):
+        specs.update(_train_variants(variants, _request("eagle3", report, window, work),
+                                     engine, target, progress, reuse, synthetic_share,
+                                     synthetic_count, base_dir))
+    prompts = _heldout_prompts(engine, window, eval_requests, report)
+    if {"synthetic", "base", "base+finetune"} & set(variants) and base_dir is None:
+        from autospec.bench.train_variants import prompts_in_synthetic
+
+        report["heldout_prompts_in_synthetic"] = prompts_in_synthetic(engine, target,
+                                                                              prompts)
+    with progress.stage(f"decoding {len(prompts)} held-out prompts with {len(specs)} methods"):
+        report["methods"] = _measure(target, specs, prompts, max_new, k, progress)
+    _report_methods(progress, report["methods"], "")
+    if other_domain is not None:
+        _measure_other(target, specs, other_domain, eval_requests, seed, max_new, k, progress,
+                       engine if "heldout_prompts_in_synthetic" in report else None)
+    _variant_figures(report)
+    _verify_cost(target, k, report, progress)
+    engine.dispose()
+    progress.finish()
+    _print(report)
+    return report
+
+
+def check_bench_input(*, domain: str, kinds: tuple[str, ...], variants: tuple[str, ...],
+                      other_domain: str | None, synthetic_share: float) -> None:
+    """ValueError naming the first bad setting (before anything is loaded)."""
+    from autospec.bench.train_variants import check_variants
+    from autospec.workloads import DOMAINS
+
+    for name in (domain, other_domain):
+        if name is not None and name not in DOMAINS:
+            raise ValueError(f"unknown domain {name!r}; known domains: "
+                             f"{', '.join(sorted(DOMAINS))}")
+    if other_domain == domain:
+        raise ValueError(f"--other-domain must differ from --domain ({domain})")
+    check_variants(variants)
+    if variants != ("scratch",) and "eagle3" not in kinds:
+        raise ValueError(f"variants {list(variants)} are eagle3 heads: add eagle3 to --kinds")
+    if not 0.0 < synthetic_share < 1.0 and "synthetic" in variants:
+        raise ValueError(f"--synthetic-share must be in (0, 1), got {synthetic_share}")
+
+
+def _workdir(workdir: Path | None, url: str, reuse: bool) -> Path:
+    """The scratch directory, holding a copy of the cached traffic as its store."""
+    import shutil
+    import tempfile
+
     work = Path(workdir or tempfile.mkdtemp(prefix="autospec-bench-train-"))
     work.mkdir(parents=True, exist_ok=True)
     db_file = work / "traffic.db"
     if not (reuse and db_file.exists()):
         shutil.copy(url.removeprefix("sqlite:///"), db_file)
-    engine = store.open_store(f"sqlite:///{db_file}", upgrade=True)
-    window = WindowSpec(heldout_fraction=heldout_fraction, greedy_only=True)
-    specs: dict = {"target-only": None, "ngram": new_speculator("ngram", target)}
-    features = get_settings().cache_dir / "bench-features"  # shared by kinds and reruns
-    for kind in kinds:
-        overrides = ({"draft_vocab_size": draft_vocab_size, "ttt_steps": ttt_steps}
-                     if kind == "eagle3" else {})
-        started = time.perf_counter()
-        outcome = _reused(engine, kind) if reuse else None
-        reused = outcome is not None
-        if outcome is None:
-            request = TrainRequest(kind=kind, window=window,
-                                   epochs=draft_epochs if kind == "draft" else epochs,
-                                   from_scratch=True, overrides=overrides,
-                                   seed=seed, feature_cache_dir=features,
-                                   artifact_dir=work / "artifacts",  # candidates stay in work
-                                   feature_noise=feature_noise)
-            with progress.stage(f"training {kind}"):
-                outcome = train_candidate(request, engine=engine, target=target)
-        wall = outcome.metrics.get("wall_s") or time.perf_counter() - started
-        m = outcome.metrics
-        report["training"][kind] = {
-            "version": outcome.version, "wall_s": wall, "feature_s": m.get("feature_s"),
+    return work
+
+
+def _request(kind: str, report: dict, window, work: Path):  # type: ignore[no-untyped-def]
+    """The from-scratch training request of ``kind`` with the bench's settings."""
+    from autospec.train import TrainRequest
+
+    overrides = ({"draft_vocab_size": report["draft_vocab_size"],
+                  "ttt_steps": report["ttt_steps"]} if kind == "eagle3" else {})
+    return TrainRequest(kind=kind, window=window,
+                        epochs=report["draft_epochs"] if kind == "draft" else report["epochs"],
+                        from_scratch=True, overrides=overrides, seed=report["seed"],
+                        feature_cache_dir=get_settings().cache_dir / "bench-features",
+                        artifact_dir=work / "artifacts",  # candidates stay in work
+                        feature_noise=report["feature_noise"])
+
+
+def _train_kind(kind: str, request, engine, target: Target, progress: BenchProgress,  # type: ignore[no-untyped-def]
+                reuse: bool) -> dict:
+    """Train (or find, with ``reuse``) one kind; its speculator(s) by method name."""
+    from autospec.bench.train_variants import reused_run
+    from autospec.speculators.checkpoint import load_speculator
+    from autospec.train import train_candidate
+
+    started = time.perf_counter()
+    outcome = reused_run(engine, kind) if reuse else None
+    reused = outcome is not None
+    if outcome is None:
+        with progress.stage(f"training {kind}"):
+            outcome = train_candidate(request, engine=engine, target=target)
+    wall = outcome.metrics.get("wall_s") or time.perf_counter() - started
+    entry = _training_entry(outcome.version, outcome.metrics, wall)
+    progress.report["training"][kind] = entry
+    log.debug("%s trained in %.0fs: %s", kind, wall, entry)
+    progress.done(f"{kind} {'reused' if reused else 'trained'}: {outcome.version} in "
+                  f"{wall:.0f} s, {_fit_figure(entry)}")
+    specs = {kind: load_speculator(outcome.artifact, target)}  # the registered artifact
+    if kind == "eagle3":
+        specs.update(_eagle3_variants(outcome.artifact, target, specs[kind]))
+    return specs
+
+
+def _train_variants(variants: tuple[str, ...], template, engine, target: Target,  # type: ignore[no-untyped-def]
+                    progress: BenchProgress, reuse: bool, share: float, count: int,
+                    base_dir: Path | None) -> dict:
+    """The non-scratch eagle3 variants (:mod:`autospec.bench.train_variants`) by method."""
+    from autospec.bench.train_variants import VARIANTS, VariantPlan, build_variants
+    from autospec.speculators.checkpoint import load_speculator
+
+    plan = VariantPlan(template=template, max_new=progress.report["max_new_tokens"],
+                       synthetic_share=share, synthetic_count=count, base_dir=base_dir,
+                       reuse=reuse)
+    specs: dict = {}
+
+    def done(built) -> None:  # type: ignore[no-untyped-def]
+        method = VARIANTS[built.variant]
+        entry = _training_entry(built.version, built.metrics, built.wall_s)
+        entry.update(variant=built.variant, synthetic_sequences=(
+            built.metrics.get("window") or {}).get("synthetic_sequences"))
+        progress.report["training"][method] = entry
+        specs[method] = load_speculator(built.artifact, target)
+        progress.done(f"{method} {'reused' if built.reused else 'trained'}: "
+                      f"{built.version or built.artifact} in {built.wall_s:.0f} s, "
+                      f"{entry['synthetic_sequences'] or 0} synthetic sequences, "
+                      f"{_fit_figure(entry)}")
+
+    with progress.stage(f"eagle3 variants {', '.join(v for v in variants if v != 'scratch')}"):
+        build_variants(variants, plan, engine=engine, target=target, on_done=done)
+    return specs
+
+
+def _fit_figure(entry: dict) -> str:
+    """How well a trained speculator fits its held-out set, in a few words."""
+    after = entry.get("heldout_after")
+    if after and after.get("accuracy"):
+        return f"held-out top-1 {after['accuracy'][0]:.2f} (first step)"
+    if entry.get("replay_tau"):
+        return f"held-out replay τ {entry['replay_tau']:.2f}"
+    return "no held-out figure"
+
+
+def _training_entry(version: str | None, m: dict, wall: float) -> dict:
+    return {"version": version, "wall_s": wall, "feature_s": m.get("feature_s"),
             "train_s": m.get("train_s"), "examples_seen": m.get("examples_seen"),
             "train_tokens": m.get("train_tokens") or m.get("corpus_tokens"),
             "heldout_before": m.get("heldout_before"), "heldout_after": m.get("heldout_after"),
             "loss_curve": m.get("loss_curve"), "replay_tau": m.get("heldout_replay_tau_k5")}
-        log.debug("%s trained in %.0fs: %s", kind, wall, report["training"][kind])
-        progress.done(f"{kind} {'reused' if reused else 'trained'}: "
-                      f"{outcome.version} in {wall:.0f} s, held-out replay τ "
-                      f"{m.get('heldout_replay_tau_k5') or '—'}")
-        specs[kind] = load_speculator(outcome.artifact, target)  # the registered artifact
-        if kind == "eagle3":
-            specs.update(_eagle3_variants(outcome.artifact, target, specs[kind]))
+
+
+def _heldout_prompts(engine, window, eval_requests: int, report: dict) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    from autospec import store
+    from autospec.train.data import load_training_data
+
     with store.session_scope(engine, readonly=True) as session:
         data = load_training_data(session, window)
     report["train_requests"], report["heldout_requests"] = len(data.train), len(data.heldout)
     prompts = [s.ids[: s.prompt_len] for s in data.heldout[:eval_requests]]
     report["eval_requests"] = len(prompts)
-    with progress.stage(f"decoding {len(prompts)} held-out prompts with {len(specs)} methods"):
-        report["methods"] = _measure(target, specs, prompts, max_new, k, progress)
-    for name, figures in report["methods"].items():
-        progress.done(f"{name}: τ {figures['tau']:.2f}, {figures['tokens_per_s']:.1f} "
+    return prompts
+
+
+def _report_methods(progress: BenchProgress, methods: dict, where: str) -> None:
+    for name, figures in methods.items():
+        progress.done(f"{where}{name}: τ {figures['tau']:.2f}, {figures['tokens_per_s']:.1f} "
                       f"tokens/s, {figures['speedup']:.2f}× speed")
+
+
+def _measure_other(target: Target, specs: dict, domain: str, n: int, seed: int, max_new: int,
+                   k: int, progress: BenchProgress, synthetic_store=None) -> None:  # type: ignore[no-untyped-def]
+    """τ and speed of every method but the eagle3 head's decompositions on ``n`` prompts of
+    another domain (no traffic of it was logged or trained on); with ``synthetic_store``,
+    how many of those prompts recur verbatim among its synthetic prompts."""
+    from autospec.bench.train_variants import prompts_in_synthetic
+    from autospec.workloads import domain_prompts
+
+    prompts = [target.encode_chat(m) for m in domain_prompts(domain, n, seed)]
+    names = [m for m in specs if m not in ("eagle3-chain", "eagle3-head")]
+    other = {"domain": domain, "eval_requests": len(prompts), "methods": {}}
+    if synthetic_store is not None:
+        other["prompts_in_synthetic"] = prompts_in_synthetic(synthetic_store, target,
+                                                                     prompts)
+    progress.report["other_domain"] = other
+    with progress.stage(f"decoding {len(prompts)} {domain} prompts with {len(names)} methods"):
+        other["methods"] = _measure(target, {m: specs[m] for m in names}, prompts, max_new, k,
+                                    progress, what=domain)
+    _report_methods(progress, other["methods"], f"{domain}: ")
+
+
+def _variant_figures(report: dict) -> None:
+    """Each variant's τ and speedup, as ratios to scratch (in-domain) and to ngram (other
+    domain): ``report["by_variant"]``."""
+    from autospec.bench.train_variants import VARIANTS
+
+    methods = report["methods"]
+    other = (report.get("other_domain") or {}).get("methods", {})
+    scratch = methods.get("eagle3") if "scratch" in report["variants"] else None
+    rows = {}
+    for variant in report["variants"]:
+        method = VARIANTS[variant]
+        if method not in methods:
+            continue
+        r = methods[method]
+        row = {"method": method, "tau": r["tau"], "speedup": r["speedup"]}
+        if scratch:
+            row.update(tau_vs_scratch=r["tau"] / scratch["tau"],
+                       speedup_vs_scratch=r["speedup"] / scratch["speedup"])
+        if method in other:
+            row.update(other_tau=other[method]["tau"], other_speedup=other[method]["speedup"],
+                       other_tau_vs_ngram=other[method]["tau"] / other["ngram"]["tau"])
+        rows[variant] = row
+    report["by_variant"] = rows
+
+
+def _verify_cost(target: Target, k: int, report: dict, progress: BenchProgress) -> None:
+    from autospec.bench.decode import verify_cost
+
     with progress.stage("target forward cost of n tokens"):
         cost = verify_cost(target, sizes=(1, 2, 4, k + 1, 8, 12, 16), context=160)
     report["verify_ms"] = {n: s * 1000 for n, s in cost.items()}
     report["verify_ratio"] = {n: s / cost[1] for n, s in cost.items()}
-    engine.dispose()
-    progress.finish()
-    _print(report)
-    return report
 
 
 def _eagle3_variants(artifact: Path, target: Target, full) -> dict:
@@ -304,22 +474,6 @@ def _eagle3_variants(artifact: Path, target: Target, full) -> dict:
     return variants
 
 
-def _reused(engine, kind: str):
-    """The newest succeeded run of ``kind`` in the scratch store (``--reuse``), as an outcome."""
-    from autospec import store
-    from autospec.train import TrainOutcome
-
-    with store.session_scope(engine, readonly=True) as session:
-        for run in store.list_training_runs(session, status="succeeded"):
-            if run.kind == kind and run.version:
-                row = store.get_speculator(session, version=run.version)
-                wall = (run.finished_at - run.started_at).total_seconds()
-                return TrainOutcome(version=row.version, run_id=run.id,
-                                    artifact=Path(row.artifact_uri), sha256=row.sha256,
-                                    parent=row.parent, metrics={**run.metrics, "wall_s": wall})
-    return None
-
-
 def _print(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -335,7 +489,7 @@ def _print(report: dict) -> None:
                       f"{r['speedup']:.2f}×", r["identical_outputs"],
                       f"{r['draft_ms_per_step']:.1f}", f"{r['step_ms']:.1f}")
     console.print(table)
-    train = Table(title="training (from scratch, one run each)")
+    train = Table(title="training (one run each; from scratch except eagle3-base+finetune)")
     for col in ("kind", "wall s", "features s", "train s", "examples", "held-out top-1 before → "
                 "after (per TTT step)"):
         train.add_column(col)
@@ -350,6 +504,37 @@ def _print(report: dict) -> None:
         train.add_row(kind, f"{t['wall_s']:.0f}", f"{t['feature_s'] or 0:.0f}",
                       f"{t['train_s'] or 0:.0f}", str(t["examples_seen"]), acc)
     console.print(train)
+    if len(report.get("by_variant", {})) > 1 or "other_domain" in report:
+        console.print(_variant_table(report))
     console.print("target forward of n tokens vs 1: " + ", ".join(
         f"n={n}: {ms:.1f} ms ({report['verify_ratio'][n]:.2f}×)"
         for n, ms in report["verify_ms"].items()))
+
+
+def _variant_table(report: dict):  # type: ignore[no-untyped-def]
+    """The eagle3 variants side by side: in-domain τ and speedup, ratios to scratch, and τ on
+    the other domain against ngram's there."""
+    from rich.table import Table
+
+    other = report.get("other_domain")
+    title = f"eagle3 variants on held-out {report['domain']} requests"
+    if other:
+        ngram = other["methods"]["ngram"]["tau"]
+        title += f"; {other['domain']} ({other['eval_requests']} prompts, ngram τ {ngram:.2f})"
+    table = Table(title=title)
+    cols = ["variant", "τ", "speedup", "τ / scratch", "speed / scratch"]
+    if other:
+        cols += [f"τ {other['domain']}", f"τ / ngram {other['domain']}"]
+    for col in cols:
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    for variant, r in report["by_variant"].items():
+        row = [variant, f"{r['tau']:.2f}", f"{r['speedup']:.2f}×",
+               _ratio(r.get("tau_vs_scratch")), _ratio(r.get("speedup_vs_scratch"))]
+        if other:
+            row += [f"{r['other_tau']:.2f}", _ratio(r.get("other_tau_vs_ngram"))]
+        table.add_row(*row)
+    return table
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"

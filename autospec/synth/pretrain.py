@@ -18,6 +18,7 @@ starts from the live version when it is an eagle3 head, else from the newest bas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
@@ -45,6 +46,9 @@ class PretrainRequest:
     overrides: dict[str, Any] = field(default_factory=dict)
     deployment: str = "default"
     time_budget_s: float | None = None
+    artifact_dir: Path | None = None  # where the head goes (default: the settings')
+    feature_cache_dir: Path | None = None  # reuse target features across runs
+    feature_noise: float = 0.2  # training noise on target features (x layer RMS)
 
 
 def _sequences(rows: list[store.SyntheticExample]) -> list[TrainSequence]:
@@ -83,7 +87,10 @@ def pretrain_base(request: PretrainRequest, *, engine: Engine, target: Target,
     train = TrainRequest(kind="eagle3", from_scratch=True, epochs=request.epochs,
                          batch_size=request.batch_size, seed=request.seed,
                          overrides=request.overrides, deployment=request.deployment,
-                         time_budget_s=request.time_budget_s)
+                         time_budget_s=request.time_budget_s,
+                         artifact_dir=request.artifact_dir,
+                         feature_cache_dir=request.feature_cache_dir,
+                         feature_noise=request.feature_noise)
     meta = {"base": True, "domains": list(request.domains) if request.per_domain else [],
             "synthetic_sequences": len(data.train)}
     return train_on(train, data, engine=engine, target=target, progress=progress, meta=meta)
