@@ -28,9 +28,10 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 from rich.console import Console
@@ -39,6 +40,8 @@ from rich.table import Table
 from autospec.bench.progress import BenchProgress
 from autospec.bench.prompts import BENCH_PROMPTS
 from autospec.settings import api_key
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -68,22 +71,25 @@ def _one(session: requests.Session, url: str, body: dict[str, Any]) -> float:
     return time.perf_counter() - started
 
 
-def _batch(url: str, bodies: list[dict[str, Any]], concurrency: int) -> tuple[list[float], float]:
-    """Send ``bodies`` with ``concurrency`` clients; latencies (s) and the wall time."""
+def _batch(url: str, bodies: list[dict[str, Any]], concurrency: int,
+           one: Callable[[requests.Session, str, dict[str, Any]], T] = _one,  # type: ignore[assignment]
+           ) -> tuple[list[T], float]:
+    """Send ``bodies`` with ``concurrency`` clients, each its own session (with the API key
+    when one is set); ``one``'s result per request (default: latency, s) and the wall time."""
     local = threading.local()
 
-    def send(body: dict[str, Any]) -> float:
+    def send(body: dict[str, Any]) -> T:
         if not hasattr(local, "session"):
             local.session = requests.Session()
             key = api_key()
             if key is not None:
                 local.session.headers["Authorization"] = f"Bearer {key}"
-        return _one(local.session, url, body)
+        return one(local.session, url, body)
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        latencies = list(pool.map(send, bodies))
-    return latencies, time.perf_counter() - started
+        results = list(pool.map(send, bodies))
+    return results, time.perf_counter() - started
 
 
 def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int,

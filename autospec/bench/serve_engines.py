@@ -19,9 +19,7 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from rich.table import Table
 
 from autospec.bench.progress import BenchProgress
 from autospec.bench.prompts import BENCH_PROMPTS
-from autospec.bench.serve import _free_port
+from autospec.bench.serve import _batch, _free_port
 from autospec.settings import api_key
 
 MODES = {"spec": "live", "off": "off"}
@@ -62,24 +60,6 @@ def _send(session: requests.Session, url: str, body: dict[str, Any]) -> Answer:
                   int(info.get("num_accepted_tokens", 0)))
 
 
-def _batch(url: str, bodies: list[dict[str, Any]],
-           clients: int) -> tuple[list[Answer], float]:
-    local = threading.local()
-
-    def send(body: dict[str, Any]) -> Answer:
-        if not hasattr(local, "session"):
-            local.session = requests.Session()
-            key = api_key()
-            if key is not None:
-                local.session.headers["Authorization"] = f"Bearer {key}"
-        return _send(local.session, url, body)
-
-    started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=clients) as pool:
-        got = list(pool.map(send, bodies))
-    return got, time.perf_counter() - started
-
-
 def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int, clients: int,
            progress: BenchProgress, label: str) -> dict[str, dict[str, Any]]:
     answers: dict[str, list[Answer]] = {n: [] for n in urls}
@@ -87,7 +67,7 @@ def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int, clie
     names = list(urls)
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            got, took = _batch(urls[name], bodies, clients)
+            got, took = _batch(urls[name], bodies, clients, _send)
             answers[name] += got
             wall[name] += took
             progress.done(f"{label} round {r + 1}/{rounds} {name}: "

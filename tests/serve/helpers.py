@@ -66,3 +66,22 @@ def make_server(target: Target, db: Any, **config: Any) -> LLMServer:
     server = LLMServer(target, versions, config=cfg, writer=writer)
     server.start()
     return server
+
+
+def wait_for_rows(db: Any, n: int, *, timeout_s: float = 10.0, poll_s: float = 0.05) -> list[Any]:
+    """The traffic rows once at least ``n`` are written (the writer is asynchronous), or
+    those there are after ``timeout_s``."""
+    import time
+
+    from sqlalchemy import select
+
+    from autospec.store.models import Request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with store.session_scope(db, readonly=True) as session:
+            rows = list(session.scalars(select(Request).order_by(Request.id)))
+            session.expunge_all()
+        if len(rows) >= n or time.monotonic() > deadline:
+            return rows
+        time.sleep(poll_s)

@@ -28,7 +28,7 @@ import pytest
 
 from autospec import store
 
-from .helpers import promote, register_artifact
+from .helpers import promote, register_artifact, wait_for_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.e2e]
 pytest.importorskip("vllm")
@@ -195,7 +195,7 @@ def test_hot_swap_under_load(app, target, tmp_path: Path):
     torch.manual_seed(2)
     register_artifact(db, target, tmp_path, "head-b", "eagle3", **HEAD)
     register_artifact(db, target, tmp_path, "suffix-x", "suffix")
-    before = len(_rows(db, 0))
+    before = len(wait_for_rows(db, 0))
     stop, results = threading.Event(), []
     threads = [threading.Thread(target=_load, args=(app, stop, results, n)) for n in range(4)]
     t0 = time.monotonic()
@@ -234,7 +234,7 @@ def test_hot_swap_under_load(app, target, tmp_path: Path):
         events = store.list_events(session, kinds=["failure"])
     assert [e.version for e in events] == ["suffix-x"]
     assert "vLLM" in events[0].reason and "suffix" in events[0].reason
-    rows = _rows(db, before + len(results))[before:]
+    rows = wait_for_rows(db, before + len(results), timeout_s=30, poll_s=0.5)[before:]
     assert len(rows) == len(results)
     assert all(r.sampling["engine"] == "vllm" for r in rows)
     assert all(r.num_drafts >= 1 and r.sampling["vllm_spec_decode"] for r in rows)
@@ -243,18 +243,3 @@ def test_hot_swap_under_load(app, target, tmp_path: Path):
     print(f"\nvLLM hot swap under load: {len(results)} requests in {elapsed:.0f}s, 0 failed, "
           f"per version {counts}; first answer of head-a {first['head-a']:.0f}s after its "
           f"move, of head-b {first['head-b']:.0f}s; suffix-x refused and audited")
-
-
-def _rows(db: Any, n: int) -> list[Any]:
-    from sqlalchemy import select
-
-    from autospec.store.models import Request
-
-    deadline = time.monotonic() + 30
-    while True:
-        with store.session_scope(db, readonly=True) as session:
-            rows = list(session.scalars(select(Request).order_by(Request.id)))
-            session.expunge_all()
-        if len(rows) >= n or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.5)

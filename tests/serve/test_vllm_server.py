@@ -25,7 +25,7 @@ from autospec.serve.versions import ServedVersion
 from autospec.serve.vllm_engine import vllm_refusal, vllm_stats
 from autospec.serve.vllm_server import VllmServer, VllmVersionManager
 
-from .helpers import promote, register_artifact
+from .helpers import promote, register_artifact, wait_for_rows
 
 
 @dataclass
@@ -142,21 +142,6 @@ def vllm_server(tiny_llm, db, fake_engines, tmp_path: Path, monkeypatch):  # typ
     get_settings.cache_clear()
 
 
-def _rows(db: Any, n: int) -> list[Any]:
-    from sqlalchemy import select
-
-    from autospec.store.models import Request
-
-    deadline = time.monotonic() + 10
-    while True:
-        with store.session_scope(db, readonly=True) as session:
-            rows = list(session.scalars(select(Request).order_by(Request.id)))
-            session.expunge_all()
-        if len(rows) >= n or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.05)
-
-
 def test_builtin_ngram_is_vllms_ngram_method_and_rows_carry_vllms_acceptance(
         vllm_server, fake_engines, db):
     assert [v for v, _ in fake_engines] == ["builtin-ngram"]
@@ -173,7 +158,7 @@ def test_builtin_ngram_is_vllms_ngram_method_and_rows_carry_vllms_acceptance(
     assert (info["num_drafts"], info["num_accepted_tokens"], info["num_draft_tokens"]) == (4, 1, 4)
     assert info["accepted_per_position"] == [1, 0, 0] and info["tau"] == 1.25
     assert r.json()["usage"]["completion_tokens"] == 6
-    (row,) = _rows(db, 1)
+    (row,) = wait_for_rows(db, 1)
     assert row.speculator_version == "builtin-ngram" and row.num_accepted_tokens == 1
     assert row.sampling["engine"] == "vllm"
     assert row.sampling["vllm_spec_decode"]["acceptance_histogram"] == [1, 1, 0]
@@ -190,7 +175,7 @@ def test_n_choices_come_back_in_order_each_logged_as_its_own_row(vllm_server, db
     assert body["usage"]["completion_tokens"] == 18
     info = body["autospec"]  # over the three choices: 3 x (4 steps, 1 accepted)
     assert (info["num_drafts"], info["num_accepted_tokens"], info["tau"]) == (12, 3, 1.25)
-    rows = _rows(db, 3)
+    rows = wait_for_rows(db, 3)
     assert sorted(row.sampling["choice"] for row in rows) == [0, 1, 2]
     assert {row.sampling["n"] for row in rows} == {3}
     assert sorted(row.output_ids[0] for row in rows) == [10, 110, 210]
@@ -321,7 +306,7 @@ def test_abandoned_stream_aborts_the_request_in_the_engine(vllm_server, fake_eng
     assert engine.aborted == 1 and engine.active == 0
     assert vllm_server._pending == 0
     time.sleep(0.2)
-    assert _rows(db, 0) == []  # not logged
+    assert wait_for_rows(db, 0) == []  # not logged
 
 
 def test_vllm_stats_clip_drafts_accepted_past_the_end():
