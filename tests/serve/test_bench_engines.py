@@ -39,3 +39,41 @@ def test_domain_prompts_replace_the_generic_ones_and_differ_from_the_demos() -> 
 def test_bad_options_are_refused_before_anything_starts(args, message) -> None:  # type: ignore[no-untyped-def]
     done = CliRunner().invoke(app, ["bench", "serve", *args])
     assert done.exit_code == 2 and message in done.output
+
+
+def test_the_batch_sender_sends_every_body_and_reads_each_answer() -> None:
+    """Against a small local HTTP server answering in the API's shape."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from autospec.bench.serve import _batch
+    from autospec.bench.serve_engines import _send
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            n = body["max_tokens"]
+            data = json.dumps({"usage": {"completion_tokens": n},
+                               "autospec": {"num_drafts": n - 1, "num_accepted_tokens": 2}})
+            self.send_response(200)
+            self.send_header("x-autospec-speculator", "head")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data.encode())
+
+        def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        bodies = [{"max_tokens": n} for n in (5, 6, 7)]
+        answers, wall = _batch(url, bodies, 2, _send)
+        latencies, _ = _batch(url, bodies, 2)
+    finally:
+        server.shutdown()
+    assert [(a.tokens, a.version, a.steps, a.accepted) for a in answers] == \
+        [(5, "head", 4, 2), (6, "head", 5, 2), (7, "head", 6, 2)]
+    assert wall > 0 and len(latencies) == 3 and all(t > 0 for t in latencies)
