@@ -264,7 +264,8 @@ def versions(
         table.add_column(col)
     for r in rows:
         ev = r["evaluation"]
-        table.add_row(r["version"], r["kind"], r["state"], str(r["parent"] or "—"),
+        kind = r["kind"] + (" (base)" if r["base"] else "")
+        table.add_row(r["version"], kind, r["state"], str(r["parent"] or "—"),
                       str(r["created_at"])[:19], "—" if not ev else
                       f"#{ev['id']} {ev['decision']} vs {ev['incumbent']}: τ "
                       f"{_fmt(ev['tau_candidate'])} vs {_fmt(ev['tau_incumbent'])}")

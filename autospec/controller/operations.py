@@ -117,6 +117,7 @@ def list_versions(engine: Engine, *, state: str | None, limit: int) -> list[dict
                 "version": spec.version, "kind": spec.kind, "state": spec.state,
                 "parent": spec.parent, "created_at": spec.created_at,
                 "target_id": spec.target_id, "training_run_id": spec.training_run_id,
+                "base": bool((spec.meta or {}).get("base")),  # autospec pretrain's heads
                 "evaluation": None if ev is None else {
                     "id": ev.id, "incumbent": ev.incumbent, "decision": ev.decision,
                     "tau_candidate": ev.tau_candidate, "tau_incumbent": ev.tau_incumbent,

@@ -35,14 +35,17 @@ def test_verify_cost_tiny_random_init_reads_the_clock_after_each_forward_ran(eve
     target = tiny_target(vocab_size=64, seed=0)
     forward = target.forward
 
-    def logged_forward(*args, **kwargs):
-        events.append(("forward", None))
-        return forward(*args, **kwargs)
+    def logged_forward(ids, *args, **kwargs):
+        events.append(("forward", len(ids)))
+        return forward(ids, *args, **kwargs)
 
     target.forward = logged_forward  # type: ignore[method-assign]
-    verify_cost(target, sizes=(1, 3), context=16, repeats=2)
+    cost = verify_cost(target, sizes=(1, 3), context=16, repeats=2)
     timed = [name for name, _ in events[1:]]  # after the prompt's untimed forward
     assert timed == ["sync", "forward", "sync"] * 4
+    # the sizes take turns in each repeat (a burst of load hits every size alike)
+    assert [n for name, n in events[1:] if name == "forward"] == [1, 3, 1, 3]
+    assert set(cost) == {1, 3} and all(s > 0 for s in cost.values())
     assert all(d == target.device for name, d in events if name == "sync")
 
 

@@ -28,6 +28,11 @@ def test_a_base_head_is_registered_marked_and_reads_no_traffic(db_with_traffic, 
     assert row.kind == "eagle3" and row.meta["base"] is True and row.parent is None
     assert run.train_requests == 0  # synthetic sequences only
     assert run.metrics["window"]["synthetic_sequences"] == row.meta["synthetic_sequences"] > 0
+    from autospec.controller.operations import list_versions
+
+    listed = {r["version"]: r["base"] for r in list_versions(db_with_traffic, state=None,
+                                                             limit=50)}
+    assert listed[version] is True and not listed.get("builtin-ngram")  # `autospec versions`
 
 
 def test_eagle3_starts_from_the_base_unless_an_eagle3_is_live(db_with_traffic, tiny) -> None:  # type: ignore[no-untyped-def]
