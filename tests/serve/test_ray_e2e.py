@@ -211,10 +211,16 @@ def test_a_corrupt_candidate_is_refused_and_recorded(deploy, tiny_model_dir, tin
             out.add(r.headers["x-autospec-speculator"])
         return out
 
+    def reported() -> list[str]:  # what each replica says it serves (written at each swap)
+        with store.session_scope(app.db, readonly=True) as session:
+            return sorted(r.version for r in store.list_replicas(session, deployment="default"))
+
     promote(app.db, "good")
-    deadline = time.monotonic() + 10
-    while versions(4) != {"good"}:
-        assert time.monotonic() < deadline
+    deadline = time.monotonic() + 60
+    while reported() != ["good", "good"]:  # both replicas, not only the ones requests hit
+        assert time.monotonic() < deadline, f"replicas report {reported()}"
+        time.sleep(0.2)
+    assert versions(4) == {"good"}
     promote(app.db, "bad")
     time.sleep(4)  # several polls on every replica
     assert versions(12) == {"good"}
