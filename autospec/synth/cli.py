@@ -30,6 +30,13 @@ if TYPE_CHECKING:
 out = Console()
 err = Console(stderr=True)
 
+# options both commands take, declared once
+DtypeOption = Annotated[str | None, typer.Option(
+    help="target dtype (default: the deployment's; another one is refused)")]
+UrlOption = Annotated[str | None, typer.Option(
+    "--url", help="database (default AUTOSPEC_DATABASE_URL)")]
+JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+
 SOURCE_HELP = ("where prompts come from (repeat): resampled (logged prompts, answered "
                "again), domain:support, domain:coding, domain:json")
 
@@ -55,11 +62,9 @@ def synth(
     target: Annotated[str | None, typer.Option(
         help="target: a name, a directory or a .gguf (default: what the deployment's "
         "replicas serve, else smollm2-135m)")] = None,
-    dtype: Annotated[str | None, typer.Option(
-        help="target dtype (default: the deployment's; another one is refused)")] = None,
-    database_url: Annotated[str | None, typer.Option(
-        "--url", help="database (default AUTOSPEC_DATABASE_URL)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    dtype: DtypeOption = None,
+    database_url: UrlOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Generate synthetic training sequences with the target (never logged as traffic)."""
     from autospec.synth.run import SynthRequest
@@ -147,11 +152,9 @@ def pretrain(
     deployment: Annotated[str, typer.Option(help="whose target")] = "default",
     target: Annotated[str | None, typer.Option(
         help="target (default: what the deployment's replicas serve, else smollm2-135m)")] = None,
-    dtype: Annotated[str | None, typer.Option(
-        help="target dtype (default: the deployment's; another one is refused)")] = None,
-    database_url: Annotated[str | None, typer.Option(
-        "--url", help="database (default AUTOSPEC_DATABASE_URL)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    dtype: DtypeOption = None,
+    database_url: UrlOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Train a base eagle3 head for the target from synthetic data (every workload domain)
     and register it; later eagle3 training starts from it when no eagle3 head is live."""
