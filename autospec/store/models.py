@@ -291,7 +291,7 @@ class SyntheticSequence(Base):
         Index("ix_synthetic_sequences_target_split", "target_id", "target_revision", "dtype",
               "split", "created_at"),
         CheckConstraint(_in("split", SYNTHETIC_SPLITS), name="split"),
-        CheckConstraint("temperature > 0", name="temperature_positive"),
+        CheckConstraint("temperature >= 0", name="temperature_nonnegative"),
     )
 
 

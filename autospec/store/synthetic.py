@@ -82,8 +82,8 @@ def _check(record: SyntheticRecord) -> None:
         raise StoreError(f"synthetic split {record.split!r} is not one of {SYNTHETIC_SPLITS}")
     if not record.prompt_ids or not record.output_ids:
         raise StoreError("a synthetic sequence needs a prompt and an output (got an empty one)")
-    if not record.temperature > 0:
-        raise StoreError(f"synthetic sequences are sampled at temperature > 0, not "
+    if not record.temperature >= 0:
+        raise StoreError(f"a synthetic sequence's temperature is >= 0 (0: greedy), not "
                          f"{record.temperature}")
 
 

@@ -5,8 +5,9 @@
 Builds a :class:`~autospec.synth.run.SynthRequest` from the options, loads the target the
 deployment serves (its dtype too: synthetic rows are only used for the same target,
 revision and dtype), runs it printing one line per finished batch, and prints what was
-written (``--json``: one JSON object). Bad input — an unknown source, temperature ≤ 0, no
-logged prompt to resample, a target without a tokenizer for domain prompts, a target or
+written (``--json``: one JSON object). Bad input — an unknown source, a negative
+temperature or 0 with resampled prompts, ``--engine vllm`` without vLLM, no logged prompt to
+resample, a target without a tokenizer for domain prompts, a target or
 dtype the deployment does not serve — is one line on stderr, exit status 2.
 
 ``pretrain``: :func:`autospec.synth.pretrain.pretrain_base` (generate per domain, train a
@@ -36,6 +37,13 @@ DtypeOption = Annotated[str | None, typer.Option(
 UrlOption = Annotated[str | None, typer.Option(
     "--url", help="database (default AUTOSPEC_DATABASE_URL)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+EngineOption = Annotated[str, typer.Option(
+    help="who answers: native (the target's model in batches), vllm (vLLM's offline engine, "
+    "continuous batching; starting it takes 20-60 s on a CPU) or auto (vllm on a CUDA GPU "
+    "with vLLM installed, else native — as autospec serve decides)")]
+TemperatureOption = Annotated[float, typer.Option(
+    min=0.0, help="sampling temperature (0: greedy, domain sources only — resampled "
+    "prompts need > 0)")]
 
 SOURCE_HELP = ("where prompts come from (repeat): resampled (logged prompts, answered "
                "again), domain:support, domain:coding, domain:json")
@@ -45,8 +53,7 @@ def synth(
     sources: Annotated[list[str] | None, typer.Option(
         "--source", help=SOURCE_HELP)] = None,
     count: Annotated[int, typer.Option(min=1, help="sequences per source")] = 64,
-    temperature: Annotated[float, typer.Option(
-        help="sampling temperature (> 0)")] = 0.8,
+    temperature: TemperatureOption = 0.8,
     top_p: Annotated[float, typer.Option(min=0.01, max=1.0, help="nucleus sampling")] = 0.95,
     max_tokens: Annotated[int, typer.Option(min=1, help="new tokens per answer at most")] = 128,
     batch_size: Annotated[int, typer.Option(min=1, help="prompts decoded together")] = 8,
@@ -58,6 +65,7 @@ def synth(
     seed: Annotated[int, typer.Option(
         help="sampling seed and domain prompt draw (use another than the load generator's "
         "to keep synthetic prompts apart from traffic ones)")] = 0,
+    engine: EngineOption = "auto",
     deployment: Annotated[str, typer.Option(help="whose traffic and target")] = "default",
     target: Annotated[str | None, typer.Option(
         help="target: a name, a directory or a .gguf (default: what the deployment's "
@@ -73,7 +81,7 @@ def synth(
     request = SynthRequest(sources=tuple(sources or ["resampled"]), count=count,
                            temperature=temperature, top_p=top_p, max_new_tokens=max_tokens,
                            batch_size=batch_size, seed=seed, heldout_fraction=heldout_fraction,
-                           window=window, deployment=deployment)
+                           window=window, deployment=deployment, engine=engine)
     outcome = _run(request, database_url=database_url, target=target, dtype=dtype,
                    quiet=as_json)
     _print(outcome, as_json=as_json)
@@ -84,6 +92,7 @@ def _run(request, *, database_url: str | None, target: str | None,  # type: igno
     from autospec import store
     from autospec.engine.target import TargetLoadError
     from autospec.numerics import NumericsMismatch, load_served_target
+    from autospec.synth.backends import SynthEngineUnavailable
     from autospec.synth.run import SynthError, check_request, synthesize
 
     try:
@@ -93,7 +102,8 @@ def _run(request, *, database_url: str | None, target: str | None,  # type: igno
                                    dtype=dtype)
         return synthesize(request, engine=engine, target=model,
                           progress=None if quiet else _progress)
-    except (SynthError, TargetLoadError, NumericsMismatch, store.StoreError) as exc:
+    except (SynthError, SynthEngineUnavailable, TargetLoadError, NumericsMismatch,
+            store.StoreError) as exc:
         _fail(exc, 2)
 
 
@@ -106,12 +116,13 @@ def _progress(result: SourceResult, done: int, total: int) -> None:
 def _print(outcome: SynthOutcome, *, as_json: bool) -> None:
     if as_json:
         out.print_json(json.dumps({"run_id": outcome.run_id, "target": asdict(outcome.target),
-                                   "written": outcome.written,
+                                   "engine": outcome.engine, "written": outcome.written,
                                    "sources": [asdict(s) for s in outcome.sources]}))
         return
     t = outcome.target
     out.print(f"run {outcome.run_id}: {outcome.written} synthetic sequences of "
-              f"{t.target_id} (revision {t.revision}, {t.dtype})", highlight=False)
+              f"{t.target_id} (revision {t.revision}, {t.dtype}; answered by "
+              f"{outcome.engine})", highlight=False)
     for s in outcome.sources:
         rate = s.output_tokens / s.seconds if s.seconds else 0.0
         out.print(f"  {s.source}: {s.train} train, {s.heldout} held out, "
@@ -140,10 +151,11 @@ def pretrain(
         "synthetic sequences only)")] = 64,
     max_sequences: Annotated[int, typer.Option(
         min=1, help="newest synthetic sequences of the target trained on")] = 4000,
-    temperature: Annotated[float, typer.Option(help="sampling temperature (> 0)")] = 0.8,
+    temperature: TemperatureOption = 0.8,
     max_tokens: Annotated[int, typer.Option(min=1, help="new tokens per answer at most")] = 128,
     gen_batch_size: Annotated[int, typer.Option(
         min=1, help="prompts decoded together while generating")] = 8,
+    engine: EngineOption = "auto",
     epochs: Annotated[int, typer.Option(min=1, help="passes over the sequences")] = 3,
     batch_size: Annotated[int, typer.Option(min=1, help="sequences per training step")] = 8,
     assignments: Annotated[list[str] | None, typer.Option(
@@ -167,7 +179,8 @@ def pretrain(
         max_sequences=max_sequences, epochs=epochs, batch_size=batch_size, seed=seed,
         deployment=deployment, synth=SynthRequest(temperature=temperature, seed=seed,
                                                   max_new_tokens=max_tokens,
-                                                  batch_size=gen_batch_size))
+                                                  batch_size=gen_batch_size,
+                                                  engine=engine))
     outcome = _pretrain(request, assignments or [], database_url=database_url, target=target,
                         dtype=dtype)
     if as_json:
@@ -188,6 +201,7 @@ def _pretrain(request, assignments: list[str], *, database_url: str | None,  # t
     from autospec import store
     from autospec.engine.target import TargetLoadError
     from autospec.numerics import NumericsMismatch, load_served_target
+    from autospec.synth.backends import SynthEngineUnavailable
     from autospec.synth.pretrain import pretrain_base
     from autospec.synth.run import SynthError
     from autospec.train.errors import TrainingError, TrainingInputError
@@ -199,9 +213,10 @@ def _pretrain(request, assignments: list[str], *, database_url: str | None,  # t
         engine = store.open_store(database_url, upgrade=True)
         model = load_served_target(engine, deployment=request.deployment, target=target,
                                    dtype=dtype)
-        return pretrain_base(request, engine=engine, target=model, progress=_LineProgress())
-    except (SynthError, TargetLoadError, NumericsMismatch, TrainingInputError,
-            pydantic.ValidationError) as exc:
+        return pretrain_base(request, engine=engine, target=model, progress=_LineProgress(),
+                             synth_progress=_progress)
+    except (SynthError, SynthEngineUnavailable, TargetLoadError, NumericsMismatch,
+            TrainingInputError, pydantic.ValidationError) as exc:
         _fail(exc, 2)
     except (TrainingError, store.StoreError) as exc:
         _fail(exc, 1)

@@ -1,8 +1,8 @@
 """Batched sampling from the target: many prompts at once, left-padded, one forward a token.
 
 :func:`sample_batch` decodes a batch of prompts together with the target's own model and the
-engine's :func:`~autospec.engine.sampling.probs_from_logits` (temperature, top-k and top-p
-shape the distribution exactly as in serving) and a seeded ``torch.Generator`` on the
+engine's :func:`~autospec.engine.sampling.pick` (temperature, top-k and top-p shape the
+distribution exactly as in serving; temperature 0 is greedy) and a seeded ``torch.Generator`` on the
 target's device, so a seed reproduces a batch. Each output ends at the first EOS (included,
 as the engine includes it) or at ``max_new_tokens``. Prompts are left-padded; padded
 positions are masked out and positions count from each prompt's first real token.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from autospec.engine.sampling import SamplingParams, probs_from_logits, sample
+from autospec.engine.sampling import SamplingParams, pick
 from autospec.engine.target import Target
 
 
@@ -32,9 +32,7 @@ def _left_pad(prompts: list[list[int]], pad: int,
 @torch.inference_mode()
 def sample_batch(target: Target, prompts: list[list[int]], params: SamplingParams,
                  generator: torch.Generator) -> list[list[int]]:
-    """One sampled continuation per prompt (``params.temperature`` must be > 0)."""
-    if params.greedy:
-        raise ValueError("synthetic data is sampled: temperature must be > 0")
+    """One continuation per prompt: sampled, or greedy at temperature 0."""
     if not prompts or any(not p for p in prompts):
         raise ValueError("every prompt of a batch needs at least one token")
     eos = set(target.info.eos_token_ids)
@@ -46,7 +44,7 @@ def sample_batch(target: Target, prompts: list[list[int]], params: SamplingParam
     outputs: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
     for _ in range(params.max_new_tokens):
-        tokens = sample(probs_from_logits(logits[:, -1], params), generator)  # [batch]
+        tokens = pick(logits[:, -1], params, generator)  # [batch]
         for row, token in enumerate(tokens.tolist()):  # one host sync per step
             if not done[row]:
                 outputs[row].append(token)

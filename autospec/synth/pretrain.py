@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 from autospec import store
 from autospec.engine.target import Target
 from autospec.numerics import check_target
+from autospec.synth.run import Progress as SynthProgress
 from autospec.synth.run import SynthError, SynthRequest, synthesize
 from autospec.train.data import TrainingData, TrainSequence
 from autospec.train.run import Progress, TrainOutcome, TrainRequest, synthetic_target, train_on
@@ -72,8 +73,10 @@ def base_data(engine: Engine, target: Target, max_sequences: int) -> TrainingDat
 
 
 def pretrain_base(request: PretrainRequest, *, engine: Engine, target: Target,
-                  progress: Progress | None = None) -> TrainOutcome:
-    """Generate, train and register a base eagle3 head; see the module docstring."""
+                  progress: Progress | None = None,
+                  synth_progress: SynthProgress | None = None) -> TrainOutcome:
+    """Generate, train and register a base eagle3 head; see the module docstring.
+    ``progress`` follows the training phases, ``synth_progress`` each generated batch."""
     check_target(engine, deployment=request.deployment, target=target)
     if request.per_domain:
         unknown = [d for d in request.domains if d not in DOMAINS]
@@ -82,7 +85,7 @@ def pretrain_base(request: PretrainRequest, *, engine: Engine, target: Target,
         gen = SynthRequest(**{**request.synth.__dict__, "count": request.per_domain,
                               "sources": tuple(f"domain:{d}" for d in request.domains),
                               "deployment": request.deployment})
-        synthesize(gen, engine=engine, target=target)
+        synthesize(gen, engine=engine, target=target, progress=synth_progress)
     data = base_data(engine, target, request.max_sequences)
     train = TrainRequest(kind="eagle3", from_scratch=True, epochs=request.epochs,
                          batch_size=request.batch_size, seed=request.seed,

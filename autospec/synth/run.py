@@ -3,10 +3,14 @@
 Sources:
 
 - ``resampled``: prompts of the newest ``window`` usable logged requests of the deployment
-  (opted-out rows never appear), answered again at ``temperature`` > 0; each row keeps the
-  id of the request its prompt came from;
+  (opted-out rows never appear), answered again at ``temperature`` > 0 (greedy would repeat
+  the logged answer); each row keeps the id of the request its prompt came from;
 - ``domain:<name>``: ``count`` prompts of a workload domain (:mod:`autospec.workloads`,
-  drawn with ``seed``) through the target's chat template (the target needs a tokenizer).
+  drawn with ``seed``) through the target's chat template (the target needs a tokenizer),
+  sampled or, at temperature 0, greedy (what greedy traffic looks like).
+
+The answers come from the target's own model in batches or from vLLM
+(:mod:`autospec.synth.backends`, ``engine``; one engine for the whole run).
 
 Each prompt is put in the ``heldout`` split (kept for the overfitting guard, never trained
 on) or ``train`` by a hash of the prompt, so a prompt lands on the same side in every run.
@@ -24,13 +28,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
 from sqlalchemy import Engine
 
 from autospec import store
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
-from autospec.synth.generate import sample_batch
+from autospec.synth.backends import ENGINES, Sampler, open_sampler
 from autospec.workloads import DOMAINS, domain_prompts
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,7 @@ class SynthRequest:
     heldout_fraction: float = 0.1
     window: int = 1000  # resampled: prompts of the newest N usable logged requests
     deployment: str = "default"
+    engine: str = "auto"  # who answers: auto, native or vllm (autospec.synth.backends)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class SourceResult:
 class SynthOutcome:
     run_id: str
     target: store.SyntheticTarget
+    engine: str = "native"  # who answered: native or vllm
     sources: list[SourceResult] = field(default_factory=list)
 
     @property
@@ -96,9 +101,13 @@ def check_request(request: SynthRequest) -> None:
         _check_source(source)
     if len(set(request.sources)) != len(request.sources):
         raise SynthError(f"a source is named twice: {list(request.sources)}")
-    if not request.temperature > 0:
-        raise SynthError(f"temperature must be > 0 (synthetic data is sampled), "
-                         f"got {request.temperature}")
+    if request.temperature < 0:
+        raise SynthError(f"temperature must be >= 0 (0: greedy), got {request.temperature}")
+    if request.temperature == 0 and RESAMPLED in request.sources:
+        raise SynthError("source resampled needs temperature > 0: answered greedily, a logged "
+                         "prompt gets its logged answer again")
+    if request.engine not in ENGINES:
+        raise SynthError(f"unknown engine {request.engine!r}; engines: {', '.join(ENGINES)}")
     if not 0.0 <= request.heldout_fraction < 1.0:
         raise SynthError(f"heldout_fraction must be in [0, 1), got {request.heldout_fraction}")
     for name in ("count", "batch_size", "max_new_tokens", "window"):
@@ -123,10 +132,17 @@ def synthesize(request: SynthRequest, *, engine: Engine, target: Target,
     tgt = store.SyntheticTarget(target_id=target.info.target_id,
                                 revision=target.info.revision, dtype=target.dtype_name)
     outcome = SynthOutcome(run_id=uuid.uuid4().hex[:12], target=tgt)
-    for source, prompts in plans.items():
-        outcome.sources.append(_run_source(source, prompts, request, engine, target,
-                                           outcome, progress))
-    log.info("synth run %s: %d sequences", outcome.run_id, outcome.written)
+    longest = max(len(p.ids) for prompts in plans.values() for p in prompts)
+    sampler = open_sampler(request.engine, target,
+                           max_model_len=longest + request.max_new_tokens)
+    outcome.engine = sampler.name
+    try:
+        for source, prompts in plans.items():
+            outcome.sources.append(_run_source(source, prompts, request, engine, sampler,
+                                               outcome, progress))
+    finally:
+        sampler.close()
+    log.info("synth run %s: %d sequences (%s)", outcome.run_id, outcome.written, sampler.name)
     return outcome
 
 
@@ -163,7 +179,7 @@ def split_of(key: str, heldout_fraction: float) -> str:
 
 
 def _run_source(source: str, prompts: list[Prompt], request: SynthRequest, engine: Engine,
-                target: Target, outcome: SynthOutcome,
+                sampler: Sampler, outcome: SynthOutcome,
                 progress: Progress | None) -> SourceResult:
     result = SourceResult(source)
     params = SamplingParams(max_new_tokens=request.max_new_tokens,
@@ -172,8 +188,7 @@ def _run_source(source: str, prompts: list[Prompt], request: SynthRequest, engin
     for start in range(0, len(prompts), request.batch_size):
         batch = prompts[start : start + request.batch_size]
         seed = request.seed * 1_000_003 + start
-        generator = torch.Generator(device=target.device).manual_seed(seed)
-        outputs = sample_batch(target, [p.ids for p in batch], params, generator)
+        outputs = sampler.answer([p.ids for p in batch], params, seed)
         records = [store.SyntheticRecord(
             prompt_ids=p.ids, output_ids=out, source=source,
             split=split_of(p.key, request.heldout_fraction), temperature=request.temperature,

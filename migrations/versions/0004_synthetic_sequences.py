@@ -5,7 +5,8 @@ Revises: 0003
 Create Date: 2026-12-01
 
 - ``synthetic_sequences``: what ``autospec synth`` had the target answer (logged prompts
-  resampled at temperature > 0, prompts of the workload domains), marked with its source,
+  resampled at temperature > 0, prompts of the workload domains sampled or greedy at
+  temperature 0), marked with its source,
   its split (``train`` / ``heldout``, the latter only for the overfitting guard) and the
   target id, revision and dtype it was generated with. A table of its own, so no traffic
   query (windows, held-out sets, live τ) can ever read a synthetic row as traffic.
@@ -43,8 +44,8 @@ def upgrade() -> None:
     sa.Column('origin_request_id', sa.BigInteger(), nullable=True),
     sa.CheckConstraint("split IN ('train', 'heldout')",
                        name=op.f('ck_synthetic_sequences_split')),
-    sa.CheckConstraint('temperature > 0',
-                       name=op.f('ck_synthetic_sequences_temperature_positive')),
+    sa.CheckConstraint('temperature >= 0',
+                       name=op.f('ck_synthetic_sequences_temperature_nonnegative')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_synthetic_sequences'))
     )
     op.create_index(op.f('ix_synthetic_sequences_created_at'), 'synthetic_sequences',

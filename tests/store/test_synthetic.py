@@ -53,7 +53,7 @@ def test_only_rows_of_the_same_target_revision_and_dtype(engine) -> None:  # typ
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("source", "logged", "not 'resampled' or 'domain:<name>'"),
     ("split", "test", "split 'test'"),
-    ("temperature", 0.0, "temperature > 0"),
+    ("temperature", -0.1, "temperature is >= 0"),
     ("output_ids", [], "needs a prompt and an output"),
 ])
 def test_bad_rows_are_refused_by_name(sqlite_url: str, field: str, value, message: str) -> None:  # type: ignore[no-untyped-def]

@@ -36,7 +36,8 @@ def test_cli_synth_writes_rows_and_reports_them(cli_env, tiny) -> None:  # type:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--source", "domain:poetry"], "unknown source 'domain:poetry'"),
-    (["--temperature", "0"], "temperature must be > 0"),
+    (["--temperature", "0"], "resampled needs temperature > 0"),
+    (["--engine", "tgi"], "unknown engine 'tgi'"),
     (["--source", "domain:support"], "has no tokenizer"),
 ])
 def test_cli_synth_errors_are_one_line(cli_env, args, message) -> None:  # type: ignore[no-untyped-def]

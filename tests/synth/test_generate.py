@@ -42,8 +42,14 @@ def test_rows_end_at_eos(tiny) -> None:  # type: ignore[no-untyped-def]
     assert all(len(o) == 64 for o in outs if eos not in o)
 
 
-def test_greedy_and_empty_prompts_are_refused(tiny) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(ValueError, match="temperature must be > 0"):
-        sample_batch(tiny, PROMPTS, SamplingParams(temperature=0.0), _gen(0))
+def test_temperature_0_is_greedy_batched_as_alone(tiny) -> None:  # type: ignore[no-untyped-def]
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+    batched = sample_batch(tiny, PROMPTS, greedy, _gen(0))
+    assert batched == sample_batch(tiny, PROMPTS, greedy, _gen(99))  # no randomness
+    for prompt, out in zip(PROMPTS, batched, strict=True):
+        assert out == sample_batch(tiny, [prompt], greedy, _gen(0))[0]
+
+
+def test_empty_prompts_are_refused(tiny) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="at least one token"):
         sample_batch(tiny, [[1], []], SamplingParams(temperature=1.0), _gen(0))

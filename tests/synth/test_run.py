@@ -45,7 +45,9 @@ def test_split_is_stable_and_near_the_fraction() -> None:
 @pytest.mark.parametrize(("request_", "message"), [
     (SynthRequest(sources=("domain:poetry",)), "unknown source 'domain:poetry'"),
     (SynthRequest(sources=("traffic",)), "unknown source 'traffic'"),
-    (SynthRequest(temperature=0.0), "temperature must be > 0"),
+    (SynthRequest(temperature=0.0), "resampled needs temperature > 0"),
+    (SynthRequest(temperature=-0.5), "temperature must be >= 0"),
+    (SynthRequest(engine="tgi"), "unknown engine 'tgi'"),
     (SynthRequest(sources=()), "at least one source"),
     (SynthRequest(count=0), "count must be >= 1"),
     (SynthRequest(sources=("domain:coding",)), "has no tokenizer"),
@@ -73,6 +75,7 @@ def test_domain_prompts_through_the_chat_template(tmp_path, sqlite_url) -> None:
     outcome = synthesize(request, engine=engine, target=target)
     rows = _rows(engine, target, "train") + _rows(engine, target, "heldout")
     assert outcome.written == len(rows) == 8
+    assert outcome.engine == "native"  # auto on a CPU
     assert {r.source for r in rows} == {"domain:coding", "domain:json"}
     assert all(r.origin_request_id is None for r in rows)
     assert "<|im_start|>assistant" in target.tokenizer.decode(rows[0].prompt_ids)
@@ -84,3 +87,21 @@ def test_fewer_than_the_window_resamples_the_newest_prompts(db_with_traffic, tin
                engine=db_with_traffic, target=tiny)
     rows = _rows(db_with_traffic, tiny, "train")
     assert sorted(tuple(r.prompt_ids) for r in rows) == sorted(tuple(p) for p, _ in traffic[-5:])
+
+
+def test_domain_prompts_answered_greedily(tmp_path, sqlite_url) -> None:  # type: ignore[no-untyped-def]
+    """Temperature 0: the domain's prompts answered as greedy traffic would be, twice alike."""
+    from autospec.engine.target import load_target
+    from tests.controller.helpers import make_tokenizer_model_dir
+
+    target = load_target(str(make_tokenizer_model_dir(tmp_path / "tok")), dtype="float32")
+    engine = store.open_store(sqlite_url, upgrade=True)
+    request = SynthRequest(sources=("domain:support",), count=4, max_new_tokens=6,
+                           batch_size=4, temperature=0.0, heldout_fraction=0.0)
+    synthesize(request, engine=engine, target=target)
+    synthesize(request, engine=engine, target=target)
+    rows = _rows(engine, target, "train")
+    assert len(rows) == 8 and all(r.temperature == 0.0 for r in rows)
+    first, second = rows[:4], rows[4:]
+    assert sorted(r.output_ids for r in first) == sorted(r.output_ids for r in second)
+    engine.dispose()
