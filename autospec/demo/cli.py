@@ -53,6 +53,11 @@ def demo(
         help="serving engine: native (autospec's; suffix and eagle3 candidates), vllm (vLLM's "
         "async engine; eagle3 candidates as chains) or auto (vllm on a CUDA GPU with vLLM "
         "installed, else native)")] = "auto",
+    base: Annotated[str, typer.Option(
+        help="the base eagle3 head the demo's eagle3 candidates warm-start from: auto (the "
+        "newest autospec pretrain head for the target and dtype in your store, "
+        "AUTOSPEC_DATABASE_URL; none there: from scratch, and the demo says how to build "
+        "one), none (from scratch) or a version name in your store")] = "auto",
 ) -> None:
     """Serve, send traffic, let the controller retrain and promote, shift the traffic, show
     τ drop, the drift trigger, the retrain and the recovery; report what was measured."""
@@ -67,6 +72,7 @@ def demo(
         check_vllm_installed,
         resolve_engine,
     )
+    from autospec.settings import get_settings
 
     try:
         canonical(domain_a), canonical(domain_b)
@@ -96,7 +102,8 @@ def demo(
     try:
         try:
             result = run_demo(plan, data_dir=out / "data", target=target, dtype=dtype,
-                              reporter=ConsoleReporter(console))
+                              reporter=ConsoleReporter(console), base=base,
+                              base_store=get_settings().resolved_database_url)
         except DemoStopped as stop:
             _stopped(stop, out, json_path, console, err)
         _report(result, out, json_path, console)

@@ -97,7 +97,9 @@ def write_markdown(result: DemoResult, path: Path, chart: Path | None) -> None:
               f"k = {result.plan['k']}, greedy; took {result.took_s / 60:.1f} minutes. "
               f"Speedup: output tokens/s of the live app over the target-only app on the same "
               f"prompts (every {result.plan['baseline_every']}th prompt of a phase, sent to "
-              f"both back to back).", "",
+              f"both back to back)."
+              + (f" eagle3 candidates warm-started from base {result.base}."
+                 if result.base else ""), "",
               "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(phase_row(p)) + " |" for p in result.phases]
     lines += ["", "## Controller decisions", ""]

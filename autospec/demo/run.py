@@ -7,6 +7,9 @@ to domain B, watch live τ drop, the drift trigger, the retrain and the recovery
    Serve applications on the same target: ``live`` (follows the live pointer — the
    training-free ``builtin-ngram`` until a promotion — and logs traffic) and ``target``
    (speculation off, not logged: the target-only baseline);
+   Where the candidates include eagle3, it first adopts a **base eagle3 head** from the
+   user's store (``autospec pretrain``'s; :mod:`autospec.demo.base`), or says how to build
+   one;
 2. runs four **phases** of greedy chat requests through :mod:`autospec.loadgen`, one client:
    ``A1`` domain A on the built-in speculator; then a controller **cycle**
    (:meth:`Controller.run_cycle`: window → train → shadow-evaluate → gate → promote);
@@ -123,11 +126,13 @@ class DemoResult:
     samples: list[Sample]
     events: list[dict[str, Any]]
     partial: str | None = None  # why the run ended early; None: it ran to the end
+    base: str | None = None  # the base eagle3 head the candidates warm-started from
+
 
     def as_dict(self) -> dict[str, Any]:
         return {"plan": self.plan, "target": self.target, "data_dir": self.data_dir,
                 "took_s": self.took_s, "complete": self.partial is None,
-                "partial": self.partial,
+                "partial": self.partial, "base": self.base,
                 "phases": [dict(asdict(p), live_version=p.live_version) for p in self.phases],
                 "decisions": [asdict(d) for d in self.decisions],
                 "events": self.events, "samples": [asdict(s) for s in self.samples]}
@@ -163,8 +168,11 @@ class Demo:
     """One demo run; :meth:`run` returns the measured :class:`DemoResult`."""
 
     def __init__(self, plan: DemoPlan, *, data_dir: Path, target: str = "smollm2-135m",
-                 dtype: str = "auto", reporter: Reporter | None = None) -> None:
+                 dtype: str = "auto", reporter: Reporter | None = None, base: str = "auto",
+                 base_store: str | None = None) -> None:
         self.plan, self.data_dir, self.target_spec, self.dtype = plan, data_dir, target, dtype
+        self.base, self.base_store = base, base_store  # which base head, and where to look
+        self.base_version: str | None = None
         self.say = (reporter or Reporter()).say
         self.reporter = reporter or Reporter()
         self.db_url = f"sqlite:///{data_dir / 'autospec.db'}"
@@ -217,6 +225,8 @@ class Demo:
                 self._start_serving()
             with self._stage("loading the target"):
                 self._load_target()
+            with self._stage("looking for a base eagle3 head"):
+                self._adopt_base()
             self._phases()
         finally:
             self._stop_serving()
@@ -226,7 +236,7 @@ class Demo:
                           data_dir=str(self.data_dir), took_s=self.now(),
                           phases=list(self.phases), decisions=list(self.decisions),
                           samples=list(self.samples), events=self._events(strict=not partial),
-                          partial=partial)
+                          partial=partial, base=self.base_version)
 
     def _start_serving(self) -> None:
         import ray
@@ -273,6 +283,35 @@ class Demo:
         from autospec.engine.target import load_target
 
         self.target = load_target(self.target_spec, dtype=self.dtype, device="cpu")
+
+    def _adopt_base(self) -> None:
+        """Register the user's base eagle3 head in this run's store (see demo/base.py)."""
+        from autospec import store
+        from autospec.demo.base import AUTO, NONE, adopt_base, find_base, pretrain_hint
+
+        if "eagle3" not in self.plan.kinds:
+            return
+        if self.base == NONE or self.base_store is None:
+            self.say("eagle3 candidates start from scratch (--base none)")
+            return
+        try:
+            found = find_base(self.base_store, self.target, self.base)
+        except store.StoreError as exc:
+            if self.base != AUTO:
+                raise
+            self.say(f"no base head read ({str(exc).splitlines()[0]}): eagle3 candidates "
+                     f"start from scratch")
+            return
+        if found is None:
+            self.say(f"no base eagle3 head for {self.target.info.target_id} "
+                     f"({self.target.dtype_name}) in {self.base_store}: eagle3 candidates start "
+                     f"from scratch; `{pretrain_hint(self.target_spec, self.target.dtype_name)}`"
+                     f" builds one (~10 minutes on 2 CPU cores)")
+            return
+        self.base_version = adopt_base(self.engine, found, self.target)
+        sequences = found.meta.get("synthetic_sequences", "?")
+        self.say(f"eagle3 candidates warm-start from base {found.version} ({sequences} "
+                 f"synthetic sequences; from {found.source})")
 
     def _controller(self, drift_window_s: float = 3600.0) -> Any:
         from autospec.controller.cycle import Controller
@@ -507,9 +546,12 @@ def _headline_reasons(reasons: list[str], promoted: str | None) -> list[str]:
 
 
 def run_demo(plan: DemoPlan, *, data_dir: Path, target: str = "smollm2-135m",
-             dtype: str = "auto", reporter: Reporter | None = None) -> DemoResult:
-    """Run the demo (see the module docstring) and return what it measured."""
-    return Demo(plan, data_dir=data_dir, target=target, dtype=dtype, reporter=reporter).run()
+             dtype: str = "auto", reporter: Reporter | None = None, base: str = "auto",
+             base_store: str | None = None) -> DemoResult:
+    """Run the demo (see the module docstring) and return what it measured; ``base``: the
+    base eagle3 head (``auto``, ``none`` or a version) looked up in ``base_store``."""
+    return Demo(plan, data_dir=data_dir, target=target, dtype=dtype, reporter=reporter,
+                base=base, base_store=base_store).run()
 
 
 __all__ = ["DecisionNote", "Demo", "DemoResult", "DemoStopped", "PhaseFigures", "Reporter",

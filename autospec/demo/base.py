@@ -1,0 +1,111 @@
+"""The demo's base eagle3 head: found in the user's store, adopted into the demo's.
+
+``autospec pretrain`` registers a base head (``meta.base``) in the store it is pointed at —
+by default the user's (``AUTOSPEC_DATABASE_URL``, else ``AUTOSPEC_DATA_DIR/autospec.db``).
+Each demo run has a store of its own, so :func:`adopt_base` registers that head there too
+(same version name, same artifact file, its SHA-256 verified again), marked base; the
+demo's eagle3 candidates then warm-start from it as any eagle3 training does
+(:func:`autospec.train.run.base_version`). :func:`find_base` picks the head: a named
+version, or the newest base of the target's id and revision (its dtype is part of the
+revision). Nothing of the user's store is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+
+from autospec import store
+from autospec.engine.target import Target
+
+AUTO, NONE = "auto", "none"
+
+
+class BaseUnavailable(ValueError):
+    """A named base version that is missing, not eagle3, not a base or for another target."""
+
+
+@dataclass(frozen=True)
+class FoundBase:
+    version: str
+    artifact_uri: str
+    sha256: str
+    target_revision: str | None
+    draft_vocab_size: int | None
+    meta: dict[str, Any]
+    source: str  # the store it was found in (password-free)
+
+
+def find_base(source_url: str, target: Target, wanted: str = AUTO) -> FoundBase | None:
+    """The base head ``wanted`` (a version, or ``auto``: the newest for ``target``) in the
+    store at ``source_url``; None for ``none``, a store that does not exist, or no base."""
+    from sqlalchemy.engine import make_url
+
+    from autospec.train.run import base_version
+
+    if wanted == NONE or not _exists(source_url):
+        if wanted not in (AUTO, NONE):
+            raise BaseUnavailable(f"no store at {source_url} to find base {wanted!r} in")
+        return None
+    engine = store.open_store(source_url, upgrade=False)
+    try:
+        with store.session_scope(engine, readonly=True) as session:
+            version = base_version(session, "eagle3", target) if wanted == AUTO else wanted
+            if version is None:
+                return None
+            row = _checked(session, version, target)
+            return FoundBase(version=row.version, artifact_uri=row.artifact_uri,
+                             sha256=row.sha256, target_revision=row.target_revision,
+                             draft_vocab_size=row.draft_vocab_size, meta=dict(row.meta or {}),
+                             source=make_url(source_url).render_as_string(hide_password=True))
+    finally:
+        engine.dispose()
+
+
+def _exists(url: str) -> bool:
+    """False for a SQLite file that is not there (opening it would create it)."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return True
+    return parsed.database == ":memory:" or Path(parsed.database).exists()
+
+
+def _checked(session, version: str, target: Target):  # type: ignore[no-untyped-def]
+    try:
+        row = store.get_speculator(session, version=version)
+    except store.NotFound:
+        raise BaseUnavailable(f"base version {version!r} is not registered in the store") \
+            from None
+    info = target.info
+    if row.kind != "eagle3" or not (row.meta or {}).get("base"):
+        raise BaseUnavailable(f"{version} is a {row.kind} version, not a base eagle3 head "
+                              f"(autospec pretrain builds one)")
+    if row.target_id != info.target_id or (
+            row.target_revision and not info.accepts_revision(row.target_revision)):
+        raise BaseUnavailable(f"base {version} is for target {row.target_id} (revision "
+                              f"{row.target_revision}), not {info.target_id} (revision "
+                              f"{info.revision}): pretrain one with the demo's --target and "
+                              f"--dtype")
+    return row
+
+
+def adopt_base(engine: Engine, found: FoundBase, target: Target) -> str:
+    """Register ``found`` in the demo's store (its artifact checked against its SHA-256)."""
+    with store.session_scope(engine) as session:
+        store.register_speculator(
+            session, version=found.version, kind="eagle3", target_id=target.info.target_id,
+            target_revision=found.target_revision, artifact_uri=found.artifact_uri,
+            sha256=found.sha256, draft_vocab_size=found.draft_vocab_size,
+            meta={**found.meta, "base": True, "adopted_from": found.source}, actor="demo")
+    return found.version
+
+
+def pretrain_hint(target_spec: str, dtype: str) -> str:
+    """The command that builds a base head the demo would find."""
+    return f"autospec pretrain --target {target_spec} --dtype {dtype}"
