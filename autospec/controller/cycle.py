@@ -74,6 +74,9 @@ class CycleResult:
     evaluations: list[int] = field(default_factory=list)
     promoted: str | None = None
     incumbent: str | None = None
+    # the promoted candidate's speedup over target-only as the gate saw it: "measured"
+    # (interleaved decodes; None when measurement is off) and "estimated" (the cost model)
+    promoted_speedup: dict[str, float | None] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -412,6 +415,9 @@ class Controller:
                                 actor=self.holder, reason="; ".join(cand.reasons)[:2000])
             result.outcome = "promoted" if best else "rejected"
             result.promoted = best.version if best else None
+            if best is not None:
+                result.promoted_speedup = {"measured": best.speedup_measured,
+                                           "estimated": best.speedup_estimated}
             self._end(session, result)
         log.info("cycle %s: %s %s", result.cycle_id, result.outcome, result.promoted or "")
         return result

@@ -117,6 +117,8 @@ def _report(result, out: Path, json_path: Path | None, console) -> None:  # type
     from autospec.demo.report import (
         decision_table,
         phase_table,
+        speed_rows,
+        speed_table,
         write_chart,
         write_json,
         write_markdown,
@@ -128,6 +130,8 @@ def _report(result, out: Path, json_path: Path | None, console) -> None:  # type
     console.print(phase_table(result))
     if result.decisions:
         console.print(decision_table(result))
+    if speed_rows(result):
+        console.print(speed_table(result))
     console.print(f"chart: {chart}\nreport: {out / 'report.md'}\nfigures: "
                   f"{json_path or out / 'demo.json'}")
 

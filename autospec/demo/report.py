@@ -5,7 +5,10 @@
 - :func:`write_chart` — τ of every live response over time, one colour per speculator
   version, a rolling mean per version, the phases shaded and labelled, controller decisions
   marked (matplotlib, Agg backend: no display needed);
-- :func:`write_json` — the phase figures, decisions, audit events and every sample;
+- :func:`speed_table` — each promotion's speedup as the gate expected it (measured and
+  estimated) against what the next phase realised, and whether it is within 25 %;
+- :func:`write_json` — the phase figures, decisions, speed checks, audit events and every
+  sample;
 - :func:`write_markdown` — the same tables as ``report.md`` next to the chart.
 
 A partial result (the run was interrupted or failed: ``result.partial`` says why) is
@@ -22,6 +25,7 @@ from pathlib import Path
 from rich.table import Table
 
 from autospec.demo.run import DemoResult, PhaseFigures
+from autospec.demo.speed_checks import TOLERANCE, speed_checks
 
 COLUMNS = ("phase", "traffic", "live version", "τ live", "τ shadow", "tok/s",
            "target-only tok/s", "speedup", "requests", "time s")
@@ -81,6 +85,32 @@ def decision_table(result: DemoResult) -> Table:
     return table
 
 
+SPEED_COLUMNS = ("promoted", "after", "gate: measured", "gate: estimated", "realised in",
+                 "realised", "gate / realised", f"within {TOLERANCE:.0%}")
+
+
+def speed_rows(result: DemoResult) -> list[list[str]]:
+    """Each promotion's expected speedup against the realised one (demo/speed_checks.py)."""
+    return [[c["version"], c["after_phase"], _x(c["measured"]), _x(c["estimated"]),
+             c["realised_in"] or "—", _x(c["realised"]), _f(c["gate_over_realised"]),
+             "—" if c["within"] is None else ("yes" if c["within"] else "no")]
+            for c in speed_checks(result)]
+
+
+def _x(value: float | None) -> str:
+    return _f(value) + ("×" if value is not None else "")
+
+
+def speed_table(result: DemoResult) -> Table:
+    table = Table(title="speed: what the gate expected, what the next phase realised")
+    for col in SPEED_COLUMNS:
+        table.add_column(col, justify="left" if col in ("promoted", "after", "realised in")
+                         else "right")
+    for row in speed_rows(result):
+        table.add_row(*row)
+    return table
+
+
 def write_json(result: DemoResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result.as_dict(), indent=2, default=str) + "\n",
@@ -107,6 +137,11 @@ def write_markdown(result: DemoResult, path: Path, chart: Path | None) -> None:
         lines.append(f"- **{d.outcome}** {d.version or ''} (t = {d.t:.0f} s, after "
                      f"{d.after_phase})")
         lines += [f"  - {r}" for r in d.reasons]
+    speed = speed_rows(result)
+    if speed:
+        lines += ["", "## Speed: the gate's figure against the realised one", "",
+                  "| " + " | ".join(SPEED_COLUMNS) + " |", "|" + "---|" * len(SPEED_COLUMNS)]
+        lines += ["| " + " | ".join(row) + " |" for row in speed]
     lines += ["", "## Audit log (pointer moves and notes)", ""]
     lines += [f"- {e['at']} {e['kind']} {e['version'] or ''} by {e['actor']}: {e['reason']}"
               for e in result.events]

@@ -49,6 +49,7 @@ from typing import Any
 import requests as http
 
 from autospec.demo.plan import DemoPlan, demo_policy, drift_requests
+from autospec.demo.speed_checks import speed_checks
 from autospec.loadgen.client import Driver, Result
 from autospec.loadgen.runner import tau as tau_of
 from autospec.loadgen.source import DomainSource, Prompt
@@ -113,6 +114,8 @@ class DecisionNote:
     outcome: str
     version: str | None
     reasons: list[str]
+    # a promotion's speedup over target-only as the gate saw it (measured, estimated)
+    gate_speedup: dict[str, float | None] | None = None
 
 
 @dataclass
@@ -135,6 +138,7 @@ class DemoResult:
                 "partial": self.partial, "base": self.base,
                 "phases": [dict(asdict(p), live_version=p.live_version) for p in self.phases],
                 "decisions": [asdict(d) for d in self.decisions],
+                "speed_checks": speed_checks(self),
                 "events": self.events, "samples": [asdict(s) for s in self.samples]}
 
 
@@ -292,7 +296,8 @@ class Demo:
         if "eagle3" not in self.plan.kinds:
             return
         if self.base == NONE or self.base_store is None:
-            self.say("eagle3 candidates start from scratch (--base none)")
+            why = "--base none" if self.base == NONE else "no store to look in"
+            self.say(f"eagle3 candidates start from scratch ({why})")
             return
         try:
             found = find_base(self.base_store, self.target, self.base)
@@ -460,7 +465,8 @@ class Demo:
 
     def _note_cycle(self, after: str, result: Any, started: float) -> None:
         self.decisions.append(DecisionNote(self.now(), after, "cycle", result.outcome,
-                                           result.promoted, list(result.reasons)))
+                                           result.promoted, list(result.reasons),
+                                           result.promoted_speedup))
         colour = "green" if result.outcome == "promoted" else "yellow"
         self.say(f"controller: cycle [{colour}]{result.outcome}[/] "
                  f"{result.promoted or ''} after {self.now() - started:.0f}s — "
