@@ -54,6 +54,7 @@ def traffic_db_path(target: Target, domain: str, requests: int, max_new: int,
 def generate_traffic(target: Target, url: str, *, domain: str, requests: int, max_new: int,
                      seed: int = 0, batch_size: int = 16) -> int:
     """Answer ``requests`` prompts of ``domain`` greedily and log them at ``url``; rows."""
+    from rich.console import Console
     from rich.progress import Progress
 
     from autospec.store import TrafficWriter, open_store
@@ -65,8 +66,9 @@ def generate_traffic(target: Target, url: str, *, domain: str, requests: int, ma
     eos = set(target.info.eos_token_ids)
     pad = tok.pad_token_id if tok.pad_token_id is not None else target.info.eos_token_ids[0]
     engine = open_store(url, upgrade=True)
-    written = 0
-    with TrafficWriter(engine) as writer, Progress() as progress:
+    written, tokens, began = 0, 0, time.perf_counter()
+    console = Console(stderr=True)
+    with TrafficWriter(engine) as writer, Progress(console=console) as progress:
         task = progress.add_task(f"logging {domain} traffic", total=requests)
         for start in range(0, requests, batch_size):
             batch = prompts[start : start + batch_size]
@@ -79,8 +81,12 @@ def generate_traffic(target: Target, url: str, *, domain: str, requests: int, ma
                               output_ids=out, output_text=target.decode(out), segment=domain,
                               temperature=0.0, latency_ms=ms,
                               finish_reason="stop" if out and out[-1] in eos else "length")
-                written += 1
+                written, tokens = written + 1, tokens + len(out)
             progress.advance(task, len(batch))
+            if not console.is_terminal:  # a log file gets a line per batch instead of a bar
+                rate = tokens / (time.perf_counter() - began)
+                console.print(f"  {written}/{requests} {domain} requests logged "
+                              f"({rate:.0f} tokens/s)", highlight=False)
         writer.flush()
     engine.dispose()
     return written
