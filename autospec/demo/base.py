@@ -41,8 +41,6 @@ class FoundBase:
 def find_base(source_url: str, target: Target, wanted: str = AUTO) -> FoundBase | None:
     """The base head ``wanted`` (a version, or ``auto``: the newest for ``target``) in the
     store at ``source_url``; None for ``none``, a store that does not exist, or no base."""
-    from sqlalchemy.engine import make_url
-
     from autospec.train.run import base_version
 
     if wanted == NONE or not _exists(source_url):
@@ -59,9 +57,16 @@ def find_base(source_url: str, target: Target, wanted: str = AUTO) -> FoundBase 
             return FoundBase(version=row.version, artifact_uri=row.artifact_uri,
                              sha256=row.sha256, target_revision=row.target_revision,
                              draft_vocab_size=row.draft_vocab_size, meta=dict(row.meta or {}),
-                             source=make_url(source_url).render_as_string(hide_password=True))
+                             source=shown(source_url))
     finally:
         engine.dispose()
+
+
+def shown(url: str) -> str:
+    """``url`` as it may be printed (the password hidden)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _exists(url: str) -> bool:

@@ -131,7 +131,6 @@ class DemoResult:
     partial: str | None = None  # why the run ended early; None: it ran to the end
     base: str | None = None  # the base eagle3 head the candidates warm-started from
 
-
     def as_dict(self) -> dict[str, Any]:
         return {"plan": self.plan, "target": self.target, "data_dir": self.data_dir,
                 "took_s": self.took_s, "complete": self.partial is None,
@@ -291,7 +290,7 @@ class Demo:
     def _adopt_base(self) -> None:
         """Register the user's base eagle3 head in this run's store (see demo/base.py)."""
         from autospec import store
-        from autospec.demo.base import AUTO, NONE, adopt_base, find_base, pretrain_hint
+        from autospec.demo.base import AUTO, NONE, adopt_base, find_base, pretrain_hint, shown
 
         if "eagle3" not in self.plan.kinds:
             return
@@ -308,10 +307,11 @@ class Demo:
                      f"start from scratch")
             return
         if found is None:
+            hint = pretrain_hint(self.target_spec, self.target.dtype_name)
             self.say(f"no base eagle3 head for {self.target.info.target_id} "
-                     f"({self.target.dtype_name}) in {self.base_store}: eagle3 candidates start "
-                     f"from scratch; `{pretrain_hint(self.target_spec, self.target.dtype_name)}`"
-                     f" builds one (~10 minutes on 2 CPU cores)")
+                     f"({self.target.dtype_name}) in {shown(self.base_store)}: eagle3 "
+                     f"candidates start from scratch; `{hint}` builds one (~10 minutes on 2 "
+                     f"CPU cores)")
             return
         self.base_version = adopt_base(self.engine, found, self.target)
         sequences = found.meta.get("synthetic_sequences", "?")
