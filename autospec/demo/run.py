@@ -310,7 +310,7 @@ class Demo:
             hint = pretrain_hint(self.target_spec, self.target.dtype_name)
             self.say(f"no base eagle3 head for {self.target.info.target_id} "
                      f"({self.target.dtype_name}) in {shown(self.base_store)}: eagle3 "
-                     f"candidates start from scratch; `{hint}` builds one (~10 minutes on 2 "
+                     f"candidates start from scratch; `{hint}` builds one (~15 minutes on 2 "
                      f"CPU cores)")
             return
         self.base_version = adopt_base(self.engine, found, self.target)
