@@ -35,8 +35,16 @@ def db(sqlite_url: str):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def server(tiny_llm: Target, db) -> Iterator[LLMServer]:  # type: ignore[no-untyped-def]
-    srv = make_server(tiny_llm, db, poll_interval_s=0.1)
+def poll_interval_s() -> float:
+    """How often the server's watcher reads the live pointer; a module whose tests swap by
+    hand (``versions.poll_once()``) overrides it with a long one, or the watcher could
+    swap first — the race behind a CI failure of test_versions.py."""
+    return 0.1
+
+
+@pytest.fixture
+def server(tiny_llm: Target, db, poll_interval_s: float) -> Iterator[LLMServer]:  # type: ignore[no-untyped-def]
+    srv = make_server(tiny_llm, db, poll_interval_s=poll_interval_s)
     yield srv
     srv.close()
 

@@ -28,6 +28,11 @@ def _mismatch_events(db) -> list:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
+def poll_interval_s() -> float:
+    return 60.0  # the tests swap by hand (versions.poll_once); no watcher racing them
+
+
+@pytest.fixture
 def swapped(db, tiny_llm, tmp_path):  # type: ignore[no-untyped-def]
     """v1 registered, then its files replaced by v2's (both valid suffix artifacts)."""
     v1 = register_artifact(db, tiny_llm, tmp_path, "v1", "suffix")

@@ -16,6 +16,11 @@ from autospec.serve.server import RequestContext, Served
 from .helpers import promote, register_artifact
 
 
+@pytest.fixture
+def poll_interval_s() -> float:
+    return 60.0  # these tests swap by hand; the watcher test sets its own (below)
+
+
 def _failures(db) -> list:  # type: ignore[no-untyped-def]
     with store.session_scope(db, readonly=True) as session:
         return store.list_events(session, kinds=["failure"])
@@ -32,6 +37,7 @@ def test_each_kind_is_promoted_and_served(client, server, db, tiny_llm, tmp_path
     assert server.versions.current.kind == kind
 
 
+@pytest.mark.parametrize("poll_interval_s", [0.1])
 def test_the_watcher_follows_promotion_and_rollback(server, db, tiny_llm, tmp_path):
     for v in ("v1", "v2"):
         register_artifact(db, tiny_llm, tmp_path, v)
