@@ -45,7 +45,7 @@ def find_base(source_url: str, target: Target, wanted: str = AUTO) -> FoundBase 
 
     if wanted == NONE or not _exists(source_url):
         if wanted not in (AUTO, NONE):
-            raise BaseUnavailable(f"no store at {source_url} to find base {wanted!r} in")
+            raise BaseUnavailable(f"no store at {shown(source_url)} to find base {wanted!r} in")
         return None
     engine = store.open_store(source_url, upgrade=False)
     try:
@@ -58,6 +58,22 @@ def find_base(source_url: str, target: Target, wanted: str = AUTO) -> FoundBase 
                              sha256=row.sha256, target_revision=row.target_revision,
                              draft_vocab_size=row.draft_vocab_size, meta=dict(row.meta or {}),
                              source=shown(source_url))
+    finally:
+        engine.dispose()
+
+
+def check_named(source_url: str, wanted: str) -> None:
+    """Before a demo starts: :class:`BaseUnavailable` unless ``wanted`` (``auto``, ``none``
+    or a version) can be looked for — a named version must be a registered base eagle3 head
+    in the store at ``source_url`` (its target is checked once the target is loaded)."""
+    if wanted in (AUTO, NONE):
+        return
+    if not _exists(source_url):
+        raise BaseUnavailable(f"no store at {shown(source_url)} to find base {wanted!r} in")
+    engine = store.open_store(source_url, upgrade=False)
+    try:
+        with store.session_scope(engine, readonly=True) as session:
+            _checked_kind(session, wanted)
     finally:
         engine.dispose()
 
@@ -81,16 +97,21 @@ def _exists(url: str) -> bool:
     return parsed.database == ":memory:" or Path(parsed.database).exists()
 
 
-def _checked(session, version: str, target: Target):  # type: ignore[no-untyped-def]
+def _checked_kind(session, version: str):  # type: ignore[no-untyped-def]
     try:
         row = store.get_speculator(session, version=version)
     except store.NotFound:
         raise BaseUnavailable(f"base version {version!r} is not registered in the store") \
             from None
-    info = target.info
     if row.kind != "eagle3" or not (row.meta or {}).get("base"):
         raise BaseUnavailable(f"{version} is a {row.kind} version, not a base eagle3 head "
                               f"(autospec pretrain builds one)")
+    return row
+
+
+def _checked(session, version: str, target: Target):  # type: ignore[no-untyped-def]
+    row = _checked_kind(session, version)
+    info = target.info
     if row.target_id != info.target_id or (
             row.target_revision and not info.accepts_revision(row.target_revision)):
         raise BaseUnavailable(f"base {version} is for target {row.target_id} (revision "

@@ -89,6 +89,7 @@ def demo(
             check_vllm_installed()
         except EngineUnavailable as exc:
             raise typer.BadParameter(str(exc)) from None
+    _check_base(base)
     plan = plan_for("quick" if quick else "full").with_overrides(
         requests_per_phase=requests_per_phase, max_tokens=max_tokens, domain_a=domain_a,
         domain_b=domain_b).on_engine(resolved)
@@ -110,6 +111,18 @@ def demo(
     except KeyboardInterrupt:  # a second Ctrl-C while shutting down or writing the report
         err.print("[bold red]interrupted[/] (again): the report may be incomplete")
         raise typer.Exit(130) from None
+
+
+def _check_base(base: str) -> None:
+    """A named ``--base`` must be a base eagle3 head in the user's store (exit 2 if not)."""
+    from autospec.demo.base import BaseUnavailable, check_named
+    from autospec.settings import get_settings
+    from autospec.store import StoreError
+
+    try:
+        check_named(get_settings().resolved_database_url, base)
+    except (BaseUnavailable, StoreError) as exc:
+        raise typer.BadParameter(str(exc).splitlines()[0], param_hint="--base") from None
 
 
 def _report(result, out: Path, json_path: Path | None, console) -> None:  # type: ignore[no-untyped-def]

@@ -67,3 +67,14 @@ def test_cli_pretrain_errors_are_one_line(cli_env, args, message) -> None:  # ty
     result = CliRunner().invoke(app, ["pretrain", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_cli_synth_engine_vllm_without_vllm_is_one_line(cli_env, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))
+    result = CliRunner().invoke(app, ["synth", "--engine", "vllm", "--count", "2"])
+    assert result.exit_code == 2, result.output
+    assert "engine 'vllm' needs vLLM" in result.output and "Traceback" not in result.output

@@ -51,3 +51,23 @@ def test_a_named_version_must_be_a_base_eagle3_head(db_with_traffic, tiny,  # ty
         find_base(sqlite_url, tiny, "builtin-ngram")
     version = _base(db_with_traffic, tiny)
     assert find_base(sqlite_url, tiny, version).version == version
+
+
+def test_the_demo_refuses_a_named_base_before_it_starts(db_with_traffic, tiny, sqlite_url,  # type: ignore[no-untyped-def]
+                                                        monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from autospec.cli import app
+    from autospec.settings import get_settings
+
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", sqlite_url)
+    get_settings.cache_clear()
+    try:
+        for name, message in (("eagle3-nope", "is not registered"),
+                              ("builtin-ngram", "not a base eagle3 head")):
+            result = CliRunner().invoke(app, ["demo", "--base", name, "--out", "/nonexistent/x"])
+            assert result.exit_code == 2, result.output
+            text = " ".join(result.output.replace("│", " ").split())  # the panel wraps
+            assert message in text and "Traceback" not in text
+    finally:
+        get_settings.cache_clear()
