@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 
 from autospec import store
 from autospec.engine.target import Target
+from autospec.store.db import describe
 
 AUTO, NONE = "auto", "none"
 
@@ -45,7 +46,7 @@ def find_base(source_url: str, target: Target, wanted: str = AUTO) -> FoundBase 
 
     if wanted == NONE or not _exists(source_url):
         if wanted not in (AUTO, NONE):
-            raise BaseUnavailable(f"no store at {shown(source_url)} to find base {wanted!r} in")
+            raise BaseUnavailable(f"no store at {describe(source_url)} to find base {wanted!r} in")
         return None
     engine = store.open_store(source_url, upgrade=False)
     try:
@@ -57,7 +58,7 @@ def find_base(source_url: str, target: Target, wanted: str = AUTO) -> FoundBase 
             return FoundBase(version=row.version, artifact_uri=row.artifact_uri,
                              sha256=row.sha256, target_revision=row.target_revision,
                              draft_vocab_size=row.draft_vocab_size, meta=dict(row.meta or {}),
-                             source=shown(source_url))
+                             source=describe(source_url))
     finally:
         engine.dispose()
 
@@ -69,20 +70,13 @@ def check_named(source_url: str, wanted: str) -> None:
     if wanted in (AUTO, NONE):
         return
     if not _exists(source_url):
-        raise BaseUnavailable(f"no store at {shown(source_url)} to find base {wanted!r} in")
+        raise BaseUnavailable(f"no store at {describe(source_url)} to find base {wanted!r} in")
     engine = store.open_store(source_url, upgrade=False)
     try:
         with store.session_scope(engine, readonly=True) as session:
             _checked_kind(session, wanted)
     finally:
         engine.dispose()
-
-
-def shown(url: str) -> str:
-    """``url`` as it may be printed (the password hidden)."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
 
 
 def _exists(url: str) -> bool:

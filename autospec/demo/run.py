@@ -290,7 +290,8 @@ class Demo:
     def _adopt_base(self) -> None:
         """Register the user's base eagle3 head in this run's store (see demo/base.py)."""
         from autospec import store
-        from autospec.demo.base import AUTO, NONE, adopt_base, find_base, pretrain_hint, shown
+        from autospec.demo.base import AUTO, NONE, adopt_base, find_base, pretrain_hint
+        from autospec.store.db import describe
 
         if "eagle3" not in self.plan.kinds:
             return
@@ -309,7 +310,7 @@ class Demo:
         if found is None:
             hint = pretrain_hint(self.target_spec, self.target.dtype_name)
             self.say(f"no base eagle3 head for {self.target.info.target_id} "
-                     f"({self.target.dtype_name}) in {shown(self.base_store)}: eagle3 "
+                     f"({self.target.dtype_name}) in {describe(self.base_store)}: eagle3 "
                      f"candidates start from scratch; `{hint}` builds one (~15 minutes on 2 "
                      f"CPU cores)")
             return
