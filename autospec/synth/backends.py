@@ -4,7 +4,7 @@
   left-padded batch, one forward a token; its sampling is the serving engine's exactly.
 - ``vllm``: vLLM's offline ``LLM`` on the target's directory (the one ``autospec export``
   writes, which vLLM serves token for token), in this process, one engine for the whole run
-  (starting it costs 20-60 s on a CPU). Continuous batching keeps every slot busy where the
+  (starting it took ~110 s on a 2-core CPU). Continuous batching keeps every slot busy where the
   native batch waits for its longest answer.
 - ``auto`` (the default): ``vllm`` where the target runs on a CUDA GPU and vLLM is installed,
   else ``native`` — the rule ``autospec serve`` follows (:func:`autospec.serve.engines.

@@ -39,7 +39,7 @@ UrlOption = Annotated[str | None, typer.Option(
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 EngineOption = Annotated[str, typer.Option(
     help="who answers: native (the target's model in batches), vllm (vLLM's offline engine, "
-    "continuous batching; starting it takes 20-60 s on a CPU) or auto (vllm on a CUDA GPU "
+    "continuous batching; starting it took ~110 s on a 2-core CPU) or auto (vllm on a CUDA GPU "
     "with vLLM installed, else native — as autospec serve decides)")]
 TemperatureOption = Annotated[float, typer.Option(
     min=0.0, help="sampling temperature (0: greedy, domain sources only — resampled "

@@ -34,7 +34,7 @@ from autospec import store
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
 from autospec.synth.backends import ENGINES, Sampler, open_sampler
-from autospec.workloads import DOMAINS, domain_prompts
+from autospec.workloads import DOMAINS, SYNTHETIC, domain_prompts
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,8 @@ def _prompts(source: str, request: SynthRequest, engine: Engine,
     if target.tokenizer is None:
         raise SynthError(f"{source} prompts are chats: target {target.info.target_id} has no "
                          f"tokenizer to apply its chat template")
-    chats = domain_prompts(source.removeprefix("domain:"), request.count, seed=request.seed)
+    chats = domain_prompts(source.removeprefix("domain:"), request.count, seed=request.seed,
+                           part=SYNTHETIC)  # never a prompt the traffic half holds
     return [Prompt(ids=target.encode_chat(c), key=f"{source}:{c[-1]['content']}")
             for c in chats]
 

@@ -6,6 +6,7 @@ import pytest
 
 from autospec import store
 from autospec.synth.run import SynthError, SynthRequest, split_of, synthesize
+from autospec.workloads import SYNTHETIC, domain_prompts
 
 
 def _rows(engine, target, split: str):  # type: ignore[no-untyped-def]
@@ -79,6 +80,12 @@ def test_domain_prompts_through_the_chat_template(tmp_path, sqlite_url) -> None:
     assert {r.source for r in rows} == {"domain:coding", "domain:json"}
     assert all(r.origin_request_id is None for r in rows)
     assert "<|im_start|>assistant" in target.tokenizer.decode(rows[0].prompt_ids)
+    asked = {tuple(r.prompt_ids) for r in rows}  # the synthetic half, never the traffic one
+    for domain in ("coding", "json"):
+        synthetic = domain_prompts(domain, 4, seed=request.seed, part=SYNTHETIC)
+        assert {tuple(target.encode_chat(c)) for c in synthetic} <= asked
+        traffic = domain_prompts(domain, 4, seed=request.seed)
+        assert not {tuple(target.encode_chat(c)) for c in traffic} & asked
     engine.dispose()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autospec.workloads import DOMAINS, UnknownDomain, domain_prompts
+from autospec.workloads import DOMAINS, SYNTHETIC, TRAFFIC, UnknownDomain, domain_prompts, part_of
 
 
 @pytest.mark.parametrize("name", sorted(DOMAINS))
@@ -23,3 +23,20 @@ def test_domain_prompts_are_reproducible_varied_chats(name: str) -> None:
 def test_unknown_domain_lists_the_known_ones() -> None:
     with pytest.raises(UnknownDomain, match="coding, json, support"):
         domain_prompts("legal", 3)
+
+
+@pytest.mark.parametrize("name", sorted(DOMAINS))
+def test_traffic_and_synthetic_halves_never_share_a_prompt_whatever_the_seeds(name: str) -> None:
+    traffic = {p[-1]["content"] for seed in (0, 1, 7919)
+               for p in domain_prompts(name, 150, seed=seed)}
+    synthetic = {p[-1]["content"] for seed in (0, 1, 7)
+                 for p in domain_prompts(name, 150, seed=seed, part=SYNTHETIC)}
+    assert len(synthetic) >= 150 and len(traffic) >= 150
+    assert not traffic & synthetic
+    assert domain_prompts(name, 20, seed=3) == domain_prompts(name, 20, seed=3, part=TRAFFIC)
+    assert {part_of(p) for p in domain_prompts(name, 40, seed=3, part=SYNTHETIC)} == {SYNTHETIC}
+
+
+def test_unknown_part_is_named() -> None:
+    with pytest.raises(ValueError, match=r"traffic, synthetic, got 'heldout'"):
+        domain_prompts("support", 3, part="heldout")
