@@ -207,7 +207,7 @@ def reused_run(engine: Engine, kind: str, variant: str = "scratch") -> TrainOutc
 
 def prompts_in_synthetic(engine: Engine, target: Target, prompts: list[list[int]]) -> int:
     """How many of ``prompts`` (measured ones) recur verbatim among the prompts of the domain
-    synthetic rows (drawn with another seed, but a template may repeat one)."""
+    synthetic rows (they come from the other half of each domain's prompts: 0 expected)."""
     from autospec.train.run import synthetic_target
 
     wanted = {tuple(p) for p in prompts}
