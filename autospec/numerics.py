@@ -2,16 +2,17 @@
 a deployment serves.
 
 Every replica records, when it starts, the target spec it loaded, the target's id and
-revision, the engine it decodes with (``native`` or ``vllm``) and the dtype it resolved
-(``auto`` → ``bfloat16`` or ``float32`` on *its* hardware) in the store's ``deployments``
-row (:func:`record_served`). Whatever trains or shadow-evaluates for that deployment — the
+revision, the engine it decodes with (``native`` or ``vllm``), the dtype it resolved
+(``auto`` → ``bfloat16`` or ``float32`` on *its* hardware) and, on a CPU, the threads torch
+decodes on (a Ray replica gets ``num_cpus`` of them) in the store's ``deployments`` row
+(:func:`record_served`). Whatever trains or shadow-evaluates for that deployment — the
 controller, ``autospec train``, ``autospec evaluate`` — reads the row when not told
 otherwise (:func:`resolve`) and refuses a target that does not match it
 (:func:`check_target`), and the controller a policy trained for another engine
 (:func:`engine_for`), before any training or replay, so a promoted candidate is always
-one the replicas can load and the shadow τ is
-measured in the numerics the replicas decode in. With no row yet (nothing served), the
-defaults apply: the embedded target, ``auto``.
+one the replicas can load and the shadow τ is measured in the numerics the replicas decode
+in; candidates' speed is measured on as many threads as the replicas decode on. With no
+row yet (nothing served), the defaults apply: the embedded target, ``auto``.
 
 The target revision does not depend on the dtype (:func:`autospec.engine.target._revision`):
 a speculator is built for the target's weights, not for the precision they run in. The
@@ -23,6 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import torch
 from sqlalchemy import Engine
 
 from autospec import store
@@ -49,6 +51,7 @@ class Served:
     revision: str | None = None
     recorded_by: str | None = None
     engine: str = "native"
+    threads: int | None = None  # torch CPU threads per replica; None: GPU or not recorded
 
     @property
     def recorded(self) -> bool:
@@ -68,7 +71,7 @@ def served(db: Engine, *, deployment: str) -> Served:
         if row is None:
             return Served(deployment, DEFAULT_TARGET, AUTO)
         return Served(deployment, row.target, row.dtype, row.target_id, row.target_revision,
-                      row.updated_by, row.engine)
+                      row.updated_by, row.engine, row.threads)
 
 
 def resolve(db: Engine, *, deployment: str, target: str | None = None,
@@ -132,7 +135,11 @@ def load_served_target(db: Engine, *, deployment: str, target: str | None = None
 
 def record_served(db: Engine, *, deployment: str, spec: str, target: Target,
                   actor: str, engine: str = "native") -> None:
-    """A replica's record of what it serves (see the module docstring)."""
+    """A replica's record of what it serves (see the module docstring), with the CPU threads
+    torch decodes on in this process (None on a GPU, and for vLLM, whose threads are its
+    own)."""
+    on_cpu = engine == "native" and target.device.type == "cpu"
+    threads = torch.get_num_threads() if on_cpu else None
     for attempt in range(2):  # replicas starting together: the loser updates the row
         try:
             with store.session_scope(db) as session:
@@ -140,7 +147,7 @@ def record_served(db: Engine, *, deployment: str, spec: str, target: Target,
                                         target_id=target.info.target_id,
                                         target_revision=target.info.revision,
                                         dtype=target.dtype_name, actor=actor,
-                                        engine=engine)
+                                        engine=engine, threads=threads)
             return
         except store.Conflict:
             if attempt:

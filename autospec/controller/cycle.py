@@ -382,7 +382,8 @@ class Controller:
                 examples=snap.window.heldout, k=self.policy.evaluation.k,
                 policy=self.policy.gate, record=True, training_run_id=cand.run_id,
                 speed=self.policy.evaluation.speed,
-                synthetic_heldout=self.policy.training.synthetic.heldout_sequences)
+                synthetic_heldout=self.policy.training.synthetic.heldout_sequences,
+                threads=numerics.served(self.engine, deployment=self.deployment).threads)
         except (EvaluationError, VersionLoadError) as exc:
             cand.reasons = [f"evaluation failed: {exc}"]
             return
@@ -392,9 +393,9 @@ class Controller:
         ev = report.evaluation
         cand.speedup = ev.gate_speedup.get(cand.version)
         cand.speedup_estimated = ev.speedup.get(cand.version)
-        if ev.measured is not None:
-            cand.speedup_measured = ev.measured.speedup.get(cand.version)
-            cand.incumbent_speedup_measured = ev.measured.speedup.get(incumbent)
+        if (measured := ev.measured_speedup) is not None:
+            cand.speedup_measured = measured.get(cand.version)
+            cand.incumbent_speedup_measured = measured.get(incumbent)
         cand.promote, cand.reasons = report.decision.promote, list(report.decision.reasons)
         if report.evaluation_id is not None:
             result.evaluations.append(report.evaluation_id)

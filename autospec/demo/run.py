@@ -338,8 +338,11 @@ class Demo:
         self.say(f"drift window for the watch: {window:.0f}s "
                  f"(~{drift_requests(plan) + 2} requests at the measured pace)")
         self._watch("A2", window)
-        self._shift_phase(b, n, window)
-        self._phase("B2", f"{b} traffic, after the drift retrain", b, n)
+        if self._shift_phase(b, n, window):
+            self._phase("B2", f"{b} traffic, after the drift retrain", b, n)
+        else:  # the next scheduled cycle does what the drift trigger would have
+            self._cycle("B1")
+            self._phase("B2", f"{b} traffic, after the scheduled cycle", b, n)
         self._watch("B2", window)
 
     def _phase(self, name: str, title: str, domain: str, n: int,
@@ -436,7 +439,9 @@ class Demo:
             time.sleep(0.2)
         log.warning("the store holds fewer requests than were answered after %.0fs", timeout_s)
 
-    def _shift_phase(self, domain: str, n: int, window_s: float) -> None:
+    def _shift_phase(self, domain: str, n: int, window_s: float) -> bool:
+        """Phase B1, the controller watching every ``watch_every`` requests; whether drift
+        triggered a retrain."""
         plan = self.plan
         fired: list[bool] = []
 
@@ -453,7 +458,9 @@ class Demo:
         self._phase("B1", f"traffic shifts to {domain}; watch every {plan.watch_every} "
                     f"requests", domain, 2 * n, stop_when=watch_tick)
         if not fired:
-            self.say("[yellow]no drift trigger within the shift phase's requests[/]")
+            self.say("[yellow]no drift trigger within the shift phase's requests: the "
+                     "scheduled cycle runs instead[/]")
+        return bool(fired)
 
     # -- the controller -----------------------------------------------------------------
     def _cycle(self, after: str) -> None:

@@ -68,7 +68,7 @@ def evaluate(
     from autospec.engine.target import TargetLoadError
     from autospec.evaluate.run import EvaluationError, evaluate_versions, select_requests
     from autospec.evaluate.speed import SpeedSettings
-    from autospec.numerics import NumericsMismatch, load_served_target
+    from autospec.numerics import NumericsMismatch, load_served_target, served
     from autospec.versions import BUILTIN_VERSION, VersionLoadError, check_registered
 
     spec = parse_window(window)
@@ -93,7 +93,8 @@ def evaluate(
                 db=db, target=tgt, versions=versions, examples=examples, k=k, record=record,
                 progress=lambda n, total: bar.update(task, completed=n), speed=settings,
                 speed_progress=lambda n, total: bar.update(timed, completed=n, total=total),
-                synthetic_heldout=synthetic_heldout)
+                synthetic_heldout=synthetic_heldout,
+                threads=served(db, deployment=deployment).threads)
     except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError,
             NumericsMismatch) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
@@ -118,12 +119,16 @@ def _as_json(report) -> dict:
     return data
 
 
-def _measured(ev, version: str) -> str:
+def _measured(ev, version: str) -> tuple[str, str, str]:
+    """Step cost, measured speedup (replayed τ ÷ step cost), decoded median [IQR]."""
     if ev.measured is None:
-        return "—"
-    q = ev.measured.spread.get(version) or []
+        return "—", "—", "—"
+    m = ev.measured
+    q = m.spread.get(version) or []
     iqr = f" [{q[0]:.2f}, {q[1]:.2f}]" if len(q) == 2 else ""
-    return f"{ev.measured.speedup[version]:.2f}×{iqr}"
+    cost = m.step_cost.get(version)
+    return (f"{cost:.2f}" if cost else "—", f"{ev.measured_speedup[version]:.2f}×",
+            f"{m.speedup[version]:.2f}×{iqr}")
 
 
 def _print_synthetic(ev) -> None:
@@ -143,20 +148,22 @@ def _print(report) -> None:
     ev = report.evaluation
     table = Table(title=f"shadow evaluation: {ev.num_requests} requests, k = {ev.k}")
     for col in ("version", "τ", "drafts/step", "acceptance by position", "est. speedup",
-                "measured speedup [IQR]"):
+                "step cost", "measured speedup", "decoded [IQR]"):
         table.add_column(col, justify="left" if col == "version" else "right")
     for v in ev.versions:
         rates = " ".join(f"{r:.2f}" for r in ev.accepted_per_position[v])
         table.add_row(v, f"{ev.tau[v]:.3f}", f"{ev.draft_tokens_per_step[v]:.2f}", rates,
-                      f"{ev.speedup[v]:.2f}×", _measured(ev, v))
+                      f"{ev.speedup[v]:.2f}×", *_measured(ev, v))
     out.print(table)
     if ev.measured is None:
         out.print("speed not measured (--no-speed): the gate used the estimated speedup")
     else:
         m = ev.measured
-        out.print(f"measured: median of {m.rounds} interleaved rounds ({m.prompts} prompts × "
-                  f"{m.repeats}, {m.max_tokens} tokens, target-only "
-                  f"{m.tokens_per_s['target-only']:.1f} tokens/s); the gate used it")
+        out.print(f"measured speedup = τ ÷ step cost (a speculative step's time in target-only "
+                  f"tokens' time, median of {m.rounds} interleaved rounds: {m.prompts} prompts "
+                  f"× {m.repeats}, {m.max_tokens} tokens, {m.threads} torch threads, "
+                  f"target-only {m.tokens_per_s['target-only']:.1f} tokens/s); the gate used "
+                  f"it. decoded: the rounds' own speedup")
     if ev.delta is not None:
         out.print(f"Δτ ({ev.candidate} − {ev.incumbent}) = {ev.delta.delta:+.3f}, "
                   f"{ev.ci_level:.0%} CI [{ev.delta.low:+.3f}, {ev.delta.high:+.3f}]")

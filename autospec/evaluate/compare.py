@@ -92,9 +92,15 @@ class Evaluation:
         return "measured" if self.measured is not None else "estimated"
 
     @property
+    def measured_speedup(self) -> dict[str, float] | None:
+        """Replayed τ ÷ measured step cost per version (``SpeedMeasurement.projected``);
+        None when speed was not measured."""
+        return self.measured.projected(self.tau) if self.measured is not None else None
+
+    @property
     def gate_speedup(self) -> dict[str, float]:
         """Speedup over target-only per version, as the gate compares and ranks it."""
-        return self.measured.speedup if self.measured is not None else self.speedup
+        return self.measured_speedup or self.speedup
 
     @property
     def candidate(self) -> str:

@@ -87,6 +87,10 @@ def _segment_checks(policy: GatePolicy, ev: Evaluation) -> list[tuple[bool, str]
     return checks
 
 
+def _threads(n: int) -> str:
+    return f"{n} thread" + ("" if n == 1 else "s")
+
+
 def _speed(policy: GatePolicy, ev: Evaluation) -> tuple[bool, str]:
     speed = ev.gate_speedup
     cand, inc = speed[ev.candidate], speed[ev.incumbent or ""]
@@ -98,5 +102,8 @@ def _speed(policy: GatePolicy, ev: Evaluation) -> tuple[bool, str]:
                     f"not measured: evaluation.speed.enabled is off)")
     m = ev.measured
     est_c, est_i = ev.speedup[ev.candidate], ev.speedup[ev.incumbent or ""]
-    return ok, (f"measured speedup {cand:.2f}× vs incumbent {inc:.2f}× ({verdict}; median "
-                f"of {m.rounds} interleaved rounds; estimated {est_c:.2f}× vs {est_i:.2f}×)")
+    dec_c, dec_i = m.speedup[ev.candidate], m.speedup[ev.incumbent or ""]
+    return ok, (f"measured speedup {cand:.2f}× vs incumbent {inc:.2f}× ({verdict}; replayed "
+                f"τ over the step cost of {m.rounds} interleaved rounds on "
+                f"{_threads(m.threads)}; decoded {dec_c:.2f}× vs {dec_i:.2f}×; estimated "
+                f"{est_c:.2f}× vs {est_i:.2f}×)")

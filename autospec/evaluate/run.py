@@ -45,6 +45,7 @@ from autospec.evaluate.speed import (
     SpeedSettings,
     measure_speedups,
     spread_prompts,
+    torch_threads,
 )
 from autospec.store.models import utcnow
 from autospec.store.queries import TrafficExample
@@ -111,9 +112,12 @@ def evaluate_versions(
     speed: SpeedSettings | None = None,
     speed_progress: Callable[[int, int], None] | None = None,
     synthetic_heldout: int = 64,
+    threads: int | None = None,
 ) -> EvaluationReport:
     """Replay ``examples`` with each version, measure speed, compare, decide and (optionally)
-    record. ``speed``: how the speedup is measured (default :class:`SpeedSettings`)."""
+    record. ``speed``: how the speedup is measured (default :class:`SpeedSettings`);
+    ``threads``: the serving replicas' torch threads, which the speed is measured on (and
+    the cost model timed on) unless ``speed.threads`` says otherwise."""
     if not versions:
         raise EvaluationError("name at least one speculator version to evaluate")
     if len(set(versions)) != len(versions):
@@ -126,11 +130,13 @@ def evaluate_versions(
     requests = [to_replay_request(ex) for ex in examples]
     results = replay(target, specs, requests, k,
                      progress=(lambda n: progress(n, len(requests))) if progress else None)
-    costs = measure_costs(target, max(requests, key=lambda r: len(r.prompt_ids)), k, results)
-    evaluation = compare(results, [r.segment for r in requests], costs, k=k,
-                         level=policy.ci_level)
-    evaluation.measured = measure_speed(target, specs, requests, k, speed or SpeedSettings(),
-                                        speed_progress)
+    speed = speed or SpeedSettings()
+    with torch_threads(speed.threads or threads):
+        costs = measure_costs(target, max(requests, key=lambda r: len(r.prompt_ids)), k,
+                              results)
+        evaluation = compare(results, [r.segment for r in requests], costs, k=k,
+                             level=policy.ci_level)
+        evaluation.measured = measure_speed(target, specs, requests, k, speed, speed_progress)
     evaluation.synthetic = replay_synthetic(db, target, specs, k, synthetic_heldout,
                                             level=policy.ci_level)
     decision = guard(policy, evaluation, decide(policy, evaluation)) if len(versions) > 1 \
@@ -176,16 +182,16 @@ def measure_speed(target: Target, specs: dict, requests: list[ReplayRequest], k:
     prompts = spread_prompts([r.prompt_ids for r in requests], settings.prompts)
     measured = measure_speedups(target, specs, prompts, k=k, max_tokens=settings.max_tokens,
                                 repeats=settings.repeats, progress=progress)
-    log.info("measured speedup over target-only (%d rounds): %s", measured.rounds,
-             ", ".join(f"{v} {s:.2f}×" for v, s in measured.speedup.items()))
+    log.info("measured speedup over target-only (%d rounds, %d threads): %s", measured.rounds,
+             measured.threads, ", ".join(f"{v} {s:.2f}×" for v, s in measured.speedup.items()))
     return measured
 
 
 def speed_record(ev: Evaluation) -> dict:
     """The speed part of an evaluation as recorded and printed: estimated and measured
     side by side, and which one the gate used."""
-    return {"speedup": ev.speedup, "speedup_measured": ev.measured.speedup if ev.measured
-            else None, "speed_basis": ev.speed_basis,
+    return {"speedup": ev.speedup, "speedup_measured": ev.measured_speedup,
+            "speed_basis": ev.speed_basis,
             "speed": asdict(ev.measured) if ev.measured else None}
 
 

@@ -12,8 +12,26 @@ one ratio, which the median ignores.
 
 Decoding is greedy, so a version's output is the target-only output (token for token, up
 to bfloat16 near-ties): both sides of a ratio produce the same tokens, and the ratio is a
-ratio of seconds. One warm-up decode per side comes first, untimed (allocator and kernel
-first-call costs).
+ratio of seconds.
+
+**Step cost, and the speedup the gate uses.** A round's ratio is that round's τ over the
+cost of one speculative step in target-only tokens' time. A few prompts of 32 tokens give
+a noisy τ: in one demo run the gate's 4 decoded prompts put suffix at 1.44× where the next
+phase realised 1.01× — those prompts' τ was 2.1, the replay over all 15 held-out requests
+1.70. So each round also yields the version's **step cost** (its τ in that round over its
+ratio; the median is kept in ``step_cost``), and the speedup the gate compares is
+:meth:`SpeedMeasurement.projected`: τ replayed over every held-out request ÷ the measured
+step cost. The decoded medians stay in ``speedup``.
+
+One warm-up decode per side comes first, untimed (allocator and kernel first-call costs).
+
+**Threads.** On a CPU the decodes run on as many torch threads as the serving replicas
+decode on (``threads``: the deployment's recorded count, :mod:`autospec.numerics`), not on
+the controller's: a verify of k+1 tokens is compute-bound where a 1-token step is
+memory-bound, so the step cost depends on the thread count (the demo's SmolLM2 float32
+versions read 4–8 % faster against target-only on 2 threads than on the replicas' 1, and
+with another process busy on one of the 2 cores an eagle3 head read 0.99× on 2 threads
+against 0.81× on 1).
 
 Knows nothing of the store or the gate: it takes a target, speculators and token ids.
 """
@@ -21,9 +39,11 @@ Knows nothing of the store or the gate: it takes a target, speculators and token
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from autospec.engine.clock import clock
@@ -47,6 +67,9 @@ class SpeedSettings(BaseModel):
     repeats: int = Field(2, ge=1, le=20, description="rounds per prompt (each: target-only "
                          "and every version, back to back)")
     max_tokens: int = Field(32, ge=4, le=1024, description="new tokens per decode")
+    threads: int | None = Field(None, ge=1, le=1024, description="torch CPU threads the "
+                                "decodes run on (default: as many as the deployment's "
+                                "replicas recorded, else this process's)")
 
 
 @dataclass
@@ -62,6 +85,30 @@ class SpeedMeasurement:
     max_tokens: int
     k: int
     spread: dict[str, list[float]] = field(default_factory=dict)  # version -> [q25, q75]
+    threads: int = 0  # torch threads the decodes ran on
+    # version -> median over rounds of a speculative step's seconds in target-only tokens'
+    # seconds (that round's τ over its ratio): what τ buys is τ / step_cost
+    step_cost: dict[str, float] = field(default_factory=dict)
+
+    def projected(self, tau: Mapping[str, float]) -> dict[str, float]:
+        """Speedup per version from ``tau`` (replayed over every held-out request) and the
+        step cost measured here; the decoded median where no step cost was measured."""
+        return {v: tau[v] / c if (c := self.step_cost.get(v)) else self.speedup[v]
+                for v in self.speedup}
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[int]:
+    """Run the block on ``n`` torch threads (None: as it is); the count it ran on."""
+    before = torch.get_num_threads()
+    if n is None or n == before:
+        yield before
+        return
+    torch.set_num_threads(n)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
 
 
 def spread_prompts(prompts: Sequence[list[int]], n: int) -> list[list[int]]:
@@ -73,13 +120,17 @@ def spread_prompts(prompts: Sequence[list[int]], n: int) -> list[list[int]]:
     return [usable[int(i * step)] for i in range(n)]
 
 
-def _decode_rate(engine: SpeculativeEngine, prompt: list[int], params: SamplingParams) -> float:
-    """Output tokens per second of one greedy decode, timed to the device's end."""
+def _decode_rate(engine: SpeculativeEngine, prompt: list[int],
+                 params: SamplingParams) -> tuple[float, float]:
+    """Output tokens per second of one greedy decode, timed to the device's end, and its τ
+    (Σ(accepted + 1) / steps; 1 for the target alone)."""
     device = engine.target.device
     started = clock(device)
     result = engine.generate(prompt, params)
     seconds = clock(device) - started
-    return result.stats.output_tokens / seconds if seconds > 0 else 0.0
+    st = result.stats
+    tau = (st.num_accepted_tokens + st.num_drafts) / st.num_drafts if st.num_drafts else 1.0
+    return (st.output_tokens / seconds if seconds > 0 else 0.0), tau
 
 
 def _quartiles(values: list[float]) -> list[float]:
@@ -107,19 +158,25 @@ def measure_speedups(target: Target, speculators: Mapping[str, Speculator],
     for engine in engines.values():  # warm-up, untimed
         engine.generate(prompts[0], SamplingParams(max_new_tokens=min(8, max_tokens)))
     rates: dict[str, list[float]] = {name: [] for name in engines}
+    taus: dict[str, list[float]] = {name: [] for name in engines}
     total = len(prompts) * repeats
     for r in range(total):
         prompt = prompts[r % len(prompts)]
         order = list(engines) if r % 2 == 0 else list(reversed(engines))
         for name in order:
-            rates[name].append(_decode_rate(engines[name], prompt, params))
+            rate, tau = _decode_rate(engines[name], prompt, params)
+            rates[name].append(rate)
+            taus[name].append(tau)
         if progress is not None:
             progress(r + 1, total)
     base = rates[TARGET_ONLY]
     ratios = {v: [s / b if b > 0 else 0.0 for s, b in zip(rates[v], base, strict=True)]
               for v in speculators}
+    costs = {v: [t / q for t, q in zip(taus[v], ratios[v], strict=True) if q > 0]
+             for v in speculators}
     return SpeedMeasurement(
         speedup={v: statistics.median(r) for v, r in ratios.items()}, ratios=ratios,
+        step_cost={v: statistics.median(c) if c else 0.0 for v, c in costs.items()},
         tokens_per_s={name: statistics.median(r) for name, r in rates.items()},
         rounds=total, prompts=len(prompts), repeats=repeats, max_tokens=max_tokens, k=k,
-        spread={v: _quartiles(r) for v, r in ratios.items()})
+        spread={v: _quartiles(r) for v, r in ratios.items()}, threads=torch.get_num_threads())

@@ -30,13 +30,13 @@ def get_deployment(session: Session, *, name: str) -> Deployment | None:
 
 def record_deployment(session: Session, *, name: str, target: str, target_id: str,
                       target_revision: str, dtype: str, actor: str,
-                      engine: str = "native") -> Deployment:
+                      engine: str = "native", threads: int | None = None) -> Deployment:
     """Record (or update) what ``name`` serves; a change is audited. :class:`Conflict` if
     another replica inserted the row at the same moment (retry: it is an update then)."""
     row = get_deployment(session, name=name)
     now = utcnow()
     new = {"target": target, "target_id": target_id, "target_revision": target_revision,
-           "dtype": dtype, "engine": engine}
+           "dtype": dtype, "engine": engine, "threads": threads}
     if row is None:
         row = Deployment(name=name, updated_at=now, updated_by=actor, **new)
         try:

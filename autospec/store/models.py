@@ -197,8 +197,8 @@ class LivePointer(Base):
 
 
 class Deployment(Base):
-    """What a deployment serves: its target, the numerics its replicas run it in and the
-    engine they decode with.
+    """What a deployment serves: its target, the numerics its replicas run it in, the
+    engine they decode with and on how many CPU threads.
 
     Written by every replica when it starts (the newest replica's view wins); the controller,
     ``train`` and ``evaluate`` read it, so candidates are trained and shadow-evaluated for
@@ -213,6 +213,9 @@ class Deployment(Base):
     target_revision: Mapped[str] = mapped_column(String(64))
     dtype: Mapped[str] = mapped_column(String(16))  # resolved: "float32" or "bfloat16"
     engine: Mapped[str] = mapped_column(String(16), server_default="native")  # or "vllm"
+    # torch's CPU threads a replica decodes with (None: a GPU replica, or a row written
+    # before revision 0005); the controller measures speed on as many
+    threads: Mapped[int | None] = mapped_column(Integer, nullable=True)
     updated_at: Mapped[datetime]
     updated_by: Mapped[str] = mapped_column(String(128))
 

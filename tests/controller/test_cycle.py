@@ -38,6 +38,24 @@ def test_a_cycle_promotes_a_better_candidate_once_per_window(db, tiny, traffic) 
     assert len(_cycle_notes(db)) == 1
 
 
+def test_the_cycle_measures_speed_on_the_threads_the_replicas_recorded(db, tiny, traffic) -> None:
+    import torch
+
+    with store.session_scope(db) as session:
+        store.record_deployment(session, name="default", target="t", target_id=tiny.info.target_id,
+                                target_revision=tiny.info.revision, dtype=tiny.dtype_name,
+                                actor="replica-a", threads=1)
+    log_traffic(db, traffic)
+    before = torch.get_num_threads()
+    result = Controller(db, fast_policy(), tiny).run_cycle()
+    assert result.evaluations, result.reasons
+    assert torch.get_num_threads() == before  # the controller's own threads, given back
+    with store.session_scope(db, readonly=True) as session:
+        evs = store.list_evaluations(session)
+    assert evs and all(ev.per_segment["speed"]["threads"] == 1 for ev in evs)
+    assert all("on 1 thread;" in " ".join(map(str, ev.reasons)) for ev in evs)
+
+
 def test_not_enough_fresh_traffic_does_nothing(db, tiny, traffic) -> None:
     log_traffic(db, traffic[:10])
     result = Controller(db, fast_policy(), tiny).run_cycle()

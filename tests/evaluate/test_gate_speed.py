@@ -63,7 +63,22 @@ def test_the_evaluate_table_shows_estimated_and_measured_side_by_side(capsys,
     monkeypatch.setattr(cli, "out", Console(width=250))  # wide: no wrapped columns
     cli._print(EvaluationReport(ev, decide(POLICY, ev), None, None, None))
     text = capsys.readouterr().out
-    assert "est. speedup" in text and "measured speedup [IQR]" in text
+    assert "est. speedup" in text and "measured speedup" in text and "decoded [IQR]" in text
     assert f"{ev.speedup['cand']:.2f}×" in text and "1.50× [1.50, 1.50]" in text
-    assert "median of 3 interleaved rounds (3 prompts × 1, 16 tokens" in text
+    assert "median of 3 interleaved rounds: 3 prompts × 1, 16 tokens" in text
     assert cli._as_json(EvaluationReport(ev, None, None, None, None))["speed_basis"] == "measured"
+
+
+def test_the_gate_ranks_on_replayed_tau_over_the_measured_step_cost() -> None:
+    """A few decoded prompts give a noisy τ: the gate divides the τ replayed over every
+    held-out request by the measured cost of a speculative step (in target-only tokens)."""
+    ev = _trial(0, 0.75, 0.5)
+    m = replace(_measured(1.5, 1.2), step_cost={"cand": 2.0, "inc": 1.0})
+    ev = replace(ev, measured=m)
+    want = {"cand": ev.tau["cand"] / 2.0, "inc": ev.tau["inc"] / 1.0}
+    assert ev.gate_speedup == ev.measured_speedup == want
+    assert want["cand"] != 1.5  # not the decoded median
+    (reason,) = [r for r in decide(POLICY, ev).reasons if "speedup" in r]
+    assert reason.startswith(f"measured speedup {want['cand']:.2f}× vs incumbent "
+                             f"{want['inc']:.2f}×")
+    assert "decoded 1.50× vs 1.20×" in reason and "step cost" in reason

@@ -67,8 +67,8 @@ def test_rounds_interleave_and_reverse_order_and_take_the_median_of_ratios(
         name = names[id(engine.speculator)]
         if params.max_new_tokens == 9:  # timed decodes only
             calls.append(name)
-            return next(script[name])
-        return 1.0
+            return next(script[name]), (2.0 if name == "a" else 1.0)
+        return 1.0, 1.0
 
     spec = RandomSpeculator(64)
     names.update({id(None): TARGET_ONLY, id(spec): "a"})
@@ -77,6 +77,9 @@ def test_rounds_interleave_and_reverse_order_and_take_the_median_of_ratios(
     assert calls == [TARGET_ONLY, "a", "a", TARGET_ONLY] * 3  # back to back, order reversed
     assert m.ratios["a"] == [1.5, 1.5, 15.0, 1.5, 1.5, 1.5]
     assert m.speedup["a"] == pytest.approx(1.5)
+    # a step of "a" costs τ 2 / ratio 1.5 target-only tokens; the outlier round is ignored
+    assert m.step_cost["a"] == pytest.approx(2.0 / 1.5)
+    assert m.projected({"a": 2.4}) == {"a": pytest.approx(2.4 / (2.0 / 1.5))}
     assert m.tokens_per_s[TARGET_ONLY] == 100.0
 
 
@@ -96,6 +99,31 @@ def test_decode_rate_times_a_real_decode_tiny_random_init(tiny) -> None:
     from autospec.engine.generate import SpeculativeEngine
     from autospec.engine.sampling import SamplingParams
 
-    rate = speed._decode_rate(SpeculativeEngine(tiny), PROMPTS[0],
-                              SamplingParams(max_new_tokens=8))
-    assert 0 < rate < float("inf")
+    rate, tau = speed._decode_rate(SpeculativeEngine(tiny), PROMPTS[0],
+                                   SamplingParams(max_new_tokens=8))
+    assert 0 < rate < float("inf") and tau == 1.0  # the target alone: one token a step
+    out = SpeculativeEngine(tiny).generate(PROMPTS[0], SamplingParams(max_new_tokens=12))
+    _, tau = speed._decode_rate(SpeculativeEngine(tiny, OracleSpeculator(out.token_ids), K),
+                                PROMPTS[0], SamplingParams(max_new_tokens=12))
+    assert tau > 2  # every draft accepted: k + 1 a step, but for the last, shorter steps
+
+
+def test_torch_threads_runs_the_block_on_n_threads_and_restores_them() -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    with speed.torch_threads(None) as n:
+        assert n == before == torch.get_num_threads()
+    with speed.torch_threads(1) as n:
+        assert n == 1 == torch.get_num_threads()
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), speed.torch_threads(1):
+        raise RuntimeError("a failed measurement still gives the threads back")
+    assert torch.get_num_threads() == before
+
+
+def test_the_measurement_records_the_threads_it_ran_on_tiny_random_init(tiny) -> None:
+    with speed.torch_threads(1):
+        m = measure_speedups(tiny, {"r": RandomSpeculator(64)}, PROMPTS[:1], k=K,
+                             max_tokens=6, repeats=1)
+    assert m.threads == 1

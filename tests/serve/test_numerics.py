@@ -97,3 +97,16 @@ def test_the_engine_candidates_are_trained_for_follows_the_replicas_record_tiny(
         numerics.engine_for(db, deployment="default", wanted="native")
     numerics.record_served(db, deployment="default", spec="a", target=tiny_llm, actor="r2")
     assert numerics.engine_for(db, deployment="default", wanted="auto") == "native"
+
+
+def test_a_native_cpu_replica_records_its_torch_threads_a_vllm_one_none_tiny(
+        db, tiny_llm) -> None:
+    """The controller measures speed on the replicas' thread count (numerics.served)."""
+    import torch
+
+    assert numerics.served(db, deployment="default").threads is None  # nothing recorded
+    numerics.record_served(db, deployment="default", spec="a", target=tiny_llm, actor="r1")
+    assert numerics.served(db, deployment="default").threads == torch.get_num_threads()
+    numerics.record_served(db, deployment="default", spec="a", target=tiny_llm, actor="r2",
+                           engine="vllm")
+    assert numerics.served(db, deployment="default").threads is None

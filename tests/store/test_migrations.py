@@ -113,3 +113,34 @@ def test_deployments_recorded_before_0003_keep_serving_on_the_native_engine(
     with engine.connect() as conn:
         assert conn.execute(text("SELECT dtype FROM deployments")).one() == ("float32",)
     engine.dispose()
+
+
+def test_deployments_recorded_before_0005_have_unknown_threads_until_a_replica_records(
+        db_url: str) -> None:
+    """``deployments.threads`` (0005): NULL for rows written before it; a replica's record
+    fills it; down to 0004 drops the column and keeps the row."""
+    from autospec import store
+
+    engine = db.make_engine(db_url)
+    migrate.upgrade(engine, "0004")
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO deployments (name, target, target_id, target_revision, dtype, engine, "
+            "updated_at, updated_by) VALUES ('default', 't', 'tid', 'rev', 'float32', "
+            "'native', '2026-11-30 00:00:00', 'replica-a')"))
+    migrate.upgrade(engine)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT threads FROM deployments")).one() == (None,)
+    with store.session_scope(engine) as session:
+        store.record_deployment(session, name="default", target="t", target_id="tid",
+                                target_revision="rev", dtype="float32", actor="replica-b",
+                                threads=1)
+    with store.session_scope(engine, readonly=True) as session:
+        row = store.get_deployment(session, name="default")
+        assert row is not None and row.threads == 1 and row.updated_by == "replica-b"
+        events = store.list_events(session, deployment="default")
+        assert any(e.details and e.details.get("to", {}).get("threads") == 1 for e in events)
+    migrate.downgrade(engine, "0004")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT engine FROM deployments")).one() == ("native",)
+    engine.dispose()

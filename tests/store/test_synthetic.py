@@ -71,7 +71,7 @@ def test_migration_0004_up_and_down_from_0003(db_url: str) -> None:
     engine = db.make_engine(db_url)
     migrate.upgrade(engine, "0003")
     assert "synthetic_sequences" not in inspect(engine).get_table_names()
-    migrate.upgrade(engine)
+    migrate.upgrade(engine, "0004")
     assert migrate.current_revision(engine) == "0004"
     assert "synthetic_sequences" in inspect(engine).get_table_names()
     migrate.downgrade(engine, "0003")
