@@ -46,8 +46,8 @@ def evaluate(
         help="write the evaluation and decision to the store")] = True,
     speed: Annotated[bool, typer.Option(
         help="measure the speedup by decoding prompts of the window against target-only "
-        "decoding (interleaved, median of per-round ratios); --no-speed: the gate uses the "
-        "estimate")] = True,
+        "decoding (interleaved, on the replicas' torch threads; replayed τ ÷ the median step "
+        "cost); --no-speed: the gate uses the estimate")] = True,
     speed_prompts: Annotated[int, typer.Option(min=1, max=64,
                                                help="prompts decoded to measure speed")] = 4,
     speed_repeats: Annotated[int, typer.Option(min=1, max=20,
