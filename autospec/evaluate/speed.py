@@ -5,7 +5,7 @@ model; this module **decodes** instead. A **round** decodes one held-out prompt 
 (the native engine, the evaluation's ``k``, ``max_tokens`` new tokens) with the target
 alone and with each version, back to back, the order reversed every other round so that a
 load rising or falling during a round weighs on both sides alike. A version's **ratio** in
-a round is its tokens/s over the target-only tokens/s of that same round; its **measured
+a round is its tokens/s over the target-only tokens/s of that same round; its **decoded
 speedup** is the median of its ratios over all rounds (``prompts × repeats``). Load that
 slows a whole round slows both sides and divides out; a burst that hits one decode moves
 one ratio, which the median ignores.
