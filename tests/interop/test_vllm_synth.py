@@ -2,10 +2,17 @@
 
 Float32 and greedy, so vLLM's answers must equal the native batch's token for token (EOS
 included where it ended an answer); the rows carry the run's engine-independent marks. One
-vLLM engine start (~1-2 min on 2 CPU cores).
+vLLM engine start (~1-2 min on 2 CPU cores). The command runs in its own process, as a user
+runs it: an in-process vLLM engine leaves torch state behind (compiled graphs, dispatch
+and grad modes) that other tests of this process must not inherit.
 """
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,15 +25,19 @@ def test_vllm_answers_domain_prompts_as_the_native_batch_does(tmp_path) -> None:
     from autospec.engine.sampling import SamplingParams
     from autospec.engine.target import load_target
     from autospec.synth.backends import NativeSampler
-    from autospec.synth.run import SynthRequest, synthesize
 
     target = load_target("smollm2-135m", dtype="float32")
-    engine = store.open_store(f"sqlite:///{tmp_path / 'synth.db'}", upgrade=True)
-    request = SynthRequest(sources=("domain:support", "domain:json"), count=3, temperature=0.0,
-                           max_new_tokens=24, batch_size=3, heldout_fraction=0.0, seed=3,
-                           engine="vllm")
-    outcome = synthesize(request, engine=engine, target=target)
-    assert outcome.engine == "vllm" and outcome.written == 6
+    cli = Path(sys.executable).with_name("autospec")
+    done = subprocess.run(
+        [str(cli), "synth", "--source", "domain:support", "--source", "domain:json",
+         "--count", "3", "--temperature", "0", "--max-tokens", "24", "--batch-size", "3",
+         "--heldout-fraction", "0", "--seed", "3", "--engine", "vllm", "--target",
+         "smollm2-135m", "--dtype", "float32", "--url", f"sqlite:///{tmp_path / 'synth.db'}",
+         "--json"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads(done.stdout)  # --json: stdout holds the one object, vLLM logs none
+    assert outcome["engine"] == "vllm" and outcome["written"] == 6, outcome
+    engine = store.open_store(f"sqlite:///{tmp_path / 'synth.db'}")
     ident = store.SyntheticTarget(target.info.target_id, target.info.revision, "float32")
     with store.session_scope(engine, readonly=True) as session:
         rows = store.select_synthetic(session, target=ident, split="train")
