@@ -123,14 +123,13 @@ def spread_prompts(prompts: Sequence[list[int]], n: int) -> list[list[int]]:
 def _decode_rate(engine: SpeculativeEngine, prompt: list[int],
                  params: SamplingParams) -> tuple[float, float]:
     """Output tokens per second of one greedy decode, timed to the device's end, and its τ
-    (Σ(accepted + 1) / steps; 1 for the target alone)."""
+    (``RequestStats.tau``: 1 for the target alone)."""
     device = engine.target.device
     started = clock(device)
     result = engine.generate(prompt, params)
     seconds = clock(device) - started
-    st = result.stats
-    tau = (st.num_accepted_tokens + st.num_drafts) / st.num_drafts if st.num_drafts else 1.0
-    return (st.output_tokens / seconds if seconds > 0 else 0.0), tau
+    rate = result.stats.output_tokens / seconds if seconds > 0 else 0.0
+    return rate, result.stats.tau
 
 
 def _quartiles(values: list[float]) -> list[float]:
