@@ -453,13 +453,20 @@ class Eagle3Speculator(SavableSpeculator):
         depth expands the ``tree_width`` likeliest new candidates (cumulative log-prob of the
         head's drafts) in one head forward, keeping ``tree_width`` children of each; the
         likeliest ``tree_nodes`` of all candidates are proposed, ordered by depth then
-        likelihood. Speculative head entries are cropped at the next commit."""
+        likelihood. Speculative head entries are cropped at the next commit.
+
+        Drafting stops early, with the same proposal, once no descendant of the frontier
+        could be proposed (:meth:`_DraftTree.worth_expanding`): a head forward costs a
+        fraction of a target step on a CPU, so the depths nobody would verify are skipped."""
         width, head = self.config.tree_width, self.head
+        nodes, min_prob = self.config.tree_nodes, self.config.tree_min_prob
         tree = _DraftTree()
         logp = F.log_softmax(head.logits(self._last_hidden).float(), -1)  # [Vd]
         frontier = tree.add_children([-1], logp.new_zeros(1), logp[None], head.d2t, width)
         hidden = self._last_hidden.expand(len(frontier), -1)
         for depth in range(1, k):
+            if not tree.worth_expanding(frontier, nodes, min_prob):
+                break
             sees = tree.visibility(frontier, self._real, self._cache.length)
             tree.placed(frontier, self._cache.length)
             out = head.step_tree(hidden, tree.tokens_of(frontier, self.device), self._cache,
@@ -470,7 +477,7 @@ class Eagle3Speculator(SavableSpeculator):
             best = tree.likeliest(children, width)
             hidden = out[[children.index(c) // width for c in best]]
             frontier = best
-        return tree.proposal(self.config.tree_nodes, self.config.tree_min_prob)
+        return tree.proposal(nodes, min_prob)
 
     def _suffix_path(self, k: int) -> list[tuple[int, float]]:
         """The suffix index's likeliest continuation (none without an index or threshold)."""
@@ -603,6 +610,18 @@ class _DraftTree:
     def placed(self, ids: list[int], first_slot: int) -> None:
         for row, i in enumerate(ids):
             self.slots[i] = first_slot + row
+
+    def worth_expanding(self, frontier: list[int], n: int, min_prob: float) -> bool:
+        """Whether a child of ``frontier`` could be among :meth:`proposal`'s ``n``: a child
+        is never likelier than its parent, and ties go to the older candidate, so none can
+        once every frontier score is below ``min_prob`` or at most the ``n``-th best
+        score already drafted."""
+        best = max(self.scores[i] for i in frontier)
+        if min_prob > 0 and best < math.log(min_prob):
+            return False
+        if len(self.scores) < n:
+            return True
+        return best > sorted(self.scores, reverse=True)[n - 1]
 
     def proposal(self, n: int, min_prob: float = 0.0) -> Proposal:
         """The ``n`` likeliest candidates of at least ``min_prob`` (the likeliest always; a

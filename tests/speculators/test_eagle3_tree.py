@@ -82,3 +82,44 @@ def test_eagle3_tiny_random_init_tree_min_prob_prunes_unlikely_candidates(tiny, 
     assert whole.num_tokens == 12
     assert 1 <= default.propose(4, GREEDY, None).num_tokens < 12
     assert pruned.propose(4, GREEDY, None).tokens.tolist() == whole.tokens[:1].tolist()
+
+
+def test_eagle3_tiny_random_init_tree_stops_drafting_when_no_deeper_candidate_can_win(
+        tiny, sequence, monkeypatch):
+    """Skipping the depths whose candidates could not be proposed changes no proposal."""
+    from autospec.speculators import eagle3
+
+    feats = _feats(tiny, sequence)
+    settings = [(12, 0.0), (4, 0.0), (16, 0.02), (16, 0.05), (12, 1.0)]
+
+    def drafts(exhaustive: bool) -> list[tuple[list[int], list[int], int]]:
+        if exhaustive:
+            monkeypatch.setattr(eagle3._DraftTree, "worth_expanding", lambda *a: True)
+        out = []
+        for nodes, floor in settings:
+            spec = _eagle(tiny, tree_nodes=nodes, tree_width=4, tree_min_prob=floor)
+            feed_from_scratch(spec, sequence[:12], 10, feats[:12])
+            calls = _count_calls(spec.head, "step_tree")
+            proposal = spec.propose(5, GREEDY, None)
+            out.append((proposal.tokens.tolist(), proposal.parents.tolist(), len(calls)))
+        monkeypatch.undo()
+        return out
+
+    early, full = drafts(False), drafts(True)
+    assert [e[:2] for e in early] == [f[:2] for f in full]
+    assert all(f[2] == 4 for f in full)  # k - 1 head forwards without the stop
+    assert early[-1][2] == 0  # a floor of 1: only the likeliest depth-1 candidate
+    assert early[1][2] < 4  # 4 nodes: the 4 children of the pending token win
+
+
+def _count_calls(obj, name: str) -> list[int]:
+    """Wrap ``obj.name`` so that each call appends to the returned list."""
+    calls: list[int] = []
+    method = getattr(obj, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return method(*args, **kwargs)
+
+    setattr(obj, name, counted)
+    return calls
