@@ -6,8 +6,9 @@ Each demo run has a store of its own, so :func:`adopt_base` registers that head 
 (same version name, same artifact file, its SHA-256 verified again), marked base; the
 demo's eagle3 candidates then warm-start from it as any eagle3 training does
 (:func:`autospec.train.run.base_version`). :func:`find_base` picks the head: a named
-version, or the newest base of the target's id and revision (its dtype is part of the
-revision). Nothing of the user's store is written.
+version, or the newest base of the target's id and revision (the revision leaves the
+load dtype out, so a base pretrained in float32 serves a bfloat16 demo: same weights,
+same tokens to predict). Nothing of the user's store is written.
 """
 
 from __future__ import annotations

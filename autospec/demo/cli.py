@@ -55,7 +55,7 @@ def demo(
         "installed, else native)")] = "auto",
     base: Annotated[str, typer.Option(
         help="the base eagle3 head the demo's eagle3 candidates warm-start from: auto (the "
-        "newest autospec pretrain head for the target and dtype in your store, "
+        "newest autospec pretrain head for the target, in any dtype, in your store, "
         "AUTOSPEC_DATABASE_URL; none there: from scratch, and the demo says how to build "
         "one), none (from scratch) or a version name in your store")] = "auto",
 ) -> None:
