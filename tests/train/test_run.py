@@ -102,6 +102,30 @@ def test_warm_start_tiny_random_init_keeps_rows_that_still_exist(tiny) -> None:
     torch.testing.assert_close(new.head.fc.weight, old.head.fc.weight)
 
 
+def test_warm_start_tiny_random_init_keeps_the_incumbents_tokens_the_window_lacks(tiny):
+    """A small window does not push the incumbent's trained rows out of the draft
+    vocabulary: its output tokens first, then the incumbent's, then its prompt tokens."""
+    from autospec.speculators.registry import new_speculator
+    from autospec.train.data import TrainSequence
+    from autospec.train.kinds import Eagle3Recipe
+
+    old = new_speculator("eagle3", tiny, draft_vocab_size=16)
+    assert isinstance(old, Eagle3Speculator)
+    old_d2t = torch.arange(40, 56)  # ids the window below never shows
+    old.head.set_draft_vocab(old_d2t)
+    window = [TrainSequence(ids=[1, 2, 3, 4, 10, 11, 12, 10], prompt_len=4)]
+    new = new_speculator("eagle3", tiny, draft_vocab_size=24)
+    info = Eagle3Recipe().prepare(new, window, tiny, old)
+    d2t = set(new.head.d2t.tolist())
+    assert {10, 11, 12} <= d2t  # the window's outputs
+    assert set(old_d2t.tolist()) <= d2t  # every incumbent token, its row kept
+    assert info["draft_vocab_rows_kept"] == 16
+    assert len(d2t & {1, 2, 3, 4}) == 24 - 3 - 16 - len(d2t & set(tiny.info.eos_token_ids))
+    scratch = new_speculator("eagle3", tiny, draft_vocab_size=24)
+    Eagle3Recipe().prepare(scratch, window, tiny, None)  # from scratch: lowest ids fill up
+    assert not set(old_d2t.tolist()) & set(scratch.head.d2t.tolist())
+
+
 def test_checkpoint_tiny_random_init_trained_head_round_trips(db_with_traffic, tiny,
                                                               tmp_path) -> None:
     outcome = train_candidate(_request(), engine=db_with_traffic, target=tiny)
