@@ -146,6 +146,11 @@ class Eagle3Config(_Transformer):
     suffix_tokens: int = Field(
         default=0, ge=0, description="tokens in the suffix index stored with the head "
         "(0: none); set by training")
+    suffix_carried_tokens: int = Field(
+        default=0, ge=0, description="the first this many tokens of the suffix index are "
+        "the target's own answers (autospec synth/pretrain) and are carried into every head "
+        "warm-started from this one; the rest is the training window's, rebuilt each time; "
+        "set by training")
     tree_nodes: int = Field(
         default=16, ge=0, le=64, description="greedy requests: draft a tree of this many "
         "candidates (the most likely continuations by the head's cumulative probability, "

@@ -47,6 +47,7 @@ import logging
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -446,6 +447,14 @@ class Eagle3Speculator(SavableSpeculator):
         self.suffix = index
         size = 0 if index is None else index.corpus_tokens
         self.config = self.config.model_copy(update={"suffix_tokens": size})
+
+    def carried_corpus(self) -> np.ndarray | None:
+        """The part of the index a warm-started head carries on (``suffix_carried_tokens``:
+        the target's own answers the index was first built from), or None."""
+        n = self.config.suffix_carried_tokens
+        if self.suffix is None or n <= 0:
+            return None
+        return self.suffix.corpus_prefix(min(n, self.suffix.corpus_tokens))
 
     # -- helpers --------------------------------------------------------------------------
     def _tree(self, k: int) -> Proposal:

@@ -127,6 +127,12 @@ class SuffixSpeculator(SavableSpeculator):
     def corpus_tokens(self) -> int:
         return int(self._tokens.shape[0])
 
+    def corpus_prefix(self, n: int) -> np.ndarray:
+        """A copy of the first ``n`` corpus tokens (whole documents when ``n`` ends one)."""
+        if not 0 <= n <= self.corpus_tokens:
+            raise ValueError(f"n must be in [0, {self.corpus_tokens}], got {n}")
+        return self._tokens[:n].copy()
+
     # -- protocol -------------------------------------------------------------------------
     def begin(self, prompt_ids: torch.Tensor, features: torch.Tensor | None) -> None:
         assert prompt_ids.dim() == 1, f"prompt_ids must be [n], got {tuple(prompt_ids.shape)}"
@@ -336,9 +342,14 @@ def expected_accepted(path: list[tuple[int, float]]) -> float:
 
 def suffix_from_documents(config: SuffixConfig,
                           documents: Iterable[tuple[Sequence[int], Sequence[int]]],
-                          target: Target | None = None) -> SuffixSpeculator:
-    """A suffix speculator indexing ``documents``, with ``corpus_tokens`` set to fit."""
+                          target: Target | None = None,
+                          carried: np.ndarray | None = None) -> SuffixSpeculator:
+    """A suffix speculator indexing ``documents`` (after ``carried``, a corpus of earlier
+    documents as :meth:`SuffixSpeculator.corpus_prefix` gives it), with ``corpus_tokens``
+    set to fit."""
     tokens = build_corpus(documents, config.prompt_tail)
+    if carried is not None and len(carried):
+        tokens = np.concatenate([np.asarray(carried, dtype=np.int32), tokens])
     spec = SuffixSpeculator(config.model_copy(update={"corpus_tokens": len(tokens)}), target)
     spec.set_corpus(tokens, suffix_array(tokens))
     return spec

@@ -37,7 +37,7 @@ from autospec.speculators.eagle3 import (
     build_draft_vocab,
     index_config,
 )
-from autospec.speculators.suffix import suffix_from_documents
+from autospec.speculators.suffix import build_corpus, suffix_from_documents
 from autospec.train.data import TrainSequence, documents
 from autospec.train.errors import IncumbentMismatch
 from autospec.train.models import (
@@ -78,8 +78,8 @@ class Recipe(Protocol):
 
     def state_of(self, trainee: nn.Module) -> dict[str, torch.Tensor]: ...
 
-    def finish(self, spec: SavableSpeculator, train: list[TrainSequence],
-               target: Target) -> dict[str, Any]: ...
+    def finish(self, spec: SavableSpeculator, train: list[TrainSequence], target: Target,
+               incumbent: SavableSpeculator | None) -> dict[str, Any]: ...
 
     def load_state(self, trainee: nn.Module, state: dict[str, torch.Tensor]) -> None: ...
 
@@ -174,17 +174,27 @@ class Eagle3Recipe:
         trainee.head.load_state_dict(state)
         trainee.head.set_draft_vocab(state["d2t"].long())
 
-    def finish(self, spec: SavableSpeculator, train: list[TrainSequence],
-               target: Target) -> dict[str, Any]:
-        """Build the suffix index over the training window (unless the config has none)."""
+    def finish(self, spec: SavableSpeculator, train: list[TrainSequence], target: Target,
+               incumbent: SavableSpeculator | None) -> dict[str, Any]:
+        """Build the suffix index (unless the config has none): the part carried from the
+        incumbent's index (:meth:`Eagle3Speculator.carried_corpus`), or from scratch the
+        window's synthetic answers, then the window's traffic."""
         assert isinstance(spec, Eagle3Speculator)
         if spec.config.suffix_threshold is None:
             spec.attach_suffix(None)
             return {}
         started = time.perf_counter()
-        index = suffix_from_documents(index_config(spec.config), documents(train), target)
+        config = index_config(spec.config)
+        carried = incumbent.carried_corpus() if isinstance(incumbent, Eagle3Speculator) else None
+        docs = train
+        if carried is None:  # from scratch: the target's own answers are what is carried
+            carried = build_corpus(documents([s for s in train if s.synthetic]),
+                                   config.prompt_tail)
+            docs = [s for s in train if not s.synthetic]
+        index = suffix_from_documents(config, documents(docs), target, carried=carried)
         spec.attach_suffix(index)
-        return {"suffix_tokens": index.corpus_tokens,
+        spec.config = spec.config.model_copy(update={"suffix_carried_tokens": len(carried)})
+        return {"suffix_tokens": index.corpus_tokens, "suffix_carried_tokens": len(carried),
                 "suffix_build_s": time.perf_counter() - started}
 
 
@@ -235,8 +245,8 @@ class DraftRecipe:
         _, unexpected = trainee.model.load_state_dict(state, strict=False)
         assert not unexpected, f"unexpected draft tensors {unexpected}"
 
-    def finish(self, spec: SavableSpeculator, train: list[TrainSequence],
-               target: Target) -> dict[str, Any]:
+    def finish(self, spec: SavableSpeculator, train: list[TrainSequence], target: Target,
+               incumbent: SavableSpeculator | None) -> dict[str, Any]:
         return {}
 
 
@@ -257,7 +267,8 @@ def _unshare_for_training(spec: DraftSpeculator) -> None:
 def _arch(config: Any) -> dict[str, Any]:
     """The config fields that fix tensor shapes (besides the draft vocabulary)."""
     skip = {"target_id", "target_revision", "draft_vocab_size", "ttt_steps", "suffix_threshold",
-            "suffix_tokens", "tree_nodes", "tree_width", "tree_min_prob"}
+            "suffix_tokens", "suffix_carried_tokens", "tree_nodes", "tree_width",
+            "tree_min_prob"}
     return {k: v for k, v in config.model_dump().items() if k not in skip}
 
 

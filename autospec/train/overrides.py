@@ -19,7 +19,7 @@ from autospec.train.errors import TrainingInputError
 
 #: set by training from the target, the kind and the data, never from the command line
 FIXED = frozenset({"kind", "target_id", "target_revision", "vocab_size", "target_vocab_size",
-                   "suffix_tokens", "corpus_tokens"})
+                   "suffix_tokens", "suffix_carried_tokens", "corpus_tokens"})
 
 
 def settable_fields(kind: str) -> list[str]:

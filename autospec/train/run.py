@@ -51,6 +51,7 @@ from autospec.settings import get_settings
 from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.config import SuffixConfig
+from autospec.speculators.eagle3 import Eagle3Speculator
 from autospec.speculators.registry import build_speculator, new_speculator
 from autospec.speculators.suffix import suffix_from_documents
 from autospec.train.data import (
@@ -208,6 +209,7 @@ def _load_incumbent(engine: Engine, version: str, target: Target,
     with store.session_scope(engine, readonly=True) as session:
         row = store.get_speculator(session, version=version)
         target_id, revision = row.target_id, row.target_revision
+        base = bool((row.meta or {}).get("base"))
     info = target.info
     if target_id != info.target_id or (revision and not info.accepts_revision(revision)):
         raise IncumbentMismatch(
@@ -219,6 +221,11 @@ def _load_incumbent(engine: Engine, version: str, target: Target,
     except VersionLoadError as exc:
         raise IncumbentMismatch(f"cannot warm-start from {version}: {exc}") from exc
     assert isinstance(spec, SavableSpeculator)
+    if base and isinstance(spec, Eagle3Speculator) and not spec.config.suffix_carried_tokens:
+        # a base pretrained before suffix_carried_tokens existed: its whole index is the
+        # target's own answers (pretrain trains on synthetic sequences only)
+        spec.config = spec.config.model_copy(
+            update={"suffix_carried_tokens": spec.config.suffix_tokens})
     return spec
 
 
@@ -279,7 +286,7 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
         state = _fit_on_ray(request, recipe, spec, trainee, opts, train_cache, loop, progress)
     train_s = time.perf_counter() - started
     after = evaluate(trainee, held) if held is not None else None
-    built = recipe.finish(spec, data.train, target)
+    built = recipe.finish(spec, data.train, target, incumbent)
     spec.to(target.device)  # fresh per-request state on the right device
     return spec, {**init, **built, "loss_curve": state.loss_curve, "steps": state.step,
                   "examples_seen": state.examples_seen, "epochs": request.epochs,

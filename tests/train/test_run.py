@@ -191,3 +191,29 @@ def test_run_tiny_random_init_writes_the_artifact_where_the_request_says(
                               target=tiny)
     assert outcome.artifact.parent == where and outcome.artifact.is_dir()
     assert _artifacts() == []  # nothing in the settings' artifact directory
+
+
+def test_eagle3_tiny_random_init_index_carries_the_targets_own_answers_not_old_traffic(tiny):
+    """From scratch the index's carried part is the window's synthetic answers; a head
+    warm-started from it carries that part on and rebuilds the rest from its own window."""
+    from autospec.speculators.registry import new_speculator
+    from autospec.speculators.suffix import build_corpus
+    from autospec.train.data import TrainSequence, documents
+    from autospec.train.kinds import Eagle3Recipe
+
+    synthetic = [TrainSequence(ids=[1, 2, 20, 21, 22], prompt_len=2, synthetic=True)]
+    old_traffic = [TrainSequence(ids=[3, 4, 30, 31], prompt_len=2)]
+    new_traffic = [TrainSequence(ids=[5, 6, 40, 41, 42], prompt_len=2)]
+    first = new_speculator("eagle3", tiny, draft_vocab_size=32)
+    Eagle3Recipe().finish(first, synthetic + old_traffic, tiny, None)
+    carried = build_corpus(documents(synthetic), first.suffix.config.prompt_tail)
+    assert first.config.suffix_carried_tokens == len(carried) > 0
+    assert first.carried_corpus().tolist() == carried.tolist()
+    assert first.suffix.corpus_tokens > len(carried)  # the traffic follows
+
+    second = new_speculator("eagle3", tiny, draft_vocab_size=32)
+    info = Eagle3Recipe().finish(second, new_traffic, tiny, first)
+    assert info["suffix_carried_tokens"] == len(carried)
+    corpus = second.suffix.corpus_prefix(second.suffix.corpus_tokens).tolist()
+    assert corpus[: len(carried)] == carried.tolist()
+    assert 40 in corpus and 30 not in corpus  # the old window's traffic is not carried
