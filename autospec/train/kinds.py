@@ -187,7 +187,7 @@ class Eagle3Recipe:
         config = index_config(spec.config)
         carried = incumbent.carried_corpus() if isinstance(incumbent, Eagle3Speculator) else None
         docs = train
-        if carried is None:  # from scratch: the target's own answers are what is carried
+        if carried is None:  # nothing carried in: the window's own synthetic answers are
             carried = build_corpus(documents([s for s in train if s.synthetic]),
                                    config.prompt_tail)
             docs = [s for s in train if not s.synthetic]
