@@ -15,7 +15,11 @@
 5. trains one candidate per kind of ``training.kinds`` (:func:`autospec.train.run.train_candidate`,
    each registered as a ``candidate``; its training ends early, keeping what it learnt, when
    ``training.time_budget`` is used up; it is stopped, registering nothing, when the lease
-   is lost or it overruns the budget by half); a kind that fails is recorded and skipped;
+   is lost or it overruns the budget by half); a kind that fails is recorded and skipped.
+   A candidate warm-started from a *base* head (``autospec pretrain``; the live version is
+   not of its kind) brings that base along as a candidate of its own, as it is
+   (``training.evaluate_base``), so a fine-tune that came out worse than its base does not
+   hide it; a base is never marked ``rejected`` (it stays the starting point);
 6. shadow-evaluates each candidate against the incumbent (the live version, or the built-in
    one) on the held-out part (:func:`autospec.evaluate.run.evaluate_versions`, recorded);
 7. in **one transaction**: checks the fencing token and that the pointer still names the
@@ -71,6 +75,7 @@ class CycleResult:
     window_key: str | None = None
     fresh_requests: int = 0
     candidates: list[str] = field(default_factory=list)
+    bases: list[str] = field(default_factory=list)  # registered bases evaluated as they are
     evaluations: list[int] = field(default_factory=list)
     promoted: str | None = None
     incumbent: str | None = None
@@ -100,7 +105,7 @@ class Snapshot:
 @dataclass
 class Candidate:
     version: str
-    run_id: int
+    run_id: int | None  # None: a registered base evaluated as it is (not trained here)
     evaluation_id: int | None = None
     tau: float | None = None
     speedup: float | None = None  # over target-only, as the gate ranks it (measured if on)
@@ -109,6 +114,10 @@ class Candidate:
     incumbent_speedup_measured: float | None = None
     promote: bool = False
     reasons: list[str] = field(default_factory=list)
+
+    @property
+    def is_base(self) -> bool:
+        return self.run_id is None
 
 
 def best_candidate(candidates: list[Candidate]) -> Candidate | None:
@@ -330,7 +339,25 @@ class Controller:
             out.append(Candidate(outcome.version, outcome.run_id))
             result.candidates.append(outcome.version)
             self._hook("registered")
+            if (base := self._base_parent(outcome.parent, kind, result, serving)) is not None:
+                out.append(base)
         return out
+
+    def _base_parent(self, parent: str | None, kind: str, result: CycleResult,
+                     serving: str) -> Candidate | None:
+        """The base head a candidate was warm-started from, as a candidate of its own, when
+        ``training.evaluate_base`` asks, it is not the incumbent, not already a candidate,
+        and the serving engine runs it as it is (vLLM needs eagle3 heads reshaped)."""
+        tp = self.policy.training
+        if not tp.evaluate_base or parent is None or parent == result.incumbent \
+                or parent in result.bases or tp.overrides(kind, serving):
+            return None
+        with store.session_scope(self.engine, readonly=True) as session:
+            if not (store.get_speculator(session, version=parent).meta or {}).get("base"):
+                return None
+        log.info("cycle %s: base %s is evaluated beside its fine-tune", result.cycle_id, parent)
+        result.bases.append(parent)
+        return Candidate(parent, None)
 
     def _train(self, kind: str, lease: HeldLease, snap: Snapshot, target: Target,  # type: ignore[no-untyped-def]
                serving: str):
@@ -404,8 +431,9 @@ class Controller:
     def _conclude(self, lease: HeldLease, result: CycleResult, candidates: list[Candidate],
                   incumbent: str) -> CycleResult:
         best = best_candidate(candidates)
-        failing = [c for c in candidates if not c.promote]
-        result.reasons += [f"{c.version}: {r}" for c in candidates for r in c.reasons]
+        failing = [c for c in candidates if not c.promote and not c.is_base]
+        result.reasons += [f"{c.version}{' (base)' if c.is_base else ''}: {r}"
+                           for c in candidates for r in c.reasons]
         with store.session_scope(self.engine) as session:
             lease.fence(session)
             if best is not None:
@@ -450,7 +478,8 @@ class Controller:
                      reason=f"cycle {result.outcome}", version=result.promoted,
                      cycle_id=result.cycle_id, outcome=result.outcome,
                      window_key=result.window_key, newest_id=newest_id,
-                     candidates=result.candidates, evaluations=result.evaluations,
+                     candidates=result.candidates, bases=result.bases,
+                     evaluations=result.evaluations,
                      promoted=result.promoted, incumbent=result.incumbent,
                      reasons=result.reasons[-50:])
 

@@ -159,6 +159,11 @@ class Training(_Strict):
     batch_size: int = Field(8, ge=1, description="training batch size (gradient kinds)")
     from_scratch: bool = Field(
         False, description="never warm-start from the live version of the same kind")
+    evaluate_base: bool = Field(
+        True, description="when a candidate was warm-started from a base head (autospec "
+        "pretrain; the live version is of another kind), shadow-evaluate that base as it is "
+        "as well, and promote it if it passes and beats the fine-tune (one more evaluation); "
+        "a base is never marked rejected")
     synthetic: Synthetic = Field(
         default_factory=Synthetic, description="synthetic sequences in training windows "
         "(autospec synth) and held out for the overfitting guard")
