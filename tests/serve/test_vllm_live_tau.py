@@ -12,7 +12,9 @@ at the same k. Set τ of replay and of vLLM must agree within 2 %. The same comp
 ``builtin-ngram`` against vLLM's ngram method is printed, not asserted (two prompt-lookup
 implementations, not one).
 
-Runs ~6-12 minutes on 2 CPU cores (two engine starts, a short training run).
+vLLM runs eager (``enforce_eager``; its default compiles each engine with inductor first, ~2
+min on 2 cores, which tests/interop/test_vllm_equivalence.py covers). Runs ~4-8 minutes on 2
+CPU cores (two engine starts, a short training run).
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ def test_replay_predicts_vllm_live_tau(tmp_path: Path, monkeypatch: pytest.Monke
     url = f"sqlite:///{tmp_path / 'autospec.db'}"
     db = store.open_store(url, upgrade=True)
     cfg = ServeConfig(engine="vllm", database_url=url, dtype="float32", speculator_k=K,
-                      poll_interval_s=0.5, vllm_options={"max_model_len": 1024})
+                      poll_interval_s=0.5,
+                      vllm_options={"max_model_len": 1024, "enforce_eager": True})
 
     async def scenario() -> dict[str, Any]:
         server = await asyncio.to_thread(VllmServer.from_config, cfg, actor="tau-test")
