@@ -554,8 +554,10 @@ def _f(value: float | None, spec: str = ".2f") -> str:
 
 
 def _headline_reasons(reasons: list[str], promoted: str | None) -> list[str]:
-    """The promoted candidate's reasons (each reads ``<version>: why``), else the last three."""
-    mine = [r for r in reasons if promoted and r.startswith(f"{promoted}: ")]
+    """The promoted candidate's reasons (each reads ``<version>: why``, or ``<version> (base):
+    why`` for a base evaluated beside its fine-tune), else the last three."""
+    mine = [r for r in reasons
+            if promoted and r.startswith((f"{promoted}: ", f"{promoted} (base): "))]
     return mine or reasons[-3:]
 
 

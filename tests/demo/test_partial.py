@@ -130,3 +130,5 @@ def test_the_cycle_line_shows_why_the_promoted_candidate_won() -> None:
                "eagle3-1: segment ok", "eagle3-1: speedup ok"]
     assert _headline_reasons(reasons, "suffix-1") == reasons[:2]
     assert _headline_reasons(reasons, None) == reasons[-3:]
+    based = [*reasons, "eagle3-0 (base): Δτ = +0.7", "eagle3-0 (base): speedup ok"]
+    assert _headline_reasons(based, "eagle3-0") == based[-2:]
