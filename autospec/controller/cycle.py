@@ -346,11 +346,12 @@ class Controller:
     def _base_parent(self, parent: str | None, kind: str, result: CycleResult,
                      serving: str) -> Candidate | None:
         """The base head a candidate was warm-started from, as a candidate of its own, when
-        ``training.evaluate_base`` asks, it is not the incumbent, not already a candidate,
-        and the serving engine runs it as it is (vLLM needs eagle3 heads reshaped)."""
+        ``training.evaluate_base`` asks, it is not the incumbent, and the serving engine runs
+        it as it is (vLLM needs eagle3 heads reshaped). A base is of one kind and each kind
+        trains once a cycle, so no base comes twice."""
         tp = self.policy.training
         if not tp.evaluate_base or parent is None or parent == result.incumbent \
-                or parent in result.bases or tp.overrides(kind, serving):
+                or tp.overrides(kind, serving):
             return None
         with store.session_scope(self.engine, readonly=True) as session:
             if not (store.get_speculator(session, version=parent).meta or {}).get("base"):
