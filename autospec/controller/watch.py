@@ -77,7 +77,10 @@ class Watcher:
             result = self.canary(lease) if self.policy.canary.enabled else None
             if result is not None:
                 return result
-            return self.drift(lease) if self.policy.drift.enabled else WatchResult("none")
+            if not self.policy.drift.enabled:
+                return WatchResult("none", ["no canary pending; the drift watch is off in the "
+                                            "policy"])
+            return self.drift(lease)
         finally:
             lease.release()
 
@@ -147,15 +150,16 @@ class Watcher:
             version = live_or_builtin(session, self.deployment)
             evaluated = evaluated_tau(session, version)
             stat = _live(session, self.deployment, version, since=now - dp.window)
-            if evaluated is None or stat is None or stat.tau is None \
-                    or stat.requests < dp.min_requests:
-                return WatchResult("none", version=version)
-            if stat.tau >= evaluated * (1 - dp.max_drop):
-                return WatchResult("none", version=version)
+            quiet = _no_drift(version, evaluated, stat, dp)
+            if quiet is not None:
+                return WatchResult("none", [quiet], version)
             recent = [e for e in records.notes(session, deployment=self.deployment,
                                                type_="drift") if e.created_at > now - dp.cooldown]
             if recent:
-                return WatchResult("none", ["drift seen, early cycle on cooldown"], version)
+                return WatchResult("none", [
+                    f"drift seen (live τ of {version} {stat.tau:.3f} against its evaluated τ "
+                    f"{evaluated:.3f}), but an early cycle ran within the cooldown "
+                    f"{_span(dp.cooldown)}"], version)
             reason = (f"drift: live τ of {version} is {stat.tau:.3f} over {stat.requests} "
                       f"requests in the last {_span(dp.window)}, below its evaluated τ "
                       f"{evaluated:.3f} by more than {dp.max_drop:.0%}; early cycle")
@@ -165,6 +169,22 @@ class Watcher:
         log.warning("%s", reason)
         cycle = self.controller.cycle(lease, trigger="drift", min_fresh=dp.min_fresh_requests)
         return WatchResult("drift", [reason], version, cycle)
+
+
+def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Any) -> str | None:
+    """Why the watch sees no drift of ``version`` (None: the live τ has dropped)."""
+    span = _span(dp.window)
+    if evaluated is None:
+        return f"no drift check: {version} has no evaluated τ to compare with"
+    seen = stat.requests if stat is not None and stat.tau is not None else 0
+    if seen < dp.min_requests:
+        return (f"no drift check: {seen} of the {dp.min_requests} requests of {version} "
+                f"needed in the last {span}")
+    if stat.tau >= evaluated * (1 - dp.max_drop):
+        return (f"no drift: live τ of {version} is {stat.tau:.3f} over {stat.requests} "
+                f"requests in the last {span}, within {dp.max_drop:.0%} of its evaluated τ "
+                f"{evaluated:.3f}")
+    return None
 
 
 def pending_canary(session: Session, *, deployment: str) -> Any | None:

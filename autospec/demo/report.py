@@ -134,8 +134,8 @@ def write_markdown(result: DemoResult, path: Path, chart: Path | None) -> None:
     lines += ["| " + " | ".join(phase_row(p)) + " |" for p in result.phases]
     lines += ["", "## Controller decisions", ""]
     for d in result.decisions:
-        lines.append(f"- **{d.outcome}** {d.version or ''} (t = {d.t:.0f} s, after "
-                     f"{d.after_phase})")
+        named = f" {d.version}" if d.version else ""
+        lines.append(f"- **{d.outcome}**{named} (t = {d.t:.0f} s, after {d.after_phase})")
         lines += [f"  - {r}" for r in d.reasons]
     speed = speed_rows(result)
     if speed:

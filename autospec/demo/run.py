@@ -476,8 +476,9 @@ class Demo:
                                            result.promoted, list(result.reasons),
                                            result.promoted_speedup))
         colour = "green" if result.outcome == "promoted" else "yellow"
-        self.say(f"controller: cycle [{colour}]{result.outcome}[/] "
-                 f"{result.promoted or ''} after {self.now() - started:.0f}s — "
+        named = f" {result.promoted}" if result.promoted else ""
+        self.say(f"controller: cycle [{colour}]{result.outcome}[/]{named} "
+                 f"after {self.now() - started:.0f}s — "
                  + "; ".join(_headline_reasons(result.reasons, result.promoted)))
         if result.promoted:
             self._wait_for_version(result.promoted)
@@ -492,7 +493,8 @@ class Demo:
             return result
         self.decisions.append(DecisionNote(self.now(), after, result.action, result.action,
                                            result.version, list(result.reasons)))
-        self.say(f"controller watch: [bold]{result.action}[/] {result.version or ''} — "
+        named = f" {result.version}" if result.version else ""
+        self.say(f"controller watch: [bold]{result.action}[/]{named} — "
                  + "; ".join(result.reasons))
         if result.cycle is not None:
             self._note_cycle(after, result.cycle, started)

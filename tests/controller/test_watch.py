@@ -45,7 +45,10 @@ def test_a_canary_within_tolerance_passes_once(db, tiny, traffic) -> None:
     live_requests(db, version, n=10, tau=shadow * 0.95)
     assert Watcher(controller).run().action == "canary_passed"
     assert live_version(db) == version
-    assert Watcher(controller).run().action == "none"
+    after = Watcher(controller).run()
+    assert after.action == "none" and after.version == version
+    assert after.reasons[0].startswith(f"no drift: live τ of {version} is "), after.reasons
+    assert "10 requests" in after.reasons[0] and "within 30%" in after.reasons[0]
 
 
 def test_drift_triggers_an_early_cycle(db, tiny, traffic) -> None:
@@ -63,6 +66,7 @@ def test_drift_triggers_an_early_cycle(db, tiny, traffic) -> None:
     assert latest.start["trigger"] == "drift"
     again = Watcher(controller).run()  # cooldown: no second early cycle
     assert again.action == "none" and again.cycle is None
+    assert "cooldown" in again.reasons[0], again.reasons
 
 
 def test_drift_window_reads_as_an_operator_writes_it() -> None:
@@ -73,3 +77,18 @@ def test_drift_window_reads_as_an_operator_writes_it() -> None:
     assert _span(timedelta(seconds=58.6)) == "59s"
     assert _span(timedelta(hours=1)) == "1h"
     assert _span(timedelta(hours=1, minutes=30, seconds=5)) == "1h30m5s"
+
+
+def test_a_quiet_watch_says_why_it_did_nothing(db, tiny, traffic) -> None:
+    controller, version, _ = _promoted(db, tiny, traffic)
+    pending = Watcher(controller).run()  # nothing served yet
+    assert pending.action == "canary_pending" and "0 of 10" in pending.reasons[0]
+    off = Controller(db, fast_policy(canary={"enabled": False}), tiny)
+    few = Watcher(off).run()
+    assert few.action == "none"
+    assert few.reasons == [f"no drift check: 0 of the 10 requests of {version} needed in "
+                           "the last 1h"]
+    neither = Controller(db, fast_policy(canary={"enabled": False}, drift={"enabled": False}),
+                         tiny)
+    assert Watcher(neither).run().reasons == ["no canary pending; the drift watch is off in "
+                                              "the policy"]

@@ -54,3 +54,12 @@ def test_the_checks_are_in_the_json_and_the_markdown(tmp_path) -> None:  # type:
     assert "## Speed: the gate's figure against the realised one" in text
     assert "| eagle3-x | A1 | 1.80× | 3.10× | A2 | 1.60× | 1.12 | yes |" in text
     assert speed_rows(result)[1][-1] == "no"
+
+
+def test_a_decision_without_a_version_reads_cleanly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = _result()
+    result.decisions.append(DecisionNote(95, "B2", "cycle", "rejected", None, ["suffix-w: Δτ"]))
+    write_markdown(result, tmp_path / "report.md", None)
+    text = (tmp_path / "report.md").read_text()
+    assert "- **rejected** (t = 95 s, after B2)\n  - suffix-w: Δτ" in text
+    assert "- **promoted** eagle3-x (t = 20 s, after A1)" in text
