@@ -38,10 +38,11 @@ class PretrainRequest:
     """Which synthetic data a base head is trained on, and how."""
 
     domains: tuple[str, ...] = tuple(sorted(DOMAINS))
-    per_domain: int = 64  # new sequences generated per domain first (0: stored rows only)
+    per_domain: int = 400  # new sequences generated per domain first (0: stored rows only)
     max_sequences: int = 4000
-    synth: SynthRequest = field(default_factory=SynthRequest)  # sampling settings
-    epochs: int = 3
+    synth: SynthRequest = field(  # how the target answers: greedily, in batches of 32
+        default_factory=lambda: SynthRequest(temperature=0.0, batch_size=32))
+    epochs: int = 8
     batch_size: int = 8
     seed: int = 0
     overrides: dict[str, Any] = field(default_factory=dict)
