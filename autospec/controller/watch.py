@@ -38,6 +38,7 @@ from autospec import store
 from autospec.controller import records
 from autospec.controller.cycle import Controller, CycleResult
 from autospec.controller.lease import HeldLease
+from autospec.controller.policy import Drift
 from autospec.controller.speedcheck import SpeedVerdict, check_speed
 from autospec.store.models import utcnow
 from autospec.versions import BUILTIN_VERSION
@@ -171,7 +172,7 @@ class Watcher:
         return WatchResult("drift", [reason], version, cycle)
 
 
-def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Any) -> str | None:
+def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Drift) -> str | None:
     """Why the watch sees no drift of ``version`` (None: the live τ has dropped)."""
     span = _span(dp.window)
     if evaluated is None:
