@@ -71,3 +71,17 @@ def test_the_demo_refuses_a_named_base_before_it_starts(db_with_traffic, tiny, s
             assert message in text and "Traceback" not in text
     finally:
         get_settings.cache_clear()
+
+
+def test_the_hint_builds_on_vllm_where_it_is_installed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    from autospec.demo.base import pretrain_hint
+
+    real = importlib.util.find_spec
+    for present in (True, False):
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, present=present: (
+            object() if present else None) if name == "vllm" else real(name, *a))
+        hint = pretrain_hint("smollm2-135m", "bfloat16")
+        assert hint.startswith("autospec pretrain --target smollm2-135m --dtype bfloat16")
+        assert hint.endswith(" --engine vllm") is present
