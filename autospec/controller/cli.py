@@ -306,8 +306,7 @@ def _controller(policy: str, target: str | None, dtype: str | None,  # type: ign
     # refuse options the deployment does not serve now, before any cycle; the target is
     # loaded (and checked again against the deployment's record) when a cycle needs it
     numerics.resolve(db, deployment=pol.deployment, target=target, dtype=dtype)
-    pol.training.kinds_for(numerics.engine_for(db, deployment=pol.deployment,
-                                               wanted=pol.training.engine))
+    numerics.engine_for(db, deployment=pol.deployment, wanted=pol.training.engine)
     if address and pol.training.workers:  # join the cluster now, before a cycle starts
         from autospec.train.ray_trainer import connect_ray
 

@@ -53,7 +53,7 @@ from autospec import numerics, store
 from autospec.controller import records
 from autospec.controller.lease import HeldLease, LeaseLost, holder_name, try_acquire
 from autospec.controller.operations import ensure_pointer
-from autospec.controller.policy import Policy, PolicyError
+from autospec.controller.policy import Policy
 from autospec.engine.target import Target
 from autospec.numerics import NumericsMismatch
 from autospec.store.models import utcnow
@@ -323,14 +323,7 @@ class Controller:
         from autospec.train.errors import TrainingError
 
         out = []
-        try:
-            kinds, skipped = self.policy.training.kinds_for(serving)
-        except PolicyError as exc:
-            raise CycleFailed(str(exc)) from None
-        for kind in skipped:
-            result.reasons.append(f"{kind}: not trained, the deployment serves with engine "
-                                  f"{serving}, which cannot serve it")
-        for kind in kinds:
+        for kind in self.policy.training.kinds:
             try:
                 outcome = self._train(kind, lease, snap, target, serving)
             except (TrainingError, store.StoreError, VersionLoadError) as exc:

@@ -42,8 +42,6 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 TRAINABLE = Literal["eagle3", "draft", "suffix"]
 #: what a vLLM deployment runs of each kind: eagle3 heads alone, in chains
-#: kinds a vLLM deployment cannot serve (the suffix index has no vLLM form)
-VLLM_UNSERVABLE = frozenset({"suffix"})
 VLLM_OVERRIDES: dict[str, dict[str, Any]] = {"eagle3": {"tree_nodes": 0,
                                                         "suffix_threshold": None}}
 
@@ -171,33 +169,19 @@ class Training(_Strict):
         "auto", description="the engine candidates are trained for: auto follows the engine "
         "the deployment's replicas record (`autospec status`; native until one has started); "
         "vllm trains eagle3 heads as chains of k without a traffic suffix index (what vLLM "
-        "runs) and refuses kinds vLLM cannot serve (suffix); an explicit engine other than "
-        "the replicas' is refused")
+        "runs; suffix versions run in vLLM as autospec's custom proposer); an explicit "
+        "engine other than the replicas' is refused")
 
     @model_validator(mode="after")
     def _unique(self) -> Training:
         if len(set(self.kinds)) != len(self.kinds):
             raise ValueError(f"kinds are listed twice: {self.kinds}")
-        if self.engine == "vllm" and VLLM_UNSERVABLE & set(self.kinds):
-            raise ValueError("kinds: vLLM cannot serve suffix candidates (their traffic index "
-                             "has no vLLM form); with engine vllm train eagle3 or draft")
         return self
 
     def overrides(self, kind: str, engine: str | None = None) -> dict[str, Any]:
         """Config fields of a fresh ``kind`` candidate that the serving ``engine`` (resolved;
         default: the policy's) requires."""
         return dict(VLLM_OVERRIDES.get(kind, {})) if (engine or self.engine) == "vllm" else {}
-
-    def kinds_for(self, engine: str) -> tuple[list[str], list[str]]:
-        """(kinds to train, kinds skipped) for the serving ``engine`` (resolved): vLLM cannot
-        serve suffix candidates. :class:`PolicyError` when nothing is left to train."""
-        skipped = [k for k in self.kinds if engine == "vllm" and k in VLLM_UNSERVABLE]
-        trained = [k for k in self.kinds if k not in skipped]
-        if not trained:
-            raise PolicyError(f"training.kinds: the deployment serves with engine {engine}, "
-                              f"which cannot serve {', '.join(skipped)} candidates; list "
-                              "eagle3 or draft")
-        return trained, skipped
 
 
 class EvaluationSpec(_Strict):

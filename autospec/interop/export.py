@@ -12,9 +12,10 @@
 - ``draft``: a plain ``LlamaForCausalLM`` directory (the shared target embedding and LM head
   written out) with the target's tokenizer, for vLLM's ``draft_model`` method.
 - ``ngram``: vLLM's ``ngram`` method (prompt lookup) with autospec's n-gram bounds.
-- ``suffix``: vLLM's ``suffix`` method (Arctic Inference's suffix decoding) with autospec's
-  settings; vLLM builds its tree from the responses it serves itself, so the traffic index
-  is not carried (said in the notes).
+- ``suffix``: the version's config and traffic index (``config.json``, ``model.safetensors``:
+  corpus and suffix array) for vLLM's ``custom_class`` method with autospec's proposer
+  (:mod:`autospec.interop.vllm_proposer`), which drafts what autospec's suffix speculator
+  drafts.
 
 Every export writes ``speculative_config.json`` (the JSON for vLLM's
 ``--speculative-config``) and ``manifest.json``: autospec's manifest format (per-file
@@ -208,15 +209,21 @@ def _export_ngram(spec: SavableSpeculator, target: Target, out: Path, k: int) ->
 
 
 def _export_suffix(spec: SavableSpeculator, target: Target, out: Path, k: int) -> Exported:
-    c = spec.config
+    from autospec.interop.vllm_proposer import CLASS_PATH, INDEX_ENV
+
+    (out / "config.json").write_text(
+        json.dumps(spec.config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    tensors = {n: t.contiguous() for n, t in spec.state_tensors().items()}
+    _save(tensors, out / WEIGHTS)
+    sums = {n: {"sha256": tensor_sha256(t), "from": n} for n, t in tensors.items()}
     return Exported(
-        speculative_config={"method": "suffix", "num_speculative_tokens": k,
-                            "suffix_decoding_max_tree_depth": c.max_match + k,
-                            "suffix_decoding_min_token_prob": c.min_token_prob},
-        notes=[f"vLLM's suffix method builds its tree from the responses it serves; the "
-               f"{c.corpus_tokens}-token traffic index of this version is not carried over",
-               "vLLM's suffix method needs the arctic-inference package (not in the CPU "
-               "install)"])
+        speculative_config={"method": "custom_class", "model": CLASS_PATH,
+                            "num_speculative_tokens": k},
+        files=["config.json", WEIGHTS], tensors=sums,
+        notes=[f"vLLM runs autospec's suffix proposer ({CLASS_PATH}, method custom_class) "
+               f"over this {spec.config.corpus_tokens}-token traffic index; autospec serve "
+               f"loads it into the running engine, `vllm serve` reads it from the directory "
+               f"named by {INDEX_ENV} (autospec must be installed beside vLLM)"])
 
 
 EXPORTERS: dict[str, Callable[[SavableSpeculator, Target, Path, int], Exported]] = {

@@ -9,8 +9,11 @@ Ray Serve, ``?scope=replica``: this one's), ``GET /openapi.json`` and, with ``do
 
 Every completion answer names the speculator version that served it, in the header
 ``x-autospec-speculator`` and in the body's ``autospec`` object (for a stream: the header
-and the last chunk before ``[DONE]``). Every HTTP answer of a replica (errors and ``/health``
-included) names the replica in ``x-autospec-replica`` when :func:`make_app` is given one
+and the last chunk before ``[DONE]``). When the live version was loaded into the running vLLM
+engine while a request decoded, both drafted it: the body's ``autospec.drafted_by`` lists them
+in order, and a non-streamed answer's ``x-autospec-drafted-by`` header too. Every HTTP answer
+of a replica (errors and ``/health`` included) names the replica in ``x-autospec-replica``
+when :func:`make_app` is given one
 (``id=<Serve replica id>; app=<application>; node=<Ray node id>; host=<hostname>``; see
 :func:`autospec.serve.app.replica_identity`). Request headers: ``x-autospec-segment`` labels the
 request for per-segment evaluation (default: the route, ``completions`` or ``chat``);
@@ -76,6 +79,7 @@ from autospec.serve.server import (
 )
 
 VERSION_HEADER = "x-autospec-speculator"
+DRAFTED_BY_HEADER = "x-autospec-drafted-by"
 SEGMENT_HEADER = "x-autospec-segment"
 LOG_HEADER = "x-autospec-log"
 REPLICA_HEADER = "x-autospec-replica"
@@ -128,7 +132,7 @@ def make_app(server: LLMServer, *, replica: str | None = None,
         if served is None:
             return _client_gone()
         body = completion_body(server, served, prepared)
-        return JSONResponse(body.model_dump(), headers={VERSION_HEADER: served.version.name})
+        return JSONResponse(body.model_dump(), headers=_version_headers(served))
 
     @app.post("/v1/chat/completions", openapi_extra=_body_schema(ChatCompletionRequest),
               response_model=ChatCompletionResponse)
@@ -141,7 +145,7 @@ def make_app(server: LLMServer, *, replica: str | None = None,
         if served is None:
             return _client_gone()
         body = chat_body(server, served, prepared)
-        return JSONResponse(body.model_dump(), headers={VERSION_HEADER: served.version.name})
+        return JSONResponse(body.model_dump(), headers=_version_headers(served))
 
     return app
 
@@ -309,6 +313,14 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 # -- responses ----------------------------------------------------------------------------
 
 
+def _version_headers(served: Served) -> dict[str, str]:
+    """The version header, and every drafting version's when a swap happened mid-request."""
+    headers = {VERSION_HEADER: served.version.name}
+    if served.drafted_by:
+        headers[DRAFTED_BY_HEADER] = ",".join(served.drafted_by)
+    return headers
+
+
 def _usage(served: Served, prepared: Prepared) -> Usage:
     n_out = sum(len(result.token_ids) for result in served.choices)
     return Usage(prompt_tokens=len(prepared.prompt_ids), completion_tokens=n_out,
@@ -319,7 +331,7 @@ def _info(served: Served) -> AutospecInfo:
     """The ``autospec`` object: over all choices when there are several."""
     stats = served.result.stats if not served.extra else \
         RequestStats.merged([result.stats for result in served.choices])
-    return AutospecInfo.from_stats(served.version.name, stats)
+    return AutospecInfo.from_stats(served.version.name, stats, served.drafted_by)
 
 
 def _text(server: LLMServer, result: GenerationResult) -> str:

@@ -216,13 +216,18 @@ class AutospecInfo(BaseModel):
     num_draft_tokens: int
     num_accepted_tokens: int
     accepted_per_position: list[int]
+    drafted_by: list[str] = Field(
+        default_factory=list, description="every version that drafted for the request, in "
+        "order, when a swap into the running engine happened while it decoded (else empty)")
 
     @classmethod
-    def from_stats(cls, version: str, stats: RequestStats) -> AutospecInfo:
+    def from_stats(cls, version: str, stats: RequestStats,
+                   drafted_by: list[str] | None = None) -> AutospecInfo:
         return cls(version=version, tau=stats.tau, num_drafts=stats.num_drafts,
                    num_draft_tokens=stats.num_draft_tokens,
                    num_accepted_tokens=stats.num_accepted_tokens,
-                   accepted_per_position=list(stats.accepted_per_position))
+                   accepted_per_position=list(stats.accepted_per_position),
+                   drafted_by=list(drafted_by or []))
 
 
 class CompletionLogprobs(BaseModel):

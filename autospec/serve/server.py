@@ -97,6 +97,8 @@ class Served:
     ttft_s: float
     extra: list[GenerationResult] = field(default_factory=list)
     logprobs: list[list[PositionLogprobs]] | None = None
+    #: the versions that drafted, when more than ``version`` did (a swap mid-request)
+    drafted_by: list[str] = field(default_factory=list)
 
     @property
     def choices(self) -> list[GenerationResult]:

@@ -16,10 +16,14 @@ past ``max_tokens`` or EOS and then cuts them from the output; autospec counts o
 emitted, so the accepted count is clipped to what the emitted tokens allow (see
 docs/vllm.md, "Same proposals").
 
-:func:`vllm_refusal` says why a version cannot be served on vLLM: a ``suffix`` version
-(its traffic index has no vLLM form), an ``eagle3`` version that drafts trees or consults its
-traffic suffix index (vLLM would silently run it as plain chains of the head, so autospec's
-evaluation of it would not predict what vLLM does).
+:func:`vllm_refusal` says why a version cannot be served on vLLM: an ``eagle3`` version that
+drafts trees or consults its traffic suffix index (vLLM would silently run it as plain chains
+of the head, so autospec's evaluation of it would not predict what vLLM does). ``suffix``
+versions run as autospec's custom proposer (:mod:`autospec.interop.vllm_proposer`).
+
+Each engine runs vLLM's ``AsyncLLM`` on a private event loop (:class:`EngineLoop`), so the
+live-pointer watcher can call its workers (``collective_rpc``, :meth:`VllmEngine.rpc`: the
+in-place swap) while requests stream from the replica's own loop.
 
 An engine counts the requests it is decoding; :meth:`VllmEngine.retire` (after a swap)
 shuts it down once the last of them has finished (and not before a short grace period), so a
@@ -28,12 +32,13 @@ swap never cuts a request short.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +50,31 @@ log = logging.getLogger(__name__)
 
 #: seconds a retired engine keeps accepting the requests bound to it before the swap
 RETIRE_GRACE_S = 10.0
-#: KV cache per engine on the CPU backend unless configured (a swap holds two engines)
+#: KV cache per engine on the CPU backend unless configured
 DEFAULT_KV_CACHE_BYTES = 256 << 20
+#: vLLM's worker extension: autospec's in-place swap (``collective_rpc("autospec_…")``)
+WORKER_EXTENSION = "autospec.interop.vllm_worker.AutospecWorkerExtension"
+#: seconds an in-place load may take before the swap is reported failed
+RPC_TIMEOUT_S = 120.0
+
+
+class EngineLoop:
+    """A private asyncio loop in a daemon thread: vLLM's ``AsyncLLM`` is built and driven
+    there, so any thread (a request's loop, the live-pointer watcher) can reach it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="autospec-vllm-loop",
+                                        daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+        """Run ``coro`` on the loop from another thread and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
 
 
 def engine_kwargs(model_dir: str, *, dtype: str, speculative_config: dict[str, Any] | None,
@@ -56,7 +84,8 @@ def engine_kwargs(model_dir: str, *, dtype: str, speculative_config: dict[str, A
     return {"model": model_dir, "dtype": dtype, "max_model_len": max_model_len,
             "speculative_config": speculative_config, "enable_log_requests": False,
             "per_request_spec_decode_metrics": "summary" if speculative_config else "none",
-            "kv_cache_memory_bytes": DEFAULT_KV_CACHE_BYTES, "seed": 0, **(options or {})}
+            "kv_cache_memory_bytes": DEFAULT_KV_CACHE_BYTES, "seed": 0,
+            "worker_extension_cls": WORKER_EXTENSION, **(options or {})}
 
 
 class VllmEngine:
@@ -75,16 +104,44 @@ class VllmEngine:
         args = AsyncEngineArgs(**engine_kwargs(model_dir, dtype=dtype,
                                                speculative_config=speculative_config,
                                                max_model_len=max_model_len, options=options))
-        self.llm = AsyncLLM.from_engine_args(args)
-        self._init_lifecycle(cleanup)
+        loop = EngineLoop()
 
-    def _init_lifecycle(self, cleanup: Path | None = None) -> None:
+        async def build() -> Any:  # on the engine's loop: its output handler runs there
+            return AsyncLLM.from_engine_args(args)
+
+        try:
+            self.llm = loop.run(build())
+        except BaseException:
+            loop.stop()
+            raise
+        self._init_lifecycle(cleanup, loop)
+
+    def _init_lifecycle(self, cleanup: Path | None = None,
+                        loop: EngineLoop | None = None) -> None:
+        """``loop``: the engine's own (None: a stand-in ``llm`` driven on the caller's)."""
+        self._loop = loop
         self.cleanup = cleanup  # removed after shutdown (the exported speculator)
         self._lock = threading.Lock()
         self._active = 0
         self._retired = False
         self._closed = False  # generate() refuses
         self._llm_closed = False
+        #: the versions loaded into this engine, in order; a request names those that drafted
+        #: while it ran (an in-place swap can happen mid-request)
+        self.loaded: list[str] = []
+        #: what it drafts with, for in-place loads (:mod:`autospec.serve.vllm_swap`)
+        self.shape: Any = None
+
+    def drafted_by(self, first: int) -> list[str]:
+        """The versions loaded from position ``first`` of :attr:`loaded` to now."""
+        return self.loaded[max(0, first):] or self.loaded[-1:]
+
+    def rpc(self, method: str, *args: Any, timeout: float = RPC_TIMEOUT_S) -> list[Any]:
+        """``collective_rpc(method, args)`` on every worker of the engine (between steps),
+        from any thread but the engine's loop; one result per worker."""
+        if self._loop is None:
+            raise RuntimeError("this engine has no loop of its own to call its workers from")
+        return self._loop.run(self.llm.collective_rpc(method, args=args), timeout)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -116,12 +173,44 @@ class VllmEngine:
                 raise RuntimeError("engine is shut down")
             self._active += 1
         try:
-            async for output in self.llm.generate({"prompt_token_ids": list(prompt_ids)},
-                                                  sampling, request_id):
+            async for output in self._relay(self.llm.generate(
+                    {"prompt_token_ids": list(prompt_ids)}, sampling, request_id)):
                 yield output
         finally:
             with self._lock:
                 self._active -= 1
+
+    async def _relay(self, outputs: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """``outputs`` iterated on the engine's loop, yielded on the caller's; closing this
+        iterator cancels the iteration there (vLLM aborts the request)."""
+        loop = self._loop
+        if loop is None:  # no loop of its own (a stand-in engine): iterate here
+            async for item in outputs:
+                yield item
+            return
+        caller, queue = asyncio.get_running_loop(), asyncio.Queue()  # type: ignore[var-annotated]
+
+        async def pump() -> None:
+            try:
+                async for item in outputs:
+                    caller.call_soon_threadsafe(queue.put_nowait, (True, item))
+                caller.call_soon_threadsafe(queue.put_nowait, (False, None))
+            except BaseException as exc:  # the caller raises it (cancelled: nobody reads)
+                caller.call_soon_threadsafe(queue.put_nowait, (False, exc))
+                raise
+
+        task = asyncio.run_coroutine_threadsafe(pump(), loop.loop)
+        try:
+            while True:
+                more, item = await queue.get()
+                if not more:
+                    if item is not None:
+                        raise item
+                    return
+                yield item
+        finally:
+            if not task.done():
+                task.cancel()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -165,11 +254,17 @@ class VllmEngine:
             self.llm.shutdown()
         except Exception:  # best effort: the engine process goes with the replica anyway
             log.exception("vLLM engine did not shut down cleanly")
+        if self._loop is not None:
+            self._loop.stop()
         if self.cleanup is not None:
             shutil.rmtree(self.cleanup, ignore_errors=True)
 
     async def check_health(self) -> None:
-        await self.llm.check_health()
+        if self._loop is None:
+            await self.llm.check_health()
+            return
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.llm.check_health(),
+                                                                   self._loop.loop))
 
     @property
     def errored(self) -> bool:
@@ -178,10 +273,6 @@ class VllmEngine:
 
 def vllm_refusal(kind: str, config: Any) -> str | None:
     """Why a ``kind`` speculator with ``config`` cannot be served on vLLM (None: it can)."""
-    if kind == "suffix":
-        return ("a suffix version cannot be served on vLLM: its traffic index has no vLLM "
-                "form (vLLM's own suffix method builds its tree from what it serves); "
-                "train eagle3, draft or ngram candidates for a vLLM deployment")
     if kind == "eagle3":
         if getattr(config, "tree_nodes", 0):
             return (f"this eagle3 version drafts trees (tree_nodes={config.tree_nodes}); "
@@ -189,9 +280,11 @@ def vllm_refusal(kind: str, config: Any) -> str | None:
         if getattr(config, "suffix_threshold", None) is not None and \
                 getattr(config, "suffix_tokens", 0):
             return ("this eagle3 version consults its traffic suffix index "
-                    f"(suffix_threshold={config.suffix_threshold}); vLLM runs the head alone: "
-                    "train it with suffix_threshold null")
-    if kind not in ("eagle3", "draft", "ngram"):
+                    f"(suffix_threshold={config.suffix_threshold}); vLLM runs the head in its "
+                    "own EAGLE proposer, which takes no index, and a custom proposer sees "
+                    "token ids, not the target's hidden states: train it with "
+                    "suffix_threshold null")
+    if kind not in ("eagle3", "draft", "ngram", "suffix"):
         return f"a {kind} version has no vLLM speculative method"
     return None
 

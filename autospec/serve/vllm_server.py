@@ -5,24 +5,32 @@ limit and 503s, metrics, traffic row, health, same HTTP app from :mod:`autospec.
 whose requests go to a :class:`~autospec.serve.vllm_engine.VllmEngine` instead of the decode
 thread: vLLM batches every admitted request (continuous batching).
 
-**Versions** (:class:`VllmVersionManager`). Each version is served by its own vLLM engine:
-the version is loaded as everywhere (:func:`autospec.versions.load_speculator_version`,
-checksums and registration checked), refused if vLLM cannot run it faithfully
-(:func:`autospec.serve.vllm_engine.vllm_refusal`), exported with
-:func:`~autospec.interop.export.export_speculator` into a fresh directory under
-``<data dir>/vllm-exports/`` and started with that ``speculative_config``.
-``builtin-ngram`` is vLLM's ``ngram`` method (prompt lookup with autospec's n-gram bounds);
-with speculation off the engine has no speculative config (version name ``off``).
+**Versions** (:class:`VllmVersionManager`). A version is loaded as everywhere
+(:func:`autospec.versions.load_speculator_version`, checksums and registration checked),
+refused if vLLM cannot run it faithfully (:func:`autospec.serve.vllm_engine.vllm_refusal`),
+and exported with :func:`~autospec.interop.export.export_speculator` into a fresh directory
+under ``<data dir>/vllm-exports/``. ``builtin-ngram`` is vLLM's ``ngram`` method (prompt
+lookup with autospec's n-gram bounds); a ``suffix`` version is autospec's custom proposer
+(:mod:`autospec.interop.vllm_proposer`), its index loaded into the engine once it has
+started; with speculation off the engine has no speculative config (version name ``off``).
 
-**Hot swap.** When the live pointer moves, the watcher thread starts the new version's
-engine beside the running one (the replica holds two engines meanwhile), then swaps the
-reference: requests admitted from then on go to the new engine, requests already running
-finish on the old one, which shuts down when its last request ends. Every response names
-the version whose engine served it. A version that fails (refused kind, load error, vLLM
-failing to start) leaves the old engine serving and is audited once (``failure`` event),
-exactly as on the native path. Chosen over a Ray Serve roll because the pointer is read by
-the replicas themselves (no redeploy, no controller-to-Serve coupling) and a replica never
-stops serving during the engine start (20-130 s on a CPU).
+**Hot swap, in place.** When the live pointer moves, the watcher thread exports the new
+version and, when it fits the running engine (same vLLM method and k; for a draft model the
+same config and tensor shapes: :mod:`autospec.serve.vllm_swap`), loads it into that engine
+between two of its steps (new draft weights or a new suffix index, through vLLM's
+``collective_rpc`` and autospec's worker extension): no second engine, no second copy of
+the target, well under a second on a CPU. Requests in flight keep decoding; the steps after
+the load draft with the new version, and a request drafted by both is named with both (the
+response's ``autospec.drafted_by`` and its traffic row's ``sampling.drafted_by``). Rollback
+is the same move.
+
+**Hot swap, side by side** — only when the new version does not fit (another kind, ``k`` or
+shape): its engine starts beside the running one (two engines' memory meanwhile), then the
+reference moves: requests admitted from then on go to the new engine, those already running
+finish on the old one, which shuts down when its last request ends. Every swap is audited
+(event ``swap``: ``in-place`` or ``new engine`` and why). A version that fails (refused kind,
+load error, vLLM failing to start) leaves the replica serving what it had and is audited once
+(``failure`` event), exactly as on the native path.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ from autospec.serve.vllm_engine import (
     vllm_refusal,
     vllm_stats,
 )
+from autospec.serve.vllm_swap import DraftShape, draft_shape, in_place_refusal, load_in_place
 from autospec.settings import get_settings
 from autospec.versions import VersionLoadError, load_speculator_version
 
@@ -126,20 +135,70 @@ class VllmVersionManager(VersionManager):
         return (pointer.version, pointer.generation) if pointer else None
 
     def _load(self, version: str) -> ServedVersion:
+        """``version`` ready to serve: loaded into the running engine where its shapes allow
+        (:mod:`autospec.serve.vllm_swap`), else in an engine of its own; every swap audited."""
         kind, spec = load_speculator_version(self.db, self.target, version, actor=self.actor,
                                              deployment=self.deployment)
         reason = vllm_refusal(kind, getattr(spec, "config", None))
         if reason is not None:
             raise VersionLoadError(f"version {version!r}: {reason}")
+        started = time.perf_counter()
+        out, exported = self._export(version, spec)
+        current = self._current
+        if current is None:  # the first engine of this replica
+            return self._engine_version(version, kind, exported.speculative_config, out)
+        shape = draft_shape(exported.speculative_config, out)
+        why = in_place_refusal(current.engine.shape, shape)
+        if why is None:
+            try:
+                new = self._in_place(version, kind, current, shape, out)
+            finally:
+                shutil.rmtree(out, ignore_errors=True)
+        else:
+            new = self._engine_version(version, kind, exported.speculative_config, out)
+        self._record_swap(version, why, time.perf_counter() - started)
+        return new
+
+    def _export(self, version: str, spec: Any) -> tuple[Path, Any]:
+        """``spec`` exported for vLLM into a fresh directory under the export root."""
         self.export_root.mkdir(parents=True, exist_ok=True)
         out = Path(tempfile.mkdtemp(prefix=f"{version}-k{self.k}-", dir=self.export_root))
         try:
-            exported = export_speculator(spec, self.target, out,  # type: ignore[arg-type]
-                                         k=self.k, source={"version": version})
+            return out, export_speculator(spec, self.target, out, k=self.k,
+                                          source={"version": version})
         except Exception as exc:
+            shutil.rmtree(out, ignore_errors=True)
             raise VersionLoadError(f"version {version!r}: export for vLLM failed: "
                                    f"{type(exc).__name__}: {exc}") from exc
-        return self._engine_version(version, kind, exported.speculative_config, out)
+
+    def _in_place(self, version: str, kind: str, current: ServedVersion, shape: DraftShape,
+                  out: Path) -> ServedVersion:
+        """``version`` loaded into the engine serving ``current``, between its steps."""
+        engine = current.engine
+        try:
+            report = load_in_place(engine, shape, out, version)
+        except Exception as exc:
+            raise VersionLoadError(f"version {version!r}: the in-place load into the running "
+                                   f"vLLM engine failed: {type(exc).__name__}: {exc}") from exc
+        engine.loaded.append(version)
+        log.info("%s loaded into the running vLLM engine in %.2fs (was %s)", version,
+                 report["seconds"], current.name)
+        return ServedVersion(version, kind, engine)
+
+    def _record_swap(self, version: str, why: str | None, seconds: float) -> None:
+        """Audit a swap: in place, or a second engine started, and why (best effort)."""
+        mode = "in-place" if why is None else "new engine"
+        reason = "loaded into the running vLLM engine" if why is None else \
+            f"a second vLLM engine was started: {why}"
+        try:
+            with store.session_scope(self.db) as session:
+                store.record_event(session, kind="swap", actor=self.actor, reason=reason,
+                                   deployment=self.deployment, version=version,
+                                   from_version=self._current.name if self._current else None,
+                                   details={"mode": mode, "why": why, "seconds": round(seconds, 3),
+                                            "replica": self.actor, "engine": "vllm"})
+        except Exception:  # the audit log is best effort here; the replica keeps serving
+            log.exception("could not record the swap to %s", version)
 
     def _engine_version(self, version: str, kind: str,
                         speculative_config: dict[str, Any] | None,
@@ -147,16 +206,24 @@ class VllmVersionManager(VersionManager):
         """An engine for ``version``; ``export_dir`` (its exported files) is removed when
         the engine shuts down, or now if it fails to start."""
         started = time.perf_counter()
+        engine = None
         try:
             engine = VllmEngine(self.model_dir, dtype=self.target.dtype_name,
                                 speculative_config=speculative_config,
                                 max_model_len=self.max_model_len, options=self.options,
                                 cleanup=export_dir)
+            if kind == "suffix":  # autospec's proposer starts empty: its index goes in now
+                load_in_place(engine, draft_shape(speculative_config, export_dir), export_dir,
+                              version)
         except Exception as exc:
-            if export_dir is not None:
+            if engine is not None:
+                engine.shutdown()  # removes export_dir with it
+            elif export_dir is not None:
                 shutil.rmtree(export_dir, ignore_errors=True)
             raise VersionLoadError(f"version {version!r}: vLLM could not start with it: "
                                    f"{type(exc).__name__}: {exc}") from exc
+        engine.shape = draft_shape(speculative_config, export_dir)
+        engine.loaded.append(version)
         log.info("vLLM engine for %s started in %.1fs", version, time.perf_counter() - started)
         return ServedVersion(version, kind, engine)  # type: ignore[arg-type]
 
@@ -205,7 +272,8 @@ class VllmServer(LLMServer):
 
     def _on_swap(self, old: ServedVersion, new: ServedVersion) -> None:
         super()._on_swap(old, new)
-        old.engine.retire()  # type: ignore[attr-defined]  # after its running requests
+        if old.engine is not new.engine:  # a second engine was started: retire the first
+            old.engine.retire()  # type: ignore[attr-defined]  # after its running requests
 
     def health(self) -> dict[str, Any]:
         state = super().health()
@@ -238,6 +306,8 @@ class VllmServer(LLMServer):
         if not self._start(job):
             return
         finished = False
+        loaded = getattr(p.version.engine, "loaded", None)
+        first = len(loaded) - 1 if loaded else 0  # the version drafting as it starts
         steps = self._steps(p, job)
         try:
             last, ttft = None, 0.0
@@ -250,7 +320,7 @@ class VllmServer(LLMServer):
                 self.metrics.abandoned.labels("decoding").inc()
                 log.info("request abandoned while decoding in vLLM")
                 return
-            served = self._served(p, last, ttft)
+            served = self._served(p, last, ttft, first)
             self._report(p, served)
             finished = True
             yield served
@@ -280,8 +350,9 @@ class VllmServer(LLMServer):
         finally:
             await outputs.aclose()  # aborts the request in vLLM if it has not finished
 
-    def _served(self, p: Prepared, output: Any, ttft_s: float) -> VllmServed:
-        """The finished request from vLLM's last output (every choice, in index order)."""
+    def _served(self, p: Prepared, output: Any, ttft_s: float, first: int = 0) -> VllmServed:
+        """The finished request from vLLM's last output (every choice, in index order);
+        named after the version(s) loaded in its engine from position ``first`` on."""
         completions = sorted(output.outputs, key=lambda c: c.index) if output else []
         unfinished = [c.finish_reason for c in completions if c.finish_reason not in
                       ("stop", "length")]
@@ -293,8 +364,16 @@ class VllmServer(LLMServer):
         results = [self._result(p, c, ttft_s, latency) for c in completions]
         logprobs = None if p.logprobs is None else \
             [position_logprobs(c, p.logprobs) for c in completions]
-        return VllmServed(p.version, results[0], latency_s=latency, ttft_s=ttft_s,
-                          extra=results[1:], logprobs=logprobs,
+        version, drafted_by = p.version, []
+        loaded = getattr(p.version.engine, "loaded", None)
+        if loaded:
+            drafted = p.version.engine.drafted_by(first)
+            if len(drafted) > 1:
+                drafted_by = drafted
+            elif drafted[0] != version.name:  # swapped in place just before it started
+                version = replace(version, name=drafted[0])
+        return VllmServed(version, results[0], latency_s=latency, ttft_s=ttft_s,
+                          extra=results[1:], logprobs=logprobs, drafted_by=drafted_by,
                           reported=[reported_summary(c) for c in completions])
 
     def _result(self, p: Prepared, completion: Any, ttft_s: float,
@@ -322,4 +401,6 @@ class VllmServer(LLMServer):
         record.sampling = {**(record.sampling or {}), "engine": "vllm",
                            "vllm_spec_decode": reported[index], "n": p.n, "choice": index,
                            "logprobs": p.logprobs}
+        if s.drafted_by:
+            record.sampling["drafted_by"] = list(s.drafted_by)
         return record

@@ -35,6 +35,7 @@ words, whose byte order is the token order) through :mod:`bisect`, not numpy cal
 
 from __future__ import annotations
 
+import copy
 import logging
 import struct
 from bisect import bisect_left, bisect_right
@@ -151,6 +152,22 @@ class SuffixSpeculator(SavableSpeculator):
         if not best:
             return Proposal.empty()
         return Proposal(tokens=torch.tensor([t for t, _ in best], dtype=torch.long), probs=None)
+
+    def fork(self) -> SuffixSpeculator:
+        """A speculator for another request over the same global index (shared, read-only;
+        its memo shared too), with an empty sequence: :meth:`extend` it with the tokens."""
+        twin = copy.copy(self)
+        twin._seq, twin._local = [], {}
+        twin._stale(0)
+        return twin
+
+    def extend(self, tokens: list[int]) -> None:
+        """Append ``tokens`` to the sequence (as :meth:`begin` and :meth:`commit` do)."""
+        self._extend(tokens)
+
+    def draft(self, k: int) -> list[int]:
+        """The proposal's tokens (up to ``k``), as :meth:`propose` returns them."""
+        return [token for token, _ in self.best_path(k)]
 
     def best_path(self, k: int) -> list[tuple[int, float]]:
         """The proposal (up to ``k`` tokens), each token with its estimated probability."""

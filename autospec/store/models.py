@@ -60,6 +60,7 @@ EVENT_KINDS = (
     "lease",
     "note",
     "import",
+    "swap",
 )
 """Event kinds :func:`autospec.store.registry.record_event` accepts (checked in Python, not by a
 CHECK constraint, so adding a kind needs no migration)."""

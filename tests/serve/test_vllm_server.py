@@ -24,6 +24,7 @@ from autospec.serve.http import make_app
 from autospec.serve.versions import ServedVersion
 from autospec.serve.vllm_engine import vllm_refusal, vllm_stats
 from autospec.serve.vllm_server import VllmServer, VllmVersionManager
+from autospec.serve.vllm_swap import draft_shape, load_in_place
 
 from .helpers import promote, register_artifact, wait_for_rows
 
@@ -71,6 +72,9 @@ class FakeVllmEngine:
     aborted: int = 0
     errored: bool = False
     max_model_len: int = 256
+    loaded: list[str] = field(default_factory=list)
+    shape: Any = None
+    rpcs: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.k = (self.speculative_config or {}).get("num_speculative_tokens", 0)
@@ -101,6 +105,14 @@ class FakeVllmEngine:
             if self.retired and not self.active:
                 self.shut = True
 
+    def rpc(self, method: str, *args: Any) -> list[dict[str, Any]]:
+        """Records the call (the in-place load: the real one is in test_vllm_inplace)."""
+        self.rpcs.append((method, args))
+        return [{"method": method}]
+
+    def drafted_by(self, first: int) -> list[str]:
+        return self.loaded[max(0, first):] or self.loaded[-1:]
+
     def retire(self) -> None:
         self.retired = True
         self.shut = self.active == 0
@@ -116,6 +128,10 @@ def fake_engines(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, FakeVllmEng
 
     def engine_version(self, version, kind, speculative_config, export_dir=None):  # type: ignore[no-untyped-def]
         engine = FakeVllmEngine(speculative_config, delay_s=0.02)
+        engine.shape = draft_shape(speculative_config, export_dir)
+        if kind == "suffix":
+            load_in_place(engine, engine.shape, export_dir, version)
+        engine.loaded.append(version)
         started.append((version, engine))
         return ServedVersion(version, kind, engine)  # type: ignore[arg-type]
 
@@ -268,8 +284,73 @@ async def _complete(server: VllmServer):  # type: ignore[no-untyped-def]
     return await server.generate(prepared)
 
 
+def test_a_head_of_the_same_shapes_is_loaded_into_the_running_engine(
+        vllm_server, fake_engines, tiny_llm, db, tmp_path):
+    for name in ("head-a", "head-b"):
+        register_artifact(db, tiny_llm, tmp_path, name, "eagle3", tree_nodes=0,
+                          suffix_threshold=None)
+    promote(db, "head-a")  # ngram -> eagle3: another method, a second engine
+    _wait_for(vllm_server, "head-a")
+    engine = fake_engines[1][1]
+    engine.delay_s = 0.2  # a request in flight across the next swap
+
+    async def scenario() -> tuple[Any, Any]:
+        running = asyncio.ensure_future(_complete(vllm_server))
+        await asyncio.sleep(0.1)
+        promote(db, "head-b")
+        while vllm_server.versions.current.name != "head-b":
+            await asyncio.sleep(0.02)
+        return await running, await _complete(vllm_server)
+
+    across, after = asyncio.run(scenario())
+    assert len(fake_engines) == 2 and not engine.retired  # no third engine: in place
+    assert [m for m, _ in engine.rpcs] == ["autospec_reload_draft"]
+    weights, sha = engine.rpcs[0][1]
+    assert weights.endswith("model.safetensors") and len(sha) == 64
+    assert not Path(weights).exists()  # the export is removed once loaded
+    assert across.version.name == "head-a" and across.drafted_by == ["head-a", "head-b"]
+    assert after.version.name == "head-b" and after.drafted_by == []
+    with store.session_scope(db) as session:
+        swaps = sorted((e for e in store.list_events(session) if e.kind == "swap"),
+                       key=lambda e: e.id)
+    modes = [(e.version, e.details["mode"]) for e in swaps]
+    assert modes == [("head-a", "new engine"), ("head-b", "in-place")], modes
+    assert "another kind" in swaps[0].reason
+    rows = wait_for_rows(db, 2)
+    assert any(r.sampling.get("drafted_by") == ["head-a", "head-b"] for r in rows)
+
+
+def test_suffix_versions_run_in_vllm_with_their_index_and_swap_in_place(
+        vllm_server, fake_engines, tiny_llm, db, tmp_path):
+    for name in ("idx-a", "idx-b"):
+        register_artifact(db, tiny_llm, tmp_path, name, "suffix")
+    promote(db, "idx-a")
+    _wait_for(vllm_server, "idx-a")
+    version, engine = fake_engines[1]
+    assert engine.speculative_config["method"] == "custom_class"
+    assert engine.speculative_config["model"] == \
+        "autospec.interop.vllm_proposer.SuffixIndexProposer"
+    assert [m for m, _ in engine.rpcs] == ["autospec_load_index"]  # at its start
+    promote(db, "idx-b")
+    _wait_for(vllm_server, "idx-b")
+    assert len(fake_engines) == 2 and [m for m, _ in engine.rpcs] == ["autospec_load_index"] * 2
+    directory, sums, name = engine.rpcs[1][1]
+    assert name == "idx-b" and set(sums) == {"config.json", "model.safetensors"}
+    promote(db, "idx-a")  # rollback: the same move
+    _wait_for(vllm_server, "idx-a")
+    assert len(fake_engines) == 2 and engine.loaded == ["idx-a", "idx-b", "idx-a"]
+
+
+def _wait_for(server: VllmServer, version: str) -> None:
+    deadline = time.monotonic() + 10
+    while server.versions.current.name != version:
+        assert time.monotonic() < deadline, f"still on {server.versions.current.name}"
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("kind, overrides, refused", [
-    ("suffix", {}, "suffix version cannot be served on vLLM"),
+    ("eagle3", {"tree_nodes": 0, "suffix_threshold": 0.5, "suffix_tokens": 8},
+     "consults its traffic suffix index"),
     ("eagle3", {}, "drafts trees (tree_nodes=16)"),
 ])
 def test_versions_vllm_cannot_run_are_refused_audited_and_the_old_one_serves(

@@ -1,0 +1,138 @@
+"""autospec's ``suffix`` speculator inside vLLM: a custom proposer over the version's index.
+
+vLLM 0.32 runs any class named in ``speculative_config.model`` with method ``custom_class``
+(``vllm/v1/spec_decode/custom_class_proposer.py``): it is built with the ``VllmConfig`` and,
+after each engine step, its :meth:`SuffixIndexProposer.propose` gets what vLLM's own n-gram
+proposer gets — each batch row's sampled tokens, the row's token count and the rows' token
+ids — and returns each row's draft tokens; vLLM verifies them like any drafts.
+
+:class:`SuffixIndexProposer` drafts exactly what autospec's :class:`SuffixSpeculator` drafts
+for the same sequence (the global traffic index, then the request's own n-grams, the longer
+expected accepted length winning), so shadow replay predicts vLLM's acceptance request by
+request. A proposal is a function of the sequence alone; each row keeps its own incremental
+state (the request index and the longest match), checked against the row's tokens at every
+step (rows move as requests finish) and rebuilt when they differ.
+
+The index comes from a directory as autospec exports it (:mod:`autospec.interop.export`:
+``config.json`` with the :class:`~autospec.speculators.config.SuffixConfig` and
+``model.safetensors`` with the corpus and its suffix array), each file's SHA-256 checked:
+
+- on autospec's serving path, by :meth:`load_index` through the worker extension
+  (:mod:`autospec.interop.vllm_worker`) right after the engine starts, and again at every
+  in-place swap (rows built on the old index are rebuilt on the new one at their next step);
+- for a user running ``vllm serve`` on an exported version, from the directory named by the
+  environment variable :data:`INDEX_ENV` when the proposer is built (checksums from the
+  export's ``manifest.json``).
+
+Until an index is loaded the proposer drafts from each request's own n-grams only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+#: the environment variable naming an exported suffix version for ``vllm serve``
+INDEX_ENV = "AUTOSPEC_VLLM_SUFFIX_INDEX"
+CLASS_PATH = "autospec.interop.vllm_proposer.SuffixIndexProposer"
+
+
+def read_index(directory: str | Path, sha256: dict[str, str]) -> Any:
+    """A :class:`SuffixSpeculator` from an exported directory, its files checked."""
+    from autospec.interop.vllm_worker import read_checked
+    from autospec.speculators.config import SuffixConfig
+    from autospec.speculators.suffix import SuffixSpeculator
+
+    root = Path(directory)
+    config_file = root / "config.json"
+    if "config.json" not in sha256 or "model.safetensors" not in sha256:
+        raise ValueError(f"{root}: the checksums of config.json and model.safetensors "
+                         "are both needed")
+    from autospec.interop.vllm_worker import file_sha256
+
+    if not config_file.is_file() or file_sha256(config_file) != sha256["config.json"]:
+        raise ValueError(f"{config_file}: missing or not the exported file (SHA-256)")
+    config = SuffixConfig.model_validate(json.loads(config_file.read_text()))
+    tensors = read_checked(str(root / "model.safetensors"), sha256["model.safetensors"])
+    spec = SuffixSpeculator(config)
+    spec.load_tensors(tensors)
+    return spec
+
+
+class _Row:
+    """One batch row's request: its tokens so far and its own speculator state."""
+
+    def __init__(self, index: Any, capacity: int) -> None:
+        self.index = index
+        self.spec = index.fork()
+        self.tokens = np.empty(capacity, dtype=np.int64)
+        self.n = 0
+
+    def matches(self, index: Any, tokens: np.ndarray) -> bool:
+        return index is self.index and self.n <= len(tokens) and \
+            bool(np.array_equal(tokens[: self.n], self.tokens[: self.n]))
+
+    def extend(self, tokens: np.ndarray) -> None:
+        new = tokens[self.n :]
+        if len(new):
+            self.spec.extend(new.tolist())
+            self.tokens[self.n : len(tokens)] = new
+            self.n = len(tokens)
+
+
+class SuffixIndexProposer:
+    """vLLM's ``custom_class`` proposer drafting with autospec's suffix index (module doc)."""
+
+    def __init__(self, vllm_config: Any) -> None:
+        from autospec.speculators.config import SuffixConfig
+        from autospec.speculators.suffix import SuffixSpeculator
+
+        spec_config = vllm_config.speculative_config
+        self.k = int(spec_config.num_speculative_tokens)
+        self.max_model_len = int(vllm_config.model_config.max_model_len)
+        self.index: Any = SuffixSpeculator(  # an empty corpus
+            SuffixConfig(target_id="vllm", target_revision="none"))
+        self.version: str | None = None
+        self._rows: dict[int, _Row] = {}
+        directory = os.environ.get(INDEX_ENV)
+        if directory:
+            manifest = json.loads((Path(directory) / "manifest.json").read_text())
+            self.load_index(directory, manifest["files"])
+
+    def load_index(self, directory: str, sha256: dict[str, str],
+                   version: str | None = None) -> dict[str, Any]:
+        """Draft from the index in ``directory`` from the next step on."""
+        index = read_index(directory, sha256)
+        self.index, self.version = index, version
+        log.info("suffix index of %s loaded (%d tokens)", version or directory,
+                 index.corpus_tokens)
+        return {"corpus_tokens": index.corpus_tokens, "version": version}
+
+    def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
+                token_ids_cpu: np.ndarray, slot_mappings: Any = None) -> list[list[int]]:
+        """Each row's drafts (up to k tokens; none for a row that sampled nothing)."""
+        drafts: list[list[int]] = []
+        for i, sampled in enumerate(sampled_token_ids):
+            n = int(num_tokens_no_spec[i])
+            if not sampled or n >= self.max_model_len:
+                drafts.append([])
+                continue
+            drafts.append(self._row(i, token_ids_cpu[i, :n]).draft(self.k))
+        return drafts
+
+    def _row(self, i: int, tokens: np.ndarray) -> Any:
+        row = self._rows.get(i)
+        if row is None or not row.matches(self.index, tokens):
+            row = self._rows[i] = _Row(self.index, self.max_model_len)
+        row.extend(tokens)
+        return row.spec
+
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to load into vLLM (the model runner calls it for every drafter)."""

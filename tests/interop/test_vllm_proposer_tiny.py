@@ -1,0 +1,81 @@
+"""autospec's suffix proposer for vLLM (:class:`SuffixIndexProposer`) without vLLM: it is
+handed what vLLM's model runner hands it (rows of token ids, rows moving between steps) and
+must draft what autospec's :class:`SuffixSpeculator` drafts for each row's sequence; its index
+loads only from files whose checksums match. Tiny hand-made corpora."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from autospec.interop.vllm_proposer import SuffixIndexProposer
+from autospec.speculators.config import SuffixConfig
+from autospec.speculators.suffix import suffix_from_documents
+
+DOCS = [([1, 2, 3], [4, 5, 6, 7, 8, 9]), ([7, 7, 2], [4, 5, 6, 1, 2, 3, 4, 5]),
+        ([3, 3], [9, 8, 7, 6, 5, 4])]
+K, MAX_LEN = 4, 64
+
+
+def _config() -> SuffixConfig:
+    return SuffixConfig(target_id="tiny", target_revision="r", min_token_prob=0.0)
+
+
+def _proposer() -> SuffixIndexProposer:
+    cfg = SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=K),
+                          model_config=SimpleNamespace(max_model_len=MAX_LEN))
+    return SuffixIndexProposer(cfg)
+
+
+def _export(tmp_path, spec):  # type: ignore[no-untyped-def]
+    from autospec.interop.vllm_worker import file_sha256
+    import safetensors.torch
+
+    (tmp_path / "config.json").write_text(json.dumps(spec.config.model_dump(mode="json")))
+    safetensors.torch.save_file(spec.state_tensors(), str(tmp_path / "model.safetensors"))
+    return {n: file_sha256(tmp_path / n) for n in ("config.json", "model.safetensors")}
+
+
+def _rows(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.zeros((len(seqs), MAX_LEN), dtype=np.int32)
+    for i, seq in enumerate(seqs):
+        ids[i, : len(seq)] = seq
+    return np.array([len(s) for s in seqs], dtype=np.int32), ids
+
+
+def test_each_row_gets_what_autospecs_suffix_speculator_drafts(tmp_path) -> None:
+    spec = suffix_from_documents(_config(), DOCS)
+    proposer = _proposer()
+    info = proposer.load_index(str(tmp_path), _export(tmp_path, spec), "v1")
+    assert info == {"corpus_tokens": spec.corpus_tokens, "version": "v1"}
+    a, b = [5, 1, 2, 3, 4], [9, 9, 4, 5, 6]
+    for step in range(4):  # rows grow, then swap places (a request finished, say)
+        a, b = a + [5 + step], b + [1 + step]
+        seqs = [a, b] if step < 2 else [b, a]
+        n, ids = _rows(seqs)
+        drafts = proposer.propose([[1], [1]], n, ids)
+        for seq, draft in zip(seqs, drafts, strict=True):
+            twin = spec.fork()
+            twin.extend(seq)
+            assert draft == twin.draft(K)
+    assert any(proposer.propose([[1], [1]], *_rows([a, b])))  # it does draft
+
+
+def test_rows_that_sampled_nothing_get_no_drafts_and_no_index_means_request_ngrams(
+        tmp_path) -> None:
+    proposer = _proposer()
+    n, ids = _rows([[1, 2, 3, 1, 2], [1, 2, 3, 1, 2]])
+    drafts = proposer.propose([[], [2]], n, ids)
+    assert drafts[0] == [] and drafts[1][:1] == [3]  # the request's own 1 2 -> 3
+
+
+def test_an_index_whose_files_are_not_the_exported_ones_is_refused(tmp_path) -> None:
+    spec = suffix_from_documents(_config(), DOCS)
+    sums = _export(tmp_path, spec)
+    proposer = _proposer()
+    with pytest.raises(ValueError, match="not the exported"):
+        proposer.load_index(str(tmp_path), {**sums, "model.safetensors": "0" * 64})
+    assert proposer.index.corpus_tokens == 0  # nothing changed
