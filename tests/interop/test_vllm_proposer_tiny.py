@@ -31,8 +31,9 @@ def _proposer() -> SuffixIndexProposer:
 
 
 def _export(tmp_path, spec):  # type: ignore[no-untyped-def]
-    from autospec.interop.vllm_worker import file_sha256
     import safetensors.torch
+
+    from autospec.interop.vllm_worker import file_sha256
 
     (tmp_path / "config.json").write_text(json.dumps(spec.config.model_dump(mode="json")))
     safetensors.torch.save_file(spec.state_tensors(), str(tmp_path / "model.safetensors"))
@@ -53,7 +54,7 @@ def test_each_row_gets_what_autospecs_suffix_speculator_drafts(tmp_path) -> None
     assert info == {"corpus_tokens": spec.corpus_tokens, "version": "v1"}
     a, b = [5, 1, 2, 3, 4], [9, 9, 4, 5, 6]
     for step in range(4):  # rows grow, then swap places (a request finished, say)
-        a, b = a + [5 + step], b + [1 + step]
+        a, b = [*a, 5 + step], [*b, 1 + step]
         seqs = [a, b] if step < 2 else [b, a]
         n, ids = _rows(seqs)
         drafts = proposer.propose([[1], [1]], n, ids)

@@ -326,7 +326,7 @@ def test_suffix_versions_run_in_vllm_with_their_index_and_swap_in_place(
         register_artifact(db, tiny_llm, tmp_path, name, "suffix")
     promote(db, "idx-a")
     _wait_for(vllm_server, "idx-a")
-    version, engine = fake_engines[1]
+    engine = fake_engines[1][1]
     assert engine.speculative_config["method"] == "custom_class"
     assert engine.speculative_config["model"] == \
         "autospec.interop.vllm_proposer.SuffixIndexProposer"
@@ -334,7 +334,7 @@ def test_suffix_versions_run_in_vllm_with_their_index_and_swap_in_place(
     promote(db, "idx-b")
     _wait_for(vllm_server, "idx-b")
     assert len(fake_engines) == 2 and [m for m, _ in engine.rpcs] == ["autospec_load_index"] * 2
-    directory, sums, name = engine.rpcs[1][1]
+    _, sums, name = engine.rpcs[1][1]
     assert name == "idx-b" and set(sums) == {"config.json", "model.safetensors"}
     promote(db, "idx-a")  # rollback: the same move
     _wait_for(vllm_server, "idx-a")
