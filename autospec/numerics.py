@@ -112,7 +112,7 @@ def engine_for(db: Engine, *, deployment: str, wanted: str) -> str:
     ``training.engine``), where ``auto`` is the engine its replicas recorded (``native``
     until one has started). An explicit engine other than the recorded one is refused
     (:class:`NumericsMismatch`): its candidates would be trained for what the replicas do
-    not run (a suffix index a vLLM replica refuses, trees it would run as chains)."""
+    not run (trees or an index a vLLM replica would refuse to run as chains)."""
     rec = served(db, deployment=deployment)
     if wanted == AUTO:
         return rec.engine

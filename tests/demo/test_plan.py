@@ -10,9 +10,9 @@ from autospec.demo.plan import demo_policy, plan_for
 
 def test_a_demo_on_vllm_trains_what_vllm_serves_and_its_policy_says_so() -> None:
     plan = plan_for("full").on_engine("vllm")
-    assert plan.engine == "vllm" and plan.kinds == ("eagle3",)
+    assert plan.engine == "vllm" and plan.kinds == ("suffix", "eagle3")
     policy = demo_policy(plan)
-    assert policy.training.engine == "vllm" and policy.training.kinds == ["eagle3"]
+    assert policy.training.engine == "vllm" and policy.training.kinds == ["suffix", "eagle3"]
     assert policy.training.overrides("eagle3") == {"tree_nodes": 0, "suffix_threshold": None}
     native = plan_for("full").on_engine("native")
     assert native.kinds == ("suffix", "eagle3")

@@ -3,8 +3,9 @@ official ``openai`` client, and the hot swap under load on the default target.
 
 One application, one replica, float32, k = 3. The pointer moves three times under 4 client
 threads: to an eagle3 head (a new engine starts beside the running one, then takes the new
-requests), to a suffix version (refused: vLLM cannot run its traffic index; the old engine
-keeps serving and the refusal is audited once), to another eagle3 head. Each engine start
+requests), to an eagle3 version that drafts trees (refused: vLLM drafts chains; the old
+engine keeps serving and the refusal is audited once), to another eagle3 head of the same
+shapes (loaded into the running engine: no second engine). Each engine start
 takes ~10-40 s on 2 CPU cores in eager mode (``enforce_eager``, as every vLLM test here
 but tests/interop/test_vllm_equivalence.py: vLLM's default compiles the model with inductor
 first, ~2 min an engine there), so the load runs until both swaps have happened and then
@@ -196,7 +197,7 @@ def test_hot_swap_under_load(app, target, tmp_path: Path):
     register_artifact(db, target, tmp_path, "head-a", "eagle3", **HEAD)
     torch.manual_seed(2)
     register_artifact(db, target, tmp_path, "head-b", "eagle3", **HEAD)
-    register_artifact(db, target, tmp_path, "suffix-x", "suffix")
+    register_artifact(db, target, tmp_path, "trees-x", "eagle3")  # tree_nodes 16
     before = len(wait_for_rows(db, 0))
     stop, results = threading.Event(), []
     threads = [threading.Thread(target=_load, args=(app, stop, results, n)) for n in range(4)]
@@ -209,8 +210,8 @@ def test_hot_swap_under_load(app, target, tmp_path: Path):
         moves["head-a"] = time.monotonic()
         promote(db, "head-a")
         _wait_for(results, "head-a", moves["head-a"])
-        moves["suffix-x"] = time.monotonic()
-        promote(db, "suffix-x")
+        moves["trees-x"] = time.monotonic()
+        promote(db, "trees-x")
         time.sleep(5)  # several polls: refused, head-a keeps serving
         moves["head-b"] = time.monotonic()
         promote(db, "head-b")
@@ -228,14 +229,18 @@ def test_hot_swap_under_load(app, target, tmp_path: Path):
     order = ["builtin-ngram", "head-a", "head-b"]
     assert {r["version"] for r in results} == set(order)  # suffix-x never served
     for r in results:  # a request started after a move is never served by an older version
-        current = max((v for v, at in moves.items() if at <= r["start"] and v != "suffix-x"),
+        current = max((v for v, at in moves.items() if at <= r["start"] and v != "trees-x"),
                       key=lambda v: moves[v], default="builtin-ngram")
         assert order.index(r["version"]) >= order.index(current) - 1
     counts = {v: sum(r["version"] == v for r in results) for v in order}
     with store.session_scope(db, readonly=True) as session:
         events = store.list_events(session, kinds=["failure"])
-    assert [e.version for e in events] == ["suffix-x"]
-    assert "vLLM" in events[0].reason and "suffix" in events[0].reason
+    assert [e.version for e in events] == ["trees-x"]
+    assert "vLLM" in events[0].reason and "trees" in events[0].reason
+    with store.session_scope(db) as session:
+        swaps = {e.version: e.details["mode"] for e in store.list_events(session)
+                 if e.kind == "swap"}
+    assert swaps == {"head-a": "new engine", "head-b": "in-place"}, swaps
     rows = wait_for_rows(db, before + len(results), timeout_s=30, poll_s=0.5)[before:]
     assert len(rows) == len(results)
     assert all(r.sampling["engine"] == "vllm" for r in rows)
@@ -244,4 +249,4 @@ def test_hot_swap_under_load(app, target, tmp_path: Path):
              for v in ("head-a", "head-b")}  # the new engine's start, under the load
     print(f"\nvLLM hot swap under load: {len(results)} requests in {elapsed:.0f}s, 0 failed, "
           f"per version {counts}; first answer of head-a {first['head-a']:.0f}s after its "
-          f"move, of head-b {first['head-b']:.0f}s; suffix-x refused and audited")
+          f"move, of head-b {first['head-b']:.0f}s; trees-x refused and audited")

@@ -1,0 +1,234 @@
+"""``autospec bench swap``: in-place swaps inside a running vLLM engine under constant load.
+
+One vLLM engine serves the target with a speculator; ``clients`` concurrent clients keep
+sending requests; every ``interval_s`` the benchmark loads another version into the running
+engine exactly as a replica does on a pointer move (:func:`autospec.serve.vllm_swap.load_in_place`),
+alternating between two versions (a swap, then its rollback). Two ``suffix`` indexes (the
+target's own answers to two domains' prompts), or two random-init ``eagle3`` heads of the same
+shapes. It reports, per swap, the load's time and the time from the swap's start to the first
+response drafted only by the new version (a request admitted after the load, finished); the
+requests answered and failed; and the resident memory of the process tree (this process and
+vLLM's engine process), peak during the swaps over the level before the first one. With
+``side_by_side`` it then starts a second engine beside the first, as a swap did before
+in-place loads, and reports its start time and the memory of two engines, in the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+
+_console = Console(stderr=True)
+
+
+def say(line: str) -> None:
+    """One progress line on stderr (the figures go to stdout or ``--json``)."""
+    _console.print(f"[bench swap] {line}", highlight=False, markup=False)
+
+
+@dataclass
+class SwapBench:
+    kind: str
+    clients: int
+    swaps: list[dict[str, float]] = field(default_factory=list)
+    answered: int = 0
+    failed: list[str] = field(default_factory=list)
+    rss_before_mb: float = 0.0
+    rss_peak_mb: float = 0.0
+    side_by_side: dict[str, float] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        loads = [s["load_s"] for s in self.swaps]
+        firsts = [s["first_response_s"] for s in self.swaps if s["first_response_s"] >= 0]
+        return {"kind": self.kind, "clients": self.clients, "swaps": self.swaps,
+                "load_s_median": statistics.median(loads) if loads else None,
+                "first_response_s_max": max(firsts) if firsts else None,
+                "first_response_s_median": statistics.median(firsts) if firsts else None,
+                "answered": self.answered, "failed": len(self.failed),
+                "failures": self.failed[:10], "rss_before_mb": self.rss_before_mb,
+                "rss_peak_mb": self.rss_peak_mb,
+                "rss_peak_ratio": self.rss_peak_mb / self.rss_before_mb
+                if self.rss_before_mb else None, "side_by_side": self.side_by_side}
+
+
+def tree_rss_mb() -> float:
+    """Resident memory of this process and its children (vLLM's engine process)."""
+    me = psutil.Process()
+    total = me.memory_info().rss
+    for child in me.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            continue
+    return total / 2**20
+
+
+class _Sampler(threading.Thread):
+    def __init__(self) -> None:
+        super().__init__(daemon=True, name="autospec-rss")
+        self.peak, self._halt = 0.0, threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.2):
+            self.peak = max(self.peak, tree_rss_mb())
+
+    def stop(self) -> float:
+        self._halt.set()
+        self.join()
+        return self.peak
+
+
+def _versions(target: Any, kind: str, k: int, out: Path, answers: list[Any]) -> list[Any]:
+    """Two exports of ``kind`` with the same shapes (see the module doc)."""
+    from autospec.interop.export import export_speculator
+
+    specs = []
+    if kind == "suffix":
+        from autospec.speculators.config import SuffixConfig
+        from autospec.speculators.suffix import suffix_from_documents
+
+        half = len(answers) // 2
+        cfg = SuffixConfig.for_target(target.info)
+        specs = [suffix_from_documents(cfg, answers[:half]),
+                 suffix_from_documents(cfg, answers[half:])]
+    else:
+        import torch
+
+        from autospec.speculators.registry import new_speculator
+
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            spec = new_speculator("eagle3", target, tree_nodes=0, suffix_threshold=None)
+            with torch.no_grad():
+                for p in spec.head.parameters():
+                    p.add_(torch.randn_like(p) * 0.05)
+            specs.append(spec)
+    return [export_speculator(s, target, out / f"v{i}", k=k) for i, s in enumerate(specs)]
+
+
+def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clients: int,
+                   k: int, max_tokens: int, interval_s: float, side_by_side: bool,
+                   workdir: Path) -> SwapBench:
+    from autospec.engine.target import load_target
+    from autospec.interop.export import target_dir
+    from autospec.serve.vllm_engine import VllmEngine
+    from autospec.serve.vllm_swap import draft_shape, load_in_place
+    from autospec.workloads import domain_prompts
+
+    target = load_target(target_name, dtype=dtype, device="cpu")
+    prompts = [target.encode_chat(c) for c in
+               domain_prompts("support", 24, 0) + domain_prompts("json", 24, 0)]
+    opts = {"enforce_eager": True, "kv_cache_memory_bytes": 256 << 20}
+
+    def start(exported: Any) -> Any:
+        engine = VllmEngine(target_dir(target), dtype=target.dtype_name,
+                            speculative_config=exported.speculative_config,
+                            max_model_len=1024, options=opts)
+        engine.shape = draft_shape(exported.speculative_config, exported.out)
+        return engine
+
+    say(f"generating the {kind} versions' material with vLLM (48 prompts, greedy)")
+    from autospec.interop.export import export_speculator
+    from autospec.speculators.config import SuffixConfig
+    from autospec.speculators.suffix import suffix_from_documents
+
+    empty = export_speculator(suffix_from_documents(SuffixConfig.for_target(target.info), []),
+                              target, workdir / "empty", k=k)
+    seed_engine = start(empty) if kind == "suffix" else None
+    answers: list[Any] = []
+    if seed_engine is not None:
+        load_in_place(seed_engine, seed_engine.shape, empty.out, "empty")
+        answers = list(zip(prompts, _decode_all(seed_engine, prompts, max_tokens), strict=True))
+        seed_engine.shutdown()
+    versions = _versions(target, kind, k, workdir, answers)
+    say("starting the vLLM engine")
+    engine = start(versions[0])
+    if kind == "suffix":
+        load_in_place(engine, engine.shape, versions[0].out, "v0")
+    engine.loaded.append("v0")
+    bench = SwapBench(kind=kind, clients=clients)
+    _decode_all(engine, prompts[:clients], max_tokens)  # warm
+    bench.rss_before_mb = tree_rss_mb()
+    sampler = _Sampler()
+    sampler.start()
+    asyncio.run(_load(engine, prompts, bench, swaps, clients, max_tokens, interval_s,
+                      lambda i: load_in_place(engine, engine.shape, versions[i % 2].out,
+                                              f"v{i % 2}")))
+    bench.rss_peak_mb = sampler.stop()
+    if side_by_side:
+        say("side by side: starting a second engine beside the first (the old swap)")
+        sampler = _Sampler()
+        sampler.start()
+        started = time.perf_counter()
+        second = start(versions[1])
+        if kind == "suffix":
+            load_in_place(second, second.shape, versions[1].out, "v1")
+        bench.side_by_side = {"start_s": time.perf_counter() - started,
+                              "rss_peak_mb": max(sampler.stop(), tree_rss_mb())}
+        second.shutdown()
+    engine.shutdown()
+    return bench
+
+
+def _decode_all(engine: Any, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    from autospec.engine.sampling import SamplingParams
+
+    async def one(i: int, prompt: list[int]) -> list[int]:
+        last = None
+        async for out in engine.generate(prompt, SamplingParams(max_new_tokens=max_tokens),
+                                         f"seed-{i}-{time.monotonic_ns()}"):
+            last = out
+        return list(last.outputs[0].token_ids)
+
+    async def run() -> list[list[int]]:
+        return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+
+    return asyncio.run(run())
+
+
+async def _load(engine: Any, prompts: list[list[int]], bench: SwapBench, swaps: int,
+                clients: int, max_tokens: int, interval_s: float, swap: Any) -> None:
+    """``clients`` request loops while ``swaps`` in-place loads happen every ``interval_s``."""
+    from autospec.engine.sampling import SamplingParams
+
+    done = asyncio.Event()
+    finished: list[tuple[float, float]] = []  # (admitted, finished) of each answered request
+
+    async def client(c: int) -> None:
+        i = c
+        while not done.is_set():
+            admitted = time.perf_counter()
+            try:
+                async for _ in engine.generate(prompts[i % len(prompts)],
+                                               SamplingParams(max_new_tokens=max_tokens),
+                                               f"c{c}-{i}"):
+                    pass
+                bench.answered += 1
+                finished.append((admitted, time.perf_counter()))
+            except Exception as exc:  # counted, never hidden
+                bench.failed.append(f"{type(exc).__name__}: {exc}")
+            i += clients
+
+    tasks = [asyncio.ensure_future(client(c)) for c in range(clients)]
+    for n in range(1, swaps + 1):
+        await asyncio.sleep(interval_s)
+        begun = time.perf_counter()
+        report = await asyncio.to_thread(swap, n)
+        loaded = time.perf_counter()
+        while not any(a >= loaded for a, _ in finished) and loaded + 120 > time.perf_counter():
+            await asyncio.sleep(0.02)
+        first = min((f for a, f in finished if a >= loaded), default=begun - 1) - begun
+        bench.swaps.append({"load_s": report["seconds"], "first_response_s": first})
+        say(f"swap {n}/{swaps}: loaded in {report['seconds']:.2f}s, first response drafted "
+            f"by the new version {first:.2f}s after the swap began; {bench.answered} answered, "
+            f"{len(bench.failed)} failed")
+    done.set()
+    await asyncio.gather(*tasks)
