@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 from rich.console import Console
 
-_console = Console(stderr=True)
+_console = Console(stderr=True, soft_wrap=True)
 
 
 def say(line: str) -> None:

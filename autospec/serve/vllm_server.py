@@ -21,8 +21,8 @@ between two of its steps (new draft weights or a new suffix index, through vLLM'
 ``collective_rpc`` and autospec's worker extension): no second engine, no second copy of
 the target, well under a second on a CPU. Requests in flight keep decoding; the steps after
 the load draft with the new version, and a request drafted by both is named with both (the
-response's ``autospec.drafted_by`` and its traffic row's ``sampling.drafted_by``). Rollback
-is the same move.
+response's ``drafted_by`` in the ``autospec`` object and its traffic row's
+``sampling.drafted_by``). Rollback is the same move.
 
 **Hot swap, side by side** — only when the new version does not fit (another kind, ``k`` or
 shape): its engine starts beside the running one (two engines' memory meanwhile), then the

@@ -118,18 +118,17 @@ def test_of_two_passing_candidates_the_faster_one_is_promoted() -> None:
     assert best_candidate([failed]) is None
 
 
-def test_on_a_vllm_deployment_a_cycle_trains_only_what_vllm_serves(db, tiny, traffic) -> None:
-    """The replicas record engine vllm: ``auto`` skips suffix (here the only kind: the cycle
-    fails, saying why), an explicit ``native`` policy is refused; nothing is trained."""
+def test_on_a_vllm_deployment_a_cycle_trains_suffix_and_refuses_another_engine(
+        db, tiny, traffic) -> None:
+    """The replicas record engine vllm: an explicit ``native`` policy is refused before
+    anything is trained; ``auto`` trains suffix (served by vLLM as autospec's proposer)."""
     from autospec import numerics
 
     numerics.record_served(db, deployment="default", spec="tiny", target=tiny, actor="r1",
                            engine="vllm")
     log_traffic(db, traffic)
-    auto = Controller(db, fast_policy(), tiny).run_cycle()
-    assert auto.outcome == "failed" and auto.candidates == []
-    assert "engine vllm, which cannot serve suffix" in " ".join(auto.reasons)
-    log_traffic(db, traffic, start=T0 + timedelta(minutes=10))
     native = Controller(db, fast_policy(training={"engine": "native"}), tiny).run_cycle()
     assert native.outcome == "failed" and "`training.engine: auto`" in " ".join(native.reasons)
-    assert live_version(db) is None
+    assert native.candidates == []
+    auto = Controller(db, fast_policy(), tiny).run_cycle()
+    assert [c.split("-")[0] for c in auto.candidates] == ["suffix"], auto.reasons

@@ -194,8 +194,11 @@ def test_ngram_and_suffix_export_vllm_speculative_configs_tiny(tiny, tmp_path):
     assert json.loads((tmp_path / "n/speculative_config.json").read_text()) == \
         ngram.speculative_config
     suffix = export_speculator(new_speculator("suffix", tiny), tiny, tmp_path / "s", k=5)
-    assert suffix.speculative_config["method"] == "suffix"
-    assert any("not carried over" in n for n in suffix.notes)
+    assert suffix.speculative_config == {
+        "method": "custom_class", "num_speculative_tokens": 5,
+        "model": "autospec.interop.vllm_proposer.SuffixIndexProposer"}
+    assert {"config.json", "model.safetensors"} <= set(suffix.files)  # the index travels
+    assert any("AUTOSPEC_VLLM_SUFFIX_INDEX" in n for n in suffix.notes)
 
 
 def test_export_refuses_a_non_empty_directory_and_unknown_format_tiny(tiny, tmp_path):
