@@ -13,7 +13,8 @@ and the last chunk before ``[DONE]``). When the live version was loaded into the
 engine while a request decoded, both drafted it: the body's ``drafted_by`` in the ``autospec``
 object lists them in order, and a non-streamed answer's ``x-autospec-drafted-by`` header too.
 Every HTTP answer of a replica (errors and ``/health`` included) names the replica in
-``x-autospec-replica`` when :func:`make_app` is given one (``id=<Serve replica id>; app=<application>; node=<Ray node id>; host=<hostname>``; see
+``x-autospec-replica`` when :func:`make_app` is given one
+(``id=<Serve replica id>; app=<application>; node=<Ray node id>; host=<hostname>``; see
 :func:`autospec.serve.app.replica_identity`). Request headers: ``x-autospec-segment`` labels the
 request for per-segment evaluation (default: the route, ``completions`` or ``chat``);
 ``x-autospec-log: off`` keeps the request's statistics but nothing the client wrote (no
