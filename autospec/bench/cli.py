@@ -102,15 +102,24 @@ def serve(
         min=1, help="tokens per request in the decode phase")] = 32,
     rounds: Annotated[int, typer.Option(
         min=1, help="interleaved rounds over the configurations")] = 3,
-    concurrency: Annotated[int, typer.Option(
-        min=1, help="concurrent clients in the decode phase")] = 2,
+    concurrency: Annotated[str | None, typer.Option(
+        help="concurrent clients in the decode phase (default 2); with --engine, a list: one "
+        "phase per value, e.g. 1,4,8 (the default), to see where speculation stops paying")] = None,
     short_requests: Annotated[int, typer.Option(
         min=5, help="1-token requests per round and config in the logging phase")] = 40,
     k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
     engine: Annotated[str | None, typer.Option(
-        help="compare serving engines instead, e.g. 'vllm,native': per-request tokens/s with "
-        "1 client and throughput with --concurrency clients, speculation on and off")] = None,
+        help="compare serving engines instead, e.g. 'vllm,native': tokens/s per request and "
+        "throughput at each --concurrency, speculation on and off")] = None,
+    k_bands: Annotated[str | None, typer.Option(
+        help="--engine: also serve the version with these concurrency bands, e.g. "
+        "'1-2:5,3-:0' (k per band, 0: no drafting), and say whether it is ever slower than "
+        "target-only")] = None,
+    vllm_option: Annotated[list[str] | None, typer.Option(
+        help="--engine vllm: a vLLM engine argument as KEY=VALUE, as `autospec serve` takes "
+        "it (e.g. enforce_eager=true: engines start in seconds, not minutes, on a CPU); "
+        "repeatable")] = None,
     dtype: Annotated[str, typer.Option(help="--engine: target dtype")] = "auto",
     database_url: Annotated[str | None, typer.Option(
         help="--engine: serve this store's live version (a promoted head) in every "
@@ -125,6 +134,7 @@ def serve(
     """Requests/s and p50/p99 over HTTP: logging on vs off, speculation on vs off; with
     --engine, the engines side by side."""
     from autospec.bench.serve import run_serve_bench
+    from autospec.serve.cli import _engine_options
 
     if engine is not None:
         from autospec.bench.serve_engines import run_engine_bench
@@ -136,13 +146,41 @@ def serve(
             raise typer.BadParameter(f"--engine: unknown {unknown or names}; known: "
                                      f"{', '.join(ENGINES)}")
         run_engine_bench(engines=names, target=target, dtype=dtype, max_tokens=max_tokens,
-                         rounds=rounds, clients=concurrency, k=k, database_url=database_url,
-                         deployment=deployment, json_path=json_path,
-                         prompts=_bench_prompts(domain))
+                         rounds=rounds, clients=_client_counts(concurrency or "1,4,8"), k=k,
+                         database_url=database_url, deployment=deployment, json_path=json_path,
+                         k_bands=_checked_bands(k_bands, k), prompts=_bench_prompts(domain),
+                         vllm_options=_engine_options(vllm_option or []))
         return
+    if k_bands is not None or vllm_option:
+        raise typer.BadParameter("--k-bands and --vllm-option: need --engine")
+    counts = _client_counts(concurrency or "2")
+    if len(counts) != 1:
+        raise typer.BadParameter("--concurrency: one value without --engine")
     run_serve_bench(target=target, max_tokens=max_tokens, rounds=rounds,
-                    concurrency=concurrency, short_requests=short_requests, k=k,
+                    concurrency=counts[0], short_requests=short_requests, k=k,
                     json_path=json_path)
+
+
+def _client_counts(text: str) -> list[int]:
+    """``--concurrency``'s values: positive integers, in the order given, no repeats."""
+    try:
+        counts = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        raise typer.BadParameter(f"--concurrency: {text!r} is not a list of distinct positive "
+                                 "integers, e.g. 1,4,8")
+    return counts
+
+
+def _checked_bands(text: str | None, k: int) -> str | None:
+    from autospec.serve.bands import BandsError, parse_bands
+
+    try:
+        bands = parse_bands(text, max_k=k)
+    except BandsError as exc:
+        raise typer.BadParameter(f"--k-bands: {exc}") from None
+    return None if bands is None else str(bands)
 
 
 def _bench_prompts(domain: str | None) -> list[list[dict[str, str]]] | None:

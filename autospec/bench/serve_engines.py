@@ -1,17 +1,22 @@
-"""``autospec bench serve --engine vllm,native``: the serving engines side by side over HTTP.
+"""``autospec bench serve --engine vllm,native --concurrency 1,4,8``: engines, loads, side by side.
 
 One local Ray Serve instance runs, for each engine named, two applications on the same
 target, each its own replica: ``<engine>/spec`` (the live version of the store's
 ``deployment`` — ``builtin-ngram`` in the fresh store used unless ``--database-url`` names
 one with a promoted head: both engines then serve that same version) and ``<engine>/off``
-(speculation off). Traffic logging is off in every application (this measures decoding).
-The same greedy chat prompts go to every application, in interleaved rounds that rotate the
-order, so drift on a shared machine hits all alike; read the ratios.
+(speculation off); with ``--k-bands``, a third, ``<engine>/banded``: the same version drafting
+by those concurrency bands (:mod:`autospec.serve.bands`). Traffic logging is off in every
+application (this measures decoding). The same greedy chat prompts go to every application,
+in interleaved rounds that rotate the order, so drift on a shared machine hits all alike;
+read the ratios.
 
-Two phases: ``1 client`` (per-request output tokens/s: completion tokens over latency,
-median over requests) and ``N clients`` (throughput: all completion tokens over the wall
-time of the batch). Ratios: vLLM over native per request and at N clients (speculation on),
-speculation on over off per engine.
+One phase per concurrency (``--concurrency 1,4,8``): that many clients, each sending its next
+request when its last one is answered, at least two requests per client per batch. Per
+configuration: per-request output tokens/s (completion tokens over latency, median) and
+throughput (all completion tokens over the batch's wall time). The summary gives, per engine
+and concurrency, speculation on over off in throughput and says where speculation stops
+paying (on/off below 1); with bands, the banded deployment over off as well (the goal: never
+below 1).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from autospec.bench.prompts import BENCH_PROMPTS
 from autospec.bench.serve import _batch, _free_port
 from autospec.settings import api_key
 
-MODES = {"spec": "live", "off": "off"}
+MODES = {"spec": "live", "off": "off", "banded": "live"}
 
 
 @dataclass(frozen=True)
@@ -65,12 +70,13 @@ def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int, clie
     answers: dict[str, list[Answer]] = {n: [] for n in urls}
     wall: dict[str, float] = dict.fromkeys(urls, 0.0)
     names = list(urls)
+    batch = bodies * max(1, -(-2 * clients // len(bodies)))  # ≥ 2 requests per client
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            got, took = _batch(urls[name], bodies, clients, _send)
+            got, took = _batch(urls[name], batch, clients, _send)
             answers[name] += got
             wall[name] += took
-            progress.done(f"{label} round {r + 1}/{rounds} {name}: "
+            progress.done(f"{label} round {r + 1}/{rounds} {name}: {len(got)} requests, "
                           f"{sum(a.tokens for a in got) / took:.1f} tok/s")
     return {n: _figures(answers[n], wall[n]) for n in names}
 
@@ -87,25 +93,27 @@ def _figures(answers: list[Answer], wall_s: float) -> dict[str, Any]:
             "tau": (sum(a.accepted for a in answers) + steps) / steps if steps else 1.0}
 
 
-def _deploy(engines: list[str], target: str, dtype: str, url: str, deployment: str,
-            data_dir: Path, k: int, vllm_options: dict[str, Any]) -> dict[str, str]:
+def _deploy(engines: list[str], modes: list[str], target: str, dtype: str, url: str,
+            deployment: str, data_dir: Path, k: int, k_bands: str | None,
+            vllm_options: dict[str, Any]) -> dict[str, str]:
     import ray
     from ray import serve
 
     from autospec.serve.app import build_app
 
     port = _free_port()
-    ray.init(address="local", num_cpus=2 * len(engines) * len(MODES), include_dashboard=False,
+    ray.init(address="local", num_cpus=2 * len(engines) * len(modes), include_dashboard=False,
              log_to_driver=False, namespace="autospec-bench-engines")
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     env = {"AUTOSPEC_DATA_DIR": str(data_dir)}
     urls = {}
     for engine in engines:
-        for mode, speculation in MODES.items():
+        for mode in modes:
             route = f"{engine}-{mode}"
             serve.run(build_app({
                 "target": target, "dtype": dtype, "database_url": url, "speculator_k": k,
-                "deployment": deployment, "engine": engine, "speculation": speculation,
+                "deployment": deployment, "engine": engine, "speculation": MODES[mode],
+                "k_bands": k_bands if mode == "banded" else None,
                 "log_traffic": False, "vllm_options": vllm_options, "api_key": api_key(),
                 "ray_actor_options": {"num_cpus": 1, "runtime_env": {"env_vars": env}}}),
                 name=route, route_prefix=f"/{route}")
@@ -114,75 +122,100 @@ def _deploy(engines: list[str], target: str, dtype: str, url: str, deployment: s
 
 
 def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens: int,
-                     rounds: int, clients: int, k: int, database_url: str | None,
-                     deployment: str, json_path: Path | None,
-                     prompts: list[list[dict[str, str]]] | None = None) -> dict[str, Any]:
-    """Deploy every engine × {spec, off}, measure both phases, print, write the JSON;
-    ``prompts``: the chats sent (default: the generic benchmark prompts)."""
+                     rounds: int, clients: list[int], k: int, database_url: str | None,
+                     deployment: str, json_path: Path | None, k_bands: str | None = None,
+                     prompts: list[list[dict[str, str]]] | None = None,
+                     vllm_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Deploy every engine × {spec, off[, banded]}, measure one phase per concurrency in
+    ``clients``, print, write the JSON; ``prompts``: the chats sent (default: the generic
+    benchmark prompts); ``vllm_options``: vLLM engine arguments (max_model_len 2048 unless
+    set)."""
     from ray import serve
 
     from autospec import store
 
-    partial: dict[str, Any] = {"target": target, "engines": engines}
+    modes = ["spec", "off"] + (["banded"] if k_bands else [])
+    partial: dict[str, Any] = {"target": target, "engines": engines, "clients": clients}
     progress = BenchProgress("bench serve --engine", partial, json_path)
     with tempfile.TemporaryDirectory(prefix="autospec-bench-engines-") as tmp:
         url = database_url or f"sqlite:///{Path(tmp) / 'autospec.db'}"
         if database_url is None:
             store.open_store(url, upgrade=True).dispose()
-        with progress.stage(f"deploying {len(engines) * len(MODES)} applications of {target}"):
-            urls = _deploy(engines, target, dtype, url, deployment, Path(tmp), k,
-                           {"max_model_len": 2048})
+        with progress.stage(f"deploying {len(engines) * len(modes)} applications of {target}"):
+            urls = _deploy(engines, modes, target, dtype, url, deployment, Path(tmp), k, k_bands,
+                           {"max_model_len": 2048, **(vllm_options or {})})
         try:
             bodies = [{"messages": m, "max_tokens": max_tokens, "temperature": 0}
                       for m in (prompts or BENCH_PROMPTS)]
             with progress.stage("warm-up"):
                 _phase(urls, bodies[:2], 1, 1, progress, "warm-up")
-            with progress.stage(f"1 client: {rounds} rounds"):
-                single = _phase(urls, bodies, rounds, 1, progress, "1 client")
-            with progress.stage(f"{clients} clients: {rounds} rounds"):
-                many = _phase(urls, bodies * max(1, clients // 2), rounds, clients, progress,
-                              f"{clients} clients")
+            phases = {}
+            for c in clients:
+                with progress.stage(f"{c} client{'s' * (c > 1)}: {rounds} rounds"):
+                    phases[c] = _phase(urls, bodies, rounds, c, progress, f"{c} clients")
+                    partial.setdefault("phases", {})[str(c)] = phases[c]
         finally:
             serve.shutdown()
-    result = _summarize(engines, target, dtype, max_tokens, clients, k, single, many)
+    result = _summarize(engines, modes, target, dtype, max_tokens, k, k_bands, phases)
+    result["vllm_options"] = vllm_options or {}
     partial.update(result)
     progress.finish()
     _print(result)
     return result
 
 
-def _summarize(engines: list[str], target: str, dtype: str, max_tokens: int, clients: int,
-               k: int, single: dict[str, Any], many: dict[str, Any]) -> dict[str, Any]:
-    ratios: dict[str, float] = {}
+def _summarize(engines: list[str], modes: list[str], target: str, dtype: str, max_tokens: int,
+               k: int, k_bands: str | None,
+               phases: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Per engine and concurrency: throughput ratios over target-only; where speculation
+    stops paying (the lowest concurrency at which spec/off < 1, None: nowhere measured)."""
+    ratios: dict[str, dict[str, dict[str, float]]] = {}
     for e in engines:
-        ratios[f"{e}: spec/off per request"] = (single[f"{e}/spec"]["per_request_tok_s"]
-                                                / single[f"{e}/off"]["per_request_tok_s"])
-        ratios[f"{e}: spec/off throughput"] = (many[f"{e}/spec"]["throughput_tok_s"]
-                                               / many[f"{e}/off"]["throughput_tok_s"])
+        ratios[e] = {}
+        for c, phase in phases.items():
+            off = phase[f"{e}/off"]["throughput_tok_s"]
+            ratios[e][str(c)] = {m: phase[f"{e}/{m}"]["throughput_tok_s"] / off
+                                 for m in modes if m != "off"}
+    stops = {e: next((int(c) for c, r in ratios[e].items() if r["spec"] < 1.0), None)
+             for e in engines}
+    result: dict[str, Any] = {
+        "target": target, "dtype": dtype, "max_tokens": max_tokens, "k": k, "k_bands": k_bands,
+        "clients": sorted(phases), "cpus": os.cpu_count(),
+        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "phases": {str(c): p for c, p in phases.items()}, "ratios": ratios,
+        "speculation_stops_paying_at": stops}
+    if "banded" in modes:
+        result["banded_never_slower"] = {e: all(r["banded"] >= 1.0 for r in ratios[e].values())
+                                         for e in engines}
     if {"vllm", "native"} <= set(engines):
-        for mode in MODES:
-            ratios[f"vllm/native per request ({mode})"] = (
-                single[f"vllm/{mode}"]["per_request_tok_s"]
-                / single[f"native/{mode}"]["per_request_tok_s"])
-            ratios[f"vllm/native throughput ({mode})"] = (
-                many[f"vllm/{mode}"]["throughput_tok_s"]
-                / many[f"native/{mode}"]["throughput_tok_s"])
-    return {"target": target, "dtype": dtype, "max_tokens": max_tokens, "clients": clients,
-            "k": k, "cpus": os.cpu_count(), "single": single, "many": many, "ratios": ratios}
+        result["vllm_over_native"] = {
+            str(c): {m: p[f"vllm/{m}"]["throughput_tok_s"] / p[f"native/{m}"]["throughput_tok_s"]
+                     for m in modes} for c, p in phases.items()}
+    return result
 
 
 def _print(result: dict[str, Any]) -> None:
     console = Console()
     table = Table(title=f"bench serve --engine ({result['target']}, {result['dtype']}, "
-                  f"{result['max_tokens']} tokens, k={result['k']})")
-    for col in ("engine/speculation", "version", "τ", "1 client tok/s per request",
-                f"{result['clients']} clients tok/s"):
+                  f"{result['max_tokens']} tokens, k={result['k']}"
+                  + (f", bands {result['k_bands']}" if result["k_bands"] else "") + ")")
+    for col in ("engine/speculation", "clients", "version", "τ", "tok/s per request",
+                "throughput tok/s", "÷ off"):
         table.add_column(col, justify="left" if col in ("engine/speculation", "version")
                          else "right")
-    for name, row in result["single"].items():
-        table.add_row(name, ",".join(row["versions"]), f"{row['tau']:.2f}",
-                      f"{row['per_request_tok_s']:.1f}",
-                      f"{result['many'][name]['throughput_tok_s']:.1f}")
+    for c, phase in result["phases"].items():
+        for name, row in phase.items():
+            engine, mode = name.split("/")
+            ratio = result["ratios"][engine][c].get(mode)
+            table.add_row(name, c, ",".join(row["versions"]), f"{row['tau']:.2f}",
+                          f"{row['per_request_tok_s']:.1f}", f"{row['throughput_tok_s']:.1f}",
+                          "—" if ratio is None else f"{ratio:.2f}×")
     console.print(table)
-    for name, value in result["ratios"].items():
-        console.print(f"{name}: {value:.2f}×")
+    for engine, at in result["speculation_stops_paying_at"].items():
+        console.print(f"{engine}: speculation " + (
+            f"stops paying at {at} clients" if at is not None else
+            f"pays at every load measured ({', '.join(map(str, result['clients']))} clients)"))
+    for engine, ok in result.get("banded_never_slower", {}).items():
+        console.print(f"{engine}: with bands {result['k_bands']} the deployment is "
+                      + ("never slower than target-only" if ok else
+                         "[red]slower than target-only at some load[/]"))

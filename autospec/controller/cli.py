@@ -128,6 +128,10 @@ def _print_status(data: dict[str, Any]) -> None:
     table.add_row("speedup est. / measured", _speedup_text(data.get("speedup")))
     table.add_row("last evaluation τ real / synthetic",
                   _evaluation_text(data.get("last_evaluation")))
+    load = data.get("concurrency")
+    table.add_row("in flight per replica, 1h", "— (no request recorded it)" if not load else
+                  f"p50 {load['p50']:.1f} / p90 {load['p90']:.1f} / max {load['max']:.1f} "
+                  f"({load['requests']} requests)")
     traffic = data["traffic"]
     table.add_row("requests 1h / 24h / all",
                   f"{traffic['last_hour']} / {traffic['last_day']} / {traffic['total']}")

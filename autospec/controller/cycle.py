@@ -395,8 +395,10 @@ class Controller:
 
     def _evaluate(self, cand: Candidate, snap: Snapshot, target: Target, incumbent: str,
                   result: CycleResult) -> None:
-        from autospec.evaluate.run import EvaluationError, evaluate_versions
+        from autospec.evaluate.run import EvaluationError, evaluate_versions, serving_load
 
+        served = numerics.served(self.engine, deployment=self.deployment)
+        speed = self.policy.evaluation.speed
         try:
             report = evaluate_versions(
                 db=self.engine, target=target, versions=[cand.version, incumbent],
@@ -404,7 +406,9 @@ class Controller:
                 policy=self.policy.gate, record=True, training_run_id=cand.run_id,
                 speed=self.policy.evaluation.speed,
                 synthetic_heldout=self.policy.training.synthetic.heldout_sequences,
-                threads=numerics.served(self.engine, deployment=self.deployment).threads)
+                threads=served.threads,
+                serving=serving_load(self.engine, deployment=self.deployment,
+                                     engine=served.engine, concurrency=speed.concurrency))
         except (EvaluationError, VersionLoadError) as exc:
             cand.reasons = [f"evaluation failed: {exc}"]
             return

@@ -10,10 +10,18 @@ requests: queueing and prefill, which speculation does not change, are left out.
 version's live rate on as many of its newest requests before the move (equal samples). The
 check fails when ``realised gain < expected gain × (1 − canary.max_speed_shortfall)``.
 
-What does not cancel is a change of load or of traffic between the two periods (the two
-versions never serve at the same time): the tolerance is there for that, and a load that
-rises sharply right after a promotion can still read as a shortfall (the module compares
-periods; it has no concurrent target-only baseline). With no measured speedups in the
+**At the same load.** Speculation's gain depends on the load it is served at (on vLLM a
+batch of 8 leaves less spare compute for verifying drafts than a batch of 1), so the two
+periods are compared at the same concurrency: each row records the mean number of requests
+in flight on its replica during its life (``sampling.concurrency``, :mod:`autospec.serve.load`);
+the new version's median sets a band (÷ :data:`LOAD_SPAN` to × :data:`LOAD_SPAN`), and both
+sides keep only their rows in that band — when each side still has
+:data:`MIN_MATCHED` of them; otherwise (rows written before replicas recorded the load, or
+loads that never overlap) all rows are compared and the verdict says so.
+
+What does not cancel is a change of traffic between the two periods (the two versions never
+serve at the same time): the tolerance is there for that (the module compares periods; it
+has no concurrent target-only baseline). With no measured speedups in the
 promotion (measurement off, an override without evaluation) or no timed requests on either
 side, the check is not judged and says why.
 """
@@ -29,12 +37,18 @@ from sqlalchemy.orm import Session
 
 from autospec.store.models import Request
 
+#: the load band around the new version's median concurrency: [median ÷ span, median × span]
+LOAD_SPAN = 1.5
+#: timed requests each side needs inside the band for the comparison to keep to it
+MIN_MATCHED = 5
+
 
 @dataclass(frozen=True)
 class LiveRate:
     requests: int
     tokens: int
     seconds: float
+    concurrency: float | None = None  # median of the rows' recorded load (None: not recorded)
 
     @property
     def tokens_per_s(self) -> float:
@@ -50,12 +64,25 @@ class SpeedVerdict:
     expected_gain: float | None = None
 
 
-def live_rate(session: Session, *, deployment: str, version: str,
-              since: datetime | None = None, before: datetime | None = None,
-              newest: int | None = None) -> LiveRate:
-    """Decode rate of ``version``'s timed requests in the period: tokens after the first
-    per second after the first (``newest``: only the newest N of them)."""
-    query = select(Request.output_tokens, Request.latency_ms, Request.ttft_ms).where(
+def _load(row: Any) -> float | None:
+    value = (row.sampling or {}).get("concurrency") if isinstance(row.sampling, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _rate(rows: list[Any]) -> LiveRate:
+    loads = sorted(x for r in rows if (x := _load(r)) is not None)
+    return LiveRate(requests=len(rows), tokens=sum(r.output_tokens - 1 for r in rows),
+                    seconds=sum(r.latency_ms - r.ttft_ms for r in rows) / 1e3,
+                    concurrency=loads[len(loads) // 2] if loads else None)
+
+
+def timed_rows(session: Session, *, deployment: str, version: str,
+               since: datetime | None = None, before: datetime | None = None,
+               newest: int | None = None) -> list[Any]:
+    """``version``'s timed requests in the period, newest first (``newest``: only the
+    newest N): output tokens, latency, TTFT and sampling (the recorded load)."""
+    query = select(Request.output_tokens, Request.latency_ms, Request.ttft_ms,
+                   Request.sampling).where(
         Request.deployment == deployment, Request.speculator_version == version,
         Request.latency_ms > Request.ttft_ms, Request.ttft_ms >= 0,
         Request.output_tokens > 1)
@@ -66,9 +93,31 @@ def live_rate(session: Session, *, deployment: str, version: str,
     query = query.order_by(Request.created_at.desc(), Request.id.desc())
     if newest is not None:
         query = query.limit(newest)
-    rows = session.execute(query).all()
-    return LiveRate(requests=len(rows), tokens=sum(r.output_tokens - 1 for r in rows),
-                    seconds=sum(r.latency_ms - r.ttft_ms for r in rows) / 1e3)
+    return list(session.execute(query).all())
+
+
+def live_rate(session: Session, *, deployment: str, version: str,
+              since: datetime | None = None, before: datetime | None = None,
+              newest: int | None = None) -> LiveRate:
+    """Decode rate of ``version``'s timed requests in the period: tokens after the first
+    per second after the first (``newest``: only the newest N of them)."""
+    return _rate(timed_rows(session, deployment=deployment, version=version, since=since,
+                            before=before, newest=newest))
+
+
+def matched(new: list[Any], old: list[Any]) -> tuple[list[Any], list[Any], str]:
+    """Both sides' rows within the load band of ``new``'s median (see module doc), and how
+    they were matched; all rows when the band leaves either side too few."""
+    median = _rate(new).concurrency
+    if median is None:
+        return new, old, "load not recorded"
+    low, high = median / LOAD_SPAN, median * LOAD_SPAN
+    keep_new = [r for r in new if (x := _load(r)) is not None and low <= x <= high]
+    keep_old = [r for r in old if (x := _load(r)) is not None and low <= x <= high]
+    if len(keep_new) < MIN_MATCHED or len(keep_old) < MIN_MATCHED:
+        return new, old, (f"loads not matched: fewer than {MIN_MATCHED} requests on a side "
+                          f"at {low:.1f}–{high:.1f} in flight")
+    return keep_new, keep_old, f"at the same load ({low:.1f}–{high:.1f} requests in flight)"
 
 
 def expected_gain(details: dict[str, Any]) -> float | None:
@@ -99,10 +148,12 @@ def check_speed(session: Session, *, deployment: str, promo: Any, replaced: str 
                             "speedup (measurement off, or promoted without one)")
     if replaced is None:
         return SpeedVerdict(False, True, "speed not judged: no replaced version to compare")
-    new = live_rate(session, deployment=deployment, version=promo.version,
-                    since=promo.created_at)
-    old = live_rate(session, deployment=deployment, version=replaced,
-                    before=promo.created_at, newest=max(new.requests, 1))
+    new_rows = timed_rows(session, deployment=deployment, version=promo.version,
+                          since=promo.created_at)
+    old_rows = timed_rows(session, deployment=deployment, version=replaced,
+                          before=promo.created_at, newest=max(4 * len(new_rows), 1))
+    new_rows, old_rows, how = matched(new_rows, old_rows)
+    new, old = _rate(new_rows), _rate(old_rows[:max(len(new_rows), 1)])  # equal samples
     if not new.requests or not old.requests:
         return SpeedVerdict(False, True, f"speed not judged: no timed requests of "
                             f"{promo.version if not new.requests else replaced} to compare")
@@ -111,7 +162,7 @@ def check_speed(session: Session, *, deployment: str, promo: Any, replaced: str 
     ok = realised >= limit
     reason = (f"speed of {promo.version}: realised gain over {replaced} {realised:.2f}× "
               f"({new.tokens_per_s:.1f} vs {old.tokens_per_s:.1f} tokens/s live decode, "
-              f"{new.requests} vs {old.requests} requests) vs measured "
+              f"{new.requests} vs {old.requests} requests, {how}) vs measured "
               f"{expected:.2f}×; {'within' if ok else 'below'} the allowed "
               f"{max_shortfall:.0%} shortfall (gain ≥ {limit:.2f}×)")
     return SpeedVerdict(True, ok, reason, realised, expected)

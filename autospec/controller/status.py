@@ -70,6 +70,7 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy,
             "lease": _lease(session, records.lease_name(deployment)),
             "canary": _canary(session, deployment, policy),
             "failures": _failures(session, deployment, now - timedelta(days=1)),
+            "concurrency": _concurrency(session, deployment, now - timedelta(hours=1)),
             **_served(session, deployment, version, now),
         }
 
@@ -120,6 +121,11 @@ def _served(session, deployment: str, pointer_version: str,  # type: ignore[no-u
                        "replicas": sum(not r["stale"] for r in replicas),
                        "agrees": versions == [pointer_version] if versions else None},
             "replicas": replicas, "numerics": numerics}
+
+
+def _concurrency(session, deployment: str, since) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    profile = store.served_concurrency(session, deployment=deployment, since=since)
+    return None if profile is None else profile.as_dict()
 
 
 def _tau(session, deployment: str, version: str, since):  # type: ignore[no-untyped-def]

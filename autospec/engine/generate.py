@@ -66,10 +66,14 @@ class SpeculativeEngine:
         assert gen.result is not None
         return gen.result
 
-    def stream(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    def stream(self, prompt_ids: list[int], params: SamplingParams,
+               k: int | None = None) -> Generation:
+        """``k``: draft at most this many tokens per step for this request (None: the
+        engine's; 0: no drafting): a deployment's concurrency bands
+        (:mod:`autospec.serve.bands`)."""
         self.check_request(prompt_ids, params)
         gen = Generation(steps=iter(()))
-        gen.steps = self._steps(prompt_ids, params, gen)
+        gen.steps = self._steps(prompt_ids, params, gen, self.k if k is None else min(k, self.k))
         return gen
 
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
@@ -85,7 +89,7 @@ class SpeculativeEngine:
 
     @torch.inference_mode()
     def _steps(self, prompt_ids: list[int], params: SamplingParams,
-               gen: Generation) -> Iterator[list[int]]:
+               gen: Generation, max_k: int) -> Iterator[list[int]]:
         started = time.perf_counter()
         spec, target = self.speculator, self.target
         rng = _generator(params, target.device)
@@ -111,7 +115,7 @@ class SpeculativeEngine:
             if finish:
                 break
             # --- propose ---------------------------------------------------------
-            k = min(self.k, params.max_new_tokens - len(out_ids) - 1)
+            k = min(max_k, params.max_new_tokens - len(out_ids) - 1)
             proposal = Proposal.empty()
             if spec is not None:
                 spec.commit(torch.tensor(new, dtype=torch.long), feats)

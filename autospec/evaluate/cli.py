@@ -66,7 +66,12 @@ def evaluate(
     3: reject)."""
     from autospec import store
     from autospec.engine.target import TargetLoadError
-    from autospec.evaluate.run import EvaluationError, evaluate_versions, select_requests
+    from autospec.evaluate.run import (
+        EvaluationError,
+        evaluate_versions,
+        select_requests,
+        serving_load,
+    )
     from autospec.evaluate.speed import SpeedSettings
     from autospec.numerics import NumericsMismatch, load_served_target, served
     from autospec.versions import BUILTIN_VERSION, VersionLoadError, check_registered
@@ -94,7 +99,10 @@ def evaluate(
                 progress=lambda n, total: bar.update(task, completed=n), speed=settings,
                 speed_progress=lambda n, total: bar.update(timed, completed=n, total=total),
                 synthetic_heldout=synthetic_heldout,
-                threads=served(db, deployment=deployment).threads)
+                threads=served(db, deployment=deployment).threads,
+                serving=serving_load(db, deployment=deployment,
+                                     engine=served(db, deployment=deployment).engine,
+                                     concurrency=settings.concurrency))
     except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError,
             NumericsMismatch) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)

@@ -103,7 +103,9 @@ def _speed(policy: GatePolicy, ev: Evaluation) -> tuple[bool, str]:
     m = ev.measured
     est_c, est_i = ev.speedup[ev.candidate], ev.speedup[ev.incumbent or ""]
     dec_c, dec_i = m.speedup[ev.candidate], m.speedup[ev.incumbent or ""]
+    where = (f"on vLLM at {m.concurrency} request{'s' * (m.concurrency > 1)} in flight"
+             if m.engine == "vllm" else f"on {_threads(m.threads)}")
     return ok, (f"measured speedup {cand:.2f}× vs incumbent {inc:.2f}× ({verdict}; replayed "
-                f"τ over the step cost of {m.rounds} interleaved rounds on "
-                f"{_threads(m.threads)}; decoded {dec_c:.2f}× vs {dec_i:.2f}×; estimated "
+                f"τ over the step cost of {m.rounds} interleaved rounds {where}; decoded "
+                f"{dec_c:.2f}× vs {dec_i:.2f}×; estimated "
                 f"{est_c:.2f}× vs {est_i:.2f}×)")

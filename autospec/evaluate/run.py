@@ -113,11 +113,14 @@ def evaluate_versions(
     speed_progress: Callable[[int, int], None] | None = None,
     synthetic_heldout: int = 64,
     threads: int | None = None,
+    serving: ServingLoad | None = None,
 ) -> EvaluationReport:
     """Replay ``examples`` with each version, measure speed, compare, decide and (optionally)
     record. ``speed``: how the speedup is measured (default :class:`SpeedSettings`);
     ``threads``: the serving replicas' torch threads, which the speed is measured on (and
-    the cost model timed on) unless ``speed.threads`` says otherwise."""
+    the cost model timed on) unless ``speed.threads`` says otherwise; ``serving``: the engine
+    the replicas decode with and the concurrency they serve (default: native, 1), which the
+    speed is measured on unless ``speed.engine`` is ``native``."""
     if not versions:
         raise EvaluationError("name at least one speculator version to evaluate")
     if len(set(versions)) != len(versions):
@@ -126,7 +129,8 @@ def evaluate_versions(
         raise EvaluationError("the window holds no usable requests (none logged, or all "
                               "opted out); widen --window or send traffic first")
     policy = policy or GatePolicy()
-    specs = {v: load_speculator_version(db, target, v)[1] for v in versions}
+    loaded = {v: load_speculator_version(db, target, v) for v in versions}
+    specs = {v: spec for v, (_, spec) in loaded.items()}
     requests = [to_replay_request(ex) for ex in examples]
     results = replay(target, specs, requests, k,
                      progress=(lambda n: progress(n, len(requests))) if progress else None)
@@ -136,7 +140,13 @@ def evaluate_versions(
                               results)
         evaluation = compare(results, [r.segment for r in requests], costs, k=k,
                              level=policy.ci_level)
-        evaluation.measured = measure_speed(target, specs, requests, k, speed, speed_progress)
+    if speed.engine == "serving" and serving is not None and serving.engine == "vllm":
+        evaluation.measured = measure_speed_vllm(target, loaded, requests, k, speed,
+                                                 serving.concurrency, speed_progress)
+    else:
+        with torch_threads(speed.threads or threads):
+            evaluation.measured = measure_speed(target, specs, requests, k, speed,
+                                                speed_progress)
     evaluation.synthetic = replay_synthetic(db, target, specs, k, synthetic_heldout,
                                             level=policy.ci_level)
     decision = guard(policy, evaluation, decide(policy, evaluation)) if len(versions) > 1 \
@@ -184,6 +194,50 @@ def measure_speed(target: Target, specs: dict, requests: list[ReplayRequest], k:
                                 repeats=settings.repeats, progress=progress)
     log.info("measured speedup over target-only (%d rounds, %d threads): %s", measured.rounds,
              measured.threads, ", ".join(f"{v} {s:.2f}×" for v, s in measured.speedup.items()))
+    return measured
+
+
+@dataclass(frozen=True)
+class ServingLoad:
+    """How the deployment's replicas decode: their engine and the requests in flight."""
+
+    engine: str = "native"
+    concurrency: int = 1
+
+
+def serving_load(db: Engine, *, deployment: str, engine: str,
+                 concurrency: int | None = None) -> ServingLoad:
+    """``engine`` at ``concurrency`` (None: the median requests in flight the deployment's
+    replicas recorded over the last day, rounded, at least 1; 1 when none did)."""
+    if concurrency is None:
+        with store.session_scope(db, readonly=True) as session:
+            profile = store.served_concurrency(session, deployment=deployment,
+                                               since=utcnow() - timedelta(days=1))
+        concurrency = max(1, round(profile.p50)) if profile is not None else 1
+    return ServingLoad(engine, concurrency)
+
+
+def measure_speed_vllm(target: Target, loaded: dict, requests: list[ReplayRequest], k: int,
+                       settings: SpeedSettings, concurrency: int,
+                       progress: Callable[[int, int], None] | None = None
+                       ) -> SpeedMeasurement | None:
+    """As :func:`measure_speed`, on vLLM with ``concurrency`` requests at once
+    (:mod:`autospec.evaluate.speed_vllm`); a version vLLM cannot run is an
+    :class:`EvaluationError`."""
+    from autospec.evaluate.speed_vllm import VllmSpeedError, measure_speedups_vllm
+
+    if not settings.enabled:
+        return None
+    prompts = spread_prompts([r.prompt_ids for r in requests], settings.prompts)
+    try:
+        measured = measure_speedups_vllm(target, loaded, prompts, k=k, concurrency=concurrency,
+                                         max_tokens=settings.max_tokens,
+                                         repeats=settings.repeats, progress=progress)
+    except VllmSpeedError as exc:
+        raise EvaluationError(f"speed on vLLM: {exc}") from exc
+    log.info("measured speedup over target-only on vLLM at %d requests in flight (%d rounds): "
+             "%s", concurrency, measured.rounds,
+             ", ".join(f"{v} {s:.2f}×" for v, s in measured.speedup.items()))
     return measured
 
 

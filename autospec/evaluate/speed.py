@@ -42,6 +42,7 @@ import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -70,6 +71,14 @@ class SpeedSettings(BaseModel):
     threads: int | None = Field(None, ge=1, le=1024, description="torch CPU threads the "
                                 "decodes run on (default: as many as the deployment's "
                                 "replicas recorded, else this process's)")
+    concurrency: int | None = Field(
+        None, ge=1, le=256, description="requests decoded at once when the deployment serves "
+        "on vLLM (default: the median requests in flight its replicas recorded over the last "
+        "day, rounded, at least 1); the native engine decodes one at a time and is measured so")
+    engine: Literal["serving", "native"] = Field(
+        "serving", description="serving: measure on the engine the replicas recorded (vLLM: "
+        "one engine per version, batched at the served concurrency); native: autospec's "
+        "engine, one request at a time, whatever the replicas run (cheaper, and blind to load)")
 
 
 @dataclass
@@ -89,6 +98,10 @@ class SpeedMeasurement:
     # version -> median over rounds of a speculative step's seconds in target-only tokens'
     # seconds (that round's τ over its ratio): what τ buys is τ / step_cost
     step_cost: dict[str, float] = field(default_factory=dict)
+    #: where it was measured: autospec's engine one request at a time (``native``, 1), or
+    #: vLLM with ``concurrency`` requests decoded at once (:mod:`autospec.evaluate.speed_vllm`)
+    engine: str = "native"
+    concurrency: int = 1
 
     def projected(self, tau: Mapping[str, float]) -> dict[str, float]:
         """Speedup per version from ``tau`` (replayed over every held-out request) and the

@@ -43,6 +43,11 @@ def serve(
         help="join this Ray cluster (e.g. 'auto' or ray://host:10001); default: start a local "
         "Ray")] = None,
     speculator_k: Annotated[int, typer.Option(min=1, max=16, help="draft tokens per step")] = 5,
+    k_bands: Annotated[str | None, typer.Option(
+        help="draft tokens per concurrency band, e.g. '1-2:5,3-6:3,7-:0' (0: no drafting at "
+        "that load): vLLM's per-batch-size k, or on the native engine the requests in flight "
+        "when one starts; `autospec bench serve --engine vllm --concurrency 1,4,8` shows "
+        "where speculation stops paying")] = None,
     engine: Annotated[str, typer.Option(
         help="native: autospec's engine (every speculator kind); vllm: vLLM's async engine "
         "(continuous batching; eagle3 chains, draft and ngram versions, see docs/vllm.md); "
@@ -87,6 +92,7 @@ def serve(
         config = ServeConfig(
             target=target, replicas=replicas, max_ongoing_requests=max_ongoing_requests,
             max_pending_requests=max_pending_requests, speculator_k=speculator_k,
+            k_bands=k_bands,
             speculation=speculation, deployment=deployment, dtype=dtype,  # type: ignore[arg-type]
             engine=engine, vllm_options=_engine_options(vllm_option or []),  # type: ignore[arg-type]
             database_url=None, log_traffic=log_traffic, ray_actor_options=actor_options,

@@ -12,7 +12,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from autospec.serve.bands import parse_bands
 
 # the version name served while no version is live (the training-free n-gram speculator);
 # defined with the shared version resolver so evaluation and serving agree on it
@@ -48,6 +58,10 @@ class ServeConfig(BaseModel):
         "live", description="live: follow the live pointer (builtin-ngram until one exists); "
         "off: target-only decoding")
     speculator_k: int = Field(5, ge=1, le=16, description="draft tokens per verification step")
+    k_bands: str | None = Field(
+        None, description="draft tokens per concurrency band, e.g. '1-2:5,3-6:3,7-:0' (0: no "
+        "drafting at that load; see docs/vllm.md, 'Speed at the load served'); on vLLM the "
+        "batch size of a step, on the native engine the requests in flight when one starts")
     database_url: str | None = Field(
         None, description="traffic store URL (default: AUTOSPEC_DATABASE_URL or the data dir)")
     log_traffic: bool = Field(True, description="send every request to the traffic writer")
@@ -88,6 +102,12 @@ class ServeConfig(BaseModel):
         args = self.model_dump(mode="json")
         args["api_key"] = self.api_key.get_secret_value() if self.api_key else None
         return args
+
+    @field_validator("k_bands")
+    @classmethod
+    def _bands(cls, value: str | None, info: ValidationInfo) -> str | None:
+        bands = parse_bands(value, max_k=info.data.get("speculator_k", 16))
+        return None if bands is None else str(bands)
 
     @model_validator(mode="after")
     def _replica_answers_overload(self) -> ServeConfig:

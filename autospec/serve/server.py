@@ -43,8 +43,10 @@ from autospec.engine.generate import GenerationResult
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target, load_target
 from autospec.numerics import record_served
+from autospec.serve.bands import parse_bands
 from autospec.serve.config import ServeConfig
 from autospec.serve.errors import APIError
+from autospec.serve.load import InFlight, Mark
 from autospec.serve.metrics import ServeMetrics
 from autospec.serve.schemas import ChatCompletionRequest, CompletionRequest, _Request
 from autospec.serve.versions import ServedVersion, VersionManager
@@ -99,6 +101,10 @@ class Served:
     logprobs: list[list[PositionLogprobs]] | None = None
     #: the versions that drafted, when more than ``version`` did (a swap mid-request)
     drafted_by: list[str] = field(default_factory=list)
+    #: mean requests in flight on the replica during this one's life (:mod:`.load`)
+    concurrency: float = 1.0
+    in_flight: int = 1  # requests in flight when it started decoding (itself included)
+    k: int | None = None  # draft tokens per step it was decoded with (None: the engine's)
 
     @property
     def choices(self) -> list[GenerationResult]:
@@ -114,6 +120,8 @@ class Job:
         self.state = "waiting"
         self.cancel = threading.Event()
         self.steps = 0  # decode steps completed (read by logs and tests)
+        self.mark: Mark | None = None  # where it entered the replica's load
+        self.in_flight = 1  # requests in flight when it started decoding (itself included)
 
 
 class Streamed:
@@ -152,6 +160,8 @@ class LLMServer:
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autospec-decode")
         self._pending = 0  # admitted and not finished, guarded by _lock
         self._lock = threading.Lock()
+        self._load = InFlight()  # the same requests over time, guarded by _lock
+        self.bands = parse_bands(config.k_bands, max_k=config.speculator_k)
         self._closed = False
         versions.on_swap = self._on_swap
         versions.on_failure = lambda _version, _reason: self.metrics.load_failures.inc()
@@ -296,7 +306,9 @@ class LLMServer:
                 raise Overloaded(self.config.max_pending_requests)
             self._pending += 1
             self.metrics.waiting.inc()
-        return Job()
+            job = Job()
+            job.mark = self._load.enter()
+        return job
 
     def _start(self, job: Job) -> bool:
         """On the decode thread: take ``job`` off the queue; False if it was abandoned."""
@@ -304,6 +316,7 @@ class LLMServer:
             if job.state != "waiting":
                 return False
             job.state = "running"
+            job.in_flight = self._load.count
             self.metrics.waiting.dec()
             self.metrics.running.inc()
             return True
@@ -314,6 +327,7 @@ class LLMServer:
             job.state = "done"
             self.metrics.running.dec()
             self._pending -= 1
+            self._load.leave()
 
     def abandon(self, job: Job) -> None:
         """The client is gone: stop ``job`` (idempotent; no effect once it has finished).
@@ -326,8 +340,19 @@ class LLMServer:
             job.state = "abandoned"
             self.metrics.waiting.dec()
             self._pending -= 1
+            self._load.leave()
         self.metrics.abandoned.labels("waiting").inc()
         log.info("request abandoned while waiting for the decode thread")
+
+    def concurrency(self, job: Job) -> float:
+        """Mean requests in flight on this replica since ``job`` was admitted."""
+        with self._lock:
+            return self._load.mean_since(job.mark) if job.mark is not None else 1.0
+
+    def k_for(self, job: Job, version: ServedVersion) -> int:
+        """Draft tokens for ``job`` at the load it starts under (the deployment's bands)."""
+        k = version.engine.k
+        return k if self.bands is None or not k else min(k, self.bands.k_for(job.in_flight))
 
     async def generate(self, p: Prepared) -> Served:
         """Decode ``p`` to the end on the decode thread; if the caller is cancelled (client
@@ -385,7 +410,8 @@ class LLMServer:
             return None
         try:
             started = time.perf_counter()
-            gen = p.version.engine.stream(p.prompt_ids, p.params)
+            k = self.k_for(job, p.version)
+            gen = p.version.engine.stream(p.prompt_ids, p.params, k=k)
             for ids in gen:
                 if on_step is not None:
                     on_step(ids)
@@ -399,7 +425,8 @@ class LLMServer:
             result = gen.result
             ended = time.perf_counter()
             served = Served(p.version, result, latency_s=ended - p.ctx.arrived,
-                            ttft_s=started - p.ctx.arrived + result.stats.ttft_s)
+                            ttft_s=started - p.ctx.arrived + result.stats.ttft_s,
+                            concurrency=self.concurrency(job), in_flight=job.in_flight, k=k)
             self._report(p, served)
             return served
         finally:
@@ -430,7 +457,8 @@ class LLMServer:
             sampling={"max_tokens": params.max_new_tokens, "temperature": params.temperature,
                       "top_k": params.top_k, "top_p": params.top_p, "seed": params.seed,
                       "stop": list(params.stop), "ignore_eos": params.ignore_eos,
-                      "k": s.version.engine.k, "route": p.ctx.route},
+                      "k": s.version.engine.k if s.k is None else s.k, "route": p.ctx.route,
+                      "concurrency": round(s.concurrency, 3), "in_flight": s.in_flight},
             finish_reason=s.result.finish_reason,
             latency_ms=s.latency_s * 1e3, ttft_ms=s.ttft_s * 1e3,
             num_drafts=stats.num_drafts, num_draft_tokens=stats.num_draft_tokens,

@@ -51,6 +51,7 @@ from autospec.engine.generate import GenerationResult
 from autospec.engine.target import load_target
 from autospec.interop.export import export_speculator, target_dir
 from autospec.numerics import record_served
+from autospec.serve.bands import KBands, parse_bands, vllm_schedule
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION, ServeConfig
 from autospec.serve.errors import APIError
 from autospec.serve.schemas import _Request
@@ -87,6 +88,7 @@ class VllmVersionManager(VersionManager):
 
     def __init__(self, *, config: ServeConfig, **kwargs: Any) -> None:
         self.config = config
+        self.bands = parse_bands(config.k_bands, max_k=config.speculator_k)
         self._speculation = bool(kwargs.get("speculation", True))
         super().__init__(**kwargs)
         options = dict(config.vllm_options)
@@ -209,7 +211,7 @@ class VllmVersionManager(VersionManager):
         engine = None
         try:
             engine = VllmEngine(self.model_dir, dtype=self.target.dtype_name,
-                                speculative_config=speculative_config,
+                                speculative_config=with_bands(speculative_config, self.bands),
                                 max_model_len=self.max_model_len, options=self.options,
                                 cleanup=export_dir)
             if kind == "suffix":  # autospec's proposer starts empty: its index goes in now
@@ -226,6 +228,14 @@ class VllmVersionManager(VersionManager):
         engine.loaded.append(version)
         log.info("vLLM engine for %s started in %.1fs", version, time.perf_counter() - started)
         return ServedVersion(version, kind, engine)  # type: ignore[arg-type]
+
+
+def with_bands(speculative_config: dict[str, Any] | None,
+               bands: KBands | None) -> dict[str, Any] | None:
+    """``speculative_config`` with vLLM's per-batch-size k from the deployment's bands."""
+    if speculative_config is None or bands is None:
+        return speculative_config
+    return {**speculative_config, "num_speculative_tokens_per_batch_size": vllm_schedule(bands)}
 
 
 def position_logprobs(output: Any, wanted: int) -> list[PositionLogprobs]:
@@ -320,7 +330,8 @@ class VllmServer(LLMServer):
                 self.metrics.abandoned.labels("decoding").inc()
                 log.info("request abandoned while decoding in vLLM")
                 return
-            served = self._served(p, last, ttft, first)
+            served = replace(self._served(p, last, ttft, first),
+                             concurrency=self.concurrency(job), in_flight=job.in_flight)
             self._report(p, served)
             finished = True
             yield served
@@ -403,4 +414,6 @@ class VllmServer(LLMServer):
                            "logprobs": p.logprobs}
         if s.drafted_by:
             record.sampling["drafted_by"] = list(s.drafted_by)
+        if self.bands is not None:  # vLLM's scheduler chose k per step from the batch size
+            record.sampling["k_bands"] = str(self.bands)
         return record

@@ -18,7 +18,8 @@ Modules: :mod:`~autospec.store.db` (engines, sessions, SQLite WAL set-up),
 :mod:`~autospec.store.privacy` (opt-out, redaction), :mod:`~autospec.store.registry`
 (speculators, live pointer, audit log), :mod:`~autospec.store.leases`,
 :mod:`~autospec.store.deployments` (what a deployment serves, replica reports),
-:mod:`~autospec.store.queries` (windows, τ, counts, purge), :mod:`~autospec.store.history`
+:mod:`~autospec.store.queries` (windows, τ, counts, purge), :mod:`~autospec.store.load`
+(the concurrency served), :mod:`~autospec.store.history`
 (training runs, evaluations), :mod:`~autospec.store.artifacts` (artifact SHA-256),
 :mod:`~autospec.store.synthetic` (target-generated training sequences, apart from traffic),
 :mod:`~autospec.store.errors`.
@@ -54,6 +55,7 @@ from autospec.store.history import (
     start_training_run,
 )
 from autospec.store.leases import LeaseGrant, acquire_lease, get_lease, release_lease, renew_lease
+from autospec.store.load import ConcurrencyProfile, served_concurrency
 from autospec.store.migrate import (
     check_schema,
     current_revision,
@@ -97,6 +99,7 @@ from autospec.store.writer import TrafficWriter, WriterCounters, register_promet
 __all__ = [
     "ArtifactError",
     "BadDatabaseURL",
+    "ConcurrencyProfile",
     "Conflict",
     "DatabaseUnreachable",
     "LeaseGrant",
@@ -153,6 +156,7 @@ __all__ = [
     "request_counts",
     "rollback",
     "select_synthetic",
+    "served_concurrency",
     "session_scope",
     "set_live",
     "set_state",

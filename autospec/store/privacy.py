@@ -62,9 +62,11 @@ def no_redaction(text: str) -> str:
 
 
 #: the ``sampling`` entries an opted-out row keeps: numbers the server reads, no client text
-#: (``engine`` and ``vllm_spec_decode``: what served the request and vLLM's acceptance of it)
+#: (``engine`` and ``vllm_spec_decode``: what served the request and vLLM's acceptance of it;
+#: ``concurrency``, ``in_flight`` and ``k_bands``: the load it was served under)
 OPT_OUT_SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "ignore_eos", "k",
-                         "route", "engine", "vllm_spec_decode")
+                         "route", "engine", "vllm_spec_decode", "concurrency", "in_flight",
+                         "k_bands")
 
 
 def apply_privacy(row: dict[str, Any], redact: Redactor | None) -> dict[str, Any]:

@@ -28,14 +28,16 @@ def _promoted(db, tiny, traffic, **evaluation):  # type: ignore[no-untyped-def]
 
 
 def _timed(db, version: str, *, n: int, tokens_per_s: float, tau: float,  # type: ignore[no-untyped-def]
-           start: datetime) -> None:
+           start: datetime, load: float | None = None) -> None:
     """``n`` requests of ``version`` of 21 tokens each, decoded (after the first) at
-    ``tokens_per_s`` after a 50 ms time to first token; acceptance ``tau``."""
+    ``tokens_per_s`` after a 50 ms time to first token; acceptance ``tau``; ``load``: the
+    requests in flight each recorded (None: rows from before replicas recorded it)."""
     steps = 10
     records = [store.RequestRecord(
         speculator_version=version, num_drafts=steps, num_draft_tokens=steps * 4,
         num_accepted_tokens=round((tau - 1) * steps), opted_out=True, output_tokens=21,
         ttft_ms=50.0, latency_ms=50.0 + 20 / tokens_per_s * 1e3,
+        sampling=None if load is None else {"concurrency": load},
         created_at=start + timedelta(milliseconds=i))
         for i in range(n)]
     store.write_requests(db, records)
@@ -90,8 +92,8 @@ def test_a_realised_speed_shortfall_rolls_back_with_a_speed_reason_tiny_random_i
     (rollback,) = events(db, "rollback")
     assert "within the allowed" in rollback.reason  # τ held ...
     assert (f"speed of {promo.version}: realised gain over builtin-ngram {gain * 0.5:.2f}× "
-            f"({50 * gain * 0.5:.1f} vs 50.0 tokens/s live decode, 10 vs 10 requests) vs measured "
-            f"{gain:.2f}×") in rollback.reason
+            f"({50 * gain * 0.5:.1f} vs 50.0 tokens/s live decode, 10 vs 10 requests, load not "
+            f"recorded) vs measured {gain:.2f}×") in rollback.reason
     assert "below the allowed 25% shortfall" in rollback.reason  # ... speed did not
     assert rollback.details["speed_ok"] is False
     assert rollback.details["realised_gain"] == pytest.approx(gain * 0.5)
@@ -120,3 +122,21 @@ def test_speed_is_not_judged_without_timed_requests_tiny_random_init(db, tiny, t
     result = Watcher(controller).run()
     assert result.action == "canary_passed", result.reasons
     assert "speed not judged: no timed requests of builtin-ngram" in result.reasons[1]
+
+
+def test_the_speed_check_compares_both_versions_at_the_same_load_tiny_random_init(
+        db, tiny, traffic) -> None:
+    """The replaced version's newest requests ran alone (fast); the new one serves 8 at a
+    time. Compared with those, the new one would read as a shortfall; compared with the
+    replaced version's own requests at 8 in flight, its gain is as measured."""
+    controller, promo = _promoted(db, tiny, traffic)
+    shadow, gain = promo.details["shadow_tau"], _gain(promo)
+    _timed(db, "builtin-ngram", n=10, tokens_per_s=20.0, tau=1.5, start=T0 - timedelta(hours=1),
+           load=8.0)
+    _timed(db, "builtin-ngram", n=10, tokens_per_s=50.0, tau=1.5, start=T0, load=1.0)
+    _timed(db, promo.version, n=10, tokens_per_s=20.0 * gain, tau=shadow,
+           start=datetime.now(timezone.utc), load=7.6)
+    result = Watcher(controller).run()
+    assert result.action == "canary_passed", result.reasons
+    assert "at the same load (5.1–11.4 requests in flight)" in result.reasons[1]
+    assert f"realised gain over builtin-ngram {gain:.2f}×" in result.reasons[1]

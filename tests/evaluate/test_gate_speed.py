@@ -82,3 +82,10 @@ def test_the_gate_ranks_on_replayed_tau_over_the_measured_step_cost() -> None:
     assert reason.startswith(f"measured speedup {want['cand']:.2f}× vs incumbent "
                              f"{want['inc']:.2f}×")
     assert "decoded 1.50× vs 1.20×" in reason and "step cost" in reason
+
+
+def test_a_speed_measured_on_vllm_says_at_which_load() -> None:
+    m = replace(_measured(1.5, 1.2), engine="vllm", concurrency=4)
+    decision = decide(POLICY, replace(_trial(0, 0.75, 0.5), measured=m))
+    (reason,) = [r for r in decision.reasons if "speedup" in r]
+    assert "interleaved rounds on vLLM at 4 requests in flight" in reason

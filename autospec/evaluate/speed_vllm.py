@@ -1,0 +1,160 @@
+"""Measured speedup on vLLM, at the load the deployment serves.
+
+:mod:`autospec.evaluate.speed` decodes one request at a time on autospec's engine — what a
+native replica does (its decode thread serves one request at a time whatever the queue). A
+vLLM replica batches: with ``c`` requests in flight every engine step verifies ``c × (k+1)``
+tokens, and where the target's step is no longer memory-bound the drafts' verification
+costs real compute, so a speculator that pays at 1 client can lose at 8 (``autospec bench
+serve --engine vllm --concurrency 1,4,8``). For a vLLM deployment the gate therefore
+measures on vLLM, at the deployment's served concurrency (the median requests in flight its
+replicas recorded, :func:`autospec.store.served_concurrency`, or the policy's
+``evaluation.speed.concurrency``).
+
+One vLLM engine per side — target-only and each version, exported as the replicas export it
+(:func:`autospec.interop.export.export_speculator`; a suffix version's index loaded into
+autospec's proposer) — started once. A **round** sends ``concurrency`` held-out prompts at
+once to each engine in turn (the order reversed every other round), greedy, up to
+``max_tokens`` new tokens each (every prompt about ``repeats`` times over the rounds); a
+side's rate is the round's output tokens over its wall time, its ratio the rate over
+target-only's in the same round, and its τ vLLM's own acceptance of those requests. As on
+the native engine: the decoded speedup is the median ratio, the step cost the median of τ ÷
+ratio, and the gate's speedup is the replayed τ over that step cost
+(:meth:`SpeedMeasurement.projected`).
+
+The engines are shut down and their exports removed when the measurement ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from autospec.engine.sampling import SamplingParams
+from autospec.engine.target import Target
+from autospec.evaluate.speed import TARGET_ONLY, SpeedMeasurement, _quartiles
+
+#: vLLM's context for the measurement: the held-out prompts' tails and the new tokens
+MAX_MODEL_LEN = 2048
+
+
+class VllmSpeedError(RuntimeError):
+    """A version vLLM cannot serve, or an engine that would not start; names which."""
+
+
+def _start(target: Target, version: str, kind: str | None, spec: Any, out: Path, k: int,
+           max_model_len: int, options: dict[str, Any] | None) -> Any:
+    from autospec.interop.export import export_speculator, target_dir
+    from autospec.serve.vllm_engine import VllmEngine, vllm_refusal
+    from autospec.serve.vllm_swap import draft_shape, load_in_place
+
+    config = None
+    if kind is not None:
+        if (reason := vllm_refusal(kind, getattr(spec, "config", None))) is not None:
+            raise VllmSpeedError(f"version {version!r} cannot be measured on vLLM: {reason}")
+        config = export_speculator(spec, target, out, k=k,
+                                   source={"version": version}).speculative_config
+    try:
+        engine = VllmEngine(target_dir(target), dtype=target.dtype_name,
+                            speculative_config=config, max_model_len=max_model_len,
+                            options=options)
+    except Exception as exc:
+        raise VllmSpeedError(f"vLLM could not start for {version!r}: "
+                             f"{type(exc).__name__}: {exc}") from exc
+    if kind == "suffix":  # autospec's proposer starts empty: its index goes in now
+        load_in_place(engine, draft_shape(config, out), out, version)
+    return engine
+
+
+def _round(engine: Any, prompts: list[list[int]], params: SamplingParams, k: int,
+           tag: str) -> tuple[float, int, int]:
+    """``prompts`` decoded at once: (seconds, output tokens, accepted drafts); the steps
+    are output tokens − accepted − 1 per request (each step emits its accepted drafts + 1)."""
+    from autospec.serve.vllm_engine import vllm_stats
+
+    async def one(i: int, prompt: list[int]) -> Any:
+        last = None
+        async for out in engine.generate(prompt, params, f"{tag}-{i}"):
+            last = out
+        return vllm_stats(last.outputs[0], prompt_tokens=len(prompt), k=k, ttft_s=0.0,
+                          total_s=0.0)
+
+    async def batch() -> list[Any]:
+        return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+
+    started = time.perf_counter()
+    stats = asyncio.run(batch())
+    seconds = time.perf_counter() - started
+    return seconds, sum(s.output_tokens for s in stats), sum(s.num_accepted_tokens for s in stats)
+
+
+def measure_speedups_vllm(target: Target, speculators: Mapping[str, tuple[str, Any]],
+                          prompts: Sequence[list[int]], *, k: int, concurrency: int,
+                          max_tokens: int = 32, repeats: int = 2,
+                          options: dict[str, Any] | None = None,
+                          progress: Callable[[int, int], None] | None = None
+                          ) -> SpeedMeasurement:
+    """Interleaved target-only vs speculative batches of ``concurrency`` prompts on vLLM
+    (see the module doc); ``speculators``: version -> (kind, loaded speculator)."""
+    if not prompts:
+        raise ValueError("no prompts to measure the speedup on")
+    if TARGET_ONLY in speculators:
+        raise ValueError(f"{TARGET_ONLY!r} names the baseline; rename that version")
+    max_model_len = min(MAX_MODEL_LEN, target.info.max_position_embeddings)
+    limit = max_model_len - max_tokens - k - 1
+    prompts = [p[-limit:] for p in prompts if p]
+    params = SamplingParams(max_new_tokens=max_tokens)
+    tmp = Path(tempfile.mkdtemp(prefix="autospec-speed-vllm-"))
+    engines: dict[str, Any] = {}
+    try:
+        engines[TARGET_ONLY] = _start(target, TARGET_ONLY, None, None, tmp, k, max_model_len,
+                                      options)
+        for i, (version, (kind, spec)) in enumerate(speculators.items()):
+            engines[version] = _start(target, version, kind, spec, tmp / str(i), k,
+                                      max_model_len, options)
+        return _measure(engines, list(speculators), prompts, params, k, concurrency, repeats,
+                        progress)
+    finally:
+        for engine in engines.values():
+            engine.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _measure(engines: dict[str, Any], versions: list[str], prompts: list[list[int]],
+             params: SamplingParams, k: int, concurrency: int, repeats: int,
+             progress: Callable[[int, int], None] | None) -> SpeedMeasurement:
+    warm = [prompts[0]] * concurrency
+    for name, engine in engines.items():  # warm-up, untimed
+        _round(engine, warm, SamplingParams(max_new_tokens=min(8, params.max_new_tokens)), k,
+               f"warm-{name}")
+    rates: dict[str, list[float]] = {name: [] for name in engines}
+    taus: dict[str, list[float]] = {name: [] for name in engines}
+    total = max(repeats, -(-len(prompts) * repeats // concurrency))  # each prompt ~repeats×
+    for r in range(total):
+        batch = [prompts[(r * concurrency + i) % len(prompts)] for i in range(concurrency)]
+        order = list(engines) if r % 2 == 0 else list(reversed(engines))
+        for name in order:
+            seconds, tokens, accepted = _round(engines[name], batch, params, k, f"r{r}-{name}")
+            steps = tokens - accepted - len(batch)
+            rates[name].append(tokens / seconds if seconds > 0 else 0.0)
+            taus[name].append((accepted + steps) / steps if steps > 0 else 1.0)
+        if progress is not None:
+            progress(r + 1, total)
+    base = rates[TARGET_ONLY]
+    ratios = {v: [s / b if b > 0 else 0.0 for s, b in zip(rates[v], base, strict=True)]
+              for v in versions}
+    costs = {v: [t / q for t, q in zip(taus[v], ratios[v], strict=True) if q > 0]
+             for v in versions}
+    return SpeedMeasurement(
+        speedup={v: statistics.median(r) for v, r in ratios.items()}, ratios=ratios,
+        step_cost={v: statistics.median(c) if c else 0.0 for v, c in costs.items()},
+        tokens_per_s={name: statistics.median(r) for name, r in rates.items()},
+        rounds=total, prompts=len(prompts), repeats=repeats,
+        max_tokens=params.max_new_tokens, k=k, spread={v: _quartiles(r) for v, r in
+                                                       ratios.items()},
+        threads=0, engine="vllm", concurrency=concurrency)
