@@ -177,10 +177,18 @@ class Controller:
             return self._busy()
         try:
             self.recover()
+            self.apply_serving()
             return self.cycle(lease, trigger=trigger,
                               min_fresh=self.policy.window.min_fresh_requests)
         finally:
             lease.release()
+
+    def apply_serving(self) -> bool:
+        """Hand the policy's ``serving.k_bands`` to the replicas (through the deployment's
+        row; audited when it changes); True if it changed."""
+        with store.session_scope(self.engine) as session:
+            return store.set_k_bands(session, name=self.deployment,
+                                     k_bands=self.policy.serving.k_bands, actor=self.holder)
 
     def target(self) -> Target:
         if callable(self._target) and not isinstance(self._target, Target):

@@ -233,6 +233,23 @@ class LeaseSpec(_Strict):
         "(renewed every third of it while working)")
 
 
+class Serving(_Strict):
+    """What the controller tells the deployment's replicas about serving."""
+
+    k_bands: str | None = Field(
+        None, description="draft tokens per concurrency band the replicas follow, e.g. "
+        "'1-2:5,3-:0' (0: no drafting at that load; docs/vllm.md, 'Speed at the load "
+        "served'); null: each replica's own serve config")
+
+    @field_validator("k_bands")
+    @classmethod
+    def _bands(cls, value: str | None) -> str | None:
+        from autospec.serve.bands import parse_bands
+
+        bands = parse_bands(value, max_k=16)
+        return None if bands is None else str(bands)
+
+
 class Policy(_Strict):
     """A retraining and promotion policy (one YAML file)."""
 
@@ -251,6 +268,8 @@ class Policy(_Strict):
     canary: Canary = Field(default_factory=Canary, description="post-promotion canary watch")
     drift: Drift = Field(default_factory=Drift, description="drift trigger")
     lease: LeaseSpec = Field(default_factory=LeaseSpec, description="single-flight lease")
+    serving: Serving = Field(default_factory=Serving, description="what the replicas follow "
+                             "besides the live pointer")
 
     def summary(self) -> dict[str, Any]:
         """JSON-able view (durations in seconds), recorded with each cycle."""

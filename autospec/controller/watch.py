@@ -75,6 +75,7 @@ class Watcher:
             return WatchResult("busy")
         try:
             self.controller.recover()
+            self.controller.apply_serving()
             result = self.canary(lease) if self.policy.canary.enabled else None
             if result is not None:
                 return result

@@ -24,7 +24,10 @@ The index comes from a directory as autospec exports it (:mod:`autospec.interop.
   environment variable :data:`INDEX_ENV` when the proposer is built (checksums from the
   export's ``manifest.json``).
 
-Until an index is loaded the proposer drafts from each request's own n-grams only.
+Until an index is loaded the proposer drafts from each request's own n-grams only. With a
+per-batch-size schedule (``num_speculative_tokens_per_batch_size``: the deployment's
+concurrency bands) it drafts the schedule's k for the step's batch size, as vLLM's own
+proposers do.
 """
 
 from __future__ import annotations
@@ -87,6 +90,20 @@ class _Row:
             self.n = len(tokens)
 
 
+def _k_by_batch(vllm_config: Any, k: int) -> list[int] | None:
+    """k per batch size from ``num_speculative_tokens_per_batch_size`` (the deployment's
+    concurrency bands, :mod:`autospec.serve.bands`), as vLLM's scheduler reads it; None
+    without one. vLLM hands built-in proposers the scheduled k; a custom one reads it here."""
+    schedule = getattr(vllm_config.speculative_config, "num_speculative_tokens_per_batch_size",
+                       None)
+    if not schedule:
+        return None
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    return build_dynamic_sd_schedule_lookup(
+        schedule, int(vllm_config.scheduler_config.max_num_seqs), k)
+
+
 class SuffixIndexProposer:
     """vLLM's ``custom_class`` proposer drafting with autospec's suffix index (module doc)."""
 
@@ -97,6 +114,7 @@ class SuffixIndexProposer:
         spec_config = vllm_config.speculative_config
         self.k = int(spec_config.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
+        self.k_by_batch = _k_by_batch(vllm_config, self.k)
         self.index: Any = SuffixSpeculator(  # an empty corpus
             SuffixConfig(target_id="vllm", target_revision="none"))
         self.version: str | None = None
@@ -117,14 +135,17 @@ class SuffixIndexProposer:
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
                 token_ids_cpu: np.ndarray, slot_mappings: Any = None) -> list[list[int]]:
-        """Each row's drafts (up to k tokens; none for a row that sampled nothing)."""
+        """Each row's drafts (up to k tokens — fewer where the engine's per-batch-size
+        schedule says so; none for a row that sampled nothing)."""
         drafts: list[list[int]] = []
+        k = self.k_by_batch[min(len(sampled_token_ids), len(self.k_by_batch) - 1)] \
+            if self.k_by_batch else self.k
         for i, sampled in enumerate(sampled_token_ids):
             n = int(num_tokens_no_spec[i])
             if not sampled or n >= self.max_model_len:
                 drafts.append([])
                 continue
-            drafts.append(self._row(i, token_ids_cpu[i, :n]).draft(self.k))
+            drafts.append(self._row(i, token_ids_cpu[i, :n]).draft(k) if k else [])
         return drafts
 
     def _row(self, i: int, tokens: np.ndarray) -> Any:

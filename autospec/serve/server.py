@@ -350,9 +350,10 @@ class LLMServer:
             return self._load.mean_since(job.mark) if job.mark is not None else 1.0
 
     def k_for(self, job: Job, version: ServedVersion) -> int:
-        """Draft tokens for ``job`` at the load it starts under (the deployment's bands)."""
-        k = version.engine.k
-        return k if self.bands is None or not k else min(k, self.bands.k_for(job.in_flight))
+        """Draft tokens for ``job`` at the load it starts under: the bands of the
+        controller's policy if it set any, else this replica's config's."""
+        k, bands = version.engine.k, self.versions.policy_bands or self.bands
+        return k if bands is None or not k else min(k, bands.k_for(job.in_flight))
 
     async def generate(self, p: Prepared) -> Served:
         """Decode ``p`` to the end on the decode thread; if the caller is cancelled (client

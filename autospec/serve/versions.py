@@ -28,6 +28,11 @@ With no live pointer yet the replica serves the training-free n-gram speculator 
 version name :data:`~autospec.serve.config.BUILTIN_VERSION` (``builtin-ngram``); with
 speculation off it serves target-only decoding as :data:`~autospec.serve.config.OFF_VERSION`.
 If the pointer is removed the replica keeps serving what it has.
+
+**Bands.** With the pointer the watcher reads the deployment's concurrency bands
+(``deployments.k_bands``, set by the controller from its policy's ``serving.k_bands``,
+:mod:`autospec.serve.bands`): :attr:`VersionManager.policy_bands`, which the server drafts by
+instead of its own config's when set.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from sqlalchemy import Engine
 from autospec import store
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.target import Target
+from autospec.serve.bands import BandsError, KBands, parse_bands
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION
 from autospec.speculators.registry import new_speculator
 from autospec.store.models import utcnow
@@ -102,6 +108,9 @@ class VersionManager:
         self._thread: threading.Thread | None = None
         self.last_poll_error: str | None = None
         self.load_failures = 0
+        #: the concurrency bands the controller's policy set for the deployment (None: none;
+        #: the replica's own config then), read with the pointer
+        self.policy_bands: KBands | None = None
 
     def _initial(self, speculation: bool) -> ServedVersion:
         """What the replica serves before (or without) following the pointer."""
@@ -174,6 +183,8 @@ class VersionManager:
             with store.session_scope(self.db, readonly=True) as session:
                 pointer = store.get_live(session, deployment=self.deployment)
                 wanted = (pointer.version, pointer.generation) if pointer else None
+                row = store.get_deployment(session, name=self.deployment)
+                bands = row.k_bands if row is not None else None
         except store.StoreError as exc:  # database down: keep serving what we have
             self._note_poll_error(str(exc))
             return False
@@ -181,9 +192,21 @@ class VersionManager:
             self._note_poll_error(f"{type(exc).__name__}: {exc}")
             return False
         self.last_poll_error = None
+        if bands != (str(self.policy_bands) if self.policy_bands else None):
+            self._follow_bands(bands, wanted)
         if wanted is None or wanted[0] == self._current.name or wanted == self._failed:
             return False
         return self._swap_to(*wanted)
+
+    def _follow_bands(self, text: str | None, wanted: tuple[str, int] | None) -> None:
+        """The policy's bands changed: requests starting from now draft by them (an engine
+        that fixes its bands at start reloads, see the vLLM manager)."""
+        try:
+            self.policy_bands = parse_bands(text, max_k=16)
+        except BandsError as exc:  # written by a newer controller? keep what we have
+            log.error("ignoring the deployment's concurrency bands %r: %s", text, exc)
+            return
+        log.info("drafting by the policy's concurrency bands: %s", text or "the replica's own")
 
     def _note_poll_error(self, message: str) -> None:
         if message != self.last_poll_error:

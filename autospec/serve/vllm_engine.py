@@ -131,6 +131,8 @@ class VllmEngine:
         self.loaded: list[str] = []
         #: what it drafts with, for in-place loads (:mod:`autospec.serve.vllm_swap`)
         self.shape: Any = None
+        #: the concurrency bands vLLM's scheduler drafts by (fixed at the start; None: none)
+        self.k_bands: str | None = None
 
     def drafted_by(self, first: int) -> list[str]:
         """The versions loaded from position ``first`` of :attr:`loaded` to now."""

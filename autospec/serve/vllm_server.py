@@ -131,6 +131,9 @@ class VllmVersionManager(VersionManager):
         try:
             with store.session_scope(self.db, readonly=True) as session:
                 pointer = store.get_live(session, deployment=self.deployment)
+                row = store.get_deployment(session, name=self.deployment)
+            if row is not None and row.k_bands:  # the first engine starts with them
+                VersionManager._follow_bands(self, row.k_bands, None)
         except Exception as exc:  # database down at start: serve the built-in version
             self._note_poll_error(f"{type(exc).__name__}: {exc}")
             return None
@@ -150,7 +153,7 @@ class VllmVersionManager(VersionManager):
         if current is None:  # the first engine of this replica
             return self._engine_version(version, kind, exported.speculative_config, out)
         shape = draft_shape(exported.speculative_config, out)
-        why = in_place_refusal(current.engine.shape, shape)
+        why = in_place_refusal(current.engine.shape, shape) or self._bands_refusal(current)
         if why is None:
             try:
                 new = self._in_place(version, kind, current, shape, out)
@@ -160,6 +163,28 @@ class VllmVersionManager(VersionManager):
             new = self._engine_version(version, kind, exported.speculative_config, out)
         self._record_swap(version, why, time.perf_counter() - started)
         return new
+
+    @property
+    def serving_bands(self) -> KBands | None:
+        """The bands new engines are started with: the policy's if set, else the config's."""
+        return self.policy_bands or self.bands
+
+    def _bands_refusal(self, current: ServedVersion) -> str | None:
+        """Why ``current``'s engine cannot take new versions: its bands are no longer the
+        deployment's (vLLM fixes them when an engine starts)."""
+        want = None if self.serving_bands is None else str(self.serving_bands)
+        have = getattr(current.engine, "k_bands", None)
+        if current.kind == "none" or have == want:
+            return None
+        return f"the concurrency bands changed ({have or 'none'} -> {want or 'none'})"
+
+    def _follow_bands(self, text: str | None, wanted: tuple[str, int] | None) -> None:
+        """New bands from the policy: the current version restarts in an engine that drafts
+        by them (vLLM's scheduler reads them once, at the start), audited as a swap."""
+        super()._follow_bands(text, wanted)
+        current = self._current
+        if current is not None and self._bands_refusal(current) is not None:
+            self._swap_to(current.name, wanted[1] if wanted else 0)
 
     def _export(self, version: str, spec: Any) -> tuple[Path, Any]:
         """``spec`` exported for vLLM into a fresh directory under the export root."""
@@ -209,9 +234,10 @@ class VllmVersionManager(VersionManager):
         the engine shuts down, or now if it fails to start."""
         started = time.perf_counter()
         engine = None
+        bands = self.serving_bands if speculative_config else None
         try:
             engine = VllmEngine(self.model_dir, dtype=self.target.dtype_name,
-                                speculative_config=with_bands(speculative_config, self.bands),
+                                speculative_config=with_bands(speculative_config, bands),
                                 max_model_len=self.max_model_len, options=self.options,
                                 cleanup=export_dir)
             if kind == "suffix":  # autospec's proposer starts empty: its index goes in now
@@ -225,6 +251,7 @@ class VllmVersionManager(VersionManager):
             raise VersionLoadError(f"version {version!r}: vLLM could not start with it: "
                                    f"{type(exc).__name__}: {exc}") from exc
         engine.shape = draft_shape(speculative_config, export_dir)
+        engine.k_bands = None if bands is None else str(bands)  # fixed for its life
         engine.loaded.append(version)
         log.info("vLLM engine for %s started in %.1fs", version, time.perf_counter() - started)
         return ServedVersion(version, kind, engine)  # type: ignore[arg-type]
@@ -414,6 +441,7 @@ class VllmServer(LLMServer):
                            "logprobs": p.logprobs}
         if s.drafted_by:
             record.sampling["drafted_by"] = list(s.drafted_by)
-        if self.bands is not None:  # vLLM's scheduler chose k per step from the batch size
-            record.sampling["k_bands"] = str(self.bands)
+        bands = getattr(p.version.engine, "k_bands", None)
+        if bands is not None:  # vLLM's scheduler chose k per step from the batch size
+            record.sampling["k_bands"] = bands
         return record

@@ -33,6 +33,7 @@ from autospec.store.deployments import (
     record_deployment,
     remove_replica,
     report_replica,
+    set_k_bands,
 )
 from autospec.store.errors import (
     ArtifactError,
@@ -158,6 +159,7 @@ __all__ = [
     "select_synthetic",
     "served_concurrency",
     "session_scope",
+    "set_k_bands",
     "set_live",
     "set_state",
     "start_training_run",

@@ -4,6 +4,8 @@
   revision and resolved dtype it serves; the row is the one source of truth the controller,
   ``train`` and ``evaluate`` read (:func:`get_deployment`). A change (a new target, another
   dtype) is audited as a ``note`` event.
+- :func:`set_k_bands` — the controller sets the concurrency bands the replicas draft by
+  (the policy's ``serving.k_bands``);
 - :func:`report_replica` — a replica's heartbeat: the version it actually serves now;
   :func:`list_replicas` returns the reports of a deployment (newest first);
   :func:`remove_replica` drops a replica's report when it shuts down.
@@ -56,6 +58,21 @@ def record_deployment(session: Session, *, name: str, target: str, target_id: st
     row.updated_at, row.updated_by = now, actor
     session.flush()
     return row
+
+
+def set_k_bands(session: Session, *, name: str, k_bands: str | None, actor: str) -> bool:
+    """Set the concurrency bands ``name``'s replicas draft by (None: their own); audited as
+    a ``note``. False when unchanged, or when no replica has recorded the deployment yet."""
+    row = get_deployment(session, name=name)
+    if row is None or row.k_bands == k_bands:
+        return False
+    record_event(session, kind="note", actor=actor, deployment=name,
+                 reason=f"deployment {name} drafts by concurrency bands {k_bands or 'of its own'}"
+                        f" (was {row.k_bands or 'its own'})",
+                 details={"type": "k_bands", "from": row.k_bands, "to": k_bands})
+    row.k_bands = k_bands
+    session.flush()
+    return True
 
 
 def report_replica(session: Session, *, replica: str, deployment: str, version: str,

@@ -217,6 +217,9 @@ class Deployment(Base):
     # torch's CPU threads a replica decodes with (None: a GPU replica, or a row written
     # before revision 0005); the controller measures speed on as many
     threads: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # draft tokens per concurrency band set by the controller's policy (serving.k_bands),
+    # which the replicas follow; None: their own serve config's (revision 0006)
+    k_bands: Mapped[str | None] = mapped_column(String(200), nullable=True)
     updated_at: Mapped[datetime]
     updated_by: Mapped[str] = mapped_column(String(128))
 

@@ -80,3 +80,29 @@ def test_an_index_whose_files_are_not_the_exported_ones_is_refused(tmp_path) -> 
     with pytest.raises(ValueError, match="not the exported"):
         proposer.load_index(str(tmp_path), {**sums, "model.safetensors": "0" * 64})
     assert proposer.index.corpus_tokens == 0  # nothing changed
+
+
+def test_a_per_batch_size_schedule_sets_k_for_the_step(tmp_path) -> None:
+    """The deployment's concurrency bands, as vLLM's scheduler reads them: k = 2 for a batch
+    of one or two rows, none from three on (vLLM hands its own proposers the k; a custom
+    one reads the schedule)."""
+    pytest.importorskip("vllm")
+    spec = suffix_from_documents(_config(), DOCS)
+    cfg = SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=K,
+                                           num_speculative_tokens_per_batch_size=[
+                                               (1, 2, 2), (3, 1 << 16, 0)]),
+        model_config=SimpleNamespace(max_model_len=MAX_LEN),
+        scheduler_config=SimpleNamespace(max_num_seqs=8))
+    proposer = SuffixIndexProposer(cfg)
+    proposer.load_index(str(tmp_path), _export(tmp_path, spec), "v1")
+    seq = [5, 1, 2, 3, 4, 5]
+    full = _proposer()
+    full.load_index(str(tmp_path), _export(tmp_path, spec), "v1")
+    n, ids = _rows([seq])
+    (unbanded,) = full.propose([[1]], n, ids)
+    assert len(unbanded) > 2  # the index drafts more than the band allows
+    (one,) = proposer.propose([[1]], n, ids)
+    assert one == unbanded[:2]
+    n, ids = _rows([seq, seq, seq])
+    assert proposer.propose([[1], [1], [1]], n, ids) == [[], [], []]

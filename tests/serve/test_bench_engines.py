@@ -35,6 +35,12 @@ def test_domain_prompts_replace_the_generic_ones_and_differ_from_the_demos() -> 
 @pytest.mark.parametrize(("args", "message"), [
     (["--engine", "tgi"], "--engine: unknown ['tgi']"),
     (["--engine", "vllm", "--domain", "poetry"], "--domain"),
+    (["--engine", "vllm", "--concurrency", "1,0"], "is not a list of"),
+    (["--engine", "vllm", "--concurrency", "4,4"], "is not a list of"),
+    (["--engine", "vllm", "--k-bands", "1-2:9,3-:0"], "k must be between 0"),
+    (["--engine", "vllm", "--vllm-option", "oops"], "expected KEY=VALUE"),
+    (["--concurrency", "1,4"], "one value without --engine"),
+    (["--k-bands", "1-:0"], "need --engine"),
 ])
 def test_bad_options_are_refused_before_anything_starts(args, message) -> None:  # type: ignore[no-untyped-def]
     done = CliRunner().invoke(app, ["bench", "serve", *args])
@@ -77,3 +83,28 @@ def test_the_batch_sender_sends_every_body_and_reads_each_answer() -> None:
     assert [(a.tokens, a.version, a.steps, a.accepted) for a in answers] == \
         [(5, "head", 4, 2), (6, "head", 5, 2), (7, "head", 6, 2)]
     assert wall > 0 and len(latencies) == 3 and all(t > 0 for t in latencies)
+
+
+def _row(tok_s: float) -> dict:
+    return {"requests": 4, "per_request_tok_s": tok_s / 2, "throughput_tok_s": tok_s,
+            "versions": ["v"], "tau": 1.5}
+
+
+def test_the_summary_says_where_speculation_stops_paying_and_if_bands_fix_it() -> None:
+    from autospec.bench.serve_engines import _summarize
+
+    phases = {1: {"vllm/spec": _row(30), "vllm/off": _row(20), "vllm/banded": _row(29)},
+              4: {"vllm/spec": _row(50), "vllm/off": _row(60), "vllm/banded": _row(61)},
+              8: {"vllm/spec": _row(70), "vllm/off": _row(90), "vllm/banded": _row(88)}}
+    got = _summarize(["vllm"], ["spec", "off", "banded"], "t", "float32", 32, 5, "1-2:5,3-:0",
+                     phases)
+    assert got["ratios"]["vllm"]["1"] == {"spec": 1.5, "banded": 29 / 20}
+    assert got["speculation_stops_paying_at"] == {"vllm": 4}
+    assert got["banded_never_slower"] == {"vllm": False}  # 88 < 90 at 8 clients
+    phases[8]["vllm/banded"] = _row(90)
+    assert _summarize(["vllm"], ["spec", "off", "banded"], "t", "float32", 32, 5, "1-2:5,3-:0",
+                      phases)["banded_never_slower"] == {"vllm": True}
+    alone = _summarize(["vllm"], ["spec", "off"], "t", "float32", 32, 5, None,
+                       {1: {"vllm/spec": _row(30), "vllm/off": _row(20)}})
+    assert alone["speculation_stops_paying_at"] == {"vllm": None}
+    assert "banded_never_slower" not in alone

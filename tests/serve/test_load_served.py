@@ -73,3 +73,26 @@ def test_status_shows_the_concurrency_served(tiny_llm, db) -> None:  # type: ign
     wait_for_rows(db, 2)
     got = collect_status(db, deployment="default", policy=load_policy())["concurrency"]
     assert got["requests"] == 2 and got["p50"] == 1.0 and got["max"] == 1.0
+
+
+def test_a_replica_drafts_by_the_bands_the_controller_set(tiny_llm, db) -> None:  # type: ignore[no-untyped-def]
+    server = make_server(tiny_llm, db, poll_interval_s=60, k_bands="1-:5")
+    try:
+        with store.session_scope(db) as session:
+            store.record_deployment(session, name="default", target="tiny",
+                                    target_id=tiny_llm.info.target_id, target_revision="r",
+                                    dtype="float32", actor="replica")
+            store.set_k_bands(session, name="default", k_bands="1-1:0,2-:2", actor="ctl")
+        server.versions.poll_once()
+        assert str(server.versions.policy_bands) == "1-1:0,2-:2"
+        _complete(server)  # alone: the policy's band says 0, over the config's 5
+        with store.session_scope(db) as session:
+            store.set_k_bands(session, name="default", k_bands=None, actor="ctl")
+        server.versions.poll_once()
+        assert server.versions.policy_bands is None
+        _complete(server)  # the replica's own bands again
+    finally:
+        server.close()
+    first, second = sorted(wait_for_rows(db, 2), key=lambda r: r.id)
+    assert first.sampling["k"] == 0 and first.num_draft_tokens == 0
+    assert second.sampling["k"] == 5 and second.num_draft_tokens > 0

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from autospec import store
 from autospec.engine.generate import RequestError
@@ -23,8 +24,9 @@ from autospec.serve.config import ServeConfig
 from autospec.serve.http import make_app
 from autospec.serve.versions import ServedVersion
 from autospec.serve.vllm_engine import vllm_refusal, vllm_stats
-from autospec.serve.vllm_server import VllmServer, VllmVersionManager
+from autospec.serve.vllm_server import VllmServer, VllmVersionManager, with_bands
 from autospec.serve.vllm_swap import draft_shape, load_in_place
+from autospec.store.models import Request
 
 from .helpers import promote, register_artifact, wait_for_rows
 
@@ -75,6 +77,7 @@ class FakeVllmEngine:
     loaded: list[str] = field(default_factory=list)
     shape: Any = None
     rpcs: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    k_bands: str | None = None
 
     def __post_init__(self) -> None:
         self.k = (self.speculative_config or {}).get("num_speculative_tokens", 0)
@@ -127,7 +130,9 @@ def fake_engines(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, FakeVllmEng
     started: list[tuple[str, FakeVllmEngine]] = []
 
     def engine_version(self, version, kind, speculative_config, export_dir=None):  # type: ignore[no-untyped-def]
-        engine = FakeVllmEngine(speculative_config, delay_s=0.02)
+        bands = self.serving_bands if speculative_config else None  # as the real one does
+        engine = FakeVllmEngine(with_bands(speculative_config, bands), delay_s=0.02)
+        engine.k_bands = None if bands is None else str(bands)
         engine.shape = draft_shape(speculative_config, export_dir)
         if kind == "suffix":
             load_in_place(engine, engine.shape, export_dir, version)
@@ -547,3 +552,34 @@ def test_engine_arguments_ask_for_acceptance_only_when_speculating():
     assert on["per_request_spec_decode_metrics"] == "summary"
     assert off["per_request_spec_decode_metrics"] == "none"  # vLLM refuses it otherwise
     assert off["kv_cache_memory_bytes"] == 1 << 30 and off["max_model_len"] == 512
+
+
+def test_bands_set_by_the_policy_restart_the_engine_with_them_and_rows_name_them(
+        vllm_server, fake_engines, tiny_llm, db):
+    first = fake_engines[0][1]
+    assert first.k_bands is None
+    assert "num_speculative_tokens_per_batch_size" not in first.speculative_config
+    with store.session_scope(db) as session:
+        store.record_deployment(session, name="default", target="tiny",
+                                target_id=tiny_llm.info.target_id, target_revision="r",
+                                dtype="float32", actor="test", engine="vllm")
+        assert store.set_k_bands(session, name="default", k_bands="1-2:3,3-:0", actor="ctl")
+    deadline = time.monotonic() + 10
+    while len(fake_engines) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    version, new = fake_engines[1]
+    assert version == "builtin-ngram" and new.k_bands == "1-2:3,3-:0"
+    assert new.speculative_config["num_speculative_tokens_per_batch_size"] == \
+        [(1, 2, 3), (3, 1 << 16, 0)]
+    assert first.retired
+    served = asyncio.run(_complete(vllm_server))
+    assert served.version.engine is new
+    vllm_server.writer.flush(10)
+    with store.session_scope(db, readonly=True) as session:
+        (swap,) = [e for e in store.list_events(session, kinds=["swap"])]
+        rows = session.scalars(select(Request)).all()
+        assert [e.details["type"] for e in store.list_events(session, kinds=["note"])
+                if e.details.get("type") == "k_bands"] == ["k_bands"]
+    assert swap.details["mode"] == "new engine"
+    assert swap.details["why"] == "the concurrency bands changed (none -> 1-2:3,3-:0)"
+    assert rows[-1].sampling["k_bands"] == "1-2:3,3-:0"
