@@ -116,6 +116,9 @@ def serve(
         help="--engine: also serve the version with these concurrency bands, e.g. "
         "'1-2:5,3-:0' (k per band, 0: no drafting), and say whether it is ever slower than "
         "target-only")] = None,
+    builtin: Annotated[bool, typer.Option(
+        help="--engine: also serve builtin-ngram (on vLLM its own ngram method, what a vLLM "
+        "user switches on) beside the live version, and give live over builtin")] = False,
     vllm_option: Annotated[list[str] | None, typer.Option(
         help="--engine vllm: a vLLM engine argument as KEY=VALUE, as `autospec serve` takes "
         "it (e.g. enforce_eager=true: engines start in seconds, not minutes, on a CPU); "
@@ -149,10 +152,10 @@ def serve(
                          rounds=rounds, clients=_client_counts(concurrency or "1,4,8"), k=k,
                          database_url=database_url, deployment=deployment, json_path=json_path,
                          k_bands=_checked_bands(k_bands, k), prompts=_bench_prompts(domain),
-                         vllm_options=_engine_options(vllm_option or []))
+                         vllm_options=_engine_options(vllm_option or []), builtin=builtin)
         return
-    if k_bands is not None or vllm_option:
-        raise typer.BadParameter("--k-bands and --vllm-option: need --engine")
+    if k_bands is not None or vllm_option or builtin:
+        raise typer.BadParameter("--k-bands, --vllm-option and --builtin: need --engine")
     counts = _client_counts(concurrency or "2")
     if len(counts) != 1:
         raise typer.BadParameter("--concurrency: one value without --engine")

@@ -1,14 +1,15 @@
-"""``autospec bench serve --engine vllm,native --concurrency 1,4,8``: engines, loads, side by side.
+"""``autospec bench serve --engine vllm --concurrency 1,4,8``: engines and loads side by side.
 
 One local Ray Serve instance runs, for each engine named, two applications on the same
 target, each its own replica: ``<engine>/spec`` (the live version of the store's
 ``deployment`` — ``builtin-ngram`` in the fresh store used unless ``--database-url`` names
 one with a promoted head: both engines then serve that same version) and ``<engine>/off``
-(speculation off); with ``--k-bands``, a third, ``<engine>/banded``: the same version drafting
-by those concurrency bands (:mod:`autospec.serve.bands`). Traffic logging is off in every
-application (this measures decoding). The same greedy chat prompts go to every application,
-in interleaved rounds that rotate the order, so drift on a shared machine hits all alike;
-read the ratios.
+(speculation off); with ``--k-bands``, ``<engine>/banded``: the same version drafting by
+those concurrency bands (:mod:`autospec.serve.bands`); with ``--builtin``,
+``<engine>/builtin``: builtin-ngram (on vLLM its own ``ngram`` method: what a vLLM user
+switches on). Traffic logging is off in every application (this measures decoding). The same
+greedy chat prompts go to every application, in interleaved rounds that rotate the order, so
+drift on a shared machine hits all alike; read the ratios.
 
 One phase per concurrency (``--concurrency 1,4,8``): that many clients, each sending its next
 request when its last one is answered, at least two requests per client per batch. Per
@@ -38,7 +39,10 @@ from autospec.bench.prompts import BENCH_PROMPTS
 from autospec.bench.serve import _batch, _free_port
 from autospec.settings import api_key
 
-MODES = {"spec": "live", "off": "off", "banded": "live"}
+MODES = {"spec": "live", "off": "off", "banded": "live", "builtin": "live"}
+#: the deployment a ``builtin`` application follows: one no version is promoted in, so its
+#: replica serves builtin-ngram (on vLLM, vLLM's own ``ngram`` method)
+BUILTIN_DEPLOYMENT = "autospec-bench-builtin"
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,8 @@ def _deploy(engines: list[str], modes: list[str], target: str, dtype: str, url: 
             route = f"{engine}-{mode}"
             serve.run(build_app({
                 "target": target, "dtype": dtype, "database_url": url, "speculator_k": k,
-                "deployment": deployment, "engine": engine, "speculation": MODES[mode],
+                "deployment": BUILTIN_DEPLOYMENT if mode == "builtin" else deployment,
+                "engine": engine, "speculation": MODES[mode],
                 "k_bands": k_bands if mode == "banded" else None,
                 "log_traffic": False, "vllm_options": vllm_options, "api_key": api_key(),
                 "ray_actor_options": {"num_cpus": 1, "runtime_env": {"env_vars": env}}}),
@@ -125,16 +130,18 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
                      rounds: int, clients: list[int], k: int, database_url: str | None,
                      deployment: str, json_path: Path | None, k_bands: str | None = None,
                      prompts: list[list[dict[str, str]]] | None = None,
-                     vllm_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                     vllm_options: dict[str, Any] | None = None,
+                     builtin: bool = False) -> dict[str, Any]:
     """Deploy every engine × {spec, off[, banded]}, measure one phase per concurrency in
     ``clients``, print, write the JSON; ``prompts``: the chats sent (default: the generic
     benchmark prompts); ``vllm_options``: vLLM engine arguments (max_model_len 2048 unless
-    set)."""
+    set); ``builtin``: also an application serving builtin-ngram (vLLM's ``ngram``), what a
+    vLLM user gets by switching on a built-in method."""
     from ray import serve
 
     from autospec import store
 
-    modes = ["spec", "off"] + (["banded"] if k_bands else [])
+    modes = ["spec", "off"] + (["banded"] if k_bands else []) + (["builtin"] if builtin else [])
     partial: dict[str, Any] = {"target": target, "engines": engines, "clients": clients}
     progress = BenchProgress("bench serve --engine", partial, json_path)
     with tempfile.TemporaryDirectory(prefix="autospec-bench-engines-") as tmp:
@@ -187,6 +194,9 @@ def _summarize(engines: list[str], modes: list[str], target: str, dtype: str, ma
     if "banded" in modes:
         result["banded_never_slower"] = {e: all(r["banded"] >= 1.0 for r in ratios[e].values())
                                          for e in engines}
+    if "builtin" in modes:
+        result["live_over_builtin"] = {
+            e: {c: r["spec"] / r["builtin"] for c, r in ratios[e].items()} for e in engines}
     if {"vllm", "native"} <= set(engines):
         result["vllm_over_native"] = {
             str(c): {m: p[f"vllm/{m}"]["throughput_tok_s"] / p[f"native/{m}"]["throughput_tok_s"]
@@ -215,6 +225,9 @@ def _print(result: dict[str, Any]) -> None:
         console.print(f"{engine}: speculation " + (
             f"stops paying at {at} clients" if at is not None else
             f"pays at every load measured ({', '.join(map(str, result['clients']))} clients)"))
+    for engine, by_c in result.get("live_over_builtin", {}).items():
+        console.print(f"{engine}: the live version over builtin-ngram: " + ", ".join(
+            f"{r:.2f}× at {c}" for c, r in by_c.items()))
     for engine, ok in result.get("banded_never_slower", {}).items():
         console.print(f"{engine}: with bands {result['k_bands']} the deployment is "
                       + ("never slower than target-only" if ok else

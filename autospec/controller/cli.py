@@ -132,6 +132,8 @@ def _print_status(data: dict[str, Any]) -> None:
     table.add_row("in flight per replica, 1h", "— (no request recorded it)" if not load else
                   f"p50 {load['p50']:.1f} / p90 {load['p90']:.1f} / max {load['max']:.1f} "
                   f"({load['requests']} requests)")
+    if numerics and numerics.get("k_bands"):
+        table.add_row("k per concurrency band", f"{numerics['k_bands']} (the policy's)")
     traffic = data["traffic"]
     table.add_row("requests 1h / 24h / all",
                   f"{traffic['last_hour']} / {traffic['last_day']} / {traffic['total']}")

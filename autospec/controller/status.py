@@ -13,7 +13,9 @@ reports (``replica_reports``, refreshed every few seconds by each replica): the 
 replicas that reported in the last :data:`FRESH_REPORT_S` seconds serve, and whether they all
 agree with the pointer (a version that failed to load leaves them on the previous one).
 ``numerics`` is the target, revision, dtype and engine the replicas recorded
-(:mod:`autospec.numerics`).
+(:mod:`autospec.numerics`), with the concurrency bands the controller set (``k_bands``).
+``concurrency`` is the load the replicas served over the last hour: requests in flight per
+replica as the traffic rows recorded it (p50, p90, max, mean; None before any row did).
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def _served(session, deployment: str, pointer_version: str,  # type: ignore[no-u
     numerics = None if row is None else {
         "target": row.target, "target_id": row.target_id, "revision": row.target_revision,
         "dtype": row.dtype, "engine": row.engine, "updated_at": row.updated_at,
-        "updated_by": row.updated_by}
+        "updated_by": row.updated_by, "k_bands": row.k_bands}
     return {"served": {"versions": versions,
                        "replicas": sum(not r["stale"] for r in replicas),
                        "agrees": versions == [pointer_version] if versions else None},

@@ -111,6 +111,20 @@ def speed_table(result: DemoResult) -> Table:
     return table
 
 
+def swap_lines(events: list[dict]) -> list[str]:
+    """The replicas' swaps (vLLM: in place or a new engine, how long, why), as markdown."""
+    swaps = [e for e in events if e["kind"] == "swap"]
+    if not swaps:
+        return []
+    lines = ["", "## Swaps in the serving engine", "",
+             "| at | from | to | how | seconds | why |", "|---|---|---|---|---|---|"]
+    for e in swaps:
+        d = e.get("details") or {}
+        lines.append(f"| {e['at']} | {e.get('from_version') or '—'} | {e['version']} | "
+                     f"{d.get('mode', '—')} | {_f(d.get('seconds'))} | {d.get('why') or '—'} |")
+    return lines
+
+
 def write_json(result: DemoResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result.as_dict(), indent=2, default=str) + "\n",
@@ -142,6 +156,7 @@ def write_markdown(result: DemoResult, path: Path, chart: Path | None) -> None:
         lines += ["", "## Speed: the gate's figure against the realised one", "",
                   "| " + " | ".join(SPEED_COLUMNS) + " |", "|" + "---|" * len(SPEED_COLUMNS)]
         lines += ["| " + " | ".join(row) + " |" for row in speed]
+    lines += swap_lines(result.events)
     lines += ["", "## Audit log (pointer moves and notes)", ""]
     lines += [f"- {e['at']} {e['kind']} {e['version'] or ''} by {e['actor']}: {e['reason']}"
               for e in result.events]

@@ -537,7 +537,8 @@ class Demo:
             with store.session_scope(self.engine, readonly=True) as session:
                 rows = store.list_events(session, deployment=DEPLOYMENT, limit=200)
                 return [{"kind": e.kind, "version": e.version, "actor": e.actor,
-                         "reason": e.reason, "at": e.created_at.isoformat()}
+                         "reason": e.reason, "at": e.created_at.isoformat(),
+                         "from_version": e.from_version, "details": e.details or {}}
                         for e in reversed(rows)]
         except Exception as exc:
             if strict:

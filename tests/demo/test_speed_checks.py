@@ -63,3 +63,23 @@ def test_a_decision_without_a_version_reads_cleanly(tmp_path) -> None:  # type: 
     text = (tmp_path / "report.md").read_text()
     assert "- **rejected** (t = 95 s, after B2)\n  - suffix-w: Δτ" in text
     assert "- **promoted** eagle3-x (t = 20 s, after A1)" in text
+
+
+def test_swaps_in_the_serving_engine_are_listed_with_their_time(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = _result()
+    result.events = [
+        {"kind": "promotion", "version": "suffix-y", "actor": "c", "reason": "r", "at": "t0",
+         "from_version": "builtin-ngram", "details": {}},
+        {"kind": "swap", "version": "suffix-y", "actor": "replica", "reason": "r", "at": "t1",
+         "from_version": "builtin-ngram",
+         "details": {"mode": "new engine", "seconds": 21.5,
+                     "why": "vLLM method ngram -> custom_class (another kind)"}},
+        {"kind": "swap", "version": "suffix-z", "actor": "replica", "reason": "r", "at": "t2",
+         "from_version": "suffix-y", "details": {"mode": "in-place", "seconds": 0.12,
+                                                 "why": None}}]
+    write_markdown(result, tmp_path / "report.md", None)
+    text = (tmp_path / "report.md").read_text()
+    assert "## Swaps in the serving engine" in text
+    assert ("| t1 | builtin-ngram | suffix-y | new engine | 21.50 | vLLM method ngram -> "
+            "custom_class (another kind) |") in text
+    assert "| t2 | suffix-y | suffix-z | in-place | 0.12 | — |" in text

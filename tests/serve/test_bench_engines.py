@@ -108,3 +108,6 @@ def test_the_summary_says_where_speculation_stops_paying_and_if_bands_fix_it() -
                        {1: {"vllm/spec": _row(30), "vllm/off": _row(20)}})
     assert alone["speculation_stops_paying_at"] == {"vllm": None}
     assert "banded_never_slower" not in alone
+    both = _summarize(["vllm"], ["spec", "off", "builtin"], "t", "float32", 32, 5, None,
+                      {1: {"vllm/spec": _row(30), "vllm/off": _row(20), "vllm/builtin": _row(25)}})
+    assert both["live_over_builtin"] == {"vllm": {"1": pytest.approx(1.2)}}
