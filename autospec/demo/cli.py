@@ -51,8 +51,8 @@ def demo(
     domain_b: Annotated[str, typer.Option(help="the domain traffic shifts to")] = "json",
     engine: Annotated[str, typer.Option(
         help="serving engine: native (autospec's; suffix and eagle3 candidates), vllm (vLLM's "
-        "async engine; eagle3 candidates as chains) or auto (vllm on a CUDA GPU with vLLM "
-        "installed, else native)")] = "auto",
+        "async engine; suffix candidates as autospec's proposer, eagle3 as chains, swapped "
+        "in place) or auto (vllm on a CUDA GPU with vLLM installed, else native)")] = "auto",
     base: Annotated[str, typer.Option(
         help="the base eagle3 head the demo's eagle3 candidates warm-start from: auto (the "
         "newest autospec pretrain head for the target, in any dtype, in your store, "
