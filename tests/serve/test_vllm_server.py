@@ -565,8 +565,10 @@ def test_bands_set_by_the_policy_restart_the_engine_with_them_and_rows_name_them
                                 dtype="float32", actor="test", engine="vllm")
         assert store.set_k_bands(session, name="default", k_bands="1-2:3,3-:0", actor="ctl")
     deadline = time.monotonic() + 10
-    while len(fake_engines) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    while time.monotonic() < deadline and not (
+            len(fake_engines) == 2 and first.retired
+            and vllm_server.versions.current.engine is fake_engines[1][1]):
+        time.sleep(0.02)  # the swap: the new engine started, made current, the old retired
     version, new = fake_engines[1]
     assert version == "builtin-ngram" and new.k_bands == "1-2:3,3-:0"
     assert new.speculative_config["num_speculative_tokens_per_batch_size"] == \
