@@ -21,7 +21,11 @@ the native engine: the decoded speedup is the median ratio, the step cost the me
 ratio, and the gate's speedup is the replayed τ over that step cost
 (:meth:`SpeedMeasurement.projected`).
 
-The engines are shut down and their exports removed when the measurement ends.
+The engines are shut down and their exports removed when the measurement ends. On a CPU
+they run eager (``enforce_eager``, :func:`default_options`): a compiled engine takes ~140 s to
+start on 2 cores against ~10 s, and three of them start for every candidate; on the batch
+sizes measured here eager and compiled engines decode at about the same rate (docs/vllm.md,
+"Engine options"). On a GPU vLLM's defaults (compiled, CUDA graphs) stand.
 """
 
 from __future__ import annotations
@@ -45,6 +49,13 @@ MAX_MODEL_LEN = 2048
 
 class VllmSpeedError(RuntimeError):
     """A version vLLM cannot serve, or an engine that would not start; names which."""
+
+
+def default_options() -> dict[str, Any]:
+    """vLLM engine arguments for the measurement: eager on a CPU (see module doc)."""
+    import torch
+
+    return {} if torch.cuda.is_available() else {"enforce_eager": True}
 
 
 def _start(target: Target, version: str, kind: str | None, spec: Any, out: Path, k: int,
@@ -109,6 +120,7 @@ def measure_speedups_vllm(target: Target, speculators: Mapping[str, tuple[str, A
     limit = max_model_len - max_tokens - k - 1
     prompts = [p[-limit:] for p in prompts if p]
     params = SamplingParams(max_new_tokens=max_tokens)
+    options = default_options() if options is None else options
     tmp = Path(tempfile.mkdtemp(prefix="autospec-speed-vllm-"))
     engines: dict[str, Any] = {}
     try:
