@@ -73,6 +73,17 @@ class EngineLoop:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self) -> None:
+        """Cancel what still runs on the loop (vLLM's output handler), then stop it."""
+        async def drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            self.run(drain(), timeout=10)
+        except Exception:  # best effort: the loop stops either way
+            log.warning("tasks of a vLLM engine loop did not finish cancelling")
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
 
@@ -86,6 +97,15 @@ def engine_kwargs(model_dir: str, *, dtype: str, speculative_config: dict[str, A
             "per_request_spec_decode_metrics": "summary" if speculative_config else "none",
             "kv_cache_memory_bytes": DEFAULT_KV_CACHE_BYTES, "seed": 0,
             "worker_extension_cls": WORKER_EXTENSION, **(options or {})}
+
+
+class _Closed:
+    """What a shut-down engine holds in place of vLLM's ``AsyncLLM``."""
+
+    errored = False
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("this vLLM engine is shut down")
 
 
 class VllmEngine:
@@ -258,6 +278,9 @@ class VllmEngine:
             log.exception("vLLM engine did not shut down cleanly")
         if self._loop is not None:
             self._loop.stop()
+        # vLLM's AsyncLLM shuts itself down again when collected; collected now, while the
+        # interpreter is whole (at exit that second shutdown fails with a traceback)
+        self.llm = _Closed()
         if self.cleanup is not None:
             shutil.rmtree(self.cleanup, ignore_errors=True)
 
