@@ -111,6 +111,7 @@ class VersionManager:
         #: the concurrency bands the controller's policy set for the deployment (None: none;
         #: the replica's own config then), read with the pointer
         self.policy_bands: KBands | None = None
+        self._bad_bands: str | None = None  # bands text refused (not logged again)
 
     def _initial(self, speculation: bool) -> ServedVersion:
         """What the replica serves before (or without) following the pointer."""
@@ -192,7 +193,8 @@ class VersionManager:
             self._note_poll_error(f"{type(exc).__name__}: {exc}")
             return False
         self.last_poll_error = None
-        if bands != (str(self.policy_bands) if self.policy_bands else None):
+        if bands != (str(self.policy_bands) if self.policy_bands else None) and \
+                (bands is None or bands != self._bad_bands):
             self._follow_bands(bands, wanted)
         if wanted is None or wanted[0] == self._current.name or wanted == self._failed:
             return False
@@ -205,6 +207,7 @@ class VersionManager:
             self.policy_bands = parse_bands(text, max_k=16)
         except BandsError as exc:  # written by a newer controller? keep what we have
             log.error("ignoring the deployment's concurrency bands %r: %s", text, exc)
+            self._bad_bands = text
             return
         log.info("drafting by the policy's concurrency bands: %s", text or "the replica's own")
 

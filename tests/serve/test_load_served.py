@@ -96,3 +96,22 @@ def test_a_replica_drafts_by_the_bands_the_controller_set(tiny_llm, db) -> None:
     first, second = sorted(wait_for_rows(db, 2), key=lambda r: r.id)
     assert first.sampling["k"] == 0 and first.num_draft_tokens == 0
     assert second.sampling["k"] == 5 and second.num_draft_tokens > 0
+
+
+def test_bands_a_replica_cannot_use_are_ignored_and_it_keeps_its_own(tiny_llm, db, caplog) -> None:  # type: ignore[no-untyped-def]
+    server = make_server(tiny_llm, db, poll_interval_s=60, k_bands="1-:5")
+    try:
+        with store.session_scope(db) as session:
+            row = store.record_deployment(session, name="default", target="tiny",
+                                          target_id=tiny_llm.info.target_id,
+                                          target_revision="r", dtype="float32", actor="r")
+            row.k_bands = "2-:3"  # not from this controller: bands must start at 1
+        for _ in range(3):
+            server.versions.poll_once()
+        assert server.versions.policy_bands is None
+        assert str(server.bands) == "1-:5"
+        refused = [r for r in caplog.records if "ignoring the deployment's concurrency" in
+                   r.getMessage()]
+        assert len(refused) == 1  # said once, not at every poll
+    finally:
+        server.close()
