@@ -42,7 +42,7 @@ import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -169,26 +169,45 @@ def measure_speedups(target: Target, speculators: Mapping[str, Speculator],
     engines |= {v: SpeculativeEngine(target, s, k) for v, s in speculators.items()}
     for engine in engines.values():  # warm-up, untimed
         engine.generate(prompts[0], SamplingParams(max_new_tokens=min(8, max_tokens)))
-    rates: dict[str, list[float]] = {name: [] for name in engines}
-    taus: dict[str, list[float]] = {name: [] for name in engines}
     total = len(prompts) * repeats
+    rates, taus = interleaved(
+        list(engines), total,
+        lambda r, name: _decode_rate(engines[name], prompts[r % len(prompts)], params), progress)
+    return summarize(rates, taus, list(speculators), rounds=total, prompts=len(prompts),
+                     repeats=repeats, max_tokens=max_tokens, k=k,
+                     threads=torch.get_num_threads())
+
+
+def interleaved(names: list[str], total: int, decode: Callable[[int, str], tuple[float, float]],
+                progress: Callable[[int, int], None] | None = None
+                ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each side's tokens/s and τ per round: ``total`` rounds, each decoding every side in
+    turn (``decode(round, name)`` -> (tokens/s, τ)), the order reversed every other round;
+    ``progress(done, total)`` after each round."""
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    taus: dict[str, list[float]] = {name: [] for name in names}
     for r in range(total):
-        prompt = prompts[r % len(prompts)]
-        order = list(engines) if r % 2 == 0 else list(reversed(engines))
-        for name in order:
-            rate, tau = _decode_rate(engines[name], prompt, params)
+        for name in names if r % 2 == 0 else list(reversed(names)):
+            rate, tau = decode(r, name)
             rates[name].append(rate)
             taus[name].append(tau)
         if progress is not None:
             progress(r + 1, total)
+    return rates, taus
+
+
+def summarize(rates: dict[str, list[float]], taus: dict[str, list[float]],
+              versions: list[str], **fields: Any) -> SpeedMeasurement:
+    """The :class:`SpeedMeasurement` of interleaved rounds (``rates`` and ``taus`` per side,
+    :data:`TARGET_ONLY` among them): each version's ratio to target-only per round, their
+    median, the step costs; ``fields``: the measurement's other fields."""
     base = rates[TARGET_ONLY]
     ratios = {v: [s / b if b > 0 else 0.0 for s, b in zip(rates[v], base, strict=True)]
-              for v in speculators}
+              for v in versions}
     costs = {v: [t / q for t, q in zip(taus[v], ratios[v], strict=True) if q > 0]
-             for v in speculators}
+             for v in versions}
     return SpeedMeasurement(
         speedup={v: statistics.median(r) for v, r in ratios.items()}, ratios=ratios,
         step_cost={v: statistics.median(c) if c else 0.0 for v, c in costs.items()},
         tokens_per_s={name: statistics.median(r) for name, r in rates.items()},
-        rounds=total, prompts=len(prompts), repeats=repeats, max_tokens=max_tokens, k=k,
-        spread={v: _quartiles(r) for v, r in ratios.items()}, threads=torch.get_num_threads())
+        spread={v: _quartiles(r) for v, r in ratios.items()}, **fields)

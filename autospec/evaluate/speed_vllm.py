@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from autospec.engine.sampling import SamplingParams
+from autospec.engine.stats import RequestStats
 from autospec.engine.target import Target
-from autospec.evaluate.speed import TARGET_ONLY, SpeedMeasurement, _quartiles
+from autospec.evaluate.speed import TARGET_ONLY, SpeedMeasurement, interleaved, summarize
 
 #: vLLM's context for the measurement: the held-out prompts' tails and the new tokens
 MAX_MODEL_LEN = 2048
@@ -83,9 +83,9 @@ def _start(target: Target, version: str, kind: str | None, spec: Any, out: Path,
 
 
 def _round(engine: Any, prompts: list[list[int]], params: SamplingParams, k: int,
-           tag: str) -> tuple[float, int, int]:
-    """``prompts`` decoded at once: (seconds, output tokens, accepted drafts); the steps
-    are output tokens − accepted − 1 per request (each step emits its accepted drafts + 1)."""
+           tag: str) -> tuple[float, float]:
+    """``prompts`` decoded at once: output tokens/s over the batch's wall time, and τ over
+    all their steps (vLLM's acceptance of each, merged)."""
     from autospec.serve.vllm_engine import vllm_stats
 
     async def one(i: int, prompt: list[int]) -> Any:
@@ -99,9 +99,9 @@ def _round(engine: Any, prompts: list[list[int]], params: SamplingParams, k: int
         return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
 
     started = time.perf_counter()
-    stats = asyncio.run(batch())
+    stats = RequestStats.merged(asyncio.run(batch()))
     seconds = time.perf_counter() - started
-    return seconds, sum(s.output_tokens for s in stats), sum(s.num_accepted_tokens for s in stats)
+    return stats.output_tokens / seconds if seconds > 0 else 0.0, stats.tau
 
 
 def measure_speedups_vllm(target: Target, speculators: Mapping[str, tuple[str, Any]],
@@ -144,29 +144,13 @@ def _measure(engines: dict[str, Any], versions: list[str], prompts: list[list[in
     for name, engine in engines.items():  # warm-up, untimed
         _round(engine, warm, SamplingParams(max_new_tokens=min(8, params.max_new_tokens)), k,
                f"warm-{name}")
-    rates: dict[str, list[float]] = {name: [] for name in engines}
-    taus: dict[str, list[float]] = {name: [] for name in engines}
     total = max(repeats, -(-len(prompts) * repeats // concurrency))  # each prompt ~repeats×
-    for r in range(total):
+
+    def decode(r: int, name: str) -> tuple[float, float]:
         batch = [prompts[(r * concurrency + i) % len(prompts)] for i in range(concurrency)]
-        order = list(engines) if r % 2 == 0 else list(reversed(engines))
-        for name in order:
-            seconds, tokens, accepted = _round(engines[name], batch, params, k, f"r{r}-{name}")
-            steps = tokens - accepted - len(batch)
-            rates[name].append(tokens / seconds if seconds > 0 else 0.0)
-            taus[name].append((accepted + steps) / steps if steps > 0 else 1.0)
-        if progress is not None:
-            progress(r + 1, total)
-    base = rates[TARGET_ONLY]
-    ratios = {v: [s / b if b > 0 else 0.0 for s, b in zip(rates[v], base, strict=True)]
-              for v in versions}
-    costs = {v: [t / q for t, q in zip(taus[v], ratios[v], strict=True) if q > 0]
-             for v in versions}
-    return SpeedMeasurement(
-        speedup={v: statistics.median(r) for v, r in ratios.items()}, ratios=ratios,
-        step_cost={v: statistics.median(c) if c else 0.0 for v, c in costs.items()},
-        tokens_per_s={name: statistics.median(r) for name, r in rates.items()},
-        rounds=total, prompts=len(prompts), repeats=repeats,
-        max_tokens=params.max_new_tokens, k=k, spread={v: _quartiles(r) for v, r in
-                                                       ratios.items()},
-        threads=0, engine="vllm", concurrency=concurrency)
+        return _round(engines[name], batch, params, k, f"r{r}-{name}")
+
+    rates, taus = interleaved(list(engines), total, decode, progress)
+    return summarize(rates, taus, versions, rounds=total, prompts=len(prompts),
+                     repeats=repeats, max_tokens=params.max_new_tokens, k=k, threads=0,
+                     engine="vllm", concurrency=concurrency)
