@@ -244,9 +244,9 @@ class Serving(_Strict):
     @field_validator("k_bands")
     @classmethod
     def _bands(cls, value: str | None) -> str | None:
-        from autospec.serve.bands import parse_bands
+        from autospec.serve.bands import MAX_K, parse_bands
 
-        bands = parse_bands(value, max_k=16)
+        bands = parse_bands(value, max_k=MAX_K)
         return None if bands is None else str(bands)
 
 

@@ -28,6 +28,8 @@ from typing import Any
 
 #: vLLM's batch-size schedule needs a closed last range: this stands for "and beyond"
 OPEN_END = 1 << 16
+#: the largest k a band may name where no deployment's k bounds it (``speculator_k``'s limit)
+MAX_K = 16
 
 
 class BandsError(ValueError):

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from autospec.serve.bands import parse_bands
+from autospec.serve.bands import MAX_K, KBands, parse_bands
 
 # the version name served while no version is live (the training-free n-gram speculator);
 # defined with the shared version resolver so evaluation and serving agree on it
@@ -57,7 +57,8 @@ class ServeConfig(BaseModel):
     speculation: Literal["live", "off"] = Field(
         "live", description="live: follow the live pointer (builtin-ngram until one exists); "
         "off: target-only decoding")
-    speculator_k: int = Field(5, ge=1, le=16, description="draft tokens per verification step")
+    speculator_k: int = Field(5, ge=1, le=MAX_K,
+                              description="draft tokens per verification step")
     k_bands: str | None = Field(
         None, description="draft tokens per concurrency band, e.g. '1-2:5,3-6:3,7-:0' (0: no "
         "drafting at that load; see docs/vllm.md, 'Speed at the load served'); on vLLM the "
@@ -106,8 +107,13 @@ class ServeConfig(BaseModel):
     @field_validator("k_bands")
     @classmethod
     def _bands(cls, value: str | None, info: ValidationInfo) -> str | None:
-        bands = parse_bands(value, max_k=info.data.get("speculator_k", 16))
+        bands = parse_bands(value, max_k=info.data.get("speculator_k", MAX_K))
         return None if bands is None else str(bands)
+
+    @property
+    def bands(self) -> KBands | None:
+        """:attr:`k_bands` parsed (None: none)."""
+        return parse_bands(self.k_bands, max_k=self.speculator_k)
 
     @model_validator(mode="after")
     def _replica_answers_overload(self) -> ServeConfig:

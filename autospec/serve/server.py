@@ -43,7 +43,6 @@ from autospec.engine.generate import GenerationResult
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target, load_target
 from autospec.numerics import record_served
-from autospec.serve.bands import parse_bands
 from autospec.serve.config import ServeConfig
 from autospec.serve.errors import APIError
 from autospec.serve.load import InFlight, Mark
@@ -161,7 +160,6 @@ class LLMServer:
         self._pending = 0  # admitted and not finished, guarded by _lock
         self._lock = threading.Lock()
         self._load = InFlight()  # the same requests over time, guarded by _lock
-        self.bands = parse_bands(config.k_bands, max_k=config.speculator_k)
         self._closed = False
         versions.on_swap = self._on_swap
         versions.on_failure = lambda _version, _reason: self.metrics.load_failures.inc()
@@ -184,7 +182,8 @@ class LLMServer:
         versions = VersionManager(target=target, db=db, deployment=config.deployment,
                                   k=config.speculator_k, speculation=config.speculation == "live",
                                   poll_interval_s=config.poll_interval_s,
-                                  report_interval_s=config.report_interval_s, actor=actor)
+                                  report_interval_s=config.report_interval_s, actor=actor,
+                                  bands=config.bands)
         server = cls(target, versions, config=config, writer=writer)
         server.start()
         return server
@@ -352,7 +351,7 @@ class LLMServer:
     def k_for(self, job: Job, version: ServedVersion) -> int:
         """Draft tokens for ``job`` at the load it starts under: the bands of the
         controller's policy if it set any, else this replica's config's."""
-        k, bands = version.engine.k, self.versions.policy_bands or self.bands
+        k, bands = version.engine.k, self.versions.serving_bands
         return k if bands is None or not k else min(k, bands.k_for(job.in_flight))
 
     async def generate(self, p: Prepared) -> Served:

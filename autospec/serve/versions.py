@@ -48,7 +48,7 @@ from sqlalchemy import Engine
 from autospec import store
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.target import Target
-from autospec.serve.bands import BandsError, KBands, parse_bands
+from autospec.serve.bands import MAX_K, BandsError, KBands, parse_bands
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION
 from autospec.speculators.registry import new_speculator
 from autospec.store.models import utcnow
@@ -94,7 +94,8 @@ class VersionManager:
                  k: int = 5, speculation: bool = True, poll_interval_s: float = 1.0,
                  report_interval_s: float = 10.0, actor: str = "serve",
                  on_swap: Callable[[ServedVersion, ServedVersion], None] | None = None,
-                 on_failure: Callable[[str, str], None] | None = None) -> None:
+                 on_failure: Callable[[str, str], None] | None = None,
+                 bands: KBands | None = None) -> None:
         self.target, self.db, self.deployment, self.k = target, db, deployment, k
         self.poll_interval_s, self.actor = poll_interval_s, actor
         self.report_interval_s = report_interval_s
@@ -108,8 +109,10 @@ class VersionManager:
         self._thread: threading.Thread | None = None
         self.last_poll_error: str | None = None
         self.load_failures = 0
+        #: the replica's own concurrency bands (its serve config's; None: none)
+        self.bands = bands
         #: the concurrency bands the controller's policy set for the deployment (None: none;
-        #: the replica's own config then), read with the pointer
+        #: the replica's own then), read with the pointer
         self.policy_bands: KBands | None = None
         self._bad_bands: str | None = None  # bands text refused (not logged again)
 
@@ -200,16 +203,26 @@ class VersionManager:
             return False
         return self._swap_to(*wanted)
 
+    @property
+    def serving_bands(self) -> KBands | None:
+        """The bands requests draft by now: the policy's if it set any, else the replica's."""
+        return self.policy_bands or self.bands
+
     def _follow_bands(self, text: str | None, wanted: tuple[str, int] | None) -> None:
         """The policy's bands changed: requests starting from now draft by them (an engine
         that fixes its bands at start reloads, see the vLLM manager)."""
+        self._read_bands(text)
+
+    def _read_bands(self, text: str | None) -> bool:
+        """Take the policy's bands ``text`` (None: none); False, and said once, if unusable."""
         try:
-            self.policy_bands = parse_bands(text, max_k=16)
+            self.policy_bands = parse_bands(text, max_k=MAX_K)
         except BandsError as exc:  # written by a newer controller? keep what we have
             log.error("ignoring the deployment's concurrency bands %r: %s", text, exc)
             self._bad_bands = text
-            return
+            return False
         log.info("drafting by the policy's concurrency bands: %s", text or "the replica's own")
+        return True
 
     def _note_poll_error(self, message: str) -> None:
         if message != self.last_poll_error:

@@ -51,7 +51,7 @@ from autospec.engine.generate import GenerationResult
 from autospec.engine.target import load_target
 from autospec.interop.export import export_speculator, target_dir
 from autospec.numerics import record_served
-from autospec.serve.bands import KBands, parse_bands, vllm_schedule
+from autospec.serve.bands import KBands, vllm_schedule
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION, ServeConfig
 from autospec.serve.errors import APIError
 from autospec.serve.schemas import _Request
@@ -88,9 +88,8 @@ class VllmVersionManager(VersionManager):
 
     def __init__(self, *, config: ServeConfig, **kwargs: Any) -> None:
         self.config = config
-        self.bands = parse_bands(config.k_bands, max_k=config.speculator_k)
         self._speculation = bool(kwargs.get("speculation", True))
-        super().__init__(**kwargs)
+        super().__init__(**{"bands": config.bands, **kwargs})
         options = dict(config.vllm_options)
         limit = self.target.info.max_position_embeddings
         self.max_model_len = min(int(options.pop("max_model_len", DEFAULT_MAX_MODEL_LEN)), limit)
@@ -133,7 +132,7 @@ class VllmVersionManager(VersionManager):
                 pointer = store.get_live(session, deployment=self.deployment)
                 row = store.get_deployment(session, name=self.deployment)
             if row is not None and row.k_bands:  # the first engine starts with them
-                VersionManager._follow_bands(self, row.k_bands, None)
+                self._read_bands(row.k_bands)
         except Exception as exc:  # database down at start: serve the built-in version
             self._note_poll_error(f"{type(exc).__name__}: {exc}")
             return None
@@ -163,11 +162,6 @@ class VllmVersionManager(VersionManager):
             new = self._engine_version(version, kind, exported.speculative_config, out)
         self._record_swap(version, why, time.perf_counter() - started)
         return new
-
-    @property
-    def serving_bands(self) -> KBands | None:
-        """The bands new engines are started with: the policy's if set, else the config's."""
-        return self.policy_bands or self.bands
 
     def _bands_refusal(self, current: ServedVersion) -> str | None:
         """Why ``current``'s engine cannot take new versions: its bands are no longer the

@@ -60,7 +60,8 @@ def make_server(target: Target, db: Any, **config: Any) -> LLMServer:
     cfg = ServeConfig(target=target.info.target_id, model_name="tiny", **config)
     versions = VersionManager(target=target, db=db, deployment=cfg.deployment,
                               k=cfg.speculator_k, speculation=cfg.speculation == "live",
-                              poll_interval_s=cfg.poll_interval_s, actor="test-replica")
+                              poll_interval_s=cfg.poll_interval_s, actor="test-replica",
+                              bands=cfg.bands)
     writer = store.TrafficWriter(db, flush_interval_s=0.01) \
         if db is not None and cfg.log_traffic else None
     server = LLMServer(target, versions, config=cfg, writer=writer)

@@ -109,7 +109,7 @@ def test_bands_a_replica_cannot_use_are_ignored_and_it_keeps_its_own(tiny_llm, d
         for _ in range(3):
             server.versions.poll_once()
         assert server.versions.policy_bands is None
-        assert str(server.bands) == "1-:5"
+        assert str(server.versions.bands) == "1-:5"
         refused = [r for r in caplog.records if "ignoring the deployment's concurrency" in
                    r.getMessage()]
         assert len(refused) == 1  # said once, not at every poll
