@@ -35,6 +35,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from autospec.store.load import recorded_concurrency
 from autospec.store.models import Request
 
 #: the load band around the new version's median concurrency: [median ÷ span, median × span]
@@ -64,13 +65,9 @@ class SpeedVerdict:
     expected_gain: float | None = None
 
 
-def _load(row: Any) -> float | None:
-    value = (row.sampling or {}).get("concurrency") if isinstance(row.sampling, dict) else None
-    return float(value) if isinstance(value, int | float) else None
-
-
 def _rate(rows: list[Any]) -> LiveRate:
-    loads = sorted(x for r in rows if (x := _load(r)) is not None)
+    """Decode rate of timed rows: tokens after the first per second after the first."""
+    loads = sorted(x for r in rows if (x := recorded_concurrency(r.sampling)) is not None)
     return LiveRate(requests=len(rows), tokens=sum(r.output_tokens - 1 for r in rows),
                     seconds=sum(r.latency_ms - r.ttft_ms for r in rows) / 1e3,
                     concurrency=loads[len(loads) // 2] if loads else None)
@@ -96,15 +93,6 @@ def timed_rows(session: Session, *, deployment: str, version: str,
     return list(session.execute(query).all())
 
 
-def live_rate(session: Session, *, deployment: str, version: str,
-              since: datetime | None = None, before: datetime | None = None,
-              newest: int | None = None) -> LiveRate:
-    """Decode rate of ``version``'s timed requests in the period: tokens after the first
-    per second after the first (``newest``: only the newest N of them)."""
-    return _rate(timed_rows(session, deployment=deployment, version=version, since=since,
-                            before=before, newest=newest))
-
-
 def matched(new: list[Any], old: list[Any]) -> tuple[list[Any], list[Any], str]:
     """Both sides' rows within the load band of ``new``'s median (see module doc), and how
     they were matched; all rows when the band leaves either side too few."""
@@ -112,8 +100,12 @@ def matched(new: list[Any], old: list[Any]) -> tuple[list[Any], list[Any], str]:
     if median is None:
         return new, old, "load not recorded"
     low, high = median / LOAD_SPAN, median * LOAD_SPAN
-    keep_new = [r for r in new if (x := _load(r)) is not None and low <= x <= high]
-    keep_old = [r for r in old if (x := _load(r)) is not None and low <= x <= high]
+
+    def within(row: Any) -> bool:
+        load = recorded_concurrency(row.sampling)
+        return load is not None and low <= load <= high
+
+    keep_new, keep_old = [r for r in new if within(r)], [r for r in old if within(r)]
     if len(keep_new) < MIN_MATCHED or len(keep_old) < MIN_MATCHED:
         return new, old, (f"loads not matched: fewer than {MIN_MATCHED} requests on a side "
                           f"at {low:.1f}–{high:.1f} in flight")

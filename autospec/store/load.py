@@ -33,6 +33,12 @@ class ConcurrencyProfile:
         return asdict(self)
 
 
+def recorded_concurrency(sampling: Any) -> float | None:
+    """A row's ``sampling.concurrency`` (None: not recorded)."""
+    value = sampling.get("concurrency") if isinstance(sampling, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
 def _quantile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
@@ -45,8 +51,8 @@ def served_concurrency(session: Session, *, deployment: str, newest: int = 1000,
              .order_by(Request.id.desc()).limit(newest))
     if since is not None:
         query = query.where(Request.created_at >= since)
-    values = sorted(float(s["concurrency"]) for s in session.scalars(query)
-                    if isinstance(s, dict) and isinstance(s.get("concurrency"), int | float))
+    values = sorted(x for s in session.scalars(query)
+                    if (x := recorded_concurrency(s)) is not None)
     if not values:
         return None
     return ConcurrencyProfile(requests=len(values), p50=_quantile(values, 0.5),
