@@ -132,7 +132,7 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
                      prompts: list[list[dict[str, str]]] | None = None,
                      vllm_options: dict[str, Any] | None = None,
                      builtin: bool = False) -> dict[str, Any]:
-    """Deploy every engine × {spec, off[, banded]}, measure one phase per concurrency in
+    """Deploy every engine × {spec, off[, banded][, builtin]}, measure one phase per concurrency in
     ``clients``, print, write the JSON; ``prompts``: the chats sent (default: the generic
     benchmark prompts); ``vllm_options``: vLLM engine arguments (max_model_len 2048 unless
     set); ``builtin``: also an application serving builtin-ngram (vLLM's ``ngram``), what a

@@ -412,8 +412,7 @@ class Controller:
                 db=self.engine, target=target, versions=[cand.version, incumbent],
                 examples=snap.window.heldout, k=self.policy.evaluation.k,
                 policy=self.policy.gate, record=True, training_run_id=cand.run_id,
-                speed=self.policy.evaluation.speed,
-                synthetic_heldout=self.policy.training.synthetic.heldout_sequences,
+                speed=speed, synthetic_heldout=self.policy.training.synthetic.heldout_sequences,
                 threads=served.threads,
                 serving=serving_load(self.engine, deployment=self.deployment,
                                      engine=served.engine, concurrency=speed.concurrency))

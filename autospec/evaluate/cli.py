@@ -91,6 +91,7 @@ def evaluate(
             raise EvaluationError(f"no usable logged requests in the window {window!r} of "
                                   f"deployment {deployment!r} (none logged, or all opted out)")
         tgt = load_served_target(db, deployment=deployment, target=target, dtype=dtype)
+        replicas = served(db, deployment=deployment)
         with Progress(console=err, transient=True, disable=json_out) as bar:
             task = bar.add_task("shadow replay", total=len(examples))
             timed = bar.add_task("speed (interleaved decodes)", total=None, visible=speed)
@@ -99,9 +100,8 @@ def evaluate(
                 progress=lambda n, total: bar.update(task, completed=n), speed=settings,
                 speed_progress=lambda n, total: bar.update(timed, completed=n, total=total),
                 synthetic_heldout=synthetic_heldout,
-                threads=served(db, deployment=deployment).threads,
-                serving=serving_load(db, deployment=deployment,
-                                     engine=served(db, deployment=deployment).engine,
+                threads=replicas.threads,
+                serving=serving_load(db, deployment=deployment, engine=replicas.engine,
                                      concurrency=settings.concurrency))
     except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError,
             NumericsMismatch) as exc:

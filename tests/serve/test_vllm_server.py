@@ -261,23 +261,31 @@ def test_swap_starts_a_new_engine_and_retires_the_old_after_its_requests(
     old = fake_engines[0][1]
     old.delay_s = 0.2  # a request in flight across the swap
 
-    async def scenario() -> tuple[Any, Any]:
-        running = asyncio.ensure_future(_complete(vllm_server))
-        await asyncio.sleep(0.1)
-        promote(db, "head-a")
-        while vllm_server.versions.current.name != "head-a":
-            await asyncio.sleep(0.02)
+    def during() -> None:
         assert not old.shut  # still finishing the running request
-        first = await running
-        return first, await _complete(vllm_server)
 
-    first, second = asyncio.run(scenario())
+    first, second = _swap_across_a_request(vllm_server, db, "head-a", during)
     assert first.version.name == "builtin-ngram" and second.version.name == "head-a"
     assert old.retired and old.shut
     version, new = fake_engines[1]
     assert version == "head-a" and new.speculative_config["method"] == "eagle3"
     exported = Path(new.speculative_config["model"])
     assert (exported / "config.json").exists() and exported.parent.name == "vllm-exports"
+
+
+def _swap_across_a_request(server, db, version, during=lambda: None):  # type: ignore[no-untyped-def]
+    """Promote ``version`` while a request runs; ``during()`` once the replica serves it.
+    The request that ran across the swap and one sent after it."""
+    async def scenario() -> tuple[Any, Any]:
+        running = asyncio.ensure_future(_complete(server))
+        await asyncio.sleep(0.1)
+        promote(db, version)
+        while server.versions.current.name != version:
+            await asyncio.sleep(0.02)
+        during()
+        return await running, await _complete(server)
+
+    return asyncio.run(scenario())
 
 
 async def _complete(server: VllmServer):  # type: ignore[no-untyped-def]
@@ -298,16 +306,7 @@ def test_a_head_of_the_same_shapes_is_loaded_into_the_running_engine(
     _wait_for(vllm_server, "head-a")
     engine = fake_engines[1][1]
     engine.delay_s = 0.2  # a request in flight across the next swap
-
-    async def scenario() -> tuple[Any, Any]:
-        running = asyncio.ensure_future(_complete(vllm_server))
-        await asyncio.sleep(0.1)
-        promote(db, "head-b")
-        while vllm_server.versions.current.name != "head-b":
-            await asyncio.sleep(0.02)
-        return await running, await _complete(vllm_server)
-
-    across, after = asyncio.run(scenario())
+    across, after = _swap_across_a_request(vllm_server, db, "head-b")
     assert len(fake_engines) == 2 and not engine.retired  # no third engine: in place
     assert [m for m, _ in engine.rpcs] == ["autospec_reload_draft"]
     weights, sha = engine.rpcs[0][1]
