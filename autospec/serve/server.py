@@ -157,9 +157,8 @@ class LLMServer:
         self.model_name = config.served_model_name
         self.created = int(time.time())
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autospec-decode")
-        self._pending = 0  # admitted and not finished, guarded by _lock
         self._lock = threading.Lock()
-        self._load = InFlight()  # the same requests over time, guarded by _lock
+        self._load = InFlight()  # admitted and not finished, over time; guarded by _lock
         self._closed = False
         versions.on_swap = self._on_swap
         versions.on_failure = lambda _version, _reason: self.metrics.load_failures.inc()
@@ -200,6 +199,11 @@ class LLMServer:
         self._decoder.shutdown(wait=True)
         if self.writer is not None:
             self.writer.close()
+
+    @property
+    def _pending(self) -> int:
+        """Requests admitted and not finished (waiting or decoding)."""
+        return self._load.count
 
     def _on_swap(self, old: ServedVersion, new: ServedVersion) -> None:
         self.metrics.set_version(new.name, new.kind, old.name, old.kind)
@@ -303,7 +307,6 @@ class LLMServer:
             if self._pending >= self.config.max_pending_requests:
                 self.metrics.rejected.labels("pending_limit").inc()
                 raise Overloaded(self.config.max_pending_requests)
-            self._pending += 1
             self.metrics.waiting.inc()
             job = Job()
             job.mark = self._load.enter()
@@ -325,7 +328,6 @@ class LLMServer:
         with self._lock:
             job.state = "done"
             self.metrics.running.dec()
-            self._pending -= 1
             self._load.leave()
 
     def abandon(self, job: Job) -> None:
@@ -338,7 +340,6 @@ class LLMServer:
                 return
             job.state = "abandoned"
             self.metrics.waiting.dec()
-            self._pending -= 1
             self._load.leave()
         self.metrics.abandoned.labels("waiting").inc()
         log.info("request abandoned while waiting for the decode thread")
