@@ -57,6 +57,11 @@ def serve(
         help="--engine vllm: a vLLM engine argument as KEY=VALUE (VALUE as JSON, else a "
         "string), e.g. max_model_len=4096 or kv_cache_memory_bytes=1073741824; repeatable")
     ] = None,
+    vllm_api_option: Annotated[list[str] | None, typer.Option(
+        help="--engine vllm: an option of vLLM's OpenAI server as KEY=VALUE (a `vllm serve` "
+        "flag without the dashes; VALUE as JSON, else a string), e.g. "
+        "tool_call_parser=hermes, enable_auto_tool_choice=true; repeatable")
+    ] = None,
     speculation: Annotated[str, typer.Option(
         help="live: the live version (builtin-ngram until one is promoted); off: target "
         "only")] = "live",
@@ -95,6 +100,7 @@ def serve(
             k_bands=k_bands,
             speculation=speculation, deployment=deployment, dtype=dtype,  # type: ignore[arg-type]
             engine=engine, vllm_options=_engine_options(vllm_option or []),  # type: ignore[arg-type]
+            vllm_api_options=_engine_options(vllm_api_option or [], "--vllm-api-option"),
             database_url=None, log_traffic=log_traffic, ray_actor_options=actor_options,
             startup_timeout_s=startup_timeout, api_key=api_key or None, docs=docs)
     except ValidationError as exc:
@@ -115,13 +121,13 @@ def serve(
             shut_down(local=address is None)
 
 
-def _engine_options(pairs: list[str]) -> dict[str, Any]:
+def _engine_options(pairs: list[str], option: str = "--vllm-option") -> dict[str, Any]:
     """``KEY=VALUE`` pairs as a dict (each VALUE parsed as JSON when it is JSON)."""
     options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise typer.BadParameter(f"--vllm-option {pair!r}: expected KEY=VALUE")
+            raise typer.BadParameter(f"{option} {pair!r}: expected KEY=VALUE")
         try:
             options[key] = json.loads(value)
         except json.JSONDecodeError:

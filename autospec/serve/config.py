@@ -54,6 +54,10 @@ class ServeConfig(BaseModel):
         default_factory=dict, description="engine: vllm: extra vLLM engine arguments "
         "(max_model_len, kv_cache_memory_bytes, gpu_memory_utilization, "
         "tensor_parallel_size, enforce_eager, ...)")
+    vllm_api_options: dict[str, Any] = Field(
+        default_factory=dict, description="engine: vllm: options of vLLM's OpenAI server "
+        "(`vllm serve` flags without the dashes: tool_call_parser, enable_auto_tool_choice, "
+        "chat_template, reasoning_parser, response_role, ...; true for a bare flag)")
     speculation: Literal["live", "off"] = Field(
         "live", description="live: follow the live pointer (builtin-ngram until one exists); "
         "off: target-only decoding")

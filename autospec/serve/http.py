@@ -121,6 +121,14 @@ def make_app(server: LLMServer, *, replica: str | None = None,
     async def models() -> ModelList:
         return ModelList(data=[ModelCard(id=server.model_name, created=server.created)])
 
+    if not server.install_routes(app):  # vLLM's OpenAI layer on a vLLM replica, else this
+        _completion_routes(app, server)
+    return app
+
+
+def _completion_routes(app: FastAPI, server: LLMServer) -> None:
+    """autospec's own chat and completion routes (the native engine's)."""
+
     @app.post("/v1/completions", openapi_extra=_body_schema(CompletionRequest),
               response_model=CompletionResponse)
     async def completions(request: Request) -> Response:
@@ -132,7 +140,7 @@ def make_app(server: LLMServer, *, replica: str | None = None,
         if served is None:
             return _client_gone()
         body = completion_body(server, served, prepared)
-        return JSONResponse(body.model_dump(), headers=_version_headers(served))
+        return JSONResponse(body.model_dump(), headers=version_headers(served))
 
     @app.post("/v1/chat/completions", openapi_extra=_body_schema(ChatCompletionRequest),
               response_model=ChatCompletionResponse)
@@ -145,9 +153,7 @@ def make_app(server: LLMServer, *, replica: str | None = None,
         if served is None:
             return _client_gone()
         body = chat_body(server, served, prepared)
-        return JSONResponse(body.model_dump(), headers=_version_headers(served))
-
-    return app
+        return JSONResponse(body.model_dump(), headers=version_headers(served))
 
 
 class ReplicaHeader:
@@ -239,6 +245,15 @@ def context(request: Request, route: str) -> RequestContext:
 
 async def read_json(request: Request, model: type[M], limit: int) -> M:
     """The body as ``model``, or an :class:`APIError` saying what is wrong with it."""
+    data = await read_object(request, limit)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+async def read_object(request: Request, limit: int) -> dict[str, Any]:
+    """The body as a JSON object, or an :class:`APIError` saying what is wrong with it."""
     raw = await _read_body(request, limit)
     try:
         text = raw.decode("utf-8")
@@ -253,10 +268,7 @@ async def read_json(request: Request, model: type[M], limit: int) -> M:
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
     _check_unicode(data)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(exc) from None
+    return data
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -313,7 +325,7 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 # -- responses ----------------------------------------------------------------------------
 
 
-def _version_headers(served: Served) -> dict[str, str]:
+def version_headers(served: Served) -> dict[str, str]:
     """The version header, and every drafting version's when a swap happened mid-request."""
     headers = {VERSION_HEADER: served.version.name}
     if served.drafted_by:
@@ -327,7 +339,7 @@ def _usage(served: Served, prepared: Prepared) -> Usage:
                  total_tokens=len(prepared.prompt_ids) + n_out)
 
 
-def _info(served: Served) -> AutospecInfo:
+def autospec_info(served: Served) -> AutospecInfo:
     """The ``autospec`` object: over all choices when there are several."""
     stats = served.result.stats if not served.extra else \
         RequestStats.merged([result.stats for result in served.choices])
@@ -351,7 +363,7 @@ def completion_body(server: LLMServer, served: Served, prepared: Prepared) -> Co
                for i, result in enumerate(served.choices)]
     return CompletionResponse(
         id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=server.model_name,
-        choices=choices, usage=_usage(served, prepared), autospec=_info(served))
+        choices=choices, usage=_usage(served, prepared), autospec=autospec_info(served))
 
 
 def chat_body(server: LLMServer, served: Served, prepared: Prepared) -> ChatCompletionResponse:
@@ -361,7 +373,7 @@ def chat_body(server: LLMServer, served: Served, prepared: Prepared) -> ChatComp
                for i, result in enumerate(served.choices)]
     return ChatCompletionResponse(
         id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=server.model_name,
-        choices=choices, usage=_usage(served, prepared), autospec=_info(served))
+        choices=choices, usage=_usage(served, prepared), autospec=autospec_info(served))
 
 
 def completion_logprobs(server: LLMServer,
@@ -426,7 +438,7 @@ async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterable[list[
                     yield chunk.event(DeltaMessage(content=rest) if chat else rest)
                 usage = _usage(item, prepared)
                 yield chunk.event(DeltaMessage() if chat else "", item.result.finish_reason,
-                                  info=_info(item), usage=usage)
+                                  info=autospec_info(item), usage=usage)
             else:
                 delta = text.push(item)
                 if delta:

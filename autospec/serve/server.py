@@ -76,6 +76,9 @@ class Prepared:
     version: ServedVersion
     n: int = 1  # choices (engine vllm)
     logprobs: int | None = None  # alternatives per token wanted (None: no logprobs)
+    #: vLLM's OpenAI layer: the settings beyond autospec's, what replay cannot apply and the
+    #: logprobs asked (:mod:`autospec.serve.vllm_openai`)
+    vllm: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,11 @@ class LLMServer:
 
     def _on_swap(self, old: ServedVersion, new: ServedVersion) -> None:
         self.metrics.set_version(new.name, new.kind, old.name, old.kind)
+
+    def install_routes(self, app: Any) -> bool:
+        """Add this engine's own chat and completion routes to the FastAPI ``app``; False:
+        it has none, and autospec's (:mod:`autospec.serve.http`) serve it."""
+        return False
 
     # -- health ------------------------------------------------------------------------------
 

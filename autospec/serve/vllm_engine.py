@@ -190,13 +190,21 @@ class VllmEngine:
             top_k=params.top_k if params.top_k > 0 else 0, seed=params.seed,
             max_tokens=params.max_new_tokens, stop=list(params.stop) or None,
             ignore_eos=params.ignore_eos, logprobs=logprobs)
+        async for output in self.generate_raw({"prompt_token_ids": list(prompt_ids)},
+                                              sampling, request_id):
+            yield output
+
+    async def generate_raw(self, prompt: Any, sampling_params: Any, request_id: str,
+                           **kwargs: Any) -> AsyncIterator[Any]:
+        """``AsyncLLM.generate`` as vLLM's serving layer calls it (``prompt``: what its
+        renderer made; ``sampling_params``: vLLM's), relayed from the engine's loop."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("engine is shut down")
             self._active += 1
         try:
-            async for output in self._relay(self.llm.generate(
-                    {"prompt_token_ids": list(prompt_ids)}, sampling, request_id)):
+            async for output in self._relay(self.llm.generate(prompt, sampling_params,
+                                                              request_id, **kwargs)):
                 yield output
         finally:
             with self._lock:

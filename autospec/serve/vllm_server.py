@@ -55,7 +55,15 @@ from autospec.serve.bands import KBands, vllm_schedule
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION, ServeConfig
 from autospec.serve.errors import APIError
 from autospec.serve.schemas import _Request
-from autospec.serve.server import Job, LLMServer, PositionLogprobs, Prepared, Served, Streamed
+from autospec.serve.server import (
+    Job,
+    LLMServer,
+    PositionLogprobs,
+    Prepared,
+    RequestContext,
+    Served,
+    Streamed,
+)
 from autospec.serve.versions import ServedVersion, VersionManager
 from autospec.serve.vllm_engine import (
     VllmEngine,
@@ -63,6 +71,14 @@ from autospec.serve.vllm_engine import (
     reported_summary,
     vllm_refusal,
     vllm_stats,
+)
+from autospec.serve.vllm_openai import (
+    Binding,
+    VllmApi,
+    api_args,
+    autospec_params,
+    unreplayable,
+    vllm_settings,
 )
 from autospec.serve.vllm_swap import DraftShape, draft_shape, in_place_refusal, load_in_place
 from autospec.settings import get_settings
@@ -292,14 +308,72 @@ class VllmServer(LLMServer):
             k=config.speculator_k, speculation=config.speculation == "live",
             poll_interval_s=config.poll_interval_s, report_interval_s=config.report_interval_s,
             actor=actor)
+        args = api_args(versions.model_dir, config.served_model_name,
+                        config.vllm_api_options)  # refused options fail the replica now
         versions.prime()  # the first engine, before the server reads versions.current
         server = cls(target, versions, config=config, writer=writer)
+        server.api_args = args
         server.start()
         return server
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.metrics.registry.register(VllmMetricsCollector())  # vLLM's vllm:* series too
+        #: vLLM's server arguments: the HTTP app serves vLLM's OpenAI layer with them
+        #: (:mod:`autospec.serve.vllm_http`); None: autospec's own layer (tests' stand-ins)
+        self.api_args: Any = None
+        self._api: VllmApi | None = None
+        self._api_lock = asyncio.Lock()
+
+    def install_routes(self, app: Any) -> bool:
+        """vLLM's OpenAI layer serves chat and completions (:mod:`autospec.serve.vllm_http`)
+        when this replica runs real vLLM engines."""
+        if self.api_args is None:
+            return False
+        from autospec.serve.vllm_http import add_routes
+
+        add_routes(app, self)
+        return True
+
+    async def openai_api(self) -> VllmApi:
+        """vLLM's chat and completion handlers over this replica's engines (built on first
+        use, on the loop that serves them)."""
+        async with self._api_lock:
+            if self._api is None:
+                self._api = await VllmApi.build(self, self.api_args)
+        return self._api
+
+    # -- requests through vLLM's OpenAI layer ------------------------------------------------
+
+    def bind(self, ctx: RequestContext) -> Binding:
+        """Admit a request for vLLM's layer (an overload raises :class:`Overloaded`) and
+        bind it to the live version; it is in flight until :meth:`release`."""
+        job = self._admit()
+        self._start(job)  # vLLM batches every admitted request: no queue of autospec's
+        return Binding(ctx, job, self.versions.current)
+
+    def release(self, binding: Binding) -> None:
+        """The request's answer has ended (idempotent)."""
+        if not binding.released:
+            binding.released = True
+            self._finish(binding.job)
+
+    def report_vllm(self, binding: Binding, output: Any, sampling_params: Any, ttft_s: float,
+                    first: int) -> VllmServed:
+        """Record a request vLLM's layer decoded: one traffic row per choice, with every
+        sampling setting it was decoded under (see :mod:`autospec.serve.vllm_openai`)."""
+        ids = list(output.prompt_token_ids or [])
+        text = output.prompt if output.prompt is not None else self.target.tokenizer.decode(ids)
+        p = Prepared(binding.ctx, ids, text, autospec_params(sampling_params), binding.version,
+                     n=int(sampling_params.n or 1))
+        p.vllm = {"settings": vllm_settings(sampling_params),
+                  "unreplayable": unreplayable(sampling_params),
+                  "logprobs": sampling_params.logprobs}
+        served = replace(self._served(p, output, ttft_s, first),
+                         concurrency=self.concurrency(binding.job),
+                         in_flight=binding.job.in_flight)
+        self._report(p, served)
+        return served
 
     def _on_swap(self, old: ServedVersion, new: ServedVersion) -> None:
         super()._on_swap(old, new)
@@ -430,9 +504,14 @@ class VllmServer(LLMServer):
         record = super()._record(p, s)
         reported = getattr(s, "reported", None) or [None]
         index = getattr(s, "index", 0)
+        vllm = p.vllm or {}
         record.sampling = {**(record.sampling or {}), "engine": "vllm",
                            "vllm_spec_decode": reported[index], "n": p.n, "choice": index,
-                           "logprobs": p.logprobs}
+                           "logprobs": vllm.get("logprobs", p.logprobs)}
+        if vllm.get("settings"):
+            record.sampling["vllm"] = vllm["settings"]
+        if vllm.get("unreplayable"):  # shadow replay leaves it out (evaluate.run.replayable)
+            record.sampling["unreplayable"] = vllm["unreplayable"]
         if s.drafted_by:
             record.sampling["drafted_by"] = list(s.drafted_by)
         bands = getattr(p.version.engine, "k_bands", None)

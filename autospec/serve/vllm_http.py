@@ -1,0 +1,210 @@
+"""Chat and completion routes of a vLLM replica: vLLM's OpenAI layer with autospec's hooks.
+
+``POST /v1/chat/completions`` and ``POST /v1/completions`` parse the body with vLLM's own
+request models and answer with vLLM's ``OpenAIServingChat`` / ``OpenAIServingCompletion``
+(:mod:`autospec.serve.vllm_openai`): every field vLLM's server takes, its answers and its
+errors. Around them, autospec's own:
+
+- the body is read as everywhere (:func:`autospec.serve.http.read_object`: size, UTF-8,
+  JSON, NaN, surrogates), and a field vLLM's models do not declare is a 400 naming it —
+  vLLM's server would log it and go on; here no field is ignored silently;
+- ``use_beam_search`` is a 400 (beam search runs no speculator);
+- admission: a request beyond ``max_pending_requests`` is a 503 before vLLM sees it, and the
+  request is bound to the live version until its answer ends;
+- the answer names the version in ``x-autospec-speculator`` (and ``x-autospec-drafted-by``
+  after an in-place swap mid-request) and carries the ``autospec`` object: in the body, or in
+  the last chunk before ``data: [DONE]`` of a stream;
+- a client gone before its answer aborts the request in vLLM; it is not logged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
+
+from autospec.serve.errors import APIError, validation_error
+from autospec.serve.http import (
+    VERSION_HEADER,
+    autospec_info,
+    context,
+    read_object,
+    unless_disconnected,
+    version_headers,
+)
+from autospec.serve.vllm_openai import Binding
+
+if TYPE_CHECKING:
+    from autospec.serve.vllm_server import VllmServer
+
+
+def add_routes(app: FastAPI, server: VllmServer) -> None:
+    """The two routes, served by vLLM's handlers over ``server``'s engines."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        req = parse(await read_object(request, server.config.max_body_bytes),
+                    CompletionRequest)
+        api = await server.openai_api()
+        return await serve(server, request, "completions", api.completion.create_completion,
+                           req)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        req = parse(await read_object(request, server.config.max_body_bytes),
+                    ChatCompletionRequest)
+        api = await server.openai_api()
+        return await serve(server, request, "chat", api.chat.create_chat_completion, req)
+
+
+def known_fields(model: type[BaseModel]) -> set[str]:
+    """The body fields ``model`` declares (names and aliases)."""
+    names = set()
+    for name, info in model.model_fields.items():
+        names.add(name)
+        if info.alias:
+            names.add(info.alias)
+        if info.validation_alias and isinstance(info.validation_alias, str):
+            names.add(info.validation_alias)
+    return names
+
+
+def parse(data: dict[str, Any], model: type[BaseModel]) -> Any:
+    """``data`` as vLLM's request ``model``; a 400 for a field it does not declare (vLLM
+    would ignore it), for beam search, and for what vLLM's validation refuses."""
+    unknown = sorted(set(data) - known_fields(model))
+    if unknown:
+        raise APIError(400, f"unknown field{'s' if len(unknown) > 1 else ''} "
+                       f"{', '.join(map(repr, unknown))}: vLLM's OpenAI server does not take "
+                       f"{'them' if len(unknown) > 1 else 'it'}", param=unknown[0],
+                       code="unknown_field")
+    if data.get("use_beam_search"):
+        raise APIError(400, "use_beam_search: beam search decodes without a speculator; "
+                       "autospec does not serve it", param="use_beam_search",
+                       code="unsupported_value")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+async def serve(server: VllmServer, request: Request, route: str,
+                handler: Callable[..., Any], req: Any) -> Response:
+    """Admit the request, run vLLM's ``handler`` on it, and answer with autospec's
+    header and ``autospec`` object."""
+    binding = server.bind(context(request, route))
+    try:
+        with binding:  # the engine proxy reads it when vLLM's handler calls generate
+            result = await unless_disconnected(request, handler(req, request))
+    except APIError:
+        server.release(binding)
+        raise
+    except Exception as exc:  # what vLLM's server turns into an error answer, turned alike
+        server.release(binding)
+        return _error(exc)
+    except BaseException:
+        server.release(binding)
+        raise
+    if result is None:
+        server.release(binding)
+        return Response(status_code=499)  # the client left; nobody reads this
+    if isinstance(result, AsyncIterator):
+        return _BoundStream(server, binding, _with_info(result, binding),
+                            media_type="text/event-stream",
+                            headers={VERSION_HEADER: binding.version.name,
+                                     "Cache-Control": "no-cache"})
+    server.release(binding)
+    from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+    body = result.model_dump()
+    if isinstance(result, ErrorResponse):
+        return JSONResponse(body, status_code=result.error.code)
+    if binding.served is None:
+        return JSONResponse(body, headers={VERSION_HEADER: binding.version.name})
+    body["autospec"] = autospec_info(binding.served).model_dump()
+    return JSONResponse(body, headers=version_headers(binding.served))
+
+
+def _error(exc: Exception) -> JSONResponse:
+    """The answer vLLM's server gives for ``exc`` (its own mapping: a validation error is a
+    400 naming the parameter, a server error a 500...)."""
+    from vllm.entrypoints.serve.exception_handling.error_response import (
+        create_error_response,
+    )
+
+    error = create_error_response(exc)
+    return JSONResponse(error.model_dump(), status_code=error.error.code)
+
+
+class _BoundStream(StreamingResponse):
+    """A stream that releases its request when the response ends for any reason, including
+    a client gone before the first chunk (the body never iterated)."""
+
+    def __init__(self, server: VllmServer, binding: Binding, content: AsyncIterator[str],
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.server, self.binding = server, binding
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.server.release(self.binding)
+
+
+async def _with_info(events: AsyncIterator[str], binding: Binding) -> AsyncIterator[str]:
+    """vLLM's server-sent events, the ``autospec`` object added to the last chunk before
+    ``[DONE]``. A chunk that may be the last (a choice finished, or usage) is held until the
+    next event says whether it was."""
+    held: list[str] = []
+    try:
+        async for event in events:
+            if event.startswith("data: [DONE]"):
+                if held:
+                    held[-1] = _add_info(held[-1], binding)
+                for line in (*held, event):
+                    yield line
+                held = []
+            elif _maybe_last(event):
+                held.append(event)
+            else:
+                for line in (*held, event):
+                    yield line
+                held = []
+        for line in held:
+            yield line
+    finally:
+        await events.aclose()  # aborts the request in vLLM if it has not finished
+
+
+def _payload(event: str) -> dict[str, Any] | None:
+    if not event.startswith("data: "):
+        return None
+    try:
+        data = json.loads(event[len("data: "):])
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _maybe_last(event: str) -> bool:
+    data = _payload(event)
+    if data is None or "choices" not in data:
+        return False
+    choices = data["choices"]
+    return not choices or any(c.get("finish_reason") is not None for c in choices)
+
+
+def _add_info(event: str, binding: Binding) -> str:
+    data = _payload(event)
+    if data is None or binding.served is None:
+        return event
+    data["autospec"] = autospec_info(binding.served).model_dump()
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
+

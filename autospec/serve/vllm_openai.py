@@ -1,0 +1,297 @@
+"""vLLM's own OpenAI serving layer, with autospec's hooks, for ``engine: vllm`` replicas.
+
+A replica on vLLM answers ``/v1/chat/completions`` and ``/v1/completions`` with vLLM's
+``OpenAIServingChat`` and ``OpenAIServingCompletion``, built by vLLM's ``init_app_state``
+exactly as ``vllm serve`` builds them, so every field vLLM's server takes is taken here
+(``response_format``, structured outputs, ``tools`` / ``tool_choice``, penalties,
+``logit_bias``, ``n`` and ``logprobs`` when streaming, ``seed``...) with vLLM's answers and
+errors. Options of vLLM's server (``--tool-call-parser``, ``--enable-auto-tool-choice``,
+``--chat-template``...) come from the deployment's ``vllm_api_options``.
+
+What autospec adds lives in :class:`EngineProxy`, the engine client vLLM's layer is given:
+it hands each request to the engine of the version the request was bound to when admitted
+(:class:`Binding`), watches its outputs and, when it finishes, writes the traffic row
+(prompt and output ids as vLLM decoded them, every sampling setting, vLLM's acceptance) and
+the metrics through :class:`~autospec.serve.vllm_server.VllmServer`. The HTTP side
+(:mod:`autospec.serve.vllm_http`) adds admission, the version header, the ``autospec``
+object and the refusal of fields vLLM would ignore.
+
+Sampling settings the native engine's replay cannot apply (penalties, ``logit_bias``,
+structured outputs, ``min_p``, ``min_tokens``, allowed or bad words) are recorded with the
+row under ``sampling.vllm`` and named in ``sampling.unreplayable``; shadow evaluation leaves
+those rows out and says how many (:func:`autospec.evaluate.run.replayable`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autospec.engine.sampling import SamplingParams
+from autospec.serve.server import Job, RequestContext
+from autospec.serve.versions import ServedVersion
+
+if TYPE_CHECKING:
+    from autospec.serve.vllm_server import VllmServed, VllmServer
+
+log = logging.getLogger(__name__)
+
+_BINDING: contextvars.ContextVar[Binding | None] = contextvars.ContextVar(
+    "autospec_vllm_binding", default=None)
+
+
+class ApiOptionError(ValueError):
+    """A ``vllm_api_options`` entry vLLM's server does not take."""
+
+
+@dataclass
+class Binding:
+    """One admitted request: where it came from, its place in the replica's load, the
+    version it was bound to, and (once finished) what it served."""
+
+    ctx: RequestContext
+    job: Job
+    version: ServedVersion
+    served: VllmServed | None = None
+    released: bool = False
+    calls: int = field(default=0)
+
+    def __enter__(self) -> Binding:
+        self._token = _BINDING.set(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _BINDING.reset(self._token)
+
+
+class EngineProxy:
+    """The ``EngineClient`` vLLM's serving layer calls: the replica's current vLLM engine for
+    everything but :meth:`generate`, which decodes a request on the engine of the version it
+    is bound to and reports it when it finishes."""
+
+    def __init__(self, server: VllmServer) -> None:
+        self._server = server
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server.versions.current.engine.llm, name)
+
+    def generate(self, prompt: Any, sampling_params: Any, request_id: str,
+                 **kwargs: Any) -> AsyncIterator[Any]:
+        binding = _BINDING.get()  # read now: vLLM iterates the stream in another task
+        if binding is None:
+            raise RuntimeError("a vLLM request outside autospec's admission")
+        binding.calls += 1
+        return self._generate(binding, prompt, sampling_params, request_id, kwargs)
+
+    async def _generate(self, binding: Binding, prompt: Any, sampling_params: Any,
+                        request_id: str, kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+        engine = binding.version.engine
+        loaded = getattr(engine, "loaded", None)
+        first = len(loaded) - 1 if loaded else 0  # the version drafting as it starts
+        whole, ttft, done = Accumulated(_is_delta(sampling_params)), 0.0, False
+        try:
+            async for output in engine.generate_raw(prompt, sampling_params, request_id,
+                                                    **kwargs):
+                ttft = ttft or time.perf_counter() - binding.ctx.arrived
+                whole.add(output)
+                done = bool(output.finished)
+                yield output
+        finally:
+            if done:
+                self._finished(binding, whole.final(), sampling_params, ttft, first)
+            else:
+                self._server.metrics.abandoned.labels("decoding").inc()
+
+    def _finished(self, binding: Binding, output: Any, sampling_params: Any, ttft: float,
+                  first: int) -> None:
+        try:
+            binding.served = self._server.report_vllm(binding, output, sampling_params, ttft,
+                                                      first)
+        except Exception:  # the answer goes out whether or not its row could be written
+            log.exception("could not record a vLLM request")
+
+
+def _is_delta(sampling_params: Any) -> bool:
+    """vLLM streams send each step's new tokens only (``RequestOutputKind.DELTA``)."""
+    kind = getattr(sampling_params, "output_kind", None)
+    return getattr(kind, "name", "") == "DELTA"
+
+
+@dataclass
+class _Choice:
+    index: int
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    spec_decode_metrics: Any = None
+    logprobs: Any = None
+
+
+class Accumulated:
+    """A request's outputs as vLLM sends them (whole each time, or each step's new tokens
+    in a stream), gathered into the finished request: prompt ids, and per choice its token
+    ids, text, finish reason and acceptance metrics."""
+
+    def __init__(self, delta: bool) -> None:
+        self.delta = delta
+        self.prompt_token_ids: list[int] | None = None
+        self.prompt: str | None = None
+        self.choices: dict[int, _Choice] = {}
+
+    def add(self, output: Any) -> None:
+        if output.prompt_token_ids:
+            self.prompt_token_ids = list(output.prompt_token_ids)
+        if getattr(output, "prompt", None) is not None:
+            self.prompt = output.prompt
+        for c in output.outputs:
+            choice = self.choices.setdefault(c.index, _Choice(c.index))
+            if self.delta:
+                choice.token_ids += list(c.token_ids)
+                choice.text += c.text or ""
+            else:
+                choice.token_ids, choice.text = list(c.token_ids), c.text or ""
+            choice.finish_reason = c.finish_reason or choice.finish_reason
+            metrics = getattr(c, "spec_decode_metrics", None)
+            choice.spec_decode_metrics = metrics or choice.spec_decode_metrics
+
+    def final(self) -> Any:
+        """The finished request in the shape of vLLM's ``RequestOutput``."""
+        from types import SimpleNamespace
+
+        return SimpleNamespace(prompt_token_ids=self.prompt_token_ids, prompt=self.prompt,
+                               outputs=sorted(self.choices.values(), key=lambda c: c.index),
+                               finished=True)
+
+
+# -- sampling settings ---------------------------------------------------------------------
+
+
+def autospec_params(sp: Any) -> SamplingParams:
+    """autospec's sampling settings of a vLLM ``SamplingParams`` (what replay applies)."""
+    return SamplingParams(
+        max_new_tokens=int(sp.max_tokens or 1), temperature=float(sp.temperature),
+        top_k=max(0, int(sp.top_k or 0)), top_p=float(sp.top_p),
+        seed=None if sp.seed is None else int(sp.seed) % 2**64,
+        stop=tuple(sp.stop or ()), ignore_eos=bool(sp.ignore_eos))
+
+
+def unreplayable(sp: Any) -> list[str]:
+    """What in a vLLM ``SamplingParams`` changes the distribution the target decodes from
+    beyond temperature, top-k and top-p, which autospec's replay applies: the reasons a
+    logged request cannot be replayed faithfully (empty: it can)."""
+    reasons = []
+    if sp.presence_penalty or sp.frequency_penalty or float(sp.repetition_penalty) != 1.0:
+        reasons.append("penalties")
+    if sp.logit_bias:
+        reasons.append("logit_bias")
+    if getattr(sp, "structured_outputs", None) is not None:
+        reasons.append("structured_outputs")
+    if float(getattr(sp, "min_p", 0.0) or 0.0) > 0.0:
+        reasons.append("min_p")
+    if int(getattr(sp, "min_tokens", 0) or 0) > 0:
+        reasons.append("min_tokens")
+    if getattr(sp, "allowed_token_ids", None):
+        reasons.append("allowed_token_ids")
+    if getattr(sp, "bad_words", None):
+        reasons.append("bad_words")
+    if getattr(sp, "logits_processors", None):
+        reasons.append("logits_processors")
+    return reasons
+
+
+#: settings of vLLM's ``SamplingParams`` a traffic row keeps when they are not the default
+_DEFAULTS: dict[str, Any] = {
+    "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_p": 0.0,
+    "min_tokens": 0, "stop_token_ids": [], "allowed_token_ids": None, "bad_words": [],
+    "include_stop_str_in_output": False, "skip_special_tokens": True,
+}
+
+
+def vllm_settings(sp: Any) -> dict[str, Any]:
+    """The settings of a vLLM ``SamplingParams`` beyond autospec's own, as JSON (for the
+    traffic row: what the request was decoded under)."""
+    out: dict[str, Any] = {}
+    for name, default in _DEFAULTS.items():
+        value = getattr(sp, name, default)
+        if value != default and value is not None:
+            out[name] = list(value) if isinstance(value, (list, tuple, set)) else value
+    if sp.logit_bias:
+        out["logit_bias"] = {str(k): float(v) for k, v in sp.logit_bias.items()}
+    constraint = getattr(sp, "structured_outputs", None)
+    if constraint is not None:
+        out["structured_outputs"] = _constraint(constraint)
+    return out
+
+
+def _constraint(so: Any) -> dict[str, Any]:
+    """A structured-outputs constraint as JSON (json schema, regex, choice, grammar...)."""
+    fields = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+    out = {}
+    for name in fields:
+        value = getattr(so, name, None)
+        if value not in (None, False):
+            out[name] = value
+    return out
+
+
+# -- building vLLM's layer -----------------------------------------------------------------
+
+
+def api_args(model_dir: str, served_model_name: str,
+             options: dict[str, Any]) -> argparse.Namespace:
+    """vLLM's ``serve`` arguments for ``model_dir`` with ``options`` (flag names with
+    ``_`` or ``-``; ``true`` for a bare flag), parsed by vLLM's own parser."""
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser(prog="autospec vllm_api_options"))
+    argv = ["--model", model_dir, "--served-model-name", served_model_name]
+    known = {a.dest for a in parser._actions}
+    for key, value in options.items():
+        dest = key.replace("-", "_")
+        if dest not in known:
+            raise ApiOptionError(f"vllm_api_options: {key!r} is not an option of vLLM's "
+                                 "server (see `vllm serve --help`)")
+        flag = "--" + dest.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value is not False and value is not None:
+            argv += [flag, value if isinstance(value, str) else _json(value)]
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:  # argparse reports and exits; say what was refused
+        raise ApiOptionError(f"vllm_api_options {options}: vLLM's server refused them "
+                             f"(exit {exc.code}; see the log above)") from None
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+@dataclass
+class VllmApi:
+    """vLLM's chat and completion handlers, served by :class:`EngineProxy`."""
+
+    chat: Any
+    completion: Any
+    proxy: EngineProxy
+
+    @classmethod
+    async def build(cls, server: VllmServer, args: argparse.Namespace) -> VllmApi:
+        """vLLM's handlers for ``server`` (vLLM's ``init_app_state``, on the loop that will
+        serve them)."""
+        from starlette.datastructures import State
+        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+
+        proxy = EngineProxy(server)
+        state = State()
+        await init_app_state(proxy, state, args, supported_tasks=("generate",))
+        return cls(chat=state.openai_serving_chat, completion=state.openai_serving_completion,
+                   proxy=proxy)
