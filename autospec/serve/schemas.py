@@ -1,8 +1,10 @@
 """OpenAI-compatible API schemas (requests and responses), separate from engine and tables.
 
-Requests ignore fields this server does not know (clients send many), but fields whose
-non-default value would change the answer (``echo``, ``best_of``, penalties) are refused
-with a 400 naming them, never silently ignored. ``n > 1`` and ``logprobs`` are parsed here
+This is the native engine's layer (a vLLM replica answers with vLLM's own,
+:mod:`autospec.serve.vllm_http`). No field is ignored: one it does not declare is a 400 naming
+it (saying so when the vLLM engine serves it), and fields declared for OpenAI's sake whose
+non-default value would change the answer (``echo``, ``best_of``, penalties, ``tools``) are
+refused with a 400 naming them. ``n > 1`` and ``logprobs`` are parsed here
 and served by the vLLM engine; the native engine refuses them with a 400 (the server decides,
 :meth:`autospec.serve.server.LLMServer.check_features`), as does a streamed request that asks
 for them. Numbers and booleans are strict:
@@ -31,6 +33,7 @@ from pydantic import (
 )
 
 from autospec.engine.stats import RequestStats
+from autospec.serve.errors import APIError
 
 MAX_STOP_STRINGS = 4
 #: most choices per request (``n``)
@@ -42,8 +45,48 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16
 _SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
 
 
+#: fields of OpenAI's and vLLM's chat and completion requests that the vLLM engine serves and
+#: this (native) layer does not declare (a test checks vLLM's request models take each)
+VLLM_FIELDS = frozenset({
+    "tools", "tool_choice", "parallel_tool_calls", "response_format", "logit_bias", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "min_p", "min_tokens", "stop_token_ids", "structured_outputs",
+    "echo", "suffix", "prompt_logprobs", "include_stop_str_in_output",
+    "skip_special_tokens", "bad_words", "allowed_token_ids", "chat_template",
+    "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "documents",
+    "priority", "request_id", "truncate_prompt_tokens", "length_penalty", "reasoning_effort",
+    "add_special_tokens", "return_tokens_as_token_ids", "spaces_between_special_tokens",
+})
+
+
+def known_fields(model: type[BaseModel]) -> set[str]:
+    """The body fields a request ``model`` declares (names and aliases)."""
+    names = set()
+    for name, info in model.model_fields.items():
+        names.add(name)
+        for alias in (info.alias, info.validation_alias):
+            if isinstance(alias, str):
+                names.add(alias)
+    return names
+
+
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_fields(cls, data: Any) -> Any:
+        """A field this layer does not declare is a 400 naming it, never ignored; one the
+        vLLM engine serves says so."""
+        if not isinstance(data, dict):
+            return data
+        unknown = sorted(set(data) - known_fields(cls))
+        if unknown:
+            name = unknown[0]
+            hint = ("the native engine does not serve it; `autospec serve --engine vllm` does"
+                    if name in VLLM_FIELDS else "no such field")
+            raise APIError(400, f"{name}: {hint}", param=name,
+                           code="unsupported_field" if "vllm" in hint else "unknown_field")
+        return data
 
     model: str | None = Field(None, description="the served model id (default: the served one)")
     temperature: StrictFloat = Field(1.0, ge=0.0, le=2.0, allow_inf_nan=False)
@@ -81,10 +124,12 @@ class _Request(BaseModel):
     @model_validator(mode="after")
     def _unsupported(self) -> _Request:
         if self.stream and (self.n != 1 or self.wanted_logprobs is not None):
-            raise ValueError("stream: n > 1 and logprobs are served without streaming only")
+            raise ValueError("stream: n > 1 and logprobs are not streamed by the native engine; "
+                             "`autospec serve --engine vllm` streams them")
         if self.presence_penalty or self.frequency_penalty or self.logit_bias:
-            raise ValueError("presence_penalty, frequency_penalty and logit_bias are not "
-                             "supported (speculative decoding here is lossless sampling only)")
+            raise ValueError("presence_penalty, frequency_penalty and logit_bias: the native "
+                             "engine does not apply them; `autospec serve --engine vllm` does "
+                             "(penalties; vLLM refuses logit_bias with speculative decoding)")
         return self
 
     @property
@@ -130,7 +175,7 @@ class CompletionRequest(_Request):
     @model_validator(mode="after")
     def _completion_only(self) -> CompletionRequest:
         if self.echo or (self.best_of or 1) != 1 or self.suffix:
-            raise ValueError("echo, best_of and suffix are not supported")
+            raise ValueError("echo, best_of and suffix are not served by the native engine")
         if isinstance(self.prompt, list) and not self.prompt:
             raise ValueError("prompt: must not be empty")
         if isinstance(self.prompt, list) and isinstance(self.prompt[0], str) \
@@ -144,14 +189,14 @@ class CompletionRequest(_Request):
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
@@ -182,7 +227,8 @@ class ChatCompletionRequest(_Request):
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs: needs logprobs true")
         if self.tools:
-            raise ValueError("tools are not supported")
+            raise ValueError("tools: the native engine does not serve tool calls; "
+                             "`autospec serve --engine vllm` does")
         return self
 
     @property

@@ -36,6 +36,7 @@ from autospec.serve.http import (
     unless_disconnected,
     version_headers,
 )
+from autospec.serve.schemas import known_fields
 from autospec.serve.vllm_openai import Binding
 
 if TYPE_CHECKING:
@@ -61,18 +62,6 @@ def add_routes(app: FastAPI, server: VllmServer) -> None:
                     ChatCompletionRequest)
         api = await server.openai_api()
         return await serve(server, request, "chat", api.chat.create_chat_completion, req)
-
-
-def known_fields(model: type[BaseModel]) -> set[str]:
-    """The body fields ``model`` declares (names and aliases)."""
-    names = set()
-    for name, info in model.model_fields.items():
-        names.add(name)
-        if info.alias:
-            names.add(info.alias)
-        if info.validation_alias and isinstance(info.validation_alias, str):
-            names.add(info.validation_alias)
-    return names
 
 
 def parse(data: dict[str, Any], model: type[BaseModel]) -> Any:

@@ -66,3 +66,37 @@ def test_integers_stay_valid_numbers_tiny(client):
     r = client.post("/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 2,
                                              "temperature": 1, "top_p": 1})
     assert r.status_code == 200, r.text
+
+
+def test_an_unknown_field_is_a_400_naming_it_never_ignored_tiny(client):
+    r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "temprature": 0})
+    err = _error(r, "temprature")
+    assert err["code"] == "unknown_field"
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/v1/chat/completions", {"messages": CHAT, "response_format": {"type": "json_object"}}),
+    ("/v1/chat/completions", {"messages": CHAT, "tool_choice": "auto"}),
+    ("/v1/completions", {"prompt": "hi", "min_p": 0.1}),
+])
+def test_a_field_the_vllm_engine_serves_says_so_tiny(client, route, body):
+    field = next(k for k in body if k not in ("messages", "prompt"))
+    err = _error(client.post(route, json=body), field)
+    assert err["code"] == "unsupported_field" and "--engine vllm" in err["message"]
+
+
+def test_unknown_fields_of_a_message_are_refused_not_dropped_tiny(client):
+    messages = [{"role": "user", "content": "Hi", "name": "bob"}]
+    r = client.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages.0.name"
+
+
+def test_every_field_said_to_be_served_by_vllm_is_in_vllms_request_models():
+    pytest.importorskip("vllm")
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    from autospec.serve.schemas import VLLM_FIELDS, known_fields
+
+    taken = known_fields(ChatCompletionRequest) | known_fields(CompletionRequest)
+    assert VLLM_FIELDS <= taken, sorted(VLLM_FIELDS - taken)
