@@ -154,7 +154,9 @@ def _print_synthetic(ev) -> None:
 
 def _print(report) -> None:
     ev = report.evaluation
-    table = Table(title=f"shadow evaluation: {ev.num_requests} requests, k = {ev.k}")
+    left = f" ({ev.unreplayable} left out: settings replay cannot apply)" \
+        if ev.unreplayable else ""
+    table = Table(title=f"shadow evaluation: {ev.num_requests} requests{left}, k = {ev.k}")
     for col in ("version", "τ", "drafts/step", "acceptance by position", "est. speedup",
                 "step cost", "measured speedup", "decoded [IQR]"):
         table.add_column(col, justify="left" if col == "version" else "right")

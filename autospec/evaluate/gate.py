@@ -62,8 +62,10 @@ def decide(policy: GatePolicy, evaluation: Evaluation) -> Decision:
 
 def _size(policy: GatePolicy, ev: Evaluation) -> tuple[bool, str]:
     ok = ev.num_requests >= policy.min_heldout
+    left = (f"; {ev.unreplayable} more left out: decoded under settings replay cannot apply"
+            if ev.unreplayable else "")
     return ok, (f"held-out set has {ev.num_requests} requests "
-                f"({'≥' if ok else '<'} the policy's minimum {policy.min_heldout})")
+                f"({'≥' if ok else '<'} the policy's minimum {policy.min_heldout}{left})")
 
 
 def _gain(policy: GatePolicy, ev: Evaluation) -> tuple[bool, str]:

@@ -81,6 +81,19 @@ def to_replay_request(ex: TrafficExample) -> ReplayRequest:
                          segment=ex.segment, request_id=ex.id)
 
 
+def replayable(examples: list[TrafficExample]) -> tuple[list[TrafficExample], int]:
+    """The examples replay reproduces faithfully, and how many were left out: those a vLLM
+    replica decoded under settings autospec's replay does not apply (penalties,
+    ``logit_bias``, a JSON schema or grammar...; named in the row's ``sampling.unreplayable``,
+    see :mod:`autospec.serve.vllm_openai`)."""
+    kept = [ex for ex in examples if not (ex.sampling or {}).get("unreplayable")]
+    left = len(examples) - len(kept)
+    if left:
+        log.info("%d of %d requests left out of the replay: decoded under settings it cannot "
+                 "apply", left, len(examples))
+    return kept, left
+
+
 def select_requests(db: Engine, *, last: int | None = None, since: timedelta | None = None,
                     deployment: str | None = None) -> list[TrafficExample]:
     """The newest usable logged requests (opted-out rows excluded): ``last`` N and/or
@@ -128,6 +141,12 @@ def evaluate_versions(
     if not examples:
         raise EvaluationError("the window holds no usable requests (none logged, or all "
                               "opted out); widen --window or send traffic first")
+    examples, left_out = replayable(examples)
+    if not examples:
+        raise EvaluationError(f"all {left_out} requests of the window were decoded under "
+                              "settings replay cannot apply (penalties, logit_bias, structured "
+                              "outputs...: their rows' sampling.unreplayable); send "
+                              "unconstrained traffic or widen --window")
     policy = policy or GatePolicy()
     loaded = {v: load_speculator_version(db, target, v) for v in versions}
     specs = {v: spec for v, (_, spec) in loaded.items()}
@@ -140,6 +159,7 @@ def evaluate_versions(
                               results)
         evaluation = compare(results, [r.segment for r in requests], costs, k=k,
                              level=policy.ci_level)
+    evaluation.unreplayable = left_out
     if speed.engine == "serving" and serving is not None and serving.engine == "vllm":
         evaluation.measured = measure_speed_vllm(target, loaded, requests, k, speed,
                                                  serving.concurrency, speed_progress)
@@ -276,7 +296,8 @@ def _record(db: Engine, ev: Evaluation, decision: Decision, policy: GatePolicy,
             tau_candidate=ev.tau[ev.candidate], tau_incumbent=ev.tau[ev.incumbent],
             delta_ci_low=ev.delta.low, delta_ci_high=ev.delta.high,
             per_segment={"segments": per_segment, **speed_record(ev), "k": ev.k,
-                         "synthetic": synthetic_record(ev, policy)},
+                         "synthetic": synthetic_record(ev, policy),
+                         "unreplayable": ev.unreplayable},
             window_start=start, window_end=end, training_run_id=training_run_id,
             policy=policy.model_dump())
         session.flush()

@@ -84,3 +84,29 @@ def test_bad_input_is_a_clear_error(db, target, tmp_path):
     _register(db, target, tmp_path, "other-1", "ngram", target_id="some-other-model")
     with pytest.raises(VersionLoadError, match="is for target 'some-other-model'"):
         evaluate_versions(db=db, target=target, versions=["other-1"], examples=examples)
+
+
+def test_requests_decoded_under_settings_replay_cannot_apply_are_left_out_and_counted(
+        db, target, tmp_path):
+    _serve_and_log(db, target, n=20)
+    constrained = _serve_and_log(db, target, n=6)
+    with store.session_scope(db) as session:  # as a vLLM replica logs a JSON-schema request
+        from sqlalchemy import update
+
+        from autospec.store.models import Request
+        session.execute(update(Request).where(Request.id > 20).values(sampling={
+            "max_tokens": 20, "k": K, "unreplayable": ["structured_outputs"],
+            "vllm": {"structured_outputs": {"json": {"type": "object"}}}}))
+    _register(db, target, tmp_path, "ngram-live", "ngram")
+    examples = select_requests(db, last=100)
+    assert len(examples) == 20 + len(constrained)
+    report = evaluate_versions(db=db, target=target, versions=["builtin-ngram", "ngram-live"],
+                               examples=examples, k=K, policy=GatePolicy(min_heldout=10),
+                               record=False)
+    assert report.evaluation.num_requests == 20 and report.evaluation.unreplayable == 6
+    from autospec.evaluate.gate import _size
+
+    assert "6 more left out" in _size(GatePolicy(min_heldout=10), report.evaluation)[1]
+    with pytest.raises(EvaluationError, match="all 6 requests .* replay cannot apply"):
+        evaluate_versions(db=db, target=target, versions=["builtin-ngram"],
+                          examples=examples[20:], k=K)
