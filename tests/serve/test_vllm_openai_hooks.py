@@ -1,0 +1,132 @@
+"""The pieces around vLLM's OpenAI layer, without an engine: the outputs of a request
+gathered whole (streamed deltas included), what replay cannot apply, the settings a row
+keeps, the ``autospec`` object added to a stream's last chunk, the refusal of fields vLLM
+would ignore, and ``vllm_api_options`` checked by vLLM's own parser. vLLM's request models
+and ``SamplingParams`` are real; the engine outputs are plain objects shaped like vLLM's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from vllm import SamplingParams  # noqa: E402
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
+from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams  # noqa: E402
+
+from autospec.engine.stats import RequestStats  # noqa: E402
+from autospec.serve.errors import APIError  # noqa: E402
+from autospec.serve.vllm_http import _with_info, parse  # noqa: E402
+from autospec.serve.vllm_openai import (  # noqa: E402
+    Accumulated,
+    ApiOptionError,
+    api_args,
+    autospec_params,
+    unreplayable,
+    vllm_settings,
+)
+
+
+def _out(index, ids, finish=None, metrics=None, prompt_ids=(1, 2)):
+    choice = SimpleNamespace(index=index, token_ids=ids, text="".join(f"<{i}>" for i in ids),
+                             finish_reason=finish, spec_decode_metrics=metrics)
+    return SimpleNamespace(prompt_token_ids=list(prompt_ids), prompt=None, outputs=[choice],
+                           finished=finish is not None)
+
+
+def test_streamed_deltas_of_two_choices_gather_into_the_whole_request():
+    whole = Accumulated(delta=True)
+    for out in (_out(0, [5]), _out(1, [7]), _out(0, [6], "length", "m0"),
+                _out(1, [8, 9], "stop", "m1")):
+        whole.add(out)
+    final = whole.final()
+    assert final.prompt_token_ids == [1, 2]
+    assert [c.token_ids for c in final.outputs] == [[5, 6], [7, 8, 9]]
+    assert [c.text for c in final.outputs] == ["<5><6>", "<7><8><9>"]
+    assert [c.finish_reason for c in final.outputs] == ["length", "stop"]
+    assert [c.spec_decode_metrics for c in final.outputs] == ["m0", "m1"]
+
+
+def test_cumulative_outputs_are_taken_as_they_come():
+    whole = Accumulated(delta=False)
+    whole.add(_out(0, [5]))
+    whole.add(_out(0, [5, 6], "stop"))
+    assert whole.final().outputs[0].token_ids == [5, 6]
+
+
+def test_what_replay_cannot_apply_is_named_and_the_rest_is_replayable():
+    assert unreplayable(SamplingParams(temperature=0.7, top_p=0.9, top_k=20, seed=3)) == []
+    assert unreplayable(SamplingParams(presence_penalty=0.5)) == ["penalties"]
+    assert unreplayable(SamplingParams(repetition_penalty=1.2)) == ["penalties"]
+    json_schema = SamplingParams(structured_outputs=StructuredOutputsParams(
+        json={"type": "object"}))
+    assert unreplayable(json_schema) == ["structured_outputs"]
+    assert vllm_settings(json_schema) == {"structured_outputs": {"json": {"type": "object"}}}
+    assert unreplayable(SamplingParams(min_tokens=3, logit_bias={5: -1.0})) == \
+        ["logit_bias", "min_tokens"]
+
+
+def test_a_rows_settings_are_autospecs_and_only_vllms_non_defaults():
+    sp = SamplingParams(max_tokens=9, temperature=0.5, top_k=-1, seed=5, stop=["x"],
+                        frequency_penalty=0.25, stop_token_ids=[7])
+    params = autospec_params(sp)
+    assert (params.max_new_tokens, params.temperature, params.top_k, params.seed) == \
+        (9, 0.5, 0, 5)
+    assert params.stop == ("x",)
+    assert vllm_settings(sp) == {"frequency_penalty": 0.25, "stop_token_ids": [7]}
+
+
+def test_the_autospec_object_goes_into_the_last_chunk_before_done():
+    def event(data):
+        return f"data: {json.dumps(data)}\n\n"
+
+    events = [event({"choices": [{"index": 0, "delta": {"content": "a"},
+                                  "finish_reason": None}]}),
+              event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+              event({"choices": [], "usage": {"completion_tokens": 2}}),
+              "data: [DONE]\n\n"]
+    stats = RequestStats(num_drafts=2, num_accepted_tokens=1, num_draft_tokens=3,
+                         accepted_per_position=[1, 0, 0])
+    served = SimpleNamespace(version=SimpleNamespace(name="v1"), result=SimpleNamespace(
+        stats=stats), extra=[], drafted_by=[])
+    binding = SimpleNamespace(served=served)
+
+    async def source():
+        for e in events:
+            yield e
+
+    async def run():
+        return [e async for e in _with_info(source(), binding)]
+
+    out = asyncio.run(run())
+    assert len(out) == 4 and out[-1] == "data: [DONE]\n\n"
+    assert [("autospec" in json.loads(e[6:])) for e in out[:3]] == [False, False, True]
+    assert json.loads(out[2][6:])["autospec"]["version"] == "v1"
+    assert json.loads(out[2][6:])["usage"] == {"completion_tokens": 2}
+
+
+def test_a_field_vllm_would_ignore_is_a_400_naming_it():
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    assert parse(body, ChatCompletionRequest).max_tokens == 3
+    with pytest.raises(APIError) as refused:
+        parse({**body, "temprature": 0.1}, ChatCompletionRequest)
+    assert refused.value.status == 400 and refused.value.param == "temprature"
+    with pytest.raises(APIError, match="use_beam_search"):
+        parse({**body, "use_beam_search": True}, ChatCompletionRequest)
+    with pytest.raises(APIError) as invalid:
+        parse({**body, "max_tokens": "many"}, ChatCompletionRequest)
+    assert invalid.value.param == "max_tokens"
+
+
+def test_vllm_api_options_are_checked_by_vllms_parser(tmp_path):
+    args = api_args(str(tmp_path), "m", {"tool_call_parser": "hermes",
+                                         "enable_auto_tool_choice": True})
+    assert args.tool_call_parser == "hermes" and args.enable_auto_tool_choice
+    assert args.served_model_name == ["m"]
+    with pytest.raises(ApiOptionError, match="'tool_parser' is not an option"):
+        api_args(str(tmp_path), "m", {"tool_parser": "hermes"})
+    assert RequestOutputKind.DELTA.name == "DELTA"  # what Accumulated reads a stream by
