@@ -48,7 +48,8 @@ _SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
 #: fields of OpenAI's and vLLM's chat and completion requests that the vLLM engine serves and
 #: this (native) layer does not declare (a test checks vLLM's request models take each)
 VLLM_FIELDS = frozenset({
-    "tools", "tool_choice", "parallel_tool_calls", "response_format", "logit_bias", "presence_penalty", "frequency_penalty",
+    "tools", "tool_choice", "parallel_tool_calls", "response_format", "logit_bias",
+    "presence_penalty", "frequency_penalty",
     "repetition_penalty", "min_p", "min_tokens", "stop_token_ids", "structured_outputs",
     "echo", "suffix", "prompt_logprobs", "include_stop_str_in_output",
     "skip_special_tokens", "bad_words", "allowed_token_ids", "chat_template",

@@ -107,6 +107,6 @@ def test_requests_decoded_under_settings_replay_cannot_apply_are_left_out_and_co
     from autospec.evaluate.gate import _size
 
     assert "6 more left out" in _size(GatePolicy(min_heldout=10), report.evaluation)[1]
-    with pytest.raises(EvaluationError, match="all 6 requests .* replay cannot apply"):
+    with pytest.raises(EvaluationError, match=r"all 6 requests .* replay cannot apply"):
         evaluate_versions(db=db, target=target, versions=["builtin-ngram"],
                           examples=examples[20:], k=K)

@@ -14,14 +14,14 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from vllm import SamplingParams  # noqa: E402
-from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
-from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams  # noqa: E402
+from vllm import SamplingParams
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
-from autospec.engine.stats import RequestStats  # noqa: E402
-from autospec.serve.errors import APIError  # noqa: E402
-from autospec.serve.vllm_http import _with_info, parse  # noqa: E402
-from autospec.serve.vllm_openai import (  # noqa: E402
+from autospec.engine.stats import RequestStats
+from autospec.serve.errors import APIError
+from autospec.serve.vllm_http import _with_info, parse
+from autospec.serve.vllm_openai import (
     Accumulated,
     ApiOptionError,
     api_args,

@@ -75,6 +75,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "database_url": url, "target": "smollm2-135m", "dtype": "float32", "engine": "vllm",
         "speculator_k": K, "poll_interval_s": 0.5, "startup_timeout_s": 600,
         "vllm_options": {"max_model_len": 1024, "enforce_eager": True},
+        "vllm_api_options": {"tool_call_parser": "hermes", "enable_auto_tool_choice": True},
         "ray_actor_options": {"num_cpus": 1, "runtime_env": {"env_vars": env}}}),
         name="vllm", route_prefix="/")
     print(f"\nvLLM replica ready in {time.monotonic() - started:.0f}s")
@@ -145,9 +146,69 @@ def test_openai_client_features(app):
 
     with pytest.raises(openai.BadRequestError) as bad:
         client.completions.create(model="smollm2-135m", prompt="x", max_tokens=5000)
-    assert bad.value.body["code"] == "invalid_value"  # the native path's error shape
+    assert bad.value.body["code"] == 400  # vLLM's error, as its own server answers
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="nope", prompt="x", max_tokens=2)
+    with pytest.raises(openai.BadRequestError) as unknown:  # vLLM would ignore it
+        client.completions.create(model="smollm2-135m", prompt="x", max_tokens=2,
+                                  extra_body={"temprature": 0})
+    assert unknown.value.body["param"] == "temprature"
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"},
+                                           "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def test_vllms_api_is_served_with_speculation_and_logged(app):
+    import json
+
+    client = _client(app)
+    ask = [{"role": "user", "content": "Give the name and age of: Bob is 42."}]
+    person = client.chat.completions.create(
+        model="smollm2-135m", messages=ask, max_tokens=40, temperature=0,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "person", "schema": PERSON}})
+    parsed = json.loads(person.choices[0].message.content)
+    assert isinstance(parsed["name"], str) and isinstance(parsed["age"], int)
+    assert person.model_extra["autospec"]["num_drafts"] >= 1
+    mode = client.chat.completions.create(
+        model="smollm2-135m", messages=[{"role": "user", "content": "A JSON object, please."}],
+        max_tokens=48, temperature=0, response_format={"type": "json_object"})
+    assert mode.choices[0].message.content.lstrip().startswith("{")
+
+    call = client.chat.completions.create(
+        model="smollm2-135m", messages=[{"role": "user", "content": "Weather in Paris?"}],
+        max_tokens=60, temperature=0, tools=WEATHER,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    tool = call.choices[0].message.tool_calls[0]
+    assert tool.function.name == "get_weather"
+    json.loads(tool.function.arguments)  # the parsed call's arguments are JSON
+
+    penalized = client.chat.completions.create(
+        model="smollm2-135m", messages=ask, max_tokens=12, temperature=0,
+        presence_penalty=0.6, frequency_penalty=0.4)
+    assert penalized.choices[0].message.content
+
+    chunks = list(client.chat.completions.create(
+        model="smollm2-135m", messages=ask, max_tokens=6, temperature=0.8, seed=5, n=2,
+        logprobs=True, top_logprobs=2, stream=True))
+    indices = {c.index for chunk in chunks for c in chunk.choices}
+    assert indices == {0, 1}
+    assert any(c.logprobs and c.logprobs.content for chunk in chunks for c in chunk.choices)
+    assert chunks[-1].model_extra["autospec"]["version"] == "builtin-ngram"
+
+    rows: list[Any] = []
+    deadline = time.monotonic() + 30
+    while not rows and time.monotonic() < deadline:  # the writer is asynchronous
+        rows = [r for r in wait_for_rows(app["db"], 1) if (r.sampling or {}).get("vllm", {})
+                .get("structured_outputs", {}).get("json") == PERSON]
+        time.sleep(0.5)
+    assert rows[0].sampling["unreplayable"] == ["structured_outputs"]
+    assert rows[0].num_drafts >= 1 and rows[0].sampling["engine"] == "vllm"
 
 
 def _load(app: dict[str, Any], stop: threading.Event, out: list[dict[str, Any]],
