@@ -7,7 +7,8 @@ errors. Around them, autospec's own:
 
 - the body is read as everywhere (:func:`autospec.serve.http.read_object`: size, UTF-8,
   JSON, NaN, surrogates), and a field vLLM's models do not declare is a 400 naming it —
-  vLLM's server would log it and go on; here no field is ignored silently;
+  vLLM's server would log it and go on; here no field is ignored silently; what vLLM's
+  models refuse is answered by vLLM's own handler;
 - ``use_beam_search`` is a 400 (beam search runs no speculator);
 - admission: a request beyond ``max_pending_requests`` is a 503 before vLLM sees it, and the
   request is bound to the live version until its answer ends;
@@ -27,7 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from autospec.serve.errors import APIError, validation_error
+from autospec.serve.errors import APIError
 from autospec.serve.http import (
     VERSION_HEADER,
     autospec_info,
@@ -48,10 +49,14 @@ def add_routes(app: FastAPI, server: VllmServer) -> None:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
+    app.state.args = server.api_args  # what vLLM's error handlers read
+
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         req = parse(await read_object(request, server.config.max_body_bytes),
                     CompletionRequest)
+        if isinstance(req, ValidationError):
+            return await _invalid(request, req)
         api = await server.openai_api()
         return await serve(server, request, "completions", api.completion.create_completion,
                            req)
@@ -60,13 +65,25 @@ def add_routes(app: FastAPI, server: VllmServer) -> None:
     async def chat_completions(request: Request) -> Response:
         req = parse(await read_object(request, server.config.max_body_bytes),
                     ChatCompletionRequest)
+        if isinstance(req, ValidationError):
+            return await _invalid(request, req)
         api = await server.openai_api()
         return await serve(server, request, "chat", api.chat.create_chat_completion, req)
 
 
+async def _invalid(request: Request, exc: ValidationError) -> Response:
+    """vLLM's answer to a body its request model refuses (its own handler)."""
+    from fastapi.exceptions import RequestValidationError
+    from vllm.entrypoints.serve.exception_handling.handlers.validation import (
+        validation_exception_handler,
+    )
+
+    return await validation_exception_handler(request, RequestValidationError(exc.errors()))
+
+
 def parse(data: dict[str, Any], model: type[BaseModel]) -> Any:
-    """``data`` as vLLM's request ``model``; a 400 for a field it does not declare (vLLM
-    would ignore it), for beam search, and for what vLLM's validation refuses."""
+    """``data`` as vLLM's request ``model`` (or the ``ValidationError`` vLLM's server would
+    answer); a 400 for a field it does not declare (vLLM would ignore it) and beam search."""
     unknown = sorted(set(data) - known_fields(model))
     if unknown:
         raise APIError(400, f"unknown field{'s' if len(unknown) > 1 else ''} "
@@ -80,7 +97,7 @@ def parse(data: dict[str, Any], model: type[BaseModel]) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc) from None
+        return exc
 
 
 async def serve(server: VllmServer, request: Request, route: str,

@@ -16,10 +16,12 @@ the metrics through :class:`~autospec.serve.vllm_server.VllmServer`. The HTTP si
 (:mod:`autospec.serve.vllm_http`) adds admission, the version header, the ``autospec``
 object and the refusal of fields vLLM would ignore.
 
-Sampling settings the native engine's replay cannot apply (penalties, ``logit_bias``,
-structured outputs, ``min_p``, ``min_tokens``, allowed or bad words) are recorded with the
-row under ``sampling.vllm`` and named in ``sampling.unreplayable``; shadow evaluation leaves
-those rows out and says how many (:func:`autospec.evaluate.run.replayable`).
+Sampling settings beyond autospec's own (penalties, ``logit_bias``, structured outputs,
+``min_p``, ``min_tokens``, stop token ids...) are recorded with the row under
+``sampling.vllm``. A greedy request replays exactly whatever they were (:func:`unreplayable`
+says why); a sampled one under settings replay does not apply is named in
+``sampling.unreplayable``, and shadow evaluation leaves those rows out and says how many
+(:func:`autospec.evaluate.run.replayable`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ if TYPE_CHECKING:
     from autospec.serve.vllm_server import VllmServed, VllmServer
 
 log = logging.getLogger(__name__)
+
+#: temperatures below this decode greedily (as vLLM and autospec's engine read them)
+_GREEDY_BELOW = 1e-5
 
 _BINDING: contextvars.ContextVar[Binding | None] = contextvars.ContextVar(
     "autospec_vllm_binding", default=None)
@@ -181,9 +186,18 @@ def autospec_params(sp: Any) -> SamplingParams:
 
 
 def unreplayable(sp: Any) -> list[str]:
-    """What in a vLLM ``SamplingParams`` changes the distribution the target decodes from
-    beyond temperature, top-k and top-p, which autospec's replay applies: the reasons a
-    logged request cannot be replayed faithfully (empty: it can)."""
+    """The reasons a logged request cannot be replayed faithfully (empty: it can): what in a
+    vLLM ``SamplingParams`` changes the distribution the target samples from beyond
+    temperature, top-k and top-p, which autospec's replay applies.
+
+    A greedy request is always replayable: its logged output is the argmax of the logits
+    after every penalty, bias and grammar mask, and replay accepts drafts while they equal
+    the logged tokens (vLLM accepts a draft while it equals the masked argmax, and drops
+    drafts the grammar refuses, which that argmax never is), so the mask changes nothing
+    replay counts. A sampled request's acceptance depends on the processed distribution,
+    which replay does not rebuild."""
+    if float(sp.temperature) < _GREEDY_BELOW:
+        return []
     reasons = []
     if sp.presence_penalty or sp.frequency_penalty or float(sp.repetition_penalty) != 1.0:
         reasons.append("penalties")
