@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from autospec.engine.protocol import Proposal, Speculator
-from autospec.engine.sampling import SamplingParams, pick, probs_from_logits
+from autospec.engine.sampling import SamplingParams, biased, pick, probs_from_logits
 from autospec.engine.stats import RequestStats
 from autospec.engine.target import KVCache, Target
 from autospec.engine.verify import greedy_tree_verify, greedy_verify, rejection_verify
@@ -145,9 +145,10 @@ class SpeculativeEngine:
         out = self.target.forward(inp, cache, feature_layers=layers,
                                   tree_parents=proposal.parents)
         if proposal.is_tree:
-            path, nxt = greedy_tree_verify(proposal.tokens, proposal.parents, out.logits)
+            path, nxt = greedy_tree_verify(proposal.tokens, proposal.parents,
+                                           biased(out.logits, params))
         elif params.greedy:
-            n, nxt = greedy_verify(drafts, out.logits)
+            n, nxt = greedy_verify(drafts, biased(out.logits, params))
             path = list(range(n))
         else:
             p = probs_from_logits(out.logits, params)  # [k' + 1, vocab]

@@ -1,8 +1,8 @@
 """Sampling parameters and the one function that turns logits into a distribution.
 
-Temperature, top-k and top-p shape the target's ``p`` and the speculator's ``q`` in
-exactly the same way (:func:`probs_from_logits`), which is what keeps rejection
-sampling lossless. ``temperature == 0`` means greedy.
+The logit bias, temperature, top-k and top-p shape the target's ``p`` and the speculator's
+``q`` in exactly the same way (:func:`probs_from_logits`); rejection sampling against the
+shaped ``p`` is what keeps decoding lossless. ``temperature == 0`` means greedy.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
+    #: (token id, bias) added to the logits before anything else, as OpenAI's ``logit_bias``
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -39,13 +41,25 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+def biased(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """``logits`` (``[..., vocab]``) with the request's ``logit_bias`` added (unchanged
+    without one)."""
+    if not params.logit_bias:
+        return logits
+    ids = torch.tensor([t for t, _ in params.logit_bias], device=logits.device)
+    bias = torch.tensor([b for _, b in params.logit_bias], device=logits.device)
+    out = logits.float().clone()
+    out[..., ids] += bias
+    return out
+
+
 def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Softmax of ``logits`` after temperature, top-k and top-p, in float32.
+    """Softmax of ``logits`` after the logit bias, temperature, top-k and top-p, in float32.
 
     ``logits``: ``[..., vocab]``. Greedy params give a one-hot on the argmax.
     """
     assert logits.dim() >= 1
-    logits = logits.float()
+    logits = biased(logits.float(), params)
     if params.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     logits = logits / params.temperature
@@ -73,5 +87,5 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
 def pick(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None):
     """Greedy argmax or a sample from the shaped distribution of ``logits`` (``[vocab]``)."""
     if params.greedy:
-        return logits.argmax(-1)
+        return biased(logits, params).argmax(-1)
     return sample(probs_from_logits(logits, params), generator)

@@ -76,6 +76,8 @@ def to_replay_request(ex: TrafficExample) -> ReplayRequest:
         top_k=int(sampling.get("top_k") or 0),
         top_p=float(sampling.get("top_p") or 1.0),
         seed=sampling.get("seed"),
+        logit_bias=tuple((int(t), float(b)) for t, b in (sampling.get("logit_bias") or {})
+                         .items()),
     )
     return ReplayRequest(prompt_ids=ex.prompt_ids, output_ids=ex.output_ids, params=params,
                          segment=ex.segment, request_id=ex.id)

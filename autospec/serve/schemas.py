@@ -4,7 +4,8 @@ This is the native engine's layer (a vLLM replica answers with vLLM's own,
 :mod:`autospec.serve.vllm_http`). No field is ignored: one it does not declare is a 400 naming
 it (saying so when the vLLM engine serves it), and fields declared for OpenAI's sake whose
 non-default value would change the answer (``echo``, ``best_of``, penalties, ``tools``) are
-refused with a 400 naming them. ``n > 1`` and ``logprobs`` are parsed here
+refused with a 400 naming them. ``logit_bias`` is applied (to the target's and the
+speculator's logits alike, so decoding stays lossless). ``n > 1`` and ``logprobs`` are parsed here
 and served by the vLLM engine; the native engine refuses them with a 400 (the server decides,
 :meth:`autospec.serve.server.LLMServer.check_features`), as does a streamed request that asks
 for them. Numbers and booleans are strict:
@@ -127,11 +128,27 @@ class _Request(BaseModel):
         if self.stream and (self.n != 1 or self.wanted_logprobs is not None):
             raise ValueError("stream: n > 1 and logprobs are not streamed by the native engine; "
                              "`autospec serve --engine vllm` streams them")
-        if self.presence_penalty or self.frequency_penalty or self.logit_bias:
-            raise ValueError("presence_penalty, frequency_penalty and logit_bias: the native "
-                             "engine does not apply them; `autospec serve --engine vllm` does "
-                             "(penalties; vLLM refuses logit_bias with speculative decoding)")
+        if self.presence_penalty or self.frequency_penalty:
+            raise ValueError("presence_penalty and frequency_penalty: the native engine does "
+                             "not apply them; `autospec serve --engine vllm` does")
         return self
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """OpenAI's form: token ids (as strings) to a bias in [-100, 100]."""
+        for key, bias in (value or {}).items():
+            if not key.isdigit():
+                raise ValueError(f"keys must be token ids, got {key!r}")
+            if isinstance(bias, bool) or not isinstance(bias, (int, float)) \
+                    or not -100 <= bias <= 100:
+                raise ValueError(f"token {key}: the bias must be a number in [-100, 100]")
+        return value
+
+    @property
+    def bias(self) -> tuple[tuple[int, float], ...]:
+        """``logit_bias`` as (token id, bias) pairs."""
+        return tuple((int(k), float(v)) for k, v in (self.logit_bias or {}).items())
 
     @property
     def wanted_logprobs(self) -> int | None:

@@ -303,7 +303,16 @@ class LLMServer:
         return SamplingParams(max_new_tokens=max_tokens, temperature=temperature,
                               top_k=max(0, req.top_k), top_p=req.top_p,
                               seed=None if req.seed is None else req.seed % 2**64,
-                              stop=req.stop_strings, ignore_eos=req.ignore_eos)
+                              stop=req.stop_strings, ignore_eos=req.ignore_eos,
+                              logit_bias=self._checked_bias(req.bias))
+
+    def _checked_bias(self, bias: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], ...]:
+        vocab = self.target.info.vocab_size
+        bad = next((t for t, _ in bias if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise APIError(400, f"logit_bias: token id {bad} is outside the vocabulary "
+                           f"[0, {vocab})", param="logit_bias", code="invalid_value")
+        return bias
 
     # -- decoding ----------------------------------------------------------------------------
 
@@ -467,7 +476,9 @@ class LLMServer:
                       "top_k": params.top_k, "top_p": params.top_p, "seed": params.seed,
                       "stop": list(params.stop), "ignore_eos": params.ignore_eos,
                       "k": s.version.engine.k if s.k is None else s.k, "route": p.ctx.route,
-                      "concurrency": round(s.concurrency, 3), "in_flight": s.in_flight},
+                      "concurrency": round(s.concurrency, 3), "in_flight": s.in_flight,
+                      **({"logit_bias": {str(t): b for t, b in params.logit_bias}}
+                         if params.logit_bias else {})},
             finish_reason=s.result.finish_reason,
             latency_ms=s.latency_s * 1e3, ttft_ms=s.ttft_s * 1e3,
             num_drafts=stats.num_drafts, num_draft_tokens=stats.num_draft_tokens,

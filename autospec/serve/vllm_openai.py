@@ -16,7 +16,7 @@ the metrics through :class:`~autospec.serve.vllm_server.VllmServer`. The HTTP si
 (:mod:`autospec.serve.vllm_http`) adds admission, the version header, the ``autospec``
 object and the refusal of fields vLLM would ignore.
 
-Sampling settings beyond autospec's own (penalties, ``logit_bias``, structured outputs,
+Sampling settings beyond autospec's own (penalties, structured outputs,
 ``min_p``, ``min_tokens``, stop token ids...) are recorded with the row under
 ``sampling.vllm``. A greedy request replays exactly whatever they were (:func:`unreplayable`
 says why); a sampled one under settings replay does not apply is named in
@@ -182,13 +182,14 @@ def autospec_params(sp: Any) -> SamplingParams:
         max_new_tokens=int(sp.max_tokens or 1), temperature=float(sp.temperature),
         top_k=max(0, int(sp.top_k or 0)), top_p=float(sp.top_p),
         seed=None if sp.seed is None else int(sp.seed) % 2**64,
-        stop=tuple(sp.stop or ()), ignore_eos=bool(sp.ignore_eos))
+        stop=tuple(sp.stop or ()), ignore_eos=bool(sp.ignore_eos),
+        logit_bias=tuple((int(t), float(b)) for t, b in (sp.logit_bias or {}).items()))
 
 
 def unreplayable(sp: Any) -> list[str]:
     """The reasons a logged request cannot be replayed faithfully (empty: it can): what in a
     vLLM ``SamplingParams`` changes the distribution the target samples from beyond
-    temperature, top-k and top-p, which autospec's replay applies.
+    the logit bias, temperature, top-k and top-p, which autospec's replay applies.
 
     A greedy request is always replayable: its logged output is the argmax of the logits
     after every penalty, bias and grammar mask, and replay accepts drafts while they equal
@@ -201,8 +202,6 @@ def unreplayable(sp: Any) -> list[str]:
     reasons = []
     if sp.presence_penalty or sp.frequency_penalty or float(sp.repetition_penalty) != 1.0:
         reasons.append("penalties")
-    if sp.logit_bias:
-        reasons.append("logit_bias")
     if getattr(sp, "structured_outputs", None) is not None:
         reasons.append("structured_outputs")
     if float(getattr(sp, "min_p", 0.0) or 0.0) > 0.0:
@@ -234,8 +233,6 @@ def vllm_settings(sp: Any) -> dict[str, Any]:
         value = getattr(sp, name, default)
         if value != default and value is not None:
             out[name] = list(value) if isinstance(value, (list, tuple, set)) else value
-    if sp.logit_bias:
-        out["logit_bias"] = {str(k): float(v) for k, v in sp.logit_bias.items()}
     constraint = getattr(sp, "structured_outputs", None)
     if constraint is not None:
         out["structured_outputs"] = _constraint(constraint)

@@ -130,3 +130,24 @@ def test_rejection_sampling_engine_matches_target_distribution():
     # chi-square with <= 35 degrees of freedom: 0.1 % critical value is 66.6
     assert chi2 < 66.6, chi2
     assert counts[~keep].sum() < 5 + expected[~keep].sum() * 3
+
+
+def test_logit_bias_tiny_random_init_is_lossless_and_moves_the_target(target):
+    bias = SamplingParams(max_new_tokens=30, ignore_eos=True,
+                          logit_bias=((5, 100.0), (6, 100.0), (7, -100.0)))
+    for prompt in PROMPTS:
+        plain = _target_only(target, prompt, bias).token_ids
+        assert set(plain) <= {5, 6}  # +100 wins every argmax, -100 never does
+        oracle = SpeculativeEngine(target, OracleSpeculator(plain), 4).generate(prompt, bias)
+        assert oracle.token_ids == plain  # verified against the biased target: all accepted
+        assert oracle.stats.num_accepted_tokens == oracle.stats.num_draft_tokens > 0
+        drafted = SpeculativeEngine(target, RandomSpeculator(64, seed=1), 3).generate(prompt,
+                                                                                       bias)
+        assert drafted.token_ids == plain
+
+
+def test_logit_bias_shapes_p_and_q_alike_tiny_random_init():
+    logits = torch.zeros(2, 8)
+    params = SamplingParams(temperature=1.0, logit_bias=((3, 2.0),))
+    probs = probs_from_logits(logits, params)
+    assert torch.allclose(probs[:, 3] / probs[:, 0], torch.full((2,), float(torch.e ** 2)))

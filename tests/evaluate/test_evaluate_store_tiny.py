@@ -110,3 +110,16 @@ def test_requests_decoded_under_settings_replay_cannot_apply_are_left_out_and_co
     with pytest.raises(EvaluationError, match=r"all 6 requests .* replay cannot apply"):
         evaluate_versions(db=db, target=target, versions=["builtin-ngram"],
                           examples=examples[20:], k=K)
+
+
+def test_replay_applies_the_logit_bias_a_request_was_served_with():
+    from datetime import datetime
+
+    from autospec.evaluate.run import to_replay_request
+    from autospec.store.queries import TrafficExample
+
+    ex = TrafficExample(id=1, request_uid="u", created_at=datetime(2026, 1, 1), segment="s",
+                        speculator_version=None, prompt_ids=[1], output_ids=[2, 3],
+                        temperature=0.7, sampling={"max_tokens": 2, "logit_bias": {"5": -3.0}},
+                        num_drafts=1, num_accepted_tokens=0)
+    assert to_replay_request(ex).params.logit_bias == ((5, -3.0),)

@@ -100,3 +100,24 @@ def test_every_field_said_to_be_served_by_vllm_is_in_vllms_request_models():
 
     taken = known_fields(ChatCompletionRequest) | known_fields(CompletionRequest)
     assert taken >= VLLM_FIELDS, sorted(VLLM_FIELDS - taken)
+
+
+def test_logit_bias_is_applied_by_the_native_engine_and_logged_tiny(client, db):
+    r = client.post("/v1/completions", json={"prompt": "Hello", "max_tokens": 6,
+                                             "temperature": 0, "ignore_eos": True,
+                                             "logit_bias": {"5": 100}})
+    assert r.status_code == 200, r.text
+    from .helpers import wait_for_rows
+
+    row = wait_for_rows(db, 1)[-1]
+    assert row.sampling["logit_bias"] == {"5": 100.0}
+    from autospec.store.codec import unpack_ids
+
+    assert set(unpack_ids(row.output_ids)) == {5}
+
+
+@pytest.mark.parametrize("bias", [{"abc": 1}, {"5": 101}, {"5": True}, {"999999": 1}])
+def test_a_bad_logit_bias_is_a_400_naming_it_tiny(client, bias):
+    r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2,
+                                             "logit_bias": bias})
+    _error(r, "logit_bias")

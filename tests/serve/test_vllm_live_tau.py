@@ -8,7 +8,10 @@ serving path under Ray is tests/serve/test_vllm_ray.py). It serves greedy chats 
 greedy chats again (half seen in training, half fresh). The rows the head served carry
 vLLM's per-request acceptance; :func:`autospec.evaluate.replay.replay_request` (the
 controller's replay, native engine, teacher-forced) replays the same rows with the same head
-at the same k. Set τ of replay and of vLLM must agree within 2 %. The same comparison for
+at the same k. Set τ of replay and of vLLM must agree within 2 %, for plain greedy chats and
+for greedy chats under a JSON schema (vLLM's OpenAI layer, the grammar applied to each
+verification: replay matches drafts to the logged tokens, so the mask changes nothing it
+counts). The same comparison for
 ``builtin-ngram`` against vLLM's ngram method is printed, not asserted (two prompt-lookup
 implementations, not one).
 
@@ -35,6 +38,7 @@ K = 3
 MAX_NEW = 48
 N_TRAIN = 36
 N_CHECK = 12
+N_SCHEMA = 8
 
 
 def _chats(n: int, seed: int) -> list[Any]:
@@ -58,6 +62,28 @@ async def _serve(server: Any, chats: list[Any]) -> list[Any]:
     for i in range(0, len(chats), 8):  # 8 at a time (batched by vLLM), under the 503 limit
         out += await asyncio.gather(*(one(c) for c in chats[i:i + 8]))
     return out
+
+
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string"}, "items": {"type": "array", "items": {"type": "string"}}},
+    "required": ["name", "items"]}
+
+
+async def _serve_schema(server: Any, chats: list[Any]) -> None:
+    """Greedy chats under a JSON schema, through the replica's HTTP app (vLLM's OpenAI
+    layer applies the grammar to every verification)."""
+    import httpx
+
+    from autospec.serve.http import make_app
+
+    transport = httpx.ASGITransport(app=make_app(server))
+    async with httpx.AsyncClient(transport=transport, base_url="http://replica") as client:
+        for messages in chats:
+            r = await client.post("/v1/chat/completions", timeout=600, json={
+                "messages": messages, "max_tokens": MAX_NEW, "temperature": 0,
+                "response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "list", "schema": SCHEMA}}})
+            assert r.status_code == 200, r.text
 
 
 def _rows(db: Any, version: str, n: int) -> list[Any]:
@@ -129,6 +155,7 @@ def test_replay_predicts_vllm_live_tau(tmp_path: Path, monkeypatch: pytest.Monke
             check = train_chats[::N_TRAIN // (N_CHECK // 2)] + _chats(N_CHECK // 2, seed=1)
             served = await _serve(server, check)
             assert {s.version.name for s in served} == {outcome.version}
+            await _serve_schema(server, _chats(N_SCHEMA, seed=2))
             exposition = server.metrics.exposition().decode()  # the replica's /metrics
             assert "vllm:spec_decode_num_drafts" in exposition  # vLLM's own series ...
             assert "autospec:spec_decode_num_drafts" in exposition  # ... beside autospec's
@@ -139,7 +166,17 @@ def test_replay_predicts_vllm_live_tau(tmp_path: Path, monkeypatch: pytest.Monke
     result = asyncio.run(scenario())
     target, version = result["target"], result["version"]
     _, head = load_speculator_version(db, target, version)
-    replay_tau, live_tau, per = _compare(target, head, _rows(db, version, N_CHECK))
+    rows = _rows(db, version, N_CHECK + N_SCHEMA)
+    schema_rows = [r for r in rows if "structured_outputs" in r.sampling.get("vllm", {})]
+    plain_rows = [r for r in rows if r not in schema_rows]
+    assert len(schema_rows) == N_SCHEMA and all("unreplayable" not in r.sampling
+                                                for r in schema_rows)
+    replay_tau, live_tau, per = _compare(target, head, plain_rows)
+    schema_replay, schema_live, schema_per = _compare(target, head, schema_rows)
+    equal = sum(ours == theirs and steps == vsteps for ours, steps, theirs, vsteps in schema_per)
+    print(f"\nunder a JSON schema (greedy, k={K}): replay tau {schema_replay:.4f} vs vLLM "
+          f"{schema_live:.4f}; {equal}/{len(schema_per)} requests equal: {schema_per}")
+    assert abs(schema_replay - schema_live) <= 0.02 * schema_live, schema_per
     for i, (ours, steps, theirs, vsteps) in enumerate(per):
         print(f"request {i}: replay accepted {ours:.0f} in {steps} steps, vLLM {theirs} in "
               f"{vsteps}")

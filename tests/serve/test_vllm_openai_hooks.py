@@ -66,8 +66,9 @@ def test_what_replay_cannot_apply_is_named_and_the_rest_is_replayable():
     json_schema = SamplingParams(structured_outputs=schema)
     assert unreplayable(json_schema) == ["structured_outputs"]
     assert vllm_settings(json_schema) == {"structured_outputs": {"json": {"type": "object"}}}
-    assert unreplayable(SamplingParams(min_tokens=3, logit_bias={5: -1.0})) == \
-        ["logit_bias", "min_tokens"]
+    biased = SamplingParams(min_tokens=3, logit_bias={5: -1.0})
+    assert unreplayable(biased) == ["min_tokens"]  # replay applies the bias itself
+    assert autospec_params(biased).logit_bias == ((5, -1.0),)
 
 
 def test_a_greedy_request_replays_whatever_masked_its_logits():
