@@ -105,6 +105,7 @@ def serve(
             startup_timeout_s=startup_timeout, api_key=api_key or None, docs=docs)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from None
+    _check_api_options(config.vllm_api_options)
     config = config.model_copy(update={"database_url": _prepare_database(database_url)})
     _signals_interrupt()  # SIGTERM as Ctrl-C, from here on: start-up included
     try:
@@ -119,6 +120,22 @@ def serve(
     finally:
         if not detach:
             shut_down(local=address is None)
+
+
+def _check_api_options(options: dict[str, Any]) -> None:
+    """Refuse, before any replica starts, a ``--vllm-api-option`` vLLM's server does not
+    take (the replicas check again with their own vLLM)."""
+    from autospec.serve.vllm_openai import ApiOptionError, api_args
+
+    if not options:
+        return
+    try:
+        api_args("model", "model", options)
+    except ApiOptionError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    except ImportError:
+        raise typer.BadParameter("--vllm-api-option needs vLLM installed (`--engine vllm`)") \
+            from None
 
 
 def _engine_options(pairs: list[str], option: str = "--vllm-option") -> dict[str, Any]:

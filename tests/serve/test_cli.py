@@ -46,3 +46,10 @@ def test_the_serve_config_file_builds_the_application():
 def test_a_typo_in_the_config_names_the_field():
     with pytest.raises(ValueError, match="speculater_k"):
         ServeConfig.model_validate({"speculater_k": 3})
+
+
+def test_a_vllm_api_option_vllm_does_not_take_is_refused_before_serving():
+    pytest.importorskip("vllm")
+    out = CliRunner().invoke(app, ["serve", "--engine", "vllm",
+                                   "--vllm-api-option", "tool_parser=hermes"])
+    assert out.exit_code == 2 and "'tool_parser' is not an option" in out.output
