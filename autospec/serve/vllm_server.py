@@ -323,6 +323,7 @@ class VllmServer(LLMServer):
         #: (:mod:`autospec.serve.vllm_http`); None: autospec's own layer (tests' stand-ins)
         self.api_args: Any = None
         self._api: VllmApi | None = None
+        self._api_engine: Any = None  # the engine whose renderer vLLM's handlers hold
         self._api_lock = asyncio.Lock()
 
     def install_routes(self, app: Any) -> bool:
@@ -336,11 +337,14 @@ class VllmServer(LLMServer):
         return True
 
     async def openai_api(self) -> VllmApi:
-        """vLLM's chat and completion handlers over this replica's engines (built on first
-        use, on the loop that serves them)."""
+        """vLLM's chat and completion handlers over this replica's engines, built on the
+        loop that serves them, and again for each new engine (vLLM's handlers keep the
+        renderer of the engine they were built over, which goes when that engine does)."""
         async with self._api_lock:
-            if self._api is None:
+            engine = self.versions.current.engine
+            if self._api is None or self._api_engine is not engine:
                 self._api = await VllmApi.build(self, self.api_args)
+                self._api_engine = engine
         return self._api
 
     # -- requests through vLLM's OpenAI layer ------------------------------------------------
