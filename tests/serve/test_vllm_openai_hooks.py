@@ -138,3 +138,28 @@ def test_vllm_api_options_are_checked_by_vllms_parser(tmp_path):
     with pytest.raises(ApiOptionError, match="'tool_parser' is not an option"):
         api_args(str(tmp_path), "m", {"tool_parser": "hermes"})
     assert RequestOutputKind.DELTA.name == "DELTA"  # what Accumulated reads a stream by
+
+
+def test_vllms_handlers_are_rebuilt_over_each_new_engine(monkeypatch):
+    from autospec.serve import vllm_server
+    from autospec.serve.vllm_server import VllmServer
+
+    built = []
+
+    async def build(server, args):  # stands in for vLLM's init_app_state
+        built.append(server.versions.current.engine)
+        return f"api over {server.versions.current.engine}"
+
+    monkeypatch.setattr(vllm_server.VllmApi, "build", staticmethod(build))
+    server = SimpleNamespace(versions=SimpleNamespace(current=SimpleNamespace(engine="e1")),
+                             api_args=None, _api=None, _api_engine=None,
+                             _api_lock=asyncio.Lock())
+
+    async def run():
+        first = await VllmServer.openai_api(server)
+        again = await VllmServer.openai_api(server)  # same engine (an in-place swap): kept
+        server.versions.current.engine = "e2"  # a side-by-side swap: a new engine
+        return first, again, await VllmServer.openai_api(server)
+
+    assert asyncio.run(run()) == ("api over e1", "api over e1", "api over e2")
+    assert built == ["e1", "e2"]
