@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -38,13 +38,10 @@ from autospec.serve.http import (
     version_headers,
 )
 from autospec.serve.schemas import known_fields
-from autospec.serve.vllm_openai import Binding
-
-if TYPE_CHECKING:
-    from autospec.serve.vllm_server import VllmServer
+from autospec.serve.vllm_openai import Binding, Replica
 
 
-def add_routes(app: FastAPI, server: VllmServer) -> None:
+def add_routes(app: FastAPI, server: Replica) -> None:
     """The two routes, served by vLLM's handlers over ``server``'s engines."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
@@ -100,7 +97,7 @@ def parse(data: dict[str, Any], model: type[BaseModel]) -> Any:
         return exc
 
 
-async def serve(server: VllmServer, request: Request, route: str,
+async def serve(server: Replica, request: Request, route: str,
                 handler: Callable[..., Any], req: Any) -> Response:
     """Admit the request, run vLLM's ``handler`` on it, and answer with autospec's
     header and ``autospec`` object."""
@@ -152,7 +149,7 @@ class _BoundStream(StreamingResponse):
     """A stream that releases its request when the response ends for any reason, including
     a client gone before the first chunk (the body never iterated)."""
 
-    def __init__(self, server: VllmServer, binding: Binding, content: AsyncIterator[str],
+    def __init__(self, server: Replica, binding: Binding, content: AsyncIterator[str],
                  **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
         self.server, self.binding = server, binding

@@ -32,14 +32,11 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autospec.engine.sampling import SamplingParams
 from autospec.serve.server import Job, RequestContext
 from autospec.serve.versions import ServedVersion
-
-if TYPE_CHECKING:
-    from autospec.serve.vllm_server import VllmServed, VllmServer
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +45,26 @@ _GREEDY_BELOW = 1e-5
 
 _BINDING: contextvars.ContextVar[Binding | None] = contextvars.ContextVar(
     "autospec_vllm_binding", default=None)
+
+
+class Replica(Protocol):
+    """What vLLM's layer needs of the replica (:class:`~autospec.serve.vllm_server.VllmServer`
+    provides it): its versions and metrics, admission, and the traffic row."""
+
+    versions: Any
+    metrics: Any
+    config: Any
+    model_name: str
+    api_args: Any
+
+    def bind(self, ctx: RequestContext) -> Binding: ...
+
+    def release(self, binding: Binding) -> None: ...
+
+    def report_vllm(self, binding: Binding, output: Any, sampling_params: Any, ttft_s: float,
+                    first: int) -> Any: ...
+
+    async def openai_api(self) -> VllmApi: ...
 
 
 class ApiOptionError(ValueError):
@@ -62,7 +79,7 @@ class Binding:
     ctx: RequestContext
     job: Job
     version: ServedVersion
-    served: VllmServed | None = None
+    served: Any = None  # the finished request (``VllmServed``), once reported
     released: bool = False
     calls: int = field(default=0)
 
@@ -79,7 +96,7 @@ class EngineProxy:
     everything but :meth:`generate`, which decodes a request on the engine of the version it
     is bound to and reports it when it finishes."""
 
-    def __init__(self, server: VllmServer) -> None:
+    def __init__(self, server: Replica) -> None:
         self._server = server
 
     def __getattr__(self, name: str) -> Any:
@@ -295,7 +312,7 @@ class VllmApi:
     proxy: EngineProxy
 
     @classmethod
-    async def build(cls, server: VllmServer, args: argparse.Namespace) -> VllmApi:
+    async def build(cls, server: Replica, args: argparse.Namespace) -> VllmApi:
         """vLLM's handlers for ``server`` (vLLM's ``init_app_state``, on the loop that will
         serve them)."""
         from starlette.datastructures import State
