@@ -1,9 +1,14 @@
 """The vLLM serving path: one replica's :class:`VllmServer`, decoding with vLLM's async engine.
 
-It is an :class:`~autospec.serve.server.LLMServer` (same request preparation, admission
-limit and 503s, metrics, traffic row, health, same HTTP app from :mod:`autospec.serve.http`)
-whose requests go to a :class:`~autospec.serve.vllm_engine.VllmEngine` instead of the decode
-thread: vLLM batches every admitted request (continuous batching).
+It is an :class:`~autospec.serve.server.LLMServer` (same admission limit and 503s, metrics,
+traffic row, health, the app of :mod:`autospec.serve.http`) whose requests go to a
+:class:`~autospec.serve.vllm_engine.VllmEngine` instead of the decode thread: vLLM batches
+every admitted request (continuous batching). Chat and completions are answered by vLLM's
+own OpenAI layer (:mod:`autospec.serve.vllm_http`, :mod:`autospec.serve.vllm_openai`) through
+:meth:`VllmServer.bind`, :meth:`~VllmServer.report_vllm` and :meth:`~VllmServer.release`;
+the hand-written request path (:meth:`~VllmServer.generate`, :meth:`~VllmServer.stream`)
+remains for in-process callers and for stand-in engines in tests (``api_args`` None), which
+vLLM's layer cannot run over.
 
 **Versions** (:class:`VllmVersionManager`). A version is loaded as everywhere
 (:func:`autospec.versions.load_speculator_version`, checksums and registration checked),
