@@ -116,6 +116,16 @@ class _Request(BaseModel):
             return cls.model_fields[info.field_name].default  # type: ignore[index]
         return value
 
+    @field_validator("stream_options")
+    @classmethod
+    def _stream_options(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        unknown = sorted(set(value or {}) - {"include_usage"})
+        if unknown:
+            raise ValueError(f"{unknown[0]!r}: the native engine streams usage in the last "
+                             "chunk only (include_usage); `autospec serve --engine vllm` "
+                             "takes vLLM's stream options")
+        return value
+
     @field_validator("stop")
     @classmethod
     def _stop(cls, value: str | list[str] | None) -> str | list[str] | None:

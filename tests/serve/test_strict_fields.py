@@ -121,3 +121,10 @@ def test_a_bad_logit_bias_is_a_400_naming_it_tiny(client, bias):
     r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2,
                                              "logit_bias": bias})
     _error(r, "logit_bias")
+
+
+def test_a_stream_option_the_native_engine_does_not_honour_is_refused_tiny(client):
+    r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stream": True,
+                                             "stream_options": {"continuous_usage_stats": True}})
+    err = _error(r, "stream_options")
+    assert "continuous_usage_stats" in err["message"]
