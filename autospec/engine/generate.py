@@ -13,13 +13,13 @@ The engine sees token ids; the target's tokenizer is used only to check stop str
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from autospec.engine.protocol import Proposal, Speculator
-from autospec.engine.sampling import SamplingParams, biased, pick, probs_from_logits
+from autospec.engine.sampling import SamplingParams, biased, penalized, pick, probs_from_logits
 from autospec.engine.stats import RequestStats
 from autospec.engine.target import KVCache, Target
 from autospec.engine.verify import greedy_tree_verify, greedy_verify, rejection_verify
@@ -121,10 +121,12 @@ class SpeculativeEngine:
                 spec.commit(torch.tensor(new, dtype=torch.long), feats)
                 if k > 0:
                     proposal = spec.propose(k, params, rng)
-                if proposal.is_tree and not (params.greedy and cache.compactable):
-                    proposal = proposal.first_branch()  # sampled, or e.g. sliding windows
+                if proposal.is_tree and not (params.greedy and cache.compactable
+                                             and not params.penalizes):
+                    proposal = proposal.first_branch()  # sampled, penalized, sliding windows
             # --- verify: one target forward over the pending token and the drafts --
-            accepted, nxt, feats = self._verify(new[-1], proposal, cache, params, rng, layers)
+            accepted, nxt, feats = self._verify(new[-1], proposal, cache, params, rng, layers,
+                                                out_ids)
             stats.observe_step(proposal.num_tokens, len(accepted), proposal.depth)
             new = [*accepted, nxt]
 
@@ -135,23 +137,27 @@ class SpeculativeEngine:
 
     def _verify(self, pending: int, proposal: Proposal, cache: KVCache, params: SamplingParams,
                 rng: torch.Generator | None, layers: tuple[int, ...],
+                generated: Sequence[int] = (),
                 ) -> tuple[list[int], int, torch.Tensor | None]:
         """Accepted drafts, the recovered/bonus token, and the features of the positions
-        that produced them; the cache keeps exactly the settled positions."""
+        that produced them; the cache keeps exactly the settled positions. ``generated``:
+        the request's output so far (penalties count it, and each row the drafts before
+        it)."""
         start, device = cache.length, self.target.device
         # drafts arrive on the host; one copy puts them beside the logits they meet
         inp = torch.cat([torch.tensor([pending]), proposal.tokens.cpu()]).to(device)  # [k' + 1]
         drafts = inp[1:]  # [k'] on the target's device
         out = self.target.forward(inp, cache, feature_layers=layers,
                                   tree_parents=proposal.parents)
-        if proposal.is_tree:
+        logits = penalized(out.logits, params, generated, proposal.tokens.tolist())
+        if proposal.is_tree:  # never penalized: trees are cut to a chain then
             path, nxt = greedy_tree_verify(proposal.tokens, proposal.parents,
-                                           biased(out.logits, params))
+                                           biased(logits, params))
         elif params.greedy:
-            n, nxt = greedy_verify(drafts, biased(out.logits, params))
+            n, nxt = greedy_verify(drafts, biased(logits, params))
             path = list(range(n))
         else:
-            p = probs_from_logits(out.logits, params)  # [k' + 1, vocab]
+            p = probs_from_logits(logits, params)  # [k' + 1, vocab]
             q = proposal.probs.to(device) if proposal.probs is not None else None
             n, nxt = rejection_verify(drafts, q, p, rng)
             path = list(range(n))

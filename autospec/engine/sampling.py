@@ -7,6 +7,8 @@ shaped ``p`` is what keeps decoding lossless. ``temperature == 0`` means greedy.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -25,6 +27,9 @@ class SamplingParams:
     ignore_eos: bool = False
     #: (token id, bias) added to the logits before anything else, as OpenAI's ``logit_bias``
     logit_bias: tuple[tuple[int, float], ...] = ()
+    #: OpenAI's penalties on the tokens generated so far (:func:`penalized`)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -39,6 +44,30 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalizes(self) -> bool:
+        return bool(self.presence_penalty or self.frequency_penalty)
+
+
+def penalized(logits: torch.Tensor, params: SamplingParams, generated: Sequence[int],
+              chain: Sequence[int] = ()) -> torch.Tensor:
+    """``logits`` (``[rows, vocab]``) with OpenAI's penalties, as vLLM applies them: row ``i``
+    loses ``frequency_penalty`` × the count of each token generated before it (``generated``
+    then ``chain[:i]``) and ``presence_penalty`` once per such token; the prompt is not
+    counted. Unchanged without penalties."""
+    if not params.penalizes:
+        return logits
+    out = logits.float().clone()
+    counts = Counter(generated)
+    for i in range(out.shape[0]):
+        if i:
+            counts[int(chain[i - 1])] += 1
+        if counts:
+            ids = torch.tensor(list(counts), device=out.device)
+            n = torch.tensor(list(counts.values()), dtype=out.dtype, device=out.device)
+            out[i, ids] -= params.frequency_penalty * n + params.presence_penalty
+    return out
 
 
 def biased(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

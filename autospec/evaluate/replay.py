@@ -28,7 +28,7 @@ import torch
 
 from autospec.engine.clock import clock
 from autospec.engine.protocol import Proposal, Speculator
-from autospec.engine.sampling import SamplingParams, probs_from_logits
+from autospec.engine.sampling import SamplingParams, penalized, probs_from_logits
 from autospec.engine.target import Target
 from autospec.engine.verify import accept_tree
 
@@ -95,7 +95,9 @@ def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, 
     if tf is None and params.greedy and not spec.feature_layers:
         tf = (None, None)  # counted against the logged tokens alone: no target pass needed
     logits, feats = tf if tf is not None else teacher_forced(target, req, spec.feature_layers)
-    probs = None if params.greedy else probs_from_logits(logits, params)  # [n_out, vocab]
+    # row j predicts out[j] after the logged out[:j]: the penalties count that prefix
+    probs = None if params.greedy else \
+        probs_from_logits(penalized(logits, params, (), out[:-1]), params)  # [n_out, vocab]
     stats = ReplayStats()
     device = _device(spec, logits, feats)
     # the live loop's generator lives on the target's device: so does replay's

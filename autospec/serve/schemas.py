@@ -3,9 +3,10 @@
 This is the native engine's layer (a vLLM replica answers with vLLM's own,
 :mod:`autospec.serve.vllm_http`). No field is ignored: one it does not declare is a 400 naming
 it (saying so when the vLLM engine serves it), and fields declared for OpenAI's sake whose
-non-default value would change the answer (``echo``, ``best_of``, penalties, ``tools``) are
-refused with a 400 naming them. ``logit_bias`` is applied (to the target's and the
-speculator's logits alike, so decoding stays lossless). ``n > 1`` and ``logprobs`` are parsed here
+non-default value would change the answer (``echo``, ``best_of``, ``tools``) are
+refused with a 400 naming them. ``logit_bias`` and the presence and frequency penalties are
+applied to the target's logits at every verified position (the penalties counting the drafts
+before it), so decoding stays lossless. ``n > 1`` and ``logprobs`` are parsed here
 and served by the vLLM engine; the native engine refuses them with a 400 (the server decides,
 :meth:`autospec.serve.server.LLMServer.check_features`), as does a streamed request that asks
 for them. Numbers and booleans are strict:
@@ -49,8 +50,7 @@ _SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
 #: fields of OpenAI's and vLLM's chat and completion requests that the vLLM engine serves and
 #: this (native) layer does not declare (a test checks vLLM's request models take each)
 VLLM_FIELDS = frozenset({
-    "tools", "tool_choice", "parallel_tool_calls", "response_format", "logit_bias",
-    "presence_penalty", "frequency_penalty",
+    "tools", "tool_choice", "parallel_tool_calls", "response_format",
     "repetition_penalty", "min_p", "min_tokens", "stop_token_ids", "structured_outputs",
     "echo", "suffix", "prompt_logprobs", "include_stop_str_in_output",
     "skip_special_tokens", "bad_words", "allowed_token_ids", "chat_template",
@@ -102,8 +102,8 @@ class _Request(BaseModel):
     stream_options: dict[str, Any] | None = Field(
         None, description="accepted; usage is always sent in the last chunk")
     ignore_eos: StrictBool = Field(False, description="extension: decode past EOS")
-    presence_penalty: StrictFloat = 0.0
-    frequency_penalty: StrictFloat = 0.0
+    presence_penalty: StrictFloat = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    frequency_penalty: StrictFloat = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
     logit_bias: dict[str, Any] | None = None
     user: str | None = None
 
@@ -138,9 +138,6 @@ class _Request(BaseModel):
         if self.stream and (self.n != 1 or self.wanted_logprobs is not None):
             raise ValueError("stream: n > 1 and logprobs are not streamed by the native engine; "
                              "`autospec serve --engine vllm` streams them")
-        if self.presence_penalty or self.frequency_penalty:
-            raise ValueError("presence_penalty and frequency_penalty: the native engine does "
-                             "not apply them; `autospec serve --engine vllm` does")
         return self
 
     @field_validator("logit_bias")

@@ -304,7 +304,9 @@ class LLMServer:
                               top_k=max(0, req.top_k), top_p=req.top_p,
                               seed=None if req.seed is None else req.seed % 2**64,
                               stop=req.stop_strings, ignore_eos=req.ignore_eos,
-                              logit_bias=self._checked_bias(req.bias))
+                              logit_bias=self._checked_bias(req.bias),
+                              presence_penalty=req.presence_penalty,
+                              frequency_penalty=req.frequency_penalty)
 
     def _checked_bias(self, bias: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], ...]:
         vocab = self.target.info.vocab_size
@@ -477,8 +479,7 @@ class LLMServer:
                       "stop": list(params.stop), "ignore_eos": params.ignore_eos,
                       "k": s.version.engine.k if s.k is None else s.k, "route": p.ctx.route,
                       "concurrency": round(s.concurrency, 3), "in_flight": s.in_flight,
-                      **({"logit_bias": {str(t): b for t, b in params.logit_bias}}
-                         if params.logit_bias else {})},
+                      **_shaping(params)},
             finish_reason=s.result.finish_reason,
             latency_ms=s.latency_s * 1e3, ttft_ms=s.ttft_s * 1e3,
             num_drafts=stats.num_drafts, num_draft_tokens=stats.num_draft_tokens,
@@ -486,3 +487,15 @@ class LLMServer:
             accepted_per_position=list(stats.accepted_per_position),
             prompt_tokens=stats.prompt_tokens, output_tokens=stats.output_tokens,
         )
+
+
+def _shaping(params: SamplingParams) -> dict[str, Any]:
+    """The row's logit bias and penalties, when a request set them (replay applies them)."""
+    out: dict[str, Any] = {}
+    if params.logit_bias:
+        out["logit_bias"] = {str(t): b for t, b in params.logit_bias}
+    if params.presence_penalty:
+        out["presence_penalty"] = params.presence_penalty
+    if params.frequency_penalty:
+        out["frequency_penalty"] = params.frequency_penalty
+    return out

@@ -200,13 +200,16 @@ def autospec_params(sp: Any) -> SamplingParams:
         top_k=max(0, int(sp.top_k or 0)), top_p=float(sp.top_p),
         seed=None if sp.seed is None else int(sp.seed) % 2**64,
         stop=tuple(sp.stop or ()), ignore_eos=bool(sp.ignore_eos),
-        logit_bias=tuple((int(t), float(b)) for t, b in (sp.logit_bias or {}).items()))
+        logit_bias=tuple((int(t), float(b)) for t, b in (sp.logit_bias or {}).items()),
+        presence_penalty=float(sp.presence_penalty or 0.0),
+        frequency_penalty=float(sp.frequency_penalty or 0.0))
 
 
 def unreplayable(sp: Any) -> list[str]:
     """The reasons a logged request cannot be replayed faithfully (empty: it can): what in a
-    vLLM ``SamplingParams`` changes the distribution the target samples from beyond
-    the logit bias, temperature, top-k and top-p, which autospec's replay applies.
+    vLLM ``SamplingParams`` changes the distribution the target samples from beyond the
+    logit bias, presence and frequency penalties, temperature, top-k and top-p, which
+    autospec's replay applies.
 
     A greedy request is always replayable: its logged output is the argmax of the logits
     after every penalty, bias and grammar mask, and replay accepts drafts while they equal
@@ -217,8 +220,8 @@ def unreplayable(sp: Any) -> list[str]:
     if float(sp.temperature) < _GREEDY_BELOW:
         return []
     reasons = []
-    if sp.presence_penalty or sp.frequency_penalty or float(sp.repetition_penalty) != 1.0:
-        reasons.append("penalties")
+    if float(sp.repetition_penalty) != 1.0:  # it counts the prompt too: replay does not
+        reasons.append("repetition_penalty")
     if getattr(sp, "structured_outputs", None) is not None:
         reasons.append("structured_outputs")
     if float(getattr(sp, "min_p", 0.0) or 0.0) > 0.0:

@@ -151,3 +151,32 @@ def test_logit_bias_shapes_p_and_q_alike_tiny_random_init():
     params = SamplingParams(temperature=1.0, logit_bias=((3, 2.0),))
     probs = probs_from_logits(logits, params)
     assert torch.allclose(probs[:, 3] / probs[:, 0], torch.full((2,), float(torch.e ** 2)))
+
+
+def test_penalties_tiny_random_init_are_lossless_and_change_the_output(target):
+    plain = SamplingParams(max_new_tokens=30, ignore_eos=True)
+    penal = SamplingParams(max_new_tokens=30, ignore_eos=True, frequency_penalty=2.0,
+                           presence_penalty=1.0)
+    changed = 0
+    for prompt in PROMPTS:
+        want = _target_only(target, prompt, penal).token_ids
+        changed += want != _target_only(target, prompt, plain).token_ids
+        oracle = SpeculativeEngine(target, OracleSpeculator(want), 4).generate(prompt, penal)
+        assert oracle.token_ids == want  # each verified row counts the drafts before it
+        assert oracle.stats.num_accepted_tokens == oracle.stats.num_draft_tokens > 0
+        drafted = SpeculativeEngine(target, RandomSpeculator(64, seed=2), 3).generate(prompt,
+                                                                                       penal)
+        assert drafted.token_ids == want
+    assert changed  # the penalties do move the target's choices
+
+
+def test_penalties_count_what_came_before_each_row_only():
+    from autospec.engine.sampling import penalized
+
+    logits = torch.zeros(3, 6)
+    params = SamplingParams(presence_penalty=0.5, frequency_penalty=1.0)
+    out = penalized(logits, params, generated=[2, 2], chain=[3, 2])
+    assert out[0].tolist() == [0, 0, -2.5, 0, 0, 0]  # 2 seen twice
+    assert out[1].tolist() == [0, 0, -2.5, -1.5, 0, 0]  # and draft 3 once
+    assert out[2].tolist() == [0, 0, -3.5, -1.5, 0, 0]  # and draft 2 again
+    assert penalized(logits, SamplingParams(), [1], [1, 1]) is logits

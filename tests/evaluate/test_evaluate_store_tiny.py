@@ -123,3 +123,20 @@ def test_replay_applies_the_logit_bias_a_request_was_served_with():
                         temperature=0.7, sampling={"max_tokens": 2, "logit_bias": {"5": -3.0}},
                         num_drafts=1, num_accepted_tokens=0)
     assert to_replay_request(ex).params.logit_bias == ((5, -3.0),)
+
+
+def test_replay_applies_the_penalties_of_either_engines_rows():
+    from datetime import datetime
+
+    from autospec.evaluate.run import to_replay_request
+    from autospec.store.queries import TrafficExample
+
+    def example(sampling):
+        return TrafficExample(id=1, request_uid="u", created_at=datetime(2026, 1, 1),
+                              segment="s", speculator_version=None, prompt_ids=[1],
+                              output_ids=[2, 3], temperature=0.7, sampling=sampling,
+                              num_drafts=1, num_accepted_tokens=0)
+
+    native = to_replay_request(example({"frequency_penalty": 0.5})).params
+    vllm = to_replay_request(example({"vllm": {"presence_penalty": 0.25}})).params
+    assert (native.frequency_penalty, vllm.presence_penalty) == (0.5, 0.25)

@@ -128,3 +128,25 @@ def test_a_stream_option_the_native_engine_does_not_honour_is_refused_tiny(clien
                                              "stream_options": {"continuous_usage_stats": True}})
     err = _error(r, "stream_options")
     assert "continuous_usage_stats" in err["message"]
+
+
+def test_penalties_are_applied_by_the_native_engine_and_logged_tiny(client, db):
+    body = {"prompt": "Hello", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+    plain = client.post("/v1/completions", json=body)
+    r = client.post("/v1/completions", json=body | {"frequency_penalty": 2.0,
+                                                    "presence_penalty": 2.0})
+    assert plain.status_code == r.status_code == 200, r.text
+    from .helpers import wait_for_rows
+
+    row = wait_for_rows(db, 2)[-1]
+    assert row.sampling["frequency_penalty"] == 2.0 and row.sampling["presence_penalty"] == 2.0
+    from autospec.store.codec import unpack_ids
+
+    ids = unpack_ids(row.output_ids)
+    assert len(set(ids)) == len(ids)  # a repeat costs more than the tiny target's margins
+
+
+@pytest.mark.parametrize("field", ["presence_penalty", "frequency_penalty"])
+def test_a_penalty_outside_openais_range_is_a_400_tiny(client, field):
+    r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, field: 2.5})
+    _error(r, field)

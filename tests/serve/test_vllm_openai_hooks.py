@@ -60,8 +60,8 @@ def test_cumulative_outputs_are_taken_as_they_come():
 
 def test_what_replay_cannot_apply_is_named_and_the_rest_is_replayable():
     assert unreplayable(SamplingParams(temperature=0.7, top_p=0.9, top_k=20, seed=3)) == []
-    assert unreplayable(SamplingParams(presence_penalty=0.5)) == ["penalties"]
-    assert unreplayable(SamplingParams(repetition_penalty=1.2)) == ["penalties"]
+    assert unreplayable(SamplingParams(presence_penalty=0.5)) == []  # replay applies it
+    assert unreplayable(SamplingParams(repetition_penalty=1.2)) == ["repetition_penalty"]
     schema = StructuredOutputsParams(json={"type": "object"})
     json_schema = SamplingParams(structured_outputs=schema)
     assert unreplayable(json_schema) == ["structured_outputs"]
