@@ -85,7 +85,7 @@ class Evaluation:
     ci_level: float
     measured: SpeedMeasurement | None = None  # decoded speedup; None: measurement off
     synthetic: SyntheticResult | None = None  # held-out synthetic τ; None: no such sequences
-    #: requests left out: decoded under settings replay cannot apply (penalties, a grammar...)
+    #: requests left out: sampled under settings replay cannot apply (a grammar...)
     unreplayable: int = 0
 
     @property

@@ -92,8 +92,8 @@ def _served(sampling: dict, name: str) -> float:
 
 def replayable(examples: list[TrafficExample]) -> tuple[list[TrafficExample], int]:
     """The examples replay reproduces faithfully, and how many were left out: those a vLLM
-    replica decoded under settings autospec's replay does not apply (penalties,
-    ``logit_bias``, a JSON schema or grammar...; named in the row's ``sampling.unreplayable``,
+    replica sampled under settings autospec's replay does not apply (``repetition_penalty``,
+    a JSON schema or grammar...; named in the row's ``sampling.unreplayable``,
     see :mod:`autospec.serve.vllm_openai`)."""
     kept = [ex for ex in examples if not (ex.sampling or {}).get("unreplayable")]
     left = len(examples) - len(kept)
@@ -153,7 +153,7 @@ def evaluate_versions(
     examples, left_out = replayable(examples)
     if not examples:
         raise EvaluationError(f"all {left_out} requests of the window were decoded under "
-                              "settings replay cannot apply (penalties, logit_bias, structured "
+                              "settings replay cannot apply (repetition_penalty, structured "
                               "outputs...: their rows' sampling.unreplayable); send "
                               "unconstrained traffic or widen --window")
     policy = policy or GatePolicy()

@@ -16,8 +16,8 @@ the metrics through :class:`~autospec.serve.vllm_server.VllmServer`. The HTTP si
 (:mod:`autospec.serve.vllm_http`) adds admission, the version header, the ``autospec``
 object and the refusal of fields vLLM would ignore.
 
-Sampling settings beyond autospec's own (penalties, structured outputs,
-``min_p``, ``min_tokens``, stop token ids...) are recorded with the row under
+Sampling settings beyond autospec's own (penalties, structured outputs, ``min_p``,
+``min_tokens``, stop token ids...) are recorded with the row under
 ``sampling.vllm``. A greedy request replays exactly whatever they were (:func:`unreplayable`
 says why); a sampled one under settings replay does not apply is named in
 ``sampling.unreplayable``, and shadow evaluation leaves those rows out and says how many
