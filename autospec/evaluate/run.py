@@ -78,16 +78,11 @@ def to_replay_request(ex: TrafficExample) -> ReplayRequest:
         seed=sampling.get("seed"),
         logit_bias=tuple((int(t), float(b)) for t, b in (sampling.get("logit_bias") or {})
                          .items()),
-        presence_penalty=float(_served(sampling, "presence_penalty")),
-        frequency_penalty=float(_served(sampling, "frequency_penalty")),
+        presence_penalty=float(sampling.get("presence_penalty") or 0.0),
+        frequency_penalty=float(sampling.get("frequency_penalty") or 0.0),
     )
     return ReplayRequest(prompt_ids=ex.prompt_ids, output_ids=ex.output_ids, params=params,
                          segment=ex.segment, request_id=ex.id)
-
-
-def _served(sampling: dict, name: str) -> float:
-    """A penalty a request was served with: the native row's own, else vLLM's settings."""
-    return sampling.get(name) or (sampling.get("vllm") or {}).get(name) or 0.0
 
 
 def replayable(examples: list[TrafficExample]) -> tuple[list[TrafficExample], int]:

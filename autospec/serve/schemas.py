@@ -84,10 +84,10 @@ class _Request(BaseModel):
         unknown = sorted(set(data) - known_fields(cls))
         if unknown:
             name = unknown[0]
-            hint = ("the native engine does not serve it; `autospec serve --engine vllm` does"
-                    if name in VLLM_FIELDS else "no such field")
-            raise APIError(400, f"{name}: {hint}", param=name,
-                           code="unsupported_field" if "vllm" in hint else "unknown_field")
+            if name in VLLM_FIELDS:
+                raise APIError(400, f"{name}: the native engine does not serve it; `autospec "
+                               "serve --engine vllm` does", param=name, code="unsupported_field")
+            raise APIError(400, f"{name}: no such field", param=name, code="unknown_field")
         return data
 
     model: str | None = Field(None, description="the served model id (default: the served one)")

@@ -189,7 +189,10 @@ class VllmEngine:
             n=n, temperature=params.temperature, top_p=params.top_p,
             top_k=params.top_k if params.top_k > 0 else 0, seed=params.seed,
             max_tokens=params.max_new_tokens, stop=list(params.stop) or None,
-            ignore_eos=params.ignore_eos, logprobs=logprobs)
+            ignore_eos=params.ignore_eos, logprobs=logprobs,
+            presence_penalty=params.presence_penalty,
+            frequency_penalty=params.frequency_penalty,
+            logit_bias=dict(params.logit_bias) or None)
         async for output in self.generate_raw({"prompt_token_ids": list(prompt_ids)},
                                               sampling, request_id):
             yield output
@@ -302,6 +305,13 @@ class VllmEngine:
     @property
     def errored(self) -> bool:
         return bool(self.llm.errored)
+
+
+def drafting_now(engine: Any) -> int:
+    """The position in ``engine.loaded`` of the version drafting now: a request starting now
+    is named after the versions loaded from there on (:meth:`VllmEngine.drafted_by`)."""
+    loaded = getattr(engine, "loaded", None)
+    return len(loaded) - 1 if loaded else 0
 
 
 def vllm_refusal(kind: str, config: Any) -> str | None:

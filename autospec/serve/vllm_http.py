@@ -47,25 +47,22 @@ def add_routes(app: FastAPI, server: Replica) -> None:
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
     app.state.args = server.api_args  # what vLLM's error handlers read
+    _route(app, server, "/v1/completions", "completions", CompletionRequest,
+           lambda api: api.completion.create_completion)
+    _route(app, server, "/v1/chat/completions", "chat", ChatCompletionRequest,
+           lambda api: api.chat.create_chat_completion)
 
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        req = parse(await read_object(request, server.config.max_body_bytes),
-                    CompletionRequest)
+
+def _route(app: FastAPI, server: Replica, path: str, route: str, model: type[BaseModel],
+           handler: Callable[[Any], Callable[..., Any]]) -> None:
+    """``POST path``: the body as vLLM's ``model``, answered by ``handler(vLLM's API)``."""
+
+    @app.post(path)
+    async def answer(request: Request) -> Response:
+        req = parse(await read_object(request, server.config.max_body_bytes), model)
         if isinstance(req, ValidationError):
             return await _invalid(request, req)
-        api = await server.openai_api()
-        return await serve(server, request, "completions", api.completion.create_completion,
-                           req)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        req = parse(await read_object(request, server.config.max_body_bytes),
-                    ChatCompletionRequest)
-        if isinstance(req, ValidationError):
-            return await _invalid(request, req)
-        api = await server.openai_api()
-        return await serve(server, request, "chat", api.chat.create_chat_completion, req)
+        return await serve(server, request, route, handler(await server.openai_api()), req)
 
 
 async def _invalid(request: Request, exc: ValidationError) -> Response:

@@ -16,8 +16,8 @@ the metrics through :class:`~autospec.serve.vllm_server.VllmServer`. The HTTP si
 (:mod:`autospec.serve.vllm_http`) adds admission, the version header, the ``autospec``
 object and the refusal of fields vLLM would ignore.
 
-Sampling settings beyond autospec's own (penalties, structured outputs, ``min_p``,
-``min_tokens``, stop token ids...) are recorded with the row under
+Sampling settings beyond autospec's own (``repetition_penalty``, structured outputs,
+``min_p``, ``min_tokens``, stop token ids...) are recorded with the row under
 ``sampling.vllm``. A greedy request replays exactly whatever they were (:func:`unreplayable`
 says why); a sampled one under settings replay does not apply is named in
 ``sampling.unreplayable``, and shadow evaluation leaves those rows out and says how many
@@ -27,6 +27,7 @@ says why); a sampled one under settings replay does not apply is named in
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextvars
 import logging
 import time
@@ -37,6 +38,7 @@ from typing import Any, Protocol
 from autospec.engine.sampling import SamplingParams
 from autospec.serve.server import Job, RequestContext
 from autospec.serve.versions import ServedVersion
+from autospec.serve.vllm_engine import drafting_now
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,6 @@ class Binding:
     version: ServedVersion
     served: Any = None  # the finished request (``VllmServed``), once reported
     released: bool = False
-    calls: int = field(default=0)
 
     def __enter__(self) -> Binding:
         self._token = _BINDING.set(self)
@@ -107,14 +108,12 @@ class EngineProxy:
         binding = _BINDING.get()  # read now: vLLM iterates the stream in another task
         if binding is None:
             raise RuntimeError("a vLLM request outside autospec's admission")
-        binding.calls += 1
         return self._generate(binding, prompt, sampling_params, request_id, kwargs)
 
     async def _generate(self, binding: Binding, prompt: Any, sampling_params: Any,
                         request_id: str, kwargs: dict[str, Any]) -> AsyncIterator[Any]:
         engine = binding.version.engine
-        loaded = getattr(engine, "loaded", None)
-        first = len(loaded) - 1 if loaded else 0  # the version drafting as it starts
+        first = drafting_now(engine)
         whole, ttft, done = Accumulated(_is_delta(sampling_params)), 0.0, False
         try:
             async for output in engine.generate_raw(prompt, sampling_params, request_id,
@@ -123,11 +122,11 @@ class EngineProxy:
                 whole.add(output)
                 done = bool(output.finished)
                 yield output
-        finally:
-            if done:
-                self._finished(binding, whole.final(), sampling_params, ttft, first)
-            else:
-                self._server.metrics.abandoned.labels("decoding").inc()
+        except (asyncio.CancelledError, GeneratorExit):  # the client left: vLLM aborts it
+            self._server.metrics.abandoned.labels("decoding").inc()
+            raise
+        if done:
+            self._finished(binding, whole.final(), sampling_params, ttft, first)
 
     def _finished(self, binding: Binding, output: Any, sampling_params: Any, ttft: float,
                   first: int) -> None:
@@ -238,8 +237,8 @@ def unreplayable(sp: Any) -> list[str]:
 
 
 #: settings of vLLM's ``SamplingParams`` a traffic row keeps when they are not the default
-_DEFAULTS: dict[str, Any] = {
-    "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_p": 0.0,
+_DEFAULTS: dict[str, Any] = {  # (the presence and frequency penalties: autospec's own)
+    "repetition_penalty": 1.0, "min_p": 0.0,
     "min_tokens": 0, "stop_token_ids": [], "allowed_token_ids": None, "bad_words": [],
     "include_stop_str_in_output": False, "skip_special_tokens": True,
 }

@@ -73,6 +73,7 @@ from autospec.serve.versions import ServedVersion, VersionManager
 from autospec.serve.vllm_engine import (
     VllmEngine,
     VllmMetricsCollector,
+    drafting_now,
     reported_summary,
     vllm_refusal,
     vllm_stats,
@@ -374,10 +375,10 @@ class VllmServer(LLMServer):
         ids = list(output.prompt_token_ids or [])
         text = output.prompt if output.prompt is not None else self.target.tokenizer.decode(ids)
         p = Prepared(binding.ctx, ids, text, autospec_params(sampling_params), binding.version,
-                     n=int(sampling_params.n or 1))
-        p.vllm = {"settings": vllm_settings(sampling_params),
-                  "unreplayable": unreplayable(sampling_params),
-                  "logprobs": sampling_params.logprobs}
+                     n=int(sampling_params.n or 1),
+                     vllm={"settings": vllm_settings(sampling_params),
+                           "unreplayable": unreplayable(sampling_params),
+                           "logprobs": sampling_params.logprobs})
         served = replace(self._served(p, output, ttft_s, first),
                          concurrency=self.concurrency(binding.job),
                          in_flight=binding.job.in_flight)
@@ -420,8 +421,7 @@ class VllmServer(LLMServer):
         if not self._start(job):
             return
         finished = False
-        loaded = getattr(p.version.engine, "loaded", None)
-        first = len(loaded) - 1 if loaded else 0  # the version drafting as it starts
+        first = drafting_now(p.version.engine)
         steps = self._steps(p, job)
         try:
             last, ttft = None, 0.0

@@ -125,7 +125,7 @@ def test_replay_applies_the_logit_bias_a_request_was_served_with():
     assert to_replay_request(ex).params.logit_bias == ((5, -3.0),)
 
 
-def test_replay_applies_the_penalties_of_either_engines_rows():
+def test_replay_applies_the_penalties_a_request_was_served_with():
     from datetime import datetime
 
     from autospec.evaluate.run import to_replay_request
@@ -137,6 +137,6 @@ def test_replay_applies_the_penalties_of_either_engines_rows():
                               output_ids=[2, 3], temperature=0.7, sampling=sampling,
                               num_drafts=1, num_accepted_tokens=0)
 
-    native = to_replay_request(example({"frequency_penalty": 0.5})).params
-    vllm = to_replay_request(example({"vllm": {"presence_penalty": 0.25}})).params
-    assert (native.frequency_penalty, vllm.presence_penalty) == (0.5, 0.25)
+    params = to_replay_request(example({"frequency_penalty": 0.5,
+                                        "presence_penalty": 0.25})).params
+    assert (params.frequency_penalty, params.presence_penalty) == (0.5, 0.25)
