@@ -222,7 +222,7 @@ class Demo:
 
         get_settings.cache_clear()
         with self._stage("opening the store"):
-            self.engine = store.open_store(self.db_url, upgrade=True)
+            self.engine = store.open_store(self.db_url, upgrade="embedded")
         try:
             with self._stage("starting Ray and Serve"):
                 self._start_serving()

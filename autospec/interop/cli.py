@@ -66,7 +66,7 @@ def export(
 
         if fmt not in FORMATS:
             raise ExportError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
-        db = store.open_store(database_url, upgrade=True)
+        db = store.open_store(database_url, upgrade="create")
         check_registered(db, [version])
         source = _source(db, version) if version != BUILTIN_VERSION else {"version": version}
         model = load_target(_target(db, target), dtype="float32")
@@ -124,7 +124,7 @@ def import_(
 
         if not (directory / "config.json").is_file():  # before the target is loaded
             raise ImportRefused(f"{directory}: no config.json (not a speculators directory)")
-        db = store.open_store(database_url, upgrade=True)
+        db = store.open_store(database_url, upgrade="create")
         model = load_target(_target(db, target), dtype="float32")
         done = import_head(directory, target=model, engine=db, name=name, actor=actor)
     if as_json:

@@ -158,7 +158,7 @@ def _prepare_database(database_url: str | None) -> str:
     from autospec.settings import get_settings
 
     url = database_url or get_settings().resolved_database_url
-    engine = store.open_store(url, upgrade=url.startswith("sqlite"))
+    engine = store.open_store(url, upgrade="embedded")
     engine.dispose()
     return url
 

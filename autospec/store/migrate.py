@@ -13,12 +13,16 @@ The migration scripts live in the top-level ``migrations/`` directory, installed
 - :func:`schema_drift` lists differences between the models and the migrated database.
 - :func:`open_store` = make_engine + ping + schema check (or upgrade): what processes call
   at start-up (here, not in :mod:`~autospec.store.db`, so the two do not import each other).
+  Whether it may create or migrate the schema is decided in one place, :func:`may_migrate`:
+  only ``autospec db upgrade`` migrates a PostgreSQL database or an existing SQLite store
+  other processes use; ``serve``/``demo`` upgrade their own SQLite file; ``train``, ``export``,
+  ``import``, ``synth``, ``pretrain`` only create a brand-new SQLite file.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -26,10 +30,10 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import URL, Connection, Engine
+from sqlalchemy import URL, Connection, Engine, inspect
 
 from autospec.shipped import shipped_dir
-from autospec.store.db import describe, make_engine, ping, writer_engine
+from autospec.store.db import describe, make_engine, parse_url, ping, writer_engine
 from autospec.store.errors import SchemaNotInitialized, SchemaOutdated, StoreError, UnknownRevision
 from autospec.store.models import metadata
 
@@ -126,16 +130,73 @@ def schema_drift(engine: Engine) -> list[Any]:
         return list(compare_metadata(ctx, metadata))
 
 
-def open_store(url: str | URL | None = None, *, upgrade: bool = False) -> Engine:
-    """Engine for ``url``, checked: reachable and at the revision this code expects.
+UpgradeMode = Literal["never", "create", "embedded", "always"]
+"""Who may migrate what, when a process opens the store (:func:`may_migrate`):
 
-    With ``upgrade=True`` the schema is migrated to head first (the embedded default does this
-    so a fresh SQLite file just works); otherwise a schema mismatch raises a
-    :class:`~autospec.store.errors.SchemaError` telling the operator to run ``autospec db upgrade``.
+- ``never`` — check only (replicas on PostgreSQL, the controller, ``db purge``, ...);
+- ``create`` — create the schema in an *empty SQLite* database (a new file), never migrate an
+  existing one (``train``, ``export``, ``import``, ``synth``, ``pretrain``: a fresh machine's
+  first command works; a store other processes use is never changed under them);
+- ``embedded`` — create or upgrade a *SQLite* store (``serve`` and ``demo`` own their
+  single-machine SQLite file; the upgrade is logged), never a server database;
+- ``always`` — create or upgrade anything (``autospec db upgrade``; tests and benches on their
+  own throwaway files).
+"""
+
+
+def may_migrate(url: str | URL, mode: UpgradeMode | bool, *, current: str | None,
+                empty: bool) -> bool:
+    """The one rule deciding whether opening the store at ``url`` may migrate it.
+
+    ``current``: the database's revision (None: none); ``empty``: it has no table at all.
+    A PostgreSQL (or any server) database is migrated only in mode ``always`` — i.e. by
+    ``autospec db upgrade``, as the runbook says — so a newer CLI pointed at production never
+    changes the schema the running replicas and controller check.
+    """
+    mode = _mode(mode)
+    if mode == "always":
+        return True
+    if mode == "never" or parse_url(url).get_backend_name() != "sqlite":
+        return False
+    if mode == "embedded":
+        return True
+    return current is None and empty  # "create": a brand-new SQLite file only
+
+
+def _mode(mode: UpgradeMode | bool) -> UpgradeMode:
+    if mode is True:
+        return "always"
+    if mode is False:
+        return "never"
+    if mode not in ("never", "create", "embedded", "always"):
+        raise ValueError(f"unknown upgrade mode {mode!r}")
+    return mode
+
+
+def _is_empty(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        return not inspect(conn).get_table_names()
+
+
+def open_store(url: str | URL | None = None, *,
+               upgrade: UpgradeMode | bool = "never") -> Engine:
+    """Engine for ``url``, checked: reachable and at a revision this code can run against.
+
+    ``upgrade`` (see :data:`UpgradeMode` and :func:`may_migrate`) says whether the schema may be
+    created or migrated to head first; ``True`` means ``always``, ``False`` ``never``. When it
+    may not, a schema mismatch raises a :class:`~autospec.store.errors.SchemaError` telling the
+    operator to run ``autospec db upgrade``.
     """
     engine = make_engine(url)
     ping(engine)
-    if upgrade:
-        _run(engine, command.upgrade, "head")  # `upgrade` is the flag here
+    current = current_revision(engine)
+    head = head_revision()
+    migratable = current is None or (current != head and current in known_revisions())
+    if migratable and may_migrate(engine.url, upgrade, current=current,
+                                  empty=current is None and _is_empty(engine)):
+        _run(engine, command.upgrade, "head")
+        if current is not None:
+            log.warning("upgraded database %s from revision %s to %s", describe(engine.url),
+                        current, head)
     check_schema(engine)
     return engine

@@ -97,7 +97,7 @@ def _run(request, *, database_url: str | None, target: str | None,  # type: igno
 
     try:
         check_request(request)
-        engine = store.open_store(database_url, upgrade=True)
+        engine = store.open_store(database_url, upgrade="create")
         model = load_served_target(engine, deployment=request.deployment, target=target,
                                    dtype=dtype)
         return synthesize(request, engine=engine, target=model,
@@ -214,7 +214,7 @@ def _pretrain(request, assignments: list[str], *, database_url: str | None,  # t
     try:
         request = type(request)(**{**request.__dict__,
                                    "overrides": parse_overrides("eagle3", assignments)})
-        engine = store.open_store(database_url, upgrade=True)
+        engine = store.open_store(database_url, upgrade="create")
         model = load_served_target(engine, deployment=request.deployment, target=target,
                                    dtype=dtype)
         return pretrain_base(request, engine=engine, target=model, progress=_LineProgress(),

@@ -221,7 +221,7 @@ def _run(request: TrainRequest, *, database_url: str | None, address: str | None
     from autospec.numerics import load_served_target
     from autospec.train.run import train_candidate
 
-    engine = store.open_store(database_url, upgrade=True)
+    engine = store.open_store(database_url, upgrade="create")
     if address:  # join the cluster now, before any work is done
         from autospec.train.ray_trainer import connect_ray
 
