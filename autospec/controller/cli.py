@@ -83,8 +83,10 @@ def _db():  # type: ignore[no-untyped-def]
 # -- status ---------------------------------------------------------------------------------
 def status(
     deployment: Annotated[str, typer.Option(help="the deployment to report on")] = "default",
-    policy: Annotated[str, typer.Option(
-        help=POLICY_HELP + " (for the fresh-traffic minimum)")] = "default",
+    policy: Annotated[str | None, typer.Option(
+        help=POLICY_HELP + " (for the fresh-traffic minimum and the canary; default: the "
+        "one the deployment's controller recorded when it started, else the shipped "
+        "default)")] = None,
     cycles: Annotated[int, typer.Option(min=1, help="how many recent cycles to show")] = 5,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
 ) -> None:
@@ -92,12 +94,15 @@ def status(
     dtype, τ (shadow; live over the last hour and day), speedup over target-only (estimated
     and measured), traffic, fresh requests since the last cycle, recent cycles, next
     scheduled run, lease, failures."""
-    from autospec.controller.policy import load_policy
+    from autospec.controller.policy_record import policy_in_force
     from autospec.controller.status import collect_status
 
     with _errors():
-        pol = load_policy(policy)
-        data = collect_status(_db(), deployment=deployment, policy=pol, cycles=cycles)
+        given = policy_in_force(None, deployment=deployment, given=policy) if policy else None
+        db = _db()
+        in_force = given or policy_in_force(db, deployment=deployment)
+        data = collect_status(db, deployment=deployment, policy=in_force.policy, cycles=cycles)
+        data["policy_in_force"] = in_force.as_dict()
     if json_out:
         _emit(data)
     else:
@@ -134,6 +139,7 @@ def _print_status(data: dict[str, Any]) -> None:
                   f"({load['requests']} requests)")
     if numerics and numerics.get("k_bands"):
         table.add_row("k per concurrency band", f"{numerics['k_bands']} (the policy's)")
+    table.add_row("policy", _policy_text(data.get("policy_in_force")))
     traffic = data["traffic"]
     table.add_row("requests 1h / 24h / all",
                   f"{traffic['last_hour']} / {traffic['last_day']} / {traffic['total']}")
@@ -162,6 +168,17 @@ def _print_status(data: dict[str, Any]) -> None:
         for f in data["failures"]:
             fails.add_row(str(f["time"]), f["actor"], str(f["version"] or "—"), f["reason"])
         out.print(fails)
+
+
+def _policy_text(info: dict[str, Any] | None) -> str:
+    if not info:
+        return "—"
+    if info["origin"] == "recorded":
+        return (f"{info['name']} from {info['source']} (recorded by {info['recorded_by']} "
+                f"at {str(info['recorded_at'])[:19]})")
+    if info["origin"] == "given":
+        return f"{info['name']} from {info['source']} (--policy)"
+    return f"{info['name']} (shipped default: no controller has recorded its policy yet)"
 
 
 def _evaluation_text(ev: dict[str, Any] | None) -> str:
@@ -305,9 +322,11 @@ def _controller(policy: str, target: str | None, dtype: str | None,  # type: ign
                 address: str | None = None):
     from autospec import numerics
     from autospec.controller.cycle import Controller
-    from autospec.controller.policy import load_policy
+    from autospec.controller.policy import parse_policy, policy_text
+    from autospec.controller.policy_record import record_policy
 
-    pol = load_policy(policy)
+    text, source = policy_text(policy)
+    pol = parse_policy(text, source=source)
     db = _db()
     # refuse options the deployment does not serve now, before any cycle; the target is
     # loaded (and checked again against the deployment's record) when a cycle needs it
@@ -321,8 +340,10 @@ def _controller(policy: str, target: str | None, dtype: str | None,  # type: ign
         err.print(f"note: policy {policy!r} trains in this process (training.workers: 0); "
                   "--address is not used", highlight=False)
 
-    return Controller(db, pol, lambda: numerics.load_served_target(
+    controller = Controller(db, pol, lambda: numerics.load_served_target(
         db, deployment=pol.deployment, target=target, dtype=dtype))
+    record_policy(db, policy=pol, text=text, source=source, actor=controller.holder)
+    return controller
 
 
 TARGET_OPT = typer.Option(help="the served target: a name, directory or .gguf (default: "

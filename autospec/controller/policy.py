@@ -290,13 +290,19 @@ def shipped_policy_text(name: str) -> str:
 
 def load_policy(spec: str | Path = "default") -> Policy:
     """A shipped policy by name (``default``, ``conservative``) or a YAML file by path."""
+    text, source = policy_text(spec)
+    return parse_policy(text, source=source)
+
+
+def policy_text(spec: str | Path = "default") -> tuple[str, str]:
+    """The YAML text of a shipped policy or a file, and where it came from."""
     path = Path(spec)
     if isinstance(spec, str) and spec in SHIPPED and not path.exists():
-        return parse_policy(shipped_policy_text(spec), source=f"policies/{spec}.yaml")
+        return shipped_policy_text(spec), f"policies/{spec}.yaml"
     if not path.is_file():
         raise PolicyError(f"policy file {path} does not exist (shipped policies: "
                           f"{', '.join(SHIPPED)})")
-    return parse_policy(path.read_text(encoding="utf-8"), source=str(path))
+    return path.read_text(encoding="utf-8"), str(path)
 
 
 def parse_policy(text: str, *, source: str = "<policy>") -> Policy:

@@ -61,6 +61,7 @@ EVENT_KINDS = (
     "note",
     "import",
     "swap",
+    "policy",
 )
 """Event kinds :func:`autospec.store.registry.record_event` accepts (checked in Python, not by a
 CHECK constraint, so adding a kind needs no migration)."""

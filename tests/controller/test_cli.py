@@ -120,3 +120,25 @@ def test_controller_address_joins_that_ray_cluster_when_the_policy_uses_ray_trai
     in_process = cli("controller", "once", "--address", "10.0.0.7:6379")
     assert in_process.exit_code == 0 and "--address is not used" in in_process.output
     assert joined == [("10.0.0.7:6379", 2)]
+
+
+def test_status_reads_the_policy_the_controller_runs(cli, db) -> None:
+    from autospec import store
+
+    before = json.loads(runner.invoke(app, ["status", "--json"]).stdout)
+    assert before["policy_in_force"]["origin"] == "shipped-default"
+    assert before["policy"] == "default"
+    for _ in range(2):  # the same text twice: recorded once
+        done = cli("controller", "once", "--json", policy_file=cli.rejecting)
+        assert done.exit_code == 0, done.output  # nothing to do: no traffic yet
+    after = json.loads(runner.invoke(app, ["status", "--json"]).stdout)
+    info = after["policy_in_force"]
+    assert info["origin"] == "recorded" and info["source"] == str(cli.rejecting)
+    assert info["recorded_by"] and after["policy"] != "default"
+    with store.session_scope(db, readonly=True) as session:
+        recorded = store.list_events(session, kinds=["policy"])
+    assert len(recorded) == 1 and "min_gain: 50" in recorded[0].details["text"]
+    given = json.loads(runner.invoke(app, ["status", "--json", "--policy", "default"]).stdout)
+    assert given["policy_in_force"]["origin"] == "given" and given["policy"] == "default"
+    table = runner.invoke(app, ["status"], env={"COLUMNS": "300"})
+    assert table.exit_code == 0 and str(cli.rejecting) in table.stdout
