@@ -7,7 +7,8 @@
 | ``AUTOSPEC_ARTIFACT_DIR`` | ``<data dir>/artifacts`` |
 | ``AUTOSPEC_SPILL_DIR`` | ``<data dir>/spill`` (traffic rows waiting for the database) |
 | ``AUTOSPEC_CACHE_DIR`` | ``$XDG_CACHE_HOME/autospec``, else ``~/.cache/autospec`` |
-| ``AUTOSPEC_API_KEY`` | none (no authentication); the Bearer key ``autospec serve`` requires |
+| ``AUTOSPEC_API_KEY`` | none (no authentication); the Bearer key(s) ``serve`` requires, a,b |
+| ``AUTOSPEC_API_KEY_FILE`` | none; a file of keys, one per line, re-read when it changes |
 
 The cache holds only what can be derived again (a GGUF target dequantized to
 safetensors); it is machine-wide, like Hugging Face's, so every data directory shares it.
@@ -49,8 +50,11 @@ class Settings(BaseSettings):
     )
 
     api_key: SecretStr | None = Field(
-        default=None, description="API key the serving application requires (Bearer); "
-        "clients of this package send it")
+        default=None, description="API key(s) the serving application requires (Bearer), "
+        "comma-separated; clients of this package send the first")
+    api_key_file: Path | None = Field(
+        default=None, description="a file of API keys, one per line ('#' comments), that "
+        "replicas re-read when it changes; clients send its first key when api_key is unset")
 
     @property
     def resolved_database_url(self) -> str:
@@ -66,10 +70,38 @@ class Settings(BaseSettings):
 
 
 def api_key() -> str | None:
-    """``AUTOSPEC_API_KEY`` in clear, or None when unset or empty (what clients send and
-    what the applications ``demo`` and ``bench serve`` deploy require)."""
-    key = get_settings().api_key
-    return (key.get_secret_value() or None) if key is not None else None
+    """The key this package's clients send: the first of ``AUTOSPEC_API_KEY``, else the first
+    of ``AUTOSPEC_API_KEY_FILE``; None when neither holds one (no authentication). The
+    applications ``demo`` and ``bench serve`` deploy require it."""
+    keys = api_keys()
+    return keys[0] if keys else None
+
+
+def api_keys() -> tuple[str, ...]:
+    """Every key of ``AUTOSPEC_API_KEY``, else of ``AUTOSPEC_API_KEY_FILE`` (an unreadable
+    file: none)."""
+    settings = get_settings()
+    if settings.api_key is not None and settings.api_key.get_secret_value().strip():
+        return parse_keys(settings.api_key.get_secret_value())
+    if settings.api_key_file is not None:
+        try:
+            return parse_keys(settings.api_key_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            return ()
+    return ()
+
+
+def parse_keys(text: str) -> tuple[str, ...]:
+    """Keys in a variable or a key file: separated by commas or new lines; blank entries and
+    lines starting with ``#`` are skipped; order kept, duplicates dropped."""
+    keys: list[str] = []
+    for line in text.splitlines():
+        if line.strip().startswith("#"):
+            continue
+        for key in (part.strip() for part in line.split(",")):
+            if key and key not in keys:
+                keys.append(key)
+    return tuple(keys)
 
 
 @lru_cache(maxsize=1)

@@ -19,6 +19,7 @@ import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
 from typing import Annotated, Any
 
 import psutil
@@ -79,7 +80,12 @@ def serve(
     api_key: Annotated[str | None, typer.Option(
         envvar="AUTOSPEC_API_KEY", show_envvar=True, show_default=False,
         help="require 'Authorization: Bearer <key>' on every route but /health and /metrics "
-        "(default: env AUTOSPEC_API_KEY; none: no authentication)")] = None,
+        "(default: env AUTOSPEC_API_KEY; several keys comma-separated; none and no "
+        "--api-key-file: no authentication)")] = None,
+    api_key_file: Annotated[Path | None, typer.Option(
+        envvar="AUTOSPEC_API_KEY_FILE", show_envvar=True, show_default=False,
+        help="a file of API keys, one per line, that replicas re-read when it changes: "
+        "rotate keys without a restart (the same path on every node)")] = None,
     docs: Annotated[bool, typer.Option(
         help="serve the interactive API docs at /docs (Swagger UI loads from a CDN)")] = False,
 ) -> None:
@@ -102,9 +108,11 @@ def serve(
             engine=engine, vllm_options=_engine_options(vllm_option or []),  # type: ignore[arg-type]
             vllm_api_options=_engine_options(vllm_api_option or [], "--vllm-api-option"),
             database_url=None, log_traffic=log_traffic, ray_actor_options=actor_options,
-            startup_timeout_s=startup_timeout, api_key=api_key or None, docs=docs)
+            startup_timeout_s=startup_timeout, api_key=api_key or None, docs=docs,
+            api_key_file=api_key_file.resolve() if api_key_file else None)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from None
+    _check_key_file(config.api_key_file)
     _check_api_options(config.vllm_api_options)
     config = config.model_copy(update={"database_url": _prepare_database(database_url)})
     _signals_interrupt()  # SIGTERM as Ctrl-C, from here on: start-up included
@@ -120,6 +128,18 @@ def serve(
     finally:
         if not detach:
             shut_down(local=address is None)
+
+
+def _check_key_file(path: Path | None) -> None:
+    """A key file this machine cannot read is a usage error before any replica starts."""
+    from autospec.serve.auth import KeyFileError, KeyRing
+
+    if path is None:
+        return
+    try:
+        KeyRing(file=path)
+    except KeyFileError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--api-key-file") from None
 
 
 def _check_api_options(options: dict[str, Any]) -> None:

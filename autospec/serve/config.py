@@ -10,6 +10,7 @@ replica stays above the replica's pending limit and Ray's router queue is unboun
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
@@ -92,8 +93,13 @@ class ServeConfig(BaseModel):
         default_factory=lambda: {"num_cpus": 1.0},
         description="Ray options per replica (num_cpus, num_gpus, runtime_env)")
     api_key: SecretStr | None = Field(
-        None, description="clients must send 'Authorization: Bearer <key>' (default: "
-        "AUTOSPEC_API_KEY in the replica's environment; neither: no authentication)")
+        None, description="clients must send 'Authorization: Bearer <key>'; several keys "
+        "comma-separated (default: AUTOSPEC_API_KEY in the replica's environment; no key "
+        "and no key file: no authentication)")
+    api_key_file: Path | None = Field(
+        None, description="a file of keys, one per line, that each replica re-reads when it "
+        "changes (key rotation without restart; the same path on every node; default: "
+        "AUTOSPEC_API_KEY_FILE in the replica's environment)")
     docs: bool = Field(
         False, description="serve the interactive API docs at /docs (Swagger UI, which "
         "loads its scripts from a CDN); /openapi.json is served either way")

@@ -46,7 +46,7 @@ from pydantic import BaseModel, ValidationError
 
 from autospec.engine.generate import GenerationResult
 from autospec.engine.stats import RequestStats
-from autospec.serve.auth import ApiKeyAuth, configured_key
+from autospec.serve.auth import ApiKeyAuth, configured_keys
 from autospec.serve.detok import TextStream
 from autospec.serve.errors import APIError, install_handlers, validation_error
 from autospec.serve.schemas import (
@@ -100,9 +100,9 @@ def make_app(server: LLMServer, *, replica: str | None = None,
     app = FastAPI(title="autospec", description="OpenAI-compatible speculative decoding",
                   version="1", docs_url=docs, redoc_url=None)
     install_handlers(app)
-    key = configured_key(server.config.api_key)
-    if key is not None:
-        app.add_middleware(ApiKeyAuth, key=key)
+    keys = configured_keys(server.config.api_key, server.config.api_key_file)
+    if keys is not None:
+        app.add_middleware(ApiKeyAuth, keys=keys)
     if replica is not None:  # added last: outermost, so a 401 names the replica too
         app.add_middleware(ReplicaHeader, value=replica)
 

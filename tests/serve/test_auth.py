@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from autospec.serve.auth import ApiKeyAuth, configured_key
+from autospec.serve.auth import ApiKeyAuth, KeyRing, configured_key
 from autospec.serve.config import ServeConfig
 from autospec.serve.http import make_app
 from autospec.settings import get_settings
@@ -21,6 +21,7 @@ BODY = {"prompt": "Hello", "max_tokens": 2}
 @pytest.fixture
 def no_env_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("AUTOSPEC_API_KEY", raising=False)
+    monkeypatch.delenv("AUTOSPEC_API_KEY_FILE", raising=False)
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()
@@ -107,7 +108,7 @@ def test_paths_are_matched_below_the_serve_route_prefix():
     async def send(message):  # type: ignore[no-untyped-def]
         seen.append(message.get("status", "body"))
 
-    guard = ApiKeyAuth(app, key=KEY)
+    guard = ApiKeyAuth(app, keys=KeyRing([KEY]))
     for path in ("/live/health", "/live/metrics", "/live/v1/models"):
         scope = {"type": "http", "path": path, "root_path": "/live", "headers": []}
         asyncio.run(guard(scope, None, send))
