@@ -22,6 +22,7 @@ Modules: :mod:`~autospec.store.db` (engines, sessions, SQLite WAL set-up),
 (the concurrency served), :mod:`~autospec.store.history`
 (training runs, evaluations), :mod:`~autospec.store.artifacts` (artifact SHA-256),
 :mod:`~autospec.store.synthetic` (target-generated training sequences, apart from traffic),
+:mod:`~autospec.store.backup` (portable backup and restore of the rows and artifacts),
 :mod:`~autospec.store.errors`.
 """
 

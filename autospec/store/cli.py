@@ -1,7 +1,9 @@
 """``autospec db``: migrate, inspect and purge the database.
 
 Commands: ``upgrade``, ``downgrade``, ``current`` (database revision vs the one this code
-expects; ``--json``), ``purge --older-than 30d``. Every command takes ``--url`` (default
+expects; ``--json``), ``purge --older-than 30d``, ``backup PATH`` and ``restore PATH`` (the
+store's rows and the artifacts, portable between SQLite and PostgreSQL;
+:mod:`autospec.store.backup`). Every command takes ``--url`` (default
 ``AUTOSPEC_DATABASE_URL``). A :class:`~autospec.store.errors.StoreError` is printed as one
 line on stderr, without a traceback, and the command exits with status 2.
 """
@@ -13,6 +15,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -137,3 +140,78 @@ def purge(
     count = _run(go)
     what = "stripped" if text_only else "deleted"
     out.print(f"{what} {count} requests older than {older_than}")
+
+
+def _progress(quiet: bool) -> Callable[[str, int], None] | None:
+    if quiet:
+        return None
+    return lambda what, count: err.print(f"  {what}: {count}", highlight=False)
+
+
+@db_app.command()
+def backup(
+    path: Annotated[Path, typer.Argument(help="a new directory to write the backup to")],
+    url: Annotated[str | None, UrlOption] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Back up every table and the registered versions' artifacts to PATH (a new directory).
+
+    Portable: rows as JSON Lines, read in one transaction; no pg_dump needed. Restore with
+    `autospec db restore PATH`, into SQLite or PostgreSQL.
+    """
+    from autospec.store import backup as backups
+    from autospec.store import db
+
+    def go() -> dict[str, Any]:
+        engine = db.make_engine(url)
+        try:
+            return backups.backup(engine, path, progress=_progress(as_json)).as_dict()
+        finally:
+            engine.dispose()
+
+    done = _run(go)
+    if as_json:
+        out.print_json(json.dumps(done))
+        return
+    out.print(f"backed up {done['rows']} rows of {len(done['tables'])} tables and "
+              f"{len(done['artifacts'])} artifacts from {done['database']} (revision "
+              f"{done['revision']}) to {done['path']}", highlight=False)
+    if done["missing_artifacts"]:
+        out.print(f"without an artifact (pruned or missing): "
+                  f"{', '.join(done['missing_artifacts'])}", highlight=False)
+
+
+@db_app.command()
+def restore(
+    path: Annotated[Path, typer.Argument(help="a directory written by `autospec db backup`")],
+    url: Annotated[str | None, UrlOption] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="replace a store that is not empty (and artifacts that differ)")] = False,
+    actor: Annotated[str, typer.Option(help="who restores (for the audit log)")] = "cli",
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Restore a backup into the database (created if empty) and the artifact directory.
+
+    Refuses a store that holds anything unless --force, and a backup of another schema
+    revision than this autospec's. Stop the replicas and the controller first.
+    """
+    from autospec.store import backup as backups
+    from autospec.store import db
+
+    def go() -> dict[str, Any]:
+        engine = db.make_engine(url)
+        try:
+            return backups.restore(engine, path, force=force, actor=actor,
+                                   progress=_progress(as_json)).as_dict()
+        finally:
+            engine.dispose()
+
+    done = _run(go)
+    if as_json:
+        out.print_json(json.dumps(done))
+        return
+    replaced = (f" (replacing {sum(done['replaced'].values())} rows)"
+                if done["replaced"] else "")
+    out.print(f"restored {done['rows']} rows of {len(done['tables'])} tables and "
+              f"{len(done['artifacts'])} artifacts into {done['database']}{replaced}",
+              highlight=False)

@@ -1,0 +1,427 @@
+"""``autospec db backup`` / ``autospec db restore``: the store and its artifacts, portably.
+
+No ``pg_dump`` (nor its version matching the server's) is needed: every autospec table is read
+through SQLAlchemy with the models' column types and written as JSON Lines, so a backup taken
+from SQLite restores into PostgreSQL and back. A backup is a directory::
+
+    backup.json              format, migration revision, source, row counts, artifacts
+    tables/<table>.jsonl     one JSON object a row, primary-key order
+    artifacts/<version>/     each registered version's artifact files (manifest included)
+
+Values: ``LargeBinary`` columns (token ids) as base64 strings, timestamps as ISO 8601 UTC,
+JSON columns as JSON, everything else as is. The tables are read in one transaction
+(``REPEATABLE READ`` on PostgreSQL), so the copy is consistent while replicas keep writing.
+
+:func:`restore` refuses a backup of another revision than this code's head (restore it with
+the autospec that took it, then ``autospec db upgrade``), a target store at another revision,
+and a target store that holds anything (beyond the built-in version the migrations register)
+unless ``force``. It checks every artifact against the SHA-256 the registry records, copies it
+to the configured artifact directory (rows' ``artifact_uri`` point there afterwards), then
+replaces every table's rows in one transaction, in foreign-key order, resets PostgreSQL's id
+sequences, and records the restore in the audit log (a ``note`` event).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Engine,
+    LargeBinary,
+    MetaData,
+    Table,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+)
+
+from autospec.store.artifacts import artifact_sha256, local_path
+from autospec.store.db import describe, ping, writer_engine
+from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated, StoreError
+from autospec.store.models import metadata, utcnow
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+INDEX = "backup.json"
+BUILTIN = "builtin-ngram"
+_BATCH = 1000
+
+Progress = Callable[[str, int], None]
+"""Called with (table or ``artifacts``, how many written/restored) as each one is done."""
+
+
+@dataclass
+class Outcome:
+    """What a backup or restore did: rows a table, artifacts copied, where."""
+
+    path: str
+    database: str
+    revision: str
+    tables: dict[str, int] = field(default_factory=dict)
+    artifacts: list[str] = field(default_factory=list)
+    missing_artifacts: list[str] = field(default_factory=list)
+    replaced: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "database": self.database, "revision": self.revision,
+                "tables": self.tables, "rows": sum(self.tables.values()),
+                "artifacts": self.artifacts, "missing_artifacts": self.missing_artifacts,
+                "replaced": self.replaced}
+
+
+def tables() -> list[Table]:
+    """The autospec tables, parents before children (the order rows are restored in)."""
+    return list(metadata.sorted_tables)
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+def _kind(column: Any) -> str:
+    kind = column.type
+    if isinstance(kind, LargeBinary):
+        return "bytes"
+    if isinstance(kind, DateTime) or isinstance(getattr(kind, "impl", None), DateTime):
+        return "datetime"
+    return "plain"
+
+
+def _encoder(table: Table) -> Callable[[Any], dict[str, Any]]:
+    kinds = {c.name: _kind(c) for c in table.columns}
+
+    def encode(row: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, value in row._mapping.items():
+            if value is not None and kinds[name] == "bytes":
+                value = base64.b64encode(value).decode("ascii")
+            elif value is not None and kinds[name] == "datetime":
+                value = value.isoformat()
+            out[name] = value
+        return out
+
+    return encode
+
+
+def _decoder(table: Table) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    kinds = {c.name: _kind(c) for c in table.columns}
+
+    def decode(row: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(row) - set(kinds)
+        if unknown:
+            raise StoreError(f"backup of table {table.name} has columns this autospec does "
+                             f"not know: {', '.join(sorted(unknown))}")
+        out: dict[str, Any] = {}
+        for name, value in row.items():
+            if value is not None and kinds[name] == "bytes":
+                value = base64.b64decode(value)
+            elif value is not None and kinds[name] == "datetime":
+                value = datetime.fromisoformat(value)
+            out[name] = value
+        return out
+
+    return decode
+
+
+def _writable(table: Table) -> Table:
+    """``table`` with JSON columns storing Python None as SQL NULL (as the ORM writes it)."""
+    copy = table.to_metadata(MetaData())
+    for column in copy.columns:
+        if isinstance(column.type, JSON):
+            column.type = JSON(none_as_null=True)
+    return copy
+
+
+def _order(table: Table) -> list[Any]:
+    return list(table.primary_key.columns) or list(table.columns)
+
+
+# -- backup ----------------------------------------------------------------------------------
+
+
+def backup(engine: Engine, path: str | Path, *, progress: Progress | None = None) -> Outcome:
+    """Write the store at ``engine`` (and its artifacts) to the new directory ``path``."""
+    from autospec.store.migrate import current_revision, head_revision
+
+    dest = Path(path)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise Conflict(f"{dest} already exists; back up into a new directory")
+    ping(engine)
+    revision, head = current_revision(engine), head_revision()
+    if revision != head:
+        raise SchemaOutdated(
+            f"database {describe(engine.url)} is at revision {revision!r}, this autospec backs "
+            f"up revision {head!r}; back it up with the autospec that runs against it, or run "
+            f"`autospec db upgrade` first")
+    partial = dest.with_name(f".{dest.name}.partial-{uuid.uuid4().hex[:8]}")
+    (partial / "tables").mkdir(parents=True)
+    outcome = Outcome(path=str(dest), database=describe(engine.url), revision=head)
+    artifacts: dict[str, dict[str, str]] = {}
+    try:
+        conn_engine = engine
+        if engine.dialect.name == "postgresql":
+            conn_engine = engine.execution_options(isolation_level="REPEATABLE READ")
+        with conn_engine.connect() as conn, conn.begin():
+            for table in tables():
+                encode = _encoder(table)
+                count = 0
+                with (partial / "tables" / f"{table.name}.jsonl").open("w", encoding="utf-8") as fh:
+                    rows = conn.execution_options(yield_per=_BATCH).execute(
+                        select(table).order_by(*_order(table)))
+                    for row in rows:
+                        fh.write(json.dumps(encode(row), separators=(",", ":")) + "\n")
+                        count += 1
+                outcome.tables[table.name] = count
+                if progress:
+                    progress(table.name, count)
+            speculators = metadata.tables["speculators"]
+            registered = conn.execute(select(speculators.c.version, speculators.c.artifact_uri,
+                                             speculators.c.sha256, speculators.c.meta)).all()
+        for version, uri, sha, meta in registered:
+            source = local_path(uri)
+            if source is None or uri.startswith("builtin:"):
+                continue
+            if (meta or {}).get("pruned") or not source.is_dir():
+                outcome.missing_artifacts.append(version)
+                continue
+            if artifact_sha256(source) != sha:
+                raise ArtifactError(f"artifact of {version!r} at {source} does not match the "
+                                    f"SHA-256 the registry records ({sha[:12]}…); not backed up")
+            shutil.copytree(source, partial / "artifacts" / version)
+            artifacts[version] = {"uri": uri, "sha256": sha, "path": f"artifacts/{version}"}
+            outcome.artifacts.append(version)
+        if progress:
+            progress("artifacts", len(outcome.artifacts))
+        index = {"format": FORMAT, "revision": head, "created_at": utcnow().isoformat(),
+                 "source": outcome.database, "dialect": engine.dialect.name,
+                 "tables": outcome.tables, "artifacts": artifacts,
+                 "missing_artifacts": outcome.missing_artifacts}
+        (partial / INDEX).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+        if dest.exists():
+            dest.rmdir()
+        partial.rename(dest)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    log.info("backed up %s (%d rows, %d artifacts) to %s", outcome.database,
+             sum(outcome.tables.values()), len(outcome.artifacts), dest)
+    return outcome
+
+
+# -- restore ---------------------------------------------------------------------------------
+
+
+def read_index(path: str | Path) -> dict[str, Any]:
+    """The checked ``backup.json`` of the backup at ``path``."""
+    index_path = Path(path) / INDEX
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StoreError(f"{path} is not an autospec backup (no {INDEX})") from None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"cannot read {index_path}: {exc}") from None
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        raise StoreError(f"{index_path}: expected backup format {FORMAT}")
+    return index
+
+
+def contents(engine: Engine) -> dict[str, int]:
+    """Rows a table that a fresh store would not hold (the built-in version aside)."""
+    found: dict[str, int] = {}
+    with engine.connect() as conn:
+        for table in tables():
+            query = select(func.count()).select_from(table)
+            if table.name == "speculators":
+                query = query.where(table.c.version != BUILTIN)
+            count = conn.scalar(query) or 0
+            if count:
+                found[table.name] = count
+    return found
+
+
+def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = None,
+            force: bool = False, actor: str = "cli",
+            progress: Progress | None = None) -> Outcome:
+    """Replace the store at ``engine`` (and the artifacts) with the backup at ``path``."""
+    from autospec.settings import get_settings
+    from autospec.store.migrate import _is_empty, check_schema, current_revision, head_revision
+    from autospec.store.migrate import upgrade as migrate_upgrade
+
+    source = Path(path)
+    index = read_index(source)
+    head = head_revision()
+    if index.get("revision") != head:
+        raise SchemaOutdated(
+            f"backup {source} was taken at migration revision {index.get('revision')!r}, this "
+            f"autospec expects {head!r}: restore it with the autospec that took it, then run "
+            f"`autospec db upgrade`")
+    ping(engine)
+    where = describe(engine.url)
+    fresh = current_revision(engine) is None and _is_empty(engine)
+    found: dict[str, int] = {}
+    if not fresh:
+        check_schema(engine)  # at head (or names what to do)
+        if current_revision(engine) != head:
+            raise SchemaOutdated(f"database {where} is not at revision {head!r}; restore into "
+                                 f"a store this autospec migrated (`autospec db upgrade`)")
+        found = contents(engine)
+        if found and not force:
+            listed = ", ".join(f"{name}: {count}" for name, count in found.items())
+            raise Conflict(f"database {where} is not empty ({listed}); pass --force to "
+                           f"replace its contents with the backup")
+    root = Path(artifact_dir or get_settings().resolved_artifact_dir)
+    artifacts: dict[str, dict[str, str]] = index.get("artifacts") or {}
+    plan = _plan_artifacts(source, root, artifacts, force=force)
+    outcome = Outcome(path=str(source), database=where, revision=head,
+                      missing_artifacts=list(index.get("missing_artifacts") or []),
+                      replaced=found)
+    if fresh:
+        migrate_upgrade(engine)
+    outcome.artifacts = _copy_artifacts(source, root, plan)
+    if progress:
+        progress("artifacts", len(outcome.artifacts))
+    uris = {version: str(root / version) for version in artifacts}
+    with writer_engine(engine).begin() as conn:
+        for table in reversed(tables()):
+            conn.execute(delete(table))
+        for table in tables():
+            count = 0
+            for batch in _batches(source, table, uris):
+                conn.execute(insert(_writable(table)), batch)
+                count += len(batch)
+            outcome.tables[table.name] = count
+            if progress:
+                progress(table.name, count)
+        if conn.dialect.name == "postgresql":
+            _reset_sequences(conn)
+        _record(conn, actor=actor, source=source, index=index, outcome=outcome)
+    log.info("restored %s into %s (%d rows, %d artifacts)", source, where,
+             sum(outcome.tables.values()), len(outcome.artifacts))
+    return outcome
+
+
+def _plan_artifacts(source: Path, root: Path, artifacts: dict[str, dict[str, str]], *,
+                    force: bool) -> dict[str, bool]:
+    """Check every artifact of the backup; {version: copy it (False: already there)}."""
+    plan: dict[str, bool] = {}
+    for version, entry in artifacts.items():
+        kept = source / entry["path"]
+        try:
+            actual = artifact_sha256(kept)
+        except ArtifactError as exc:
+            raise ArtifactError(f"backup {source}: artifact of {version!r}: {exc}") from None
+        if actual != entry["sha256"]:
+            raise ArtifactError(f"backup {source}: artifact of {version!r} has SHA-256 "
+                                f"{actual[:12]}…, the registry recorded {entry['sha256'][:12]}…")
+        dest = root / version
+        if not dest.exists():
+            plan[version] = True
+            continue
+        try:
+            same = artifact_sha256(dest) == entry["sha256"]
+        except ArtifactError:
+            same = False
+        if not same and not force:
+            raise Conflict(f"{dest} exists and is not the backup's artifact of {version!r}; "
+                           f"pass --force to replace it")
+        plan[version] = not same
+    return plan
+
+
+def _copy_artifacts(source: Path, root: Path, plan: dict[str, bool]) -> list[str]:
+    root.mkdir(parents=True, exist_ok=True)
+    for version, copy in plan.items():
+        if not copy:
+            continue
+        partial = root / f".partial-{uuid.uuid4().hex}"
+        shutil.copytree(source / "artifacts" / version, partial)
+        artifact_sha256(partial)  # checked again where it now lives
+        dest = root / version
+        if dest.exists():
+            shutil.rmtree(dest)
+        partial.rename(dest)
+    return list(plan)
+
+
+def _lines(source: Path, table: Table) -> Iterator[dict[str, Any]]:
+    file = source / "tables" / f"{table.name}.jsonl"
+    if not file.is_file():
+        raise StoreError(f"backup {source} has no {file.name}")
+    decode = _decoder(table)
+    with file.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            try:
+                yield decode(json.loads(line))
+            except (ValueError, TypeError) as exc:
+                raise StoreError(f"{file}:{number}: {exc}") from None
+
+
+def _batches(source: Path, table: Table,
+             uris: dict[str, str]) -> Iterator[list[dict[str, Any]]]:
+    rows: Iterator[dict[str, Any]] = _lines(source, table)
+    if table.name == "speculators":
+        rows = iter(_parents_first(list(rows)))
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        if table.name == "speculators" and row["version"] in uris:
+            row["artifact_uri"] = uris[row["version"]]
+        batch.append(row)
+        if len(batch) >= _BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _parents_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Speculator rows ordered so that a version's parent is inserted before it."""
+    by_version = {row["version"]: row for row in rows}
+    done: set[str] = set()
+    ordered: list[dict[str, Any]] = []
+    for row in rows:
+        chain = []
+        while row is not None and row["version"] not in done:
+            chain.append(row)
+            done.add(row["version"])
+            row = by_version.get(row.get("parent"))  # type: ignore[arg-type]
+        ordered.extend(reversed(chain))
+    return ordered
+
+
+def _reset_sequences(conn: Any) -> None:
+    for table in tables():
+        for column in table.primary_key.columns:
+            if column.autoincrement is not True:
+                continue
+            sequence = conn.scalar(text("SELECT pg_get_serial_sequence(:t, :c)"),
+                                   {"t": table.name, "c": column.name})
+            if sequence is None:
+                continue
+            top = conn.scalar(select(func.max(column)))
+            conn.execute(text("SELECT setval(:s, :v, :called)"),
+                         {"s": sequence, "v": top or 1, "called": top is not None})
+
+
+def _record(conn: Any, *, actor: str, source: Path, index: dict[str, Any],
+            outcome: Outcome) -> None:
+    events = metadata.tables["events"]
+    conn.execute(insert(_writable(events)).values(
+        created_at=utcnow(), kind="note", actor=actor,
+        reason=f"store restored from backup {source} (taken {index.get('created_at')} from "
+               f"{index.get('source')})",
+        details={"type": "restore", "backup": str(source), "revision": outcome.revision,
+                 "rows": sum(outcome.tables.values()), "artifacts": len(outcome.artifacts),
+                 "replaced": outcome.replaced}))
