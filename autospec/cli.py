@@ -30,8 +30,9 @@ app.add_typer(bench_app, name="bench")
 app.command("serve")(serve)
 app.command("evaluate")(evaluate)
 app.add_typer(controller_cli.controller_app, name="controller")
-for _name in ("status", "promote", "rollback", "versions", "history"):
+for _name in ("status", "promote", "rollback", "history"):
     app.command(_name)(getattr(controller_cli, _name))
+app.add_typer(controller_cli.versions_app, name="versions")  # lists; `versions prune`
 app.command("train")(train)
 app.command("synth")(synth)
 app.command("pretrain")(pretrain)

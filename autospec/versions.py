@@ -7,7 +7,8 @@ live); any other name is looked up in the store's registry and its artifact load
 SHA-256 checked against the one registered, target checked). Every refusal is a
 :class:`VersionLoadError` naming the version and the reason; an artifact that is not the
 one registered (its files replaced by another valid artifact's) is also recorded in the
-audit log (a ``failure`` event, ``details.what = "artifact mismatch"``).
+audit log (a ``failure`` event, ``details.what = "artifact mismatch"``). A version whose
+artifact ``autospec versions prune`` deleted is refused saying so.
 
 The built-in version is registered in every store by the schema migrations (a
 target-agnostic row without an artifact: it is built in code), so the live pointer can
@@ -62,8 +63,13 @@ def load_speculator_version(db: Engine | None, target: Target, version: str, *,
         with store.session_scope(db, readonly=True) as session:
             row = store.get_speculator(session, version=version)
             uri, kind, target_id, sha = row.artifact_uri, row.kind, row.target_id, row.sha256
+            pruned = (row.meta or {}).get("pruned")
     except store.NotFound as exc:
         raise VersionLoadError(str(exc)) from None
+    if pruned:
+        raise VersionLoadError(f"version {version!r} was pruned (`autospec versions prune` "
+                               f"deleted its artifact {pruned.get('at', '')}); it cannot be "
+                               f"loaded any more")
     if target_id != target.info.target_id:
         raise VersionLoadError(f"version {version!r} is for target {target_id!r}, "
                                f"not {target.info.target_id!r}")

@@ -268,14 +268,23 @@ def rollback(
 
 
 # -- versions / history ---------------------------------------------------------------------
+versions_app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
+
+
+@versions_app.callback()
 def versions(
+    ctx: typer.Context,
     state: Annotated[str | None, typer.Option(
         help="only this state (candidate, live, retired, rejected, rolled_back)")] = None,
     limit: Annotated[int, typer.Option(min=1, help="newest N")] = 50,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Registered speculator versions, newest first, with their last evaluation."""
+    """Registered speculator versions, newest first, with their last evaluation
+    (`autospec versions prune`: delete old versions' artifacts)."""
     from autospec.controller.operations import list_versions
+
+    if ctx.invoked_subcommand is not None:
+        return
 
     with _errors():
         rows = list_versions(_db(), state=state, limit=limit)
@@ -293,6 +302,36 @@ def versions(
                       f"#{ev['id']} {ev['decision']} vs {ev['incumbent']}: τ "
                       f"{_fmt(ev['tau_candidate'])} vs {_fmt(ev['tau_incumbent'])}")
     out.print(table)
+
+
+@versions_app.command("prune")
+def versions_prune(
+    keep: Annotated[int, typer.Option(min=0, help="keep the newest N versions' artifacts (live, "
+                                      "previous, served, pending and base versions are "
+                                      "always kept)")] = 5,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only list what would go")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Delete the artifacts of old versions nobody can need (rows kept, marked pruned, audited)."""
+    from autospec.settings import get_settings
+    from autospec.store.prune import prune
+
+    with _errors():
+        done = prune(_db(), artifact_dir=get_settings().resolved_artifact_dir, keep=keep,
+                     dry_run=dry_run, actor=_actor()).as_dict()
+    if json_out:
+        _emit(done)
+        return
+    verb = "would prune" if dry_run else "pruned"
+    for entry in done["pruned"]:
+        out.print(f"{verb} {entry['version']}: {entry['artifact']} "
+                  f"({entry['bytes'] / 1e6:.1f} MB)", highlight=False)
+    for entry in done["skipped"]:
+        out.print(f"skipped {entry['version']}: {entry['why']}", highlight=False)
+    for version, why in done["kept"].items():
+        out.print(f"kept {version}: {'; '.join(why)}", highlight=False)
+    out.print(f"{verb} {len(done['pruned'])} versions' artifacts "
+              f"({done['bytes'] / 1e6:.1f} MB), kept {len(done['kept'])}", highlight=False)
 
 
 def history(

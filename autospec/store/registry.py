@@ -236,6 +236,9 @@ def set_live(
     """Make ``version`` live for ``deployment`` (atomic; previous version remembered)."""
     _check_name("deployment", deployment)
     spec = get_speculator(session, version=version)
+    if (spec.meta or {}).get("pruned"):
+        raise Conflict(f"{version!r} was pruned (its artifact deleted "
+                       f"{spec.meta['pruned'].get('at', '')}); it cannot be made live again")
     if spec.state == "rejected" and kind != "override":
         raise Conflict(f"{version!r} was rejected; promote it with kind='override' to insist")
     return _move(session, deployment=deployment, to=version, actor=actor, reason=reason,
