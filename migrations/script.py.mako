@@ -15,6 +15,11 @@ revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
 branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
+# True only when this migration just expands the schema (new table, nullable or defaulted
+# column, index): the code of the previous revision keeps working against it, so replicas
+# and the controller can be rolled after `autospec db upgrade` (ops/RUNBOOK.md, Upgrading).
+# A contracting change (drop, rename, NOT NULL without default) is False, in a later release.
+backward_compatible = False
 
 
 def upgrade() -> None:

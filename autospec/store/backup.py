@@ -84,8 +84,9 @@ class Outcome:
 
 
 def tables() -> list[Table]:
-    """The autospec tables, parents before children (the order rows are restored in)."""
-    return list(metadata.sorted_tables)
+    """The autospec tables, parents before children (the order rows are restored in);
+    ``autospec_schema`` is schema bookkeeping the restoring store writes itself."""
+    return [t for t in metadata.sorted_tables if t.name != "autospec_schema"]
 
 
 # -- values ----------------------------------------------------------------------------------

@@ -89,29 +89,30 @@ def current_status(url: str | None) -> dict[str, Any]:
     from autospec.store import db, migrate
 
     engine = db.make_engine(url)
-    current, head = migrate.current_revision(engine), migrate.head_revision()
-    if current == head:
-        state = "current"
-    elif current is None:
-        state = "empty"
-    elif current in migrate.known_revisions():
-        state = "outdated"
-    else:
-        state = "unknown"
-    return {"url": db.describe(engine.url), "current": current, "expected": head, "state": state}
+    state, current = migrate.schema_state(engine)
+    compat = migrate.recorded_compat(engine)
+    return {"url": db.describe(engine.url), "current": current,
+            "expected": migrate.head_revision(), "state": state,
+            "min_reader": compat[1] if compat is not None and compat[0] == current else None}
 
 
 @db_app.command()
 def current(url: Annotated[str | None, UrlOption] = None,
             as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
-    """Say which revision the database is at and which this code expects."""
+    """Say which revision the database is at and which this code expects.
+
+    States: current, empty, outdated (run `autospec db upgrade`), ahead-compatible (newer,
+    but this code can run against it), unknown. Exit 0 when this code can run against it.
+    """
     status = _run(lambda: current_status(url))
     if as_json:
         out.print_json(json.dumps(status))
     else:
         out.print(f"database  {status['url']}\nat        {status['current']}\n"
-                  f"expected  {status['expected']}\nstate     {status['state']}", highlight=False)
-    if status["state"] != "current":
+                  f"expected  {status['expected']}\nstate     {status['state']}\n"
+                  f"readable  by code at {status['min_reader'] or status['current']} or later",
+                  highlight=False)
+    if status["state"] not in ("current", "ahead-compatible"):
         raise typer.Exit(1)
 
 

@@ -8,8 +8,13 @@ The migration scripts live in the top-level ``migrations/`` directory, installed
 
 - :func:`upgrade` / :func:`downgrade` move the schema; a fresh database is created only this way.
 - :func:`current_revision` reads the database; :func:`head_revision` is what the code expects.
-- :func:`check_schema` raises a :class:`~autospec.store.errors.SchemaError` subclass when the
-  two differ (not initialised, outdated, or a revision this code does not know).
+- :func:`check_schema` raises a :class:`~autospec.store.errors.SchemaError` subclass when this
+  code cannot run against the database (not initialised, outdated, or a revision this code
+  does not know). Expand-then-contract: every migration declares ``backward_compatible``
+  (it only expands the schema); each migration run records in ``autospec_schema`` the oldest
+  code revision that can still run against the schema (:func:`min_reader`), and a database
+  *ahead* of the code is accepted when the code's head is at least that (``ahead-compatible``,
+  :func:`schema_state`), so ``autospec db upgrade`` can go first and replicas roll after.
 - :func:`schema_drift` lists differences between the models and the migrated database.
 - :func:`open_store` = make_engine + ping + schema check (or upgrade): what processes call
   at start-up (here, not in :mod:`~autospec.store.db`, so the two do not import each other).
@@ -28,14 +33,14 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
-from alembic.script import ScriptDirectory
+from alembic.script import Script, ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import URL, Connection, Engine, inspect
+from sqlalchemy import URL, Connection, Engine, delete, insert, inspect, select
 
 from autospec.shipped import shipped_dir
 from autospec.store.db import describe, make_engine, parse_url, ping, writer_engine
 from autospec.store.errors import SchemaNotInitialized, SchemaOutdated, StoreError, UnknownRevision
-from autospec.store.models import metadata
+from autospec.store.models import SchemaCompat, metadata, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -93,32 +98,120 @@ def _run(engine: Engine, fn: Any, revision: str) -> None:
             fn(alembic_config(conn), revision)
         except CommandError as exc:
             raise StoreError(f"migration to {revision!r} failed: {exc}") from None
+        record_compat(conn)
     log.info("database %s now at %s", describe(engine.url), current_revision(engine))
 
 
-def _unknown_message(engine: Engine, current: str) -> str:
+def _unknown_message(engine: Engine, current: str, head: str | None = None,
+                     compat: tuple[str, str] | None = None) -> str:
+    head = head or head_revision()
+    needs = ""
+    if compat is not None and compat[0] == current:
+        needs = (f" It records that code at revision {compat[1]!r} or later can run against "
+                 f"it (a contracting migration since {head!r}).")
     return (
         f"database {describe(engine.url)} is at migration revision {current!r}, which this "
-        f"autospec does not know (it expects {head_revision()!r}); was it migrated by a newer "
-        f"autospec? Upgrade autospec, or point AUTOSPEC_DATABASE_URL at the right database."
+        f"autospec does not know (it expects {head!r}); was it migrated by a newer "
+        f"autospec?{needs} Upgrade autospec, or point AUTOSPEC_DATABASE_URL at the right "
+        f"database."
     )
 
 
-def check_schema(engine: Engine) -> str:
-    """Return the database revision if it is the one the code expects; raise otherwise."""
+# -- expand-then-contract -------------------------------------------------------------------
+
+
+def is_backward_compatible(script: Script) -> bool:
+    """Whether a migration only expands the schema (its module says
+    ``backward_compatible = True``): code at the revision before it keeps working."""
+    return getattr(script.module, "backward_compatible", False) is True
+
+
+def min_reader(revision: str, scripts: ScriptDirectory | None = None) -> str:
+    """The oldest code revision that can run against a schema at ``revision``: walk back
+    over the backward-compatible migrations that led to it."""
+    scripts = scripts or ScriptDirectory.from_config(alembic_config())
+    while True:
+        script = scripts.get_revision(revision)
+        if script is None or not is_backward_compatible(script):
+            return revision
+        down = script.down_revision
+        if not isinstance(down, str):  # the first migration, or a merge: stop here
+            return revision
+        revision = down
+
+
+def record_compat(conn: Connection) -> None:
+    """Record ``(revision, min_reader)`` in ``autospec_schema`` (from 0007; before, nothing)."""
+    current = MigrationContext.configure(conn).get_current_revision()
+    if current is None or not inspect(conn).has_table(SchemaCompat.__tablename__):
+        return
+    table = SchemaCompat.__table__
+    conn.execute(delete(table))
+    conn.execute(insert(table).values(revision=current, min_reader=min_reader(current),
+                                      updated_at=utcnow()))
+
+
+def recorded_compat(engine: Engine) -> tuple[str, str] | None:
+    """``(revision, min_reader)`` the database records, or None (before 0007, or none)."""
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(SchemaCompat.__tablename__):
+            return None
+        row = conn.execute(select(SchemaCompat.revision, SchemaCompat.min_reader)).first()
+    return None if row is None else (row[0], row[1])
+
+
+def lineage(head: str) -> set[str]:
+    """``head`` and every revision before it (what code at ``head`` knows)."""
+    scripts = ScriptDirectory.from_config(alembic_config())
+    return {s.revision for s in scripts.iterate_revisions(head, "base")}
+
+
+def schema_state(engine: Engine, *, head: str | None = None) -> tuple[str, str | None]:
+    """``(state, revision)``: ``current`` (at the code's head), ``empty`` (never migrated),
+    ``outdated`` (an older revision: run ``autospec db upgrade``), ``ahead-compatible`` (a
+    newer revision whose recorded min reader this code satisfies: it runs), ``unknown``."""
     current = current_revision(engine)
-    head = head_revision()
-    if current == head:
-        return current
-    where = describe(engine.url)
+    expected = head or head_revision()
+    known = lineage(head) if head else known_revisions()
+    if current == expected:
+        return "current", current
     if current is None:
+        return "empty", None
+    if current in known:
+        return "outdated", current
+    compat = recorded_compat(engine)
+    if compat is not None and compat[0] == current and compat[1] in known:
+        return "ahead-compatible", current
+    return "unknown", current
+
+
+def check_schema(engine: Engine, *, head: str | None = None) -> str:
+    """Return the database revision if this code can run against it; raise otherwise.
+
+    Accepted: the code's head, or a newer revision (unknown to this code) whose recorded
+    ``min_reader`` this code's head satisfies (expand-then-contract: ``autospec db upgrade``
+    first, then roll the replicas and the controller). ``head`` simulates older code.
+    """
+    state, current = schema_state(engine, head=head)
+    expected = head or head_revision()
+    where = describe(engine.url)
+    if state == "current":
+        return expected
+    if state == "ahead-compatible":
+        assert current is not None
+        log.info("database %s is at %s, ahead of this code (%s) by backward-compatible "
+                 "migrations only", where, current, expected)
+        return current
+    if state == "empty":
         raise SchemaNotInitialized(
             f"database {where} has no autospec schema; run `autospec db upgrade`"
         )
-    if current not in known_revisions():
-        raise UnknownRevision(_unknown_message(engine, current))
+    assert current is not None
+    if state == "unknown":
+        raise UnknownRevision(_unknown_message(engine, current, expected,
+                                               recorded_compat(engine)))
     raise SchemaOutdated(
-        f"database {where} is at revision {current!r}, the code expects {head!r}; "
+        f"database {where} is at revision {current!r}, the code expects {expected!r}; "
         f"run `autospec db upgrade`"
     )
 

@@ -333,4 +333,21 @@ class Lease(Base):
     expires_at: Mapped[datetime]
 
 
+class SchemaCompat(Base):
+    """One row: the migration revision the schema is at and ``min_reader``, the oldest
+    autospec code (by its head revision) that can still run against it.
+
+    Written by every migration run (:func:`autospec.store.migrate.record_compat`) from the
+    migrations' ``backward_compatible`` marks; read by :func:`~autospec.store.migrate.check_schema`
+    when the database is at a revision newer than the code knows (expand-then-contract).
+    Schema bookkeeping, not data: backups leave it out.
+    """
+
+    __tablename__ = "autospec_schema"
+
+    revision: Mapped[str] = mapped_column(String(32), primary_key=True)
+    min_reader: Mapped[str] = mapped_column(String(32))
+    updated_at: Mapped[datetime]
+
+
 metadata = Base.metadata

@@ -17,6 +17,7 @@ revision = '0001'
 down_revision = None
 branch_labels = None
 depends_on = None
+backward_compatible = False  # declared from 0007 on; before it the check needed an exact match
 
 
 def upgrade() -> None:

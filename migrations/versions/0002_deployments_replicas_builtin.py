@@ -24,6 +24,7 @@ revision = '0002'
 down_revision = '0001'
 branch_labels = None
 depends_on = None
+backward_compatible = False  # declared from 0007 on; before it the check needed an exact match
 
 BUILTIN = 'builtin-ngram'
 

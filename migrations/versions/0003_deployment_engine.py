@@ -19,6 +19,7 @@ revision = '0003'
 down_revision = '0002'
 branch_labels = None
 depends_on = None
+backward_compatible = False  # declared from 0007 on; before it the check needed an exact match
 
 
 def upgrade() -> None:

@@ -21,6 +21,7 @@ revision = '0004'
 down_revision = '0003'
 branch_labels = None
 depends_on = None
+backward_compatible = False  # declared from 0007 on; before it the check needed an exact match
 
 _ID = sa.BigInteger().with_variant(sa.Integer(), 'sqlite')
 

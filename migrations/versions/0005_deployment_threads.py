@@ -21,6 +21,7 @@ revision = '0005'
 down_revision = '0004'
 branch_labels = None
 depends_on = None
+backward_compatible = False  # declared from 0007 on; before it the check needed an exact match
 
 
 def upgrade() -> None:

@@ -19,6 +19,7 @@ revision = '0006'
 down_revision = '0005'
 branch_labels = None
 depends_on = None
+backward_compatible = False  # declared from 0007 on; before it the check needed an exact match
 
 
 def upgrade() -> None:

@@ -1,0 +1,158 @@
+"""Expand-then-contract: code at revision N runs against a schema at N+1 when the migration
+to N+1 is marked ``backward_compatible`` (only expands), and refuses it, clearly, otherwise.
+
+The newer release is simulated for real: a copy of the shipped migrations plus a 0008 that
+adds a column, applied by pointing Alembic at the copy; then this code (head 0007, which has
+never heard of 0008) opens the store."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from typer.testing import CliRunner
+
+from autospec import store
+from autospec.store import db, migrate
+from autospec.store.errors import UnknownRevision
+
+NEXT = '''"""a newer release's migration (test)"""
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0008"
+down_revision = {down!r}
+branch_labels = None
+depends_on = None
+backward_compatible = {compatible}
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("leases") as batch:
+        batch.add_column(sa.Column("note", sa.String(64), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("leases") as batch:
+        batch.drop_column("note")
+'''
+
+
+def _newer_release(tmp_path: Path, *, compatible: bool) -> Path:
+    scripts = tmp_path / "newer-migrations"
+    shutil.copytree(migrate.script_location(), scripts,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (scripts / "versions" / "0008_newer.py").write_text(
+        NEXT.format(down=migrate.head_revision(), compatible=compatible))
+    return scripts
+
+
+def _upgrade_with_newer_release(url: str, scripts: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as m:
+        m.setattr(migrate, "script_location", lambda: str(scripts))
+        engine = db.make_engine(url)
+        migrate.upgrade(engine)  # what the newer release's `autospec db upgrade` does
+        assert migrate.current_revision(engine) == "0008"
+        engine.dispose()
+
+
+def test_the_migrations_declare_whether_they_only_expand() -> None:
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(migrate.alembic_config())
+    for script in scripts.walk_revisions():
+        assert isinstance(getattr(script.module, "backward_compatible", None), bool), \
+            f"migration {script.revision} must declare backward_compatible = True/False"
+    head = migrate.head_revision()
+    assert migrate.is_backward_compatible(scripts.get_revision(head))  # 0007: a table only
+    assert migrate.min_reader(head) == scripts.get_revision(head).down_revision
+
+
+def test_the_database_records_its_min_reader(db_url: str) -> None:
+    engine = db.make_engine(db_url)
+    migrate.upgrade(engine)
+    head = migrate.head_revision()
+    assert migrate.recorded_compat(engine) == (head, migrate.min_reader(head))
+    migrate.downgrade(engine, "0006")  # before the table: nothing recorded, nothing read
+    assert migrate.recorded_compat(engine) is None
+    migrate.upgrade(engine)
+    assert migrate.recorded_compat(engine) == (head, migrate.min_reader(head))
+    engine.dispose()
+
+
+def test_previous_code_runs_against_a_backward_compatible_next_schema(
+        db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head = migrate.head_revision()
+    _upgrade_with_newer_release(db_url, _newer_release(tmp_path, compatible=True), monkeypatch)
+    engine = migrate.open_store(db_url)  # this code (head 0007) accepts 0008
+    assert migrate.check_schema(engine) == "0008"
+    assert migrate.schema_state(engine) == ("ahead-compatible", "0008")
+    assert migrate.recorded_compat(engine) == ("0008", migrate.min_reader(head))
+    with store.session_scope(engine) as session:  # and really works against it
+        store.record_event(session, kind="note", actor="old-code", reason="still here")
+        assert store.list_speculators(session)[0].version == "builtin-ngram"
+    with pytest.raises(UnknownRevision):
+        migrate.upgrade(engine)  # this code never migrates a schema it does not know
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM leases")).scalar() == 0
+    result = CliRunner().invoke(_app(), ["db", "current", "--url", db_url, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["state"] == "ahead-compatible"
+    engine.dispose()
+
+
+def test_previous_code_refuses_a_contracting_next_schema(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _upgrade_with_newer_release(sqlite_url, _newer_release(tmp_path, compatible=False),
+                                monkeypatch)
+    with pytest.raises(UnknownRevision,
+                       match=r"'0008', which this autospec does not know.*code at revision "
+                             r"'0008' or later.*Upgrade autospec"):
+        migrate.open_store(sqlite_url)
+    result = CliRunner().invoke(_app(), ["db", "current", "--url", sqlite_url, "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["state"] == "unknown"
+
+
+def test_check_schema_as_the_previous_code_would(sqlite_url: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database at head (0007, marked backward-compatible) read by code whose head is
+    0006: accepted; with 0007 marked contracting instead: refused."""
+    engine = db.make_engine(sqlite_url)
+    migrate.upgrade(engine)
+    head = migrate.head_revision()
+    previous = migrate.min_reader(head)
+    assert previous != head
+    assert migrate.check_schema(engine, head=previous) == head
+    assert migrate.schema_state(engine, head=previous) == ("ahead-compatible", head)
+
+    monkeypatch.setattr(migrate, "is_backward_compatible", lambda script: False)
+    migrate.downgrade(engine, previous)
+    migrate.upgrade(engine)  # records min_reader = head now
+    assert migrate.recorded_compat(engine) == (head, head)
+    with pytest.raises(UnknownRevision, match=rf"code at revision '{head}' or later"):
+        migrate.check_schema(engine, head=previous)
+    assert migrate.check_schema(engine) == head  # the current code is fine either way
+    engine.dispose()
+
+
+def test_a_stale_record_is_not_trusted(sqlite_url: str) -> None:
+    """A row written for another revision (e.g. the alembic command moved the schema without
+    recording) says nothing about the revision the database is at: refused."""
+    engine = db.make_engine(sqlite_url)
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0009'"))
+    with pytest.raises(UnknownRevision, match="'0009'"):
+        migrate.check_schema(engine)
+    engine.dispose()
+
+
+def _app():  # type: ignore[no-untyped-def]
+    from autospec.cli import app
+
+    return app
