@@ -65,8 +65,13 @@ def _walk(path: str, cmd: Any, parent: Any) -> list[str]:
 
     ctx = click.Context(cmd, info_name=path.split()[-1], parent=parent)
     if hasattr(cmd, "commands"):
-        lines = [f"## `{path}`", "", inspect.cleandoc(cmd.help or "").strip(), ""] \
-            if parent is not None else []
+        own = [p for p in cmd.params if p.name != "help"]
+        if parent is None:
+            lines = []
+        elif own:  # a group that also runs on its own (`autospec versions`): its options too
+            lines = _command(path, cmd, ctx)
+        else:
+            lines = [f"## `{path}`", "", inspect.cleandoc(cmd.help or "").strip(), ""]
         for name in sorted(cmd.commands):
             lines += _walk(f"{path} {name}", cmd.commands[name], ctx)
         return lines

@@ -85,7 +85,7 @@ def check_autospec(words: list[str], root: Any) -> str | None:
     rest = list(words)
     while _is_group(command) and rest and not rest[0].startswith("-"):
         name = rest.pop(0)
-        if "|" in name or name.startswith("<") or name in ("...", "…"):
+        if "|" in name or name.startswith(("<", "[")) or name in ("...", "…"):
             return None  # `controller run|once|watch`, `<command>`: a family named in prose
         sub = command.commands.get(name)
         if sub is None:
