@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 import typer
 import yaml
 
@@ -164,14 +163,30 @@ def shell_words(text: str) -> list[str]:
     return list(lexer)
 
 
+_DOCKER_EXEC_VALUED = {"-e", "--env", "--env-file", "-u", "--user", "-w", "--workdir"}
+
+
+def _docker_exec_containers(words: list[str]) -> set[int]:
+    """Positions of the container names in `docker exec [OPTIONS] NAME COMMAND...`."""
+    names = set()
+    for i, word in enumerate(words[1:], 1):
+        if word == "exec" and words[i - 1].endswith("docker"):
+            j = i + 1
+            while j < len(words) and words[j].startswith("-"):
+                j += 2 if words[j] in _DOCKER_EXEC_VALUED else 1
+            names.add(j)
+    return names
+
+
 def commands_in_words(words: list[str]) -> Iterator[list[str]]:
     """Every ``autospec ...`` command in a list of words (up to a shell operator); a word with
     spaces in it (`bash -c '...'`, `ray exec CONFIG '...'`) is searched as a shell line too.
-    `autospec` right before another `autospec` is docker's container name, not the command."""
+    The container named autospec in `docker exec autospec ...` is not the command."""
+    containers = _docker_exec_containers(words)
     for i, word in enumerate(words):
         if " " in word.strip():
             yield from commands_in_shell(word)
-        if word == "autospec" and (i + 1 == len(words) or words[i + 1] != "autospec"):
+        if word == "autospec" and i not in containers:
             tail = []
             for w in words[i + 1:]:
                 if w in _OPERATORS:
@@ -192,7 +207,8 @@ def commands_in_comments(text: str) -> Iterator[list[str]]:
     """Commands a file's comments give: `backticked` spans, and comment lines that start
     with a command (`#   ray exec ops/cluster.yaml 'autospec db upgrade'`)."""
     for span in re.findall(r"`([^`\n]+)`", text):
-        yield from commands_in_shell(span)
+        if " " in span:  # one word (`autospec`) is a name, not a command
+            yield from commands_in_shell(span)
     for line in text.splitlines():
         comment = line.partition("#")[2].strip() if "#" in line else ""
         if comment.startswith(_COMMAND_WORDS):
@@ -214,10 +230,11 @@ def manifest_commands(path: Path) -> Iterator[list[str]]:
 def resolve(app: typer.Typer, words: list[str]) -> str | None:
     """None when ``autospec WORDS`` names a command and every option given is one of its
     options; else what is wrong."""
-    command: click.Command = typer.main.get_command(app)
+    # typer may carry its own copy of click: a group is what has sub-commands
+    command: Any = typer.main.get_command(app)
     path = ["autospec"]
     rest = list(words[1:])
-    while isinstance(command, click.Group):
+    while isinstance(getattr(command, "commands", None), dict):
         if not rest:
             return f"{' '.join(path)}: a group, no command given"
         word = rest.pop(0)
