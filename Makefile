@@ -2,6 +2,8 @@
 # GPU machines: `make install GPU=1` (vLLM's CUDA build and its CUDA torch, pinned by
 # constraints-gpu.txt; docs/gpu.md). The venv remembers which install it holds, so later
 # `make test` / `make demo` keep it; switching needs `make clean` first.
+# TORCH_INDEX=URL: the index the CPU torch (2.13.0+cpu, not on PyPI) comes from, where pip
+# is not already set up to find it: https://download.pytorch.org/whl/cpu
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -25,7 +27,8 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) ops/install.sh
 	@if [ -e $(OTHER_STAMP) ]; then echo "$(VENV) holds the other install ($(OTHER_STAMP)): make clean first" >&2; exit 1; fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# the steps (shared with the images): ops/install.sh
-	PIP="$(PIP)" CONSTRAINTS=$(CONSTRAINTS) bash ops/install.sh $(KIND) --editable --dev
+	PIP="$(PIP)" CONSTRAINTS=$(CONSTRAINTS) TORCH_INDEX="$(TORCH_INDEX)" \
+		bash ops/install.sh $(KIND) --editable --dev
 	touch $(STAMP)
 
 install: $(STAMP)
