@@ -6,8 +6,8 @@
 #   controller [options]     autospec controller run --policy $AUTOSPEC_POLICY (default: the
 #                            shipped default policy) [options]
 #   db-upgrade [options]     autospec db upgrade [options]: migrate the schema, then exit
-#   wait-for-schema          wait until `autospec db current` exits 0 (the schema is at this
-#                            image's head revision); init containers run this
+#   wait-for-schema          wait until `autospec db current` exits 0 (this image's code can
+#                            run against the schema); init containers run this
 #   fetch-model              download the target once: the Hugging Face repository
 #                            $AUTOSPEC_MODEL_REPO at $AUTOSPEC_MODEL_REVISION (default main)
 #                            into $AUTOSPEC_MODEL_DIR (default /models/target); nothing is
@@ -34,7 +34,8 @@ case $role in
     exec autospec db upgrade "$@"
     ;;
   wait-for-schema)
-    # exit 0: at the head revision; 1: empty, older or unknown; 2: database unreachable
+    # exit 0: current or ahead-compatible (this code runs against it); 1: empty, older, or
+    # newer by a contracting migration; 2: the database is unreachable
     until autospec db current; do
       echo "waiting for the schema: run the migration Job (autospec db upgrade)" >&2
       sleep "${AUTOSPEC_WAIT_S:-5}"

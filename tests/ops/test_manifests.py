@@ -222,8 +222,8 @@ def test_gpu_workers_fit_replicas_and_training() -> None:
 
 def test_nothing_serves_or_trains_before_the_migration() -> None:
     """The head (every replica is placed through it) and the controller wait in an init
-    container until `autospec db current` exits 0, which it does only at the head revision
-    (autospec/store/cli.py)."""
+    container until `autospec db current` exits 0, which it does only when their code can
+    run against the schema (autospec/store/cli.py: current or ahead-compatible)."""
     for name, pod in pods():
         if name not in ("autospec/head", "autospec-controller"):
             continue
