@@ -9,6 +9,7 @@ launcher's controller environment, which must name what autospec reads."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shlex
 from collections.abc import Iterator
@@ -296,3 +297,14 @@ def test_controller_unit_file_is_copied_where_the_host_enables_it() -> None:
               if "systemctl enable --now" in ln]
     assert enable and f"{dest}autospec-controller.service" in enable[0]
     assert "--run-env host" in enable[0]
+
+
+def test_cluster_config_is_the_launchers() -> None:
+    """ops/cluster.yaml against the cluster launcher's own schema (shipped with Ray)."""
+    import ray.autoscaler
+
+    schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(
+        cluster_config())]
+    assert errors == []
