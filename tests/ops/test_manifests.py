@@ -268,7 +268,8 @@ def test_controller_unit_gets_the_env_file_the_head_setup_writes() -> None:
     keys = written_env_keys(writer)
     settings = {f"AUTOSPEC_{name.upper()}" for name in Settings.model_fields}
     assert keys - {"RAY_ADDRESS"} <= settings
-    assert {"AUTOSPEC_DATABASE_URL", "AUTOSPEC_API_KEY", "AUTOSPEC_ARTIFACT_DIR",
+    # no API key: the controller sends no request (keys are for replicas: a key file)
+    assert {"AUTOSPEC_DATABASE_URL", "AUTOSPEC_ARTIFACT_DIR",
             "AUTOSPEC_DATA_DIR", "RAY_ADDRESS"} == keys
     assert Path(env_file).parent.as_posix() + ":" + Path(env_file).parent.as_posix() in " ".join(
         cluster_config()["docker"]["run_options"]), "the env file's directory is shared"
@@ -308,3 +309,21 @@ def test_cluster_config_is_the_launchers() -> None:
     errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(
         cluster_config())]
     assert errors == []
+
+
+def test_serving_pods_read_the_api_keys_secret_as_a_file() -> None:
+    """Head and GPU workers (where replicas run): AUTOSPEC_API_KEY_FILE names a file of the
+    mounted ``autospec-api-keys`` Secret, so replicas re-read rotated keys (issue 31)."""
+    secrets = {d["metadata"]["name"]: d for d in BY_KIND["Secret"]}
+    keys_secret = secrets["autospec-api-keys"]
+    for name, pod in pods():
+        if name not in ("autospec/head", "autospec/gpu"):
+            continue
+        main = pod["containers"][0]
+        path = Path(env_of(main)["AUTOSPEC_API_KEY_FILE"])
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        (mount,) = [m for m in main["volumeMounts"] if m["mountPath"] == str(path.parent)]
+        assert mount.get("readOnly"), name
+        assert volumes[mount["name"]]["secret"]["secretName"] == "autospec-api-keys", name
+        assert path.name in keys_secret["stringData"], name
+    assert "AUTOSPEC_API_KEY" not in secrets["autospec-db"]["stringData"]
