@@ -117,12 +117,23 @@ def other_postgres(postgres_url: str) -> Iterator[str]:
         admin.dispose()
 
 
+def _status(engine) -> dict:  # type: ignore[no-untyped-def]
+    """``autospec status --json``'s report, less the clock it is read at."""
+    from autospec.controller.policy import load_policy
+    from autospec.controller.status import collect_status
+
+    data = collect_status(engine, deployment="default", policy=load_policy("default"))
+    data.pop("time")
+    return data
+
+
 def test_sqlite_backup_wipe_restore_gives_the_same_store_and_artifacts(
         sqlite_url: str, tmp_path: Path) -> None:
     engine = migrate.open_store(sqlite_url, upgrade=True)
     artifacts = _artifact_root()
     populate(engine, artifacts)
     before, files = rows(engine), _files(artifacts)
+    status_before = _status(engine)
     seen: list[str] = []
     done = backups.backup(engine, tmp_path / "bk", progress=lambda t, n: seen.append(t))
     assert done.tables["requests"] == 25 and sorted(done.artifacts) == [
@@ -137,6 +148,7 @@ def test_sqlite_backup_wipe_restore_gives_the_same_store_and_artifacts(
     assert restored.tables == done.tables and restored.replaced == {}
     assert _without_restore_note(rows(engine)) == before
     assert _files(artifacts) == files
+    assert _status(engine) == status_before  # what `autospec status --json` reports
     migrate.check_schema(engine)
     with store.session_scope(engine, readonly=True) as session:
         live = store.get_live(session)
