@@ -20,7 +20,10 @@ Only directories under the artifact directory are deleted; a version whose artif
 elsewhere (registered from another path) is reported as skipped. The rows are marked and the
 prune audited (a ``note`` event, ``details.type = "prune"``, shown by ``autospec history``) in
 one transaction before the files go, so a crash can leave a file behind but never a version
-that looks loadable without its artifact; pruning again removes what was left.
+that looks loadable without its artifact; pruning again removes what was left. That
+transaction holds the pointer lock (:func:`autospec.store.registry.lock_pointers`) from the
+plan to the marks, so a promotion running at the same moment waits for it and then sees the
+marks (PostgreSQL; on SQLite both write under ``BEGIN IMMEDIATE``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from sqlalchemy.orm import Session
 from autospec.store.artifacts import local_path
 from autospec.store.db import session_scope
 from autospec.store.models import Evaluation, LivePointer, ReplicaReport, Speculator, utcnow
-from autospec.store.registry import record_event
+from autospec.store.registry import lock_pointers, record_event
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +133,8 @@ def prune(engine: Engine, *, artifact_dir: Path, keep: int = DEFAULT_KEEP,
           dry_run: bool = False, actor: str = "cli") -> PrunePlan:
     """Prune (or with ``dry_run`` only list) old versions' artifacts; see the module doc."""
     with session_scope(engine, readonly=dry_run) as session:
+        if not dry_run:
+            lock_pointers(session)  # no promotion between the plan and the marks
         result = plan(session, keep=keep, artifact_dir=artifact_dir, dry_run=dry_run)
         if dry_run or not result.prune:
             return result

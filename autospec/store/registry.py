@@ -44,6 +44,17 @@ DEFAULT_DEPLOYMENT = "default"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CAS_TRIES = 5
+# pg_advisory_xact_lock key serialising pointer moves with `versions prune` (any constant;
+# SQLite needs none: both write under BEGIN IMMEDIATE)
+_POINTER_LOCK = 0x6175746F73706563  # "autospec"
+
+
+def lock_pointers(session: Session) -> None:
+    """Hold, until the transaction ends, the lock that makes pointer moves and a prune take
+    turns (PostgreSQL): a prune never marks a version that a concurrent promotion is making
+    live, and a promotion never makes live a version a concurrent prune has marked."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(_POINTER_LOCK)))
 
 
 def _check_name(what: str, value: str) -> None:
@@ -235,6 +246,7 @@ def set_live(
 ) -> LivePointer:
     """Make ``version`` live for ``deployment`` (atomic; previous version remembered)."""
     _check_name("deployment", deployment)
+    lock_pointers(session)
     spec = get_speculator(session, version=version)
     if (spec.meta or {}).get("pruned"):
         raise Conflict(f"{version!r} was pruned (its artifact deleted "

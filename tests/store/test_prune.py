@@ -142,3 +142,27 @@ def test_versions_group_lists_as_before_and_prunes(engine, monkeypatch) -> None:
     assert sorted(p["version"] for p in data["pruned"]) == ["eagle3-v7", "eagle3-v8"]
     assert data["bytes"] > 0 and not data["dry_run"]
     assert not (_artifact_root() / "eagle3-v8").exists()
+
+
+@pytest.mark.postgres
+def test_a_promotion_waits_for_a_prune_in_flight_on_postgres(postgres_url: str) -> None:
+    """A prune holds the pointer lock from its plan to its marks: a promotion started
+    meanwhile waits (here: gives up after lock_timeout) instead of racing it."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    eng = migrate.open_store(postgres_url, upgrade=True)
+    root = _artifact_root()
+    with store.session_scope(eng) as session:
+        _register(session, "eagle3-race", root)
+    try:
+        with store.session_scope(eng) as pruning:
+            store.registry.lock_pointers(pruning)  # as prune() does before its plan
+            with pytest.raises(OperationalError, match="lock timeout"), \
+                    store.session_scope(eng) as promoting:
+                promoting.execute(text("SET LOCAL lock_timeout = '300ms'"))
+                store.set_live(promoting, version="eagle3-race", actor="t", reason="r")
+        with store.session_scope(eng) as session:  # the lock ends with the transaction
+            store.set_live(session, version="eagle3-race", actor="t", reason="r")
+    finally:
+        eng.dispose()
