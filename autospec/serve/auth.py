@@ -111,14 +111,6 @@ def configured_keys(explicit: SecretStr | None, file: Path | None = None) -> Key
     return KeyRing(fixed, file)
 
 
-def configured_key(explicit: SecretStr | None) -> str | None:
-    """The first key requests may carry (``explicit``, else ``AUTOSPEC_API_KEY``, else the
-    key file's); None: no auth."""
-    ring = configured_keys(explicit)
-    keys = ring.keys() if ring is not None else ()
-    return keys[0] if keys else None
-
-
 class ApiKeyAuth:
     """ASGI middleware: refuses HTTP requests without ``Authorization: Bearer <key>``."""
 

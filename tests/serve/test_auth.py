@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from autospec.serve.auth import ApiKeyAuth, KeyRing, configured_key
+from autospec.serve.auth import ApiKeyAuth, KeyRing, configured_keys
 from autospec.serve.config import ServeConfig
 from autospec.serve.http import make_app
 from autospec.settings import get_settings
@@ -93,7 +93,7 @@ def test_the_key_from_the_environment_is_required_tiny(tiny_llm, db, monkeypatch
 
 
 def test_no_key_configured_means_no_check(no_env_key, client):
-    assert configured_key(None) is None
+    assert configured_keys(None) is None
     assert client.post("/v1/completions", json=BODY).status_code == 200
 
 
