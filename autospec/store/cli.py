@@ -16,12 +16,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from autospec.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 db_app = typer.Typer(help="Create, migrate, inspect and purge the autospec database.",
                      no_args_is_help=True)
@@ -143,6 +146,18 @@ def purge(
     out.print(f"{what} {count} requests older than {older_than}")
 
 
+def _on_engine(url: str | None, fn: Callable[[Engine], T]) -> T:
+    """``fn`` on an engine for ``url`` (disposed after); a store error is one line, exit 2."""
+    from autospec.store import db
+
+    with _errors():
+        engine = db.make_engine(url)
+        try:
+            return fn(engine)
+        finally:
+            engine.dispose()
+
+
 def _progress(quiet: bool) -> Callable[[str, int], None] | None:
     if quiet:
         return None
@@ -161,16 +176,9 @@ def backup(
     `autospec db restore PATH`, into SQLite or PostgreSQL.
     """
     from autospec.store import backup as backups
-    from autospec.store import db
 
-    def go() -> dict[str, Any]:
-        engine = db.make_engine(url)
-        try:
-            return backups.backup(engine, path, progress=_progress(as_json)).as_dict()
-        finally:
-            engine.dispose()
-
-    done = _run(go)
+    done = _on_engine(url, lambda engine: backups.backup(
+        engine, path, progress=_progress(as_json)).as_dict())
     if as_json:
         out.print_json(json.dumps(done))
         return
@@ -197,17 +205,9 @@ def restore(
     revision than this autospec's. Stop the replicas and the controller first.
     """
     from autospec.store import backup as backups
-    from autospec.store import db
 
-    def go() -> dict[str, Any]:
-        engine = db.make_engine(url)
-        try:
-            return backups.restore(engine, path, force=force, actor=actor,
-                                   progress=_progress(as_json)).as_dict()
-        finally:
-            engine.dispose()
-
-    done = _run(go)
+    done = _on_engine(url, lambda engine: backups.restore(
+        engine, path, force=force, actor=actor, progress=_progress(as_json)).as_dict())
     if as_json:
         out.print_json(json.dumps(done))
         return
