@@ -31,10 +31,10 @@ from autospec.speculators.checkpoint import (
 )
 from autospec.speculators.registry import new_speculator
 from autospec.store.artifacts import local_path
+from autospec.store.models import BUILTIN_VERSION
 
 log = logging.getLogger(__name__)
 
-BUILTIN_VERSION = "builtin-ngram"
 
 
 class VersionLoadError(RuntimeError):

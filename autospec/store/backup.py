@@ -51,13 +51,12 @@ from sqlalchemy import (
 from autospec.store.artifacts import artifact_sha256, local_path
 from autospec.store.db import describe, ping, writer_engine
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated, StoreError
-from autospec.store.models import metadata, utcnow
+from autospec.store.models import BUILTIN_VERSION, metadata, utcnow
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
 INDEX = "backup.json"
-BUILTIN = "builtin-ngram"
 _BATCH = 1000
 
 Progress = Callable[[str, int], None]
@@ -246,7 +245,7 @@ def contents(engine: Engine) -> dict[str, int]:
         for table in tables():
             query = select(func.count()).select_from(table)
             if table.name == "speculators":
-                query = query.where(table.c.version != BUILTIN)
+                query = query.where(table.c.version != BUILTIN_VERSION)
             count = conn.scalar(query) or 0
             if count:
                 found[table.name] = count

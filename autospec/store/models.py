@@ -47,6 +47,9 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
+BUILTIN_VERSION = "builtin-ngram"
+"""The training-free n-gram version every store holds (registered by migration 0002, no
+artifact): live until something is promoted."""
 SPECULATOR_STATES = ("candidate", "live", "retired", "rejected", "rolled_back")
 RUN_STATES = ("running", "succeeded", "failed")
 EVENT_KINDS = (

@@ -41,12 +41,18 @@ from sqlalchemy.orm import Session
 
 from autospec.store.artifacts import local_path
 from autospec.store.db import session_scope
-from autospec.store.models import Evaluation, LivePointer, ReplicaReport, Speculator, utcnow
+from autospec.store.models import (
+    BUILTIN_VERSION,
+    Evaluation,
+    LivePointer,
+    ReplicaReport,
+    Speculator,
+    utcnow,
+)
 from autospec.store.registry import lock_pointers, record_event
 
 log = logging.getLogger(__name__)
 
-BUILTIN = "builtin-ngram"
 DEFAULT_KEEP = 5
 
 
@@ -97,7 +103,7 @@ def plan(session: Session, *, keep: int, artifact_dir: Path, dry_run: bool = Tru
     evaluated = set(session.scalars(select(Evaluation.candidate).distinct()))
     specs = list(session.scalars(select(Speculator).order_by(
         Speculator.created_at.desc(), Speculator.version.desc())))
-    with_artifact = [s for s in specs if s.version != BUILTIN and not is_pruned(s.meta)]
+    with_artifact = [s for s in specs if s.version != BUILTIN_VERSION and not is_pruned(s.meta)]
     for spec in with_artifact[:keep]:
         why[spec.version].append(f"among the newest {keep}")
     for spec in with_artifact:
@@ -107,7 +113,7 @@ def plan(session: Session, *, keep: int, artifact_dir: Path, dry_run: bool = Tru
             why[spec.version].append("a base head later heads are trained from")
     result = PrunePlan(keep=keep, dry_run=dry_run)
     for spec in specs:
-        if spec.version == BUILTIN:
+        if spec.version == BUILTIN_VERSION:
             continue
         path = local_path(spec.artifact_uri)
         if is_pruned(spec.meta):
