@@ -19,7 +19,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 RAY = str(Path(sys.executable).with_name("ray"))
 # token auth off for this throwaway cluster: the driver (set the same variables before
@@ -110,3 +113,18 @@ class TwoNodeCluster:
             if self.temp_dir in cmdline:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(entry.name), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def two_nodes(log_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TwoNodeCluster]:
+    """A started two-node cluster (2 CPUs a node), this process's environment set to match
+    (token auth off, no inherited RAY_ADDRESS); stopped on exit."""
+    for key, value in CLUSTER_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cluster = TwoNodeCluster(cpus_per_node=2, log_dir=log_dir)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

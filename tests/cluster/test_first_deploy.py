@@ -24,7 +24,7 @@ import pytest
 
 from tests.serve.helpers import make_tiny_model_dir
 
-from .ray_nodes import CLUSTER_ENV, TwoNodeCluster, free_port
+from .ray_nodes import CLUSTER_ENV, TwoNodeCluster, free_port, two_nodes
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.postgres,
               pytest.mark.timeout(1500)]
@@ -34,17 +34,11 @@ REAL = os.environ.get("AUTOSPEC_FIRST_DEPLOY_REAL") == "1"
 
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TwoNodeCluster]:
-    for key, value in CLUSTER_ENV.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    c = TwoNodeCluster(cpus_per_node=2, log_dir=tmp_path)
-    try:
-        c.start()
-        c._wait(c.alive, 180, "the two-node cluster")
-        yield c
-    finally:
-        _shutdown_serve(c.address)
-        c.stop()
+    with two_nodes(tmp_path, monkeypatch) as c:
+        try:
+            yield c
+        finally:
+            _shutdown_serve(c.address)
 
 
 def _shutdown_serve(address: str) -> None:

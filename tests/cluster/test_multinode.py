@@ -18,7 +18,7 @@ from autospec.loadgen import DomainSource, Driver, LoadSpec, Schedule, run_load
 from autospec.serve.http import parse_replica
 from tests.serve.helpers import make_tiny_model_dir
 
-from .ray_nodes import CLUSTER_ENV, TwoNodeCluster, free_port
+from .ray_nodes import TwoNodeCluster, free_port, two_nodes
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -26,24 +26,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(900)]
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TwoNodeCluster]:
     ray = pytest.importorskip("ray")
-    for key, value in CLUSTER_ENV.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    c = TwoNodeCluster(cpus_per_node=2, log_dir=tmp_path)
-    try:
-        c.start()
-        ray.init(address=c.address, log_to_driver=False, configure_logging=False)
-        c.wait_for_nodes(ray, 2)
-        yield c
-    finally:
+    with two_nodes(tmp_path, monkeypatch) as c:
         try:
-            from ray import serve
-
-            if ray.is_initialized():
-                serve.shutdown()
+            ray.init(address=c.address, log_to_driver=False, configure_logging=False)
+            c.wait_for_nodes(ray, 2)
+            yield c
         finally:
-            ray.shutdown()
-            c.stop()
+            try:
+                from ray import serve
+
+                if ray.is_initialized():
+                    serve.shutdown()
+            finally:
+                ray.shutdown()
 
 
 def _actors() -> list[dict]:
