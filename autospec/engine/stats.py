@@ -5,12 +5,20 @@ proposed for it (``d`` may be 0 when the speculator had nothing to propose, or w
 speculator at all) and yields ``accepted + 1`` tokens, the one being the recovered or
 bonus token. The **acceptance length** τ is the mean over steps of ``accepted + 1``
 (bonus included, as vLLM reports it), so τ is also output tokens per target forward.
-Prometheus, logs and the database all read these fields; nothing else computes τ.
+Prometheus, logs and the database all read these fields; :func:`tau` is the one formula
+(every other module calls it; ``tests/engine/test_tau_once.py`` greps for a second one).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+
+def tau(accepted: int, steps: int) -> float | None:
+    """Acceptance length over ``steps`` target forwards that accepted ``accepted`` draft
+    tokens in all: ``(accepted + steps) / steps``. ``None`` when there was no step (no
+    measurement, not a τ of 1)."""
+    return (accepted + steps) / steps if steps else None
 
 
 @dataclass
