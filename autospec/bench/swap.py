@@ -2,7 +2,8 @@
 
 One vLLM engine serves the target with a speculator; ``clients`` concurrent clients keep
 sending requests; every ``interval_s`` the benchmark loads another version into the running
-engine exactly as a replica does on a pointer move (:func:`autospec.serve.vllm_swap.load_in_place`),
+engine exactly as a replica does on a pointer move
+(:func:`autospec.engine.vllm.swap.load_in_place`),
 alternating between two versions (a swap, then its rollback). Two ``suffix`` indexes (the
 target's own answers to two domains' prompts), or two random-init ``eagle3`` heads of the same
 shapes. It reports, per swap, the load's time and the time from the swap's start to the first
@@ -118,9 +119,9 @@ def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clien
                    k: int, max_tokens: int, interval_s: float, side_by_side: bool,
                    workdir: Path) -> SwapBench:
     from autospec.engine.target import load_target
+    from autospec.engine.vllm.engine import VllmEngine
+    from autospec.engine.vllm.swap import draft_shape, load_in_place
     from autospec.interop.export import target_dir
-    from autospec.serve.vllm_engine import VllmEngine
-    from autospec.serve.vllm_swap import draft_shape, load_in_place
     from autospec.workloads import domain_prompts
 
     target = load_target(target_name, dtype=dtype, device="cpu")
@@ -147,7 +148,7 @@ def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clien
     if seed_engine is not None:
         load_in_place(seed_engine, seed_engine.shape, empty.out, "empty")
         answers = list(zip(prompts, _decode_all(seed_engine, prompts, max_tokens), strict=True))
-        seed_engine.shutdown()
+        seed_engine.close()
     versions = _versions(target, kind, k, workdir, answers)
     say("starting the vLLM engine")
     engine = start(versions[0])
@@ -173,8 +174,8 @@ def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clien
             load_in_place(second, second.shape, versions[1].out, "v1")
         bench.side_by_side = {"start_s": time.perf_counter() - started,
                               "rss_peak_mb": max(sampler.stop(), tree_rss_mb())}
-        second.shutdown()
-    engine.shutdown()
+        second.close()
+    engine.close()
     return bench
 
 

@@ -47,17 +47,38 @@ class Generation:
     def __iter__(self) -> Iterator[list[int]]:
         yield from self.steps
 
+    def close(self) -> None:
+        """Stop decoding now: the steps not yet taken never run."""
+        close = getattr(self.steps, "close", None)
+        if close is not None:
+            close()
+
 
 class SpeculativeEngine:
-    """Decodes with ``target``, drafting with ``speculator`` (None: target only)."""
+    """Decodes with ``target``, drafting with ``speculator`` (None: target only): the
+    ``native`` implementation of :class:`~autospec.engine.interface.Engine`."""
+
+    name = "native"
+    errored = False  # a native engine fails a request, never itself
 
     def __init__(self, target: Target, speculator: Speculator | None = None,
-                 num_speculative_tokens: int = 5) -> None:
+                 num_speculative_tokens: int = 5, *, version: str | None = None) -> None:
         if num_speculative_tokens < 0:
             raise ValueError("num_speculative_tokens must be >= 0")
         self.target = target
         self.speculator = speculator
         self.k = num_speculative_tokens if speculator is not None else 0
+        #: the version it drafts with (one for its life: a new version is a new engine)
+        self.loaded: list[str] = [] if version is None else [version]
+
+    def drafted_by(self, first: int) -> list[str]:
+        return self.loaded[-1:]
+
+    def retire(self) -> None:
+        """Nothing to free: the target is the replica's, the speculator goes with the engine."""
+
+    def close(self) -> None:
+        """As :meth:`retire`: a native engine holds no process, thread or reserved memory."""
 
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
         gen = self.stream(prompt_ids, params)

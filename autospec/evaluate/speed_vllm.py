@@ -60,9 +60,10 @@ def default_options() -> dict[str, Any]:
 
 def _start(target: Target, version: str, kind: str | None, spec: Any, out: Path, k: int,
            max_model_len: int, options: dict[str, Any] | None) -> Any:
+    from autospec.engine.vllm.engine import VllmEngine
+    from autospec.engine.vllm.swap import draft_shape, load_in_place
     from autospec.interop.export import export_speculator, target_dir
-    from autospec.serve.vllm_engine import VllmEngine, vllm_refusal
-    from autospec.serve.vllm_swap import draft_shape, load_in_place
+    from autospec.serve.vllm_versions import vllm_refusal
 
     config = None
     if kind is not None:
@@ -86,7 +87,7 @@ def _round(engine: Any, prompts: list[list[int]], params: SamplingParams, k: int
            tag: str) -> tuple[float, float]:
     """``prompts`` decoded at once: output tokens/s over the batch's wall time, and τ over
     all their steps (vLLM's acceptance of each, merged)."""
-    from autospec.serve.vllm_engine import vllm_stats
+    from autospec.engine.vllm.stats import vllm_stats
 
     async def one(i: int, prompt: list[int]) -> Any:
         last = None
@@ -133,7 +134,7 @@ def measure_speedups_vllm(target: Target, speculators: Mapping[str, tuple[str, A
                         progress)
     finally:
         for engine in engines.values():
-            engine.shutdown()
+            engine.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -1,8 +1,8 @@
 """The Ray Serve application: a thin deployment around :class:`LLMServer`.
 
 Each replica builds its own :class:`~autospec.serve.server.LLMServer` (target, live version,
-decode thread, traffic writer; with ``engine: vllm`` a
-:class:`~autospec.serve.vllm_server.VllmServer`, see :mod:`autospec.serve.engines`) from a
+decoder, traffic writer; with ``engine: vllm`` vLLM's engines and OpenAI layer, see
+:mod:`autospec.serve.engines`) from a
 :class:`~autospec.serve.config.ServeConfig` and serves it through the FastAPI app of
 :mod:`autospec.serve.http`, built at replica start
 (``__serve_build_asgi_app__``); every answer names the replica, its application, Ray node
@@ -35,9 +35,9 @@ from ray.serve.exceptions import RayServeException
 from ray.serve.handle import DeploymentHandle
 
 from autospec.serve.config import ServeConfig
-from autospec.serve.engines import build_server
 from autospec.serve.http import make_app
 from autospec.serve.metrics_hub import MetricsHub, MetricsPusher
+from autospec.serve.server import LLMServer
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class AutospecServer:
     def __init__(self, config: dict[str, Any], metrics_hub: DeploymentHandle | None = None,
                  ) -> None:
         cfg = ServeConfig.model_validate(config)
-        self.server = build_server(cfg, actor=_replica_name())
+        self.server = LLMServer.from_config(cfg, actor=_replica_name())
         self.hub = metrics_hub
         self.pusher = None
         if metrics_hub is not None:

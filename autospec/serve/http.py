@@ -24,16 +24,13 @@ A client that disconnects before its answer abandons the request: a non-stream h
 the decode against the disconnect (:func:`unless_disconnected`), a stream frees its request
 when its response ends; see :meth:`~autospec.serve.server.LLMServer.abandon`.
 
-Bodies are read here, not by FastAPI, so that every bad input gets a small 4xx in the OpenAI
-error shape: an oversized body (413), invalid UTF-8, malformed JSON, NaN/Infinity, a
-non-object, a lone surrogate, or any field pydantic rejects (400).
+Bodies, headers and disconnects are handled by :mod:`autospec.serve.http_io`, which vLLM's
+layer (:mod:`autospec.serve.vllm_http`) shares.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import re
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
@@ -42,13 +39,27 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from autospec.engine.generate import GenerationResult
-from autospec.engine.stats import RequestStats
 from autospec.serve.auth import ApiKeyAuth, configured_keys
 from autospec.serve.detok import TextStream
-from autospec.serve.errors import APIError, install_handlers, validation_error
+from autospec.serve.errors import install_handlers
+from autospec.serve.http_io import (
+    VERSION_HEADER,
+    AbandoningStream,
+    ReplicaHeader,
+    autospec_info,
+    body_schema,
+    client_gone,
+    context,
+    parse_replica,
+    read_json,
+    unless_disconnected,
+    usage,
+    version_headers,
+)
+from autospec.serve.requests import PositionLogprobs, Prepared, Served
 from autospec.serve.schemas import (
     AssistantMessage,
     AutospecInfo,
@@ -69,26 +80,14 @@ from autospec.serve.schemas import (
     TopLogprob,
     Usage,
 )
-from autospec.serve.server import (
-    LLMServer,
-    PositionLogprobs,
-    Prepared,
-    RequestContext,
-    Served,
-    Streamed,
-)
-
-VERSION_HEADER = "x-autospec-speculator"
-DRAFTED_BY_HEADER = "x-autospec-drafted-by"
-SEGMENT_HEADER = "x-autospec-segment"
-LOG_HEADER = "x-autospec-log"
-REPLICA_HEADER = "x-autospec-replica"
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
-_OFF = {"off", "0", "false", "no"}
+from autospec.serve.server import LLMServer
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
+
+#: ``parse_replica`` is :mod:`autospec.serve.http_io`'s, importable from here as before
+__all__ = ["make_app", "parse_replica"]
 
 def make_app(server: LLMServer, *, replica: str | None = None,
              metrics: Callable[[], Awaitable[bytes]] | None = None) -> FastAPI:
@@ -121,7 +120,7 @@ def make_app(server: LLMServer, *, replica: str | None = None,
     async def models() -> ModelList:
         return ModelList(data=[ModelCard(id=server.model_name, created=server.created)])
 
-    if not server.install_routes(app):  # vLLM's OpenAI layer on a vLLM replica, else this
+    if server.api is None or not server.api.install_routes(app):  # vLLM's own on vLLM
         _completion_routes(app, server)
     return app
 
@@ -129,7 +128,7 @@ def make_app(server: LLMServer, *, replica: str | None = None,
 def _completion_routes(app: FastAPI, server: LLMServer) -> None:
     """autospec's own chat and completion routes (the native engine's)."""
 
-    @app.post("/v1/completions", openapi_extra=_body_schema(CompletionRequest),
+    @app.post("/v1/completions", openapi_extra=body_schema(CompletionRequest),
               response_model=CompletionResponse)
     async def completions(request: Request) -> Response:
         req = await read_json(request, CompletionRequest, server.config.max_body_bytes)
@@ -138,11 +137,11 @@ def _completion_routes(app: FastAPI, server: LLMServer) -> None:
             return _stream(server, prepared, chat=False)
         served = await unless_disconnected(request, server.generate(prepared))
         if served is None:
-            return _client_gone()
+            return client_gone()
         body = completion_body(server, served, prepared)
         return JSONResponse(body.model_dump(), headers=version_headers(served))
 
-    @app.post("/v1/chat/completions", openapi_extra=_body_schema(ChatCompletionRequest),
+    @app.post("/v1/chat/completions", openapi_extra=body_schema(ChatCompletionRequest),
               response_model=ChatCompletionResponse)
     async def chat_completions(request: Request) -> Response:
         req = await read_json(request, ChatCompletionRequest, server.config.max_body_bytes)
@@ -151,199 +150,9 @@ def _completion_routes(app: FastAPI, server: LLMServer) -> None:
             return _stream(server, prepared, chat=True)
         served = await unless_disconnected(request, server.generate(prepared))
         if served is None:
-            return _client_gone()
+            return client_gone()
         body = chat_body(server, served, prepared)
         return JSONResponse(body.model_dump(), headers=version_headers(served))
-
-
-class ReplicaHeader:
-    """ASGI middleware: adds ``x-autospec-replica: <value>`` to every HTTP answer (streams
-    included: the header goes out with the response start)."""
-
-    def __init__(self, app: Any, value: str) -> None:
-        self.app = app
-        self.header = (REPLICA_HEADER.encode("latin-1"), value.encode("latin-1", "replace"))
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_named(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), self.header]}
-            await send(message)
-
-        await self.app(scope, receive, send_named)
-
-
-def parse_replica(value: str | None) -> dict[str, str]:
-    """The fields of an ``x-autospec-replica`` value (``{}`` for None or empty)."""
-    fields = (part.strip().partition("=") for part in (value or "").split(";"))
-    return {key: val for key, sep, val in fields if sep}
-
-
-# -- abandoned requests -------------------------------------------------------------------
-
-
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
-    """``work``'s result, or None after cancelling it if the client disconnects first (as
-    vLLM's ``with_cancellation``). The body must have been read: what ``receive`` gives next
-    is the disconnect."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_disconnect(request))
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:  # also when this handler is itself cancelled (Ray Serve: client gone)
-        for t in (task, watch):
-            if not t.done():
-                t.cancel()
-    if not task.done() or task.cancelled():
-        return None
-    return task.result()
-
-
-async def _disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-def _client_gone() -> Response:
-    # nobody reads this answer; 499 ("client closed request") names it in access logs
-    return Response(status_code=499)
-
-
-class _AbandoningStream(StreamingResponse):
-    """A stream that frees its request when the response ends for any reason, including a
-    client that left before the first chunk (the body iterator never started)."""
-
-    def __init__(self, streamed: Streamed, content: AsyncIterator[str],
-                 **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self.streamed = streamed
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.streamed.abandon()  # no effect once it has finished
-
-
-# -- reading requests ---------------------------------------------------------------------
-
-
-def context(request: Request, route: str) -> RequestContext:
-    """Segment and logging choice from the request headers."""
-    segment = request.headers.get(SEGMENT_HEADER, route).strip()
-    if not _SEGMENT.match(segment):
-        raise APIError(400, f"{SEGMENT_HEADER} must be 1-64 letters, digits or ._:/- "
-                       f"starting with a letter or digit", param=SEGMENT_HEADER,
-                       code="invalid_header")
-    log_text = request.headers.get(LOG_HEADER, "on").strip().lower() not in _OFF
-    return RequestContext(route=route, segment=segment, log_text=log_text)
-
-
-async def read_json(request: Request, model: type[M], limit: int) -> M:
-    """The body as ``model``, or an :class:`APIError` saying what is wrong with it."""
-    data = await read_object(request, limit)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(exc) from None
-
-
-async def read_object(request: Request, limit: int) -> dict[str, Any]:
-    """The body as a JSON object, or an :class:`APIError` saying what is wrong with it."""
-    raw = await _read_body(request, limit)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise APIError(400, f"request body is not valid UTF-8 ({exc.reason} at byte "
-                       f"{exc.start})", code="invalid_encoding") from None
-    try:
-        data = json.loads(text, parse_constant=_no_constants)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise APIError(400, f"request body is not valid JSON: {exc}",
-                       code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise APIError(400, "request body must be a JSON object", code="invalid_json")
-    _check_unicode(data)
-    return data
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise APIError(400, "invalid Content-Length header", code="invalid_header")
-        if int(declared) > limit:
-            raise _too_large(limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large(limit: int) -> APIError:
-    return APIError(413, f"request body larger than {limit} bytes", code="body_too_large")
-
-
-def _no_constants(name: str) -> Any:
-    raise APIError(400, f"request body is not valid JSON: {name} is not a number",
-                   code="invalid_json")
-
-
-def _check_unicode(value: Any) -> None:
-    """Refuse strings a tokenizer cannot encode (lone surrogates from ``\\ud800`` escapes)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise APIError(400, "request contains an unpaired surrogate (invalid Unicode)",
-                               code="invalid_encoding") from None
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-
-
-def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
-    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-    defs = schema.pop("$defs", {})
-    return {"requestBody": {"required": True,
-                            "content": {"application/json": {"schema": schema}}},
-            "x-autospec-defs": sorted(defs)}
-
-
-# -- responses ----------------------------------------------------------------------------
-
-
-def version_headers(served: Served) -> dict[str, str]:
-    """The version header, and every drafting version's when a swap happened mid-request."""
-    headers = {VERSION_HEADER: served.version.name}
-    if served.drafted_by:
-        headers[DRAFTED_BY_HEADER] = ",".join(served.drafted_by)
-    return headers
-
-
-def _usage(served: Served, prepared: Prepared) -> Usage:
-    n_out = sum(len(result.token_ids) for result in served.choices)
-    return Usage(prompt_tokens=len(prepared.prompt_ids), completion_tokens=n_out,
-                 total_tokens=len(prepared.prompt_ids) + n_out)
-
-
-def autospec_info(served: Served) -> AutospecInfo:
-    """The ``autospec`` object: over all choices when there are several."""
-    stats = served.result.stats if not served.extra else \
-        RequestStats.merged([result.stats for result in served.choices])
-    return AutospecInfo.from_stats(served.version.name, stats, served.drafted_by)
 
 
 def _text(server: LLMServer, result: GenerationResult) -> str:
@@ -363,7 +172,7 @@ def completion_body(server: LLMServer, served: Served, prepared: Prepared) -> Co
                for i, result in enumerate(served.choices)]
     return CompletionResponse(
         id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=server.model_name,
-        choices=choices, usage=_usage(served, prepared), autospec=autospec_info(served))
+        choices=choices, usage=usage(served, prepared), autospec=autospec_info(served))
 
 
 def chat_body(server: LLMServer, served: Served, prepared: Prepared) -> ChatCompletionResponse:
@@ -373,7 +182,7 @@ def chat_body(server: LLMServer, served: Served, prepared: Prepared) -> ChatComp
                for i, result in enumerate(served.choices)]
     return ChatCompletionResponse(
         id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=server.model_name,
-        choices=choices, usage=_usage(served, prepared), autospec=autospec_info(served))
+        choices=choices, usage=usage(served, prepared), autospec=autospec_info(served))
 
 
 def completion_logprobs(server: LLMServer,
@@ -418,7 +227,7 @@ def _piece(server: LLMServer) -> Callable[[int], str]:
 def _stream(server: LLMServer, prepared: Prepared, *, chat: bool) -> StreamingResponse:
     steps = server.stream(prepared)  # admits now: an overload is a 503 before any byte
     events = _sse(server, prepared, steps, chat=chat)
-    return _AbandoningStream(steps, events, media_type="text/event-stream",
+    return AbandoningStream(steps, events, media_type="text/event-stream",
                              headers={VERSION_HEADER: prepared.version.name,
                                       "Cache-Control": "no-cache"})
 
@@ -436,9 +245,8 @@ async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterable[list[
                 rest = text.finish(_text(server, item.result))
                 if rest:
                     yield chunk.event(DeltaMessage(content=rest) if chat else rest)
-                usage = _usage(item, prepared)
                 yield chunk.event(DeltaMessage() if chat else "", item.result.finish_reason,
-                                  info=autospec_info(item), usage=usage)
+                                  info=autospec_info(item), usage=usage(item, prepared))
             else:
                 delta = text.push(item)
                 if delta:

@@ -1,20 +1,25 @@
-"""``LLMServer``: the deployment's core, a plain class testable without Ray.
+"""``LLMServer``: the deployment's core, one class for every engine, testable without Ray.
 
-It turns OpenAI-shaped requests into engine calls, one replica's worth:
+It turns OpenAI-shaped requests into engine calls, one replica's worth, over
+:class:`~autospec.engine.interface.Engine`; what differs by engine is held, not overridden
+(:mod:`autospec.serve.engines` puts them together): the version manager (``versions``), the
+decoder (``decoder``: the native engine's decode thread or vLLM's batching,
+:mod:`autospec.serve.decode`) and, on vLLM, vLLM's own OpenAI layer (``api``,
+:class:`~autospec.serve.vllm_http.VllmLayer`).
 
-- **Concurrency.** The engine decodes one request at a time, synchronously, on the CPU or
-  GPU. Each server owns one decode thread (a single-worker executor); requests queue for it
-  while the event loop stays free for other requests, health checks and metrics.
-  Tokenization runs in the default thread pool. At most ``max_pending_requests`` requests
-  may be admitted (waiting or decoding); the next one gets a fast 503 (``Retry-After``).
+- **Admission.** At most ``max_pending_requests`` requests may be admitted (waiting or
+  decoding); the next one gets a fast 503 (``Retry-After``). Tokenization runs in the
+  default thread pool.
 - **Versions.** A request reads :attr:`VersionManager.current` once, when admitted, and
-  decodes with that version's engine to the end (see :mod:`autospec.serve.versions`).
+  decodes with that version's engine to the end (see :mod:`autospec.serve.versions`). After
+  a swap to another engine the old one is retired (it closes when its requests end).
 - **Reporting.** When a request finishes, its :class:`RequestStats` go to the metrics
   (:mod:`autospec.serve.metrics`) and, unless traffic logging is off, one
-  :class:`~autospec.store.RequestRecord` goes to the traffic writer, whose ``record`` only
-  enqueues. The row holds the prompt and output token ids exactly as the target produced
-  them (EOS and stop-string tokens included), the texts, the sampling parameters, the
-  version, latency and TTFT from arrival, and the acceptance figures. A caller that sent
+  :class:`~autospec.store.RequestRecord` per choice goes to the traffic writer, whose
+  ``record`` only enqueues. The row holds the prompt and output token ids exactly as the
+  target produced them (EOS and stop-string tokens included), the texts, the sampling
+  parameters, the version, latency and TTFT from arrival, and the acceptance figures (and
+  what the decoder adds: :meth:`~autospec.serve.decode.Decoder.record`). A caller that sent
   ``x-autospec-log: off`` is recorded with ``opted_out``, under its route rather than its
   ``x-autospec-segment``, and the store keeps nothing else it sent: no text, ids, stop
   strings or seed (:mod:`autospec.store.privacy`).
@@ -33,20 +38,28 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol, cast
 
 from autospec import store
-from autospec.engine.generate import GenerationResult
+from autospec.engine.choice import AUTO, check_vllm_installed, resolve_engine
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target, load_target
 from autospec.numerics import record_served
 from autospec.serve.config import ServeConfig
+from autospec.serve.decode import Decoder, ThreadDecoder
+from autospec.serve.engines import DEFAULT_DEVICE, engine_parts
 from autospec.serve.errors import APIError
-from autospec.serve.load import InFlight, Mark
+from autospec.serve.load import InFlight
 from autospec.serve.metrics import ServeMetrics
+from autospec.serve.requests import (
+    Job,
+    Overloaded,
+    Prepared,
+    RequestContext,
+    Served,
+    Streamed,
+)
 from autospec.serve.schemas import ChatCompletionRequest, CompletionRequest, _Request
 from autospec.serve.versions import ServedVersion, VersionManager
 
@@ -55,111 +68,27 @@ log = logging.getLogger(__name__)
 _GREEDY_BELOW = 1e-5  # temperatures below this decode greedily (as vLLM does)
 
 
-@dataclass
-class RequestContext:
-    """Where a request came from and what the caller asked about logging."""
+class OwnRoutes(Protocol):
+    """An engine's own OpenAI layer (vLLM's): it adds the chat and completion routes."""
 
-    route: str  # "completions" or "chat"
-    segment: str
-    log_text: bool = True
-    arrived: float = field(default_factory=time.perf_counter)
-
-
-@dataclass
-class Prepared:
-    """A validated request, tokenized, bound to the version it will be served by."""
-
-    ctx: RequestContext
-    prompt_ids: list[int]
-    prompt_text: str | None
-    params: SamplingParams
-    version: ServedVersion
-    n: int = 1  # choices (engine vllm)
-    logprobs: int | None = None  # alternatives per token wanted (None: no logprobs)
-    #: vLLM's OpenAI layer: the settings beyond autospec's, what replay cannot apply and the
-    #: logprobs asked (:mod:`autospec.serve.vllm_openai`)
-    vllm: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class PositionLogprobs:
-    """One generated token's log-probability and the likeliest alternatives at its place."""
-
-    token_id: int
-    logprob: float
-    top: tuple[tuple[int, float], ...] = ()
-
-
-@dataclass
-class Served:
-    """A finished request: ``result`` is its (first) choice; ``extra`` the others (n > 1);
-    ``logprobs`` one list per choice when the client asked for them."""
-
-    version: ServedVersion
-    result: GenerationResult
-    latency_s: float
-    ttft_s: float
-    extra: list[GenerationResult] = field(default_factory=list)
-    logprobs: list[list[PositionLogprobs]] | None = None
-    #: the versions that drafted, when more than ``version`` did (a swap mid-request)
-    drafted_by: list[str] = field(default_factory=list)
-    #: mean requests in flight on the replica during this one's life (:mod:`.load`)
-    concurrency: float = 1.0
-    in_flight: int = 1  # requests in flight when it started decoding (itself included)
-    k: int | None = None  # draft tokens per step it was decoded with (None: the engine's)
-
-    @property
-    def choices(self) -> list[GenerationResult]:
-        return [self.result, *self.extra]
-
-
-class Job:
-    """One admitted request's place on the decode thread: ``waiting`` -> ``running`` ->
-    ``done``, or ``abandoned`` while waiting. Its admission is released exactly once, by
-    whichever path ends it; ``cancel`` is the flag the decode thread reads after each step."""
-
-    def __init__(self) -> None:
-        self.state = "waiting"
-        self.cancel = threading.Event()
-        self.steps = 0  # decode steps completed (read by logs and tests)
-        self.mark: Mark | None = None  # where it entered the replica's load
-        self.in_flight = 1  # requests in flight when it started decoding (itself included)
-
-
-class Streamed:
-    """A streamed request (an async iterator): iterate it for token-id steps then :class:`Served`;
-    :meth:`abandon` frees it whether or not iteration ever started."""
-
-    def __init__(self, steps: AsyncIterator[list[int] | Served],
-                 abandon: Callable[[], None]) -> None:
-        self._steps, self.abandon = steps, abandon
-
-    def __aiter__(self) -> Streamed:
-        return self
-
-    async def __anext__(self) -> list[int] | Served:
-        return await anext(self._steps)
-
-
-class Overloaded(APIError):
-    def __init__(self, limit: int) -> None:
-        super().__init__(503, f"server overloaded: {limit} requests already pending on this "
-                         "replica; retry shortly", type="overloaded_error", code="overloaded",
-                         headers={"Retry-After": "1"})
+    def install_routes(self, app: Any) -> bool: ...
 
 
 class LLMServer:
-    """One replica: a target, its versions, a decode thread, metrics and the traffic writer."""
+    """One replica: a target, its versions, a decoder, metrics and the traffic writer."""
 
     def __init__(self, target: Target, versions: VersionManager, *, config: ServeConfig,
                  writer: store.TrafficWriter | None = None,
-                 metrics: ServeMetrics | None = None) -> None:
+                 metrics: ServeMetrics | None = None, decoder: Decoder | None = None) -> None:
         self.target, self.versions, self.config = target, versions, config
         self.writer = writer
         self.metrics = metrics or ServeMetrics()
         self.model_name = config.served_model_name
         self.created = int(time.time())
-        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autospec-decode")
+        self.decoder: Decoder = decoder or ThreadDecoder()
+        self.decoder.attach(self.metrics)
+        #: the engine's own chat and completion routes (vLLM's layer); None: autospec's
+        self.api: OwnRoutes | None = None
         self._lock = threading.Lock()
         self._load = InFlight()  # admitted and not finished, over time; guarded by _lock
         self._closed = False
@@ -172,21 +101,27 @@ class LLMServer:
 
     @classmethod
     def from_config(cls, config: ServeConfig, *, actor: str = "serve") -> LLMServer:
-        """Load the target, open the store, record what this deployment serves (target,
-        revision, dtype: :mod:`autospec.numerics`), load the live version, start watching."""
-        target = load_target(config.target, dtype=config.dtype, device=config.device)
+        """The replica for ``config.engine`` (``auto`` resolved here,
+        :mod:`autospec.engine.choice`): load the target, open the store, record what this
+        deployment serves (target, revision, dtype, engine: :mod:`autospec.numerics`), put
+        the engine's parts together (:func:`~autospec.serve.engines.engine_parts`: the live
+        version loaded), start watching."""
+        engine = resolve_engine(config.engine, config.device)
+        log.info("replica engine: %s%s", engine, " (auto)" if config.engine == AUTO else "")
+        if engine == "vllm":
+            check_vllm_installed()
+        target = load_target(config.target, dtype=config.dtype,
+                             device=config.device or DEFAULT_DEVICE[engine])
         need_db = config.log_traffic or config.speculation == "live"
         db = store.open_store(config.database_url) if need_db else None
         if db is not None:
             record_served(db, deployment=config.deployment, spec=config.target, target=target,
-                          actor=actor)
+                          actor=actor, engine=engine)
         writer = store.TrafficWriter(db) if (db is not None and config.log_traffic) else None
-        versions = VersionManager(target=target, db=db, deployment=config.deployment,
-                                  k=config.speculator_k, speculation=config.speculation == "live",
-                                  poll_interval_s=config.poll_interval_s,
-                                  report_interval_s=config.report_interval_s, actor=actor,
-                                  bands=config.bands)
-        server = cls(target, versions, config=config, writer=writer)
+        parts = engine_parts(engine, config, target=target, db=db, actor=actor)
+        server = cls(target, parts.versions, config=config, writer=writer,
+                     decoder=parts.decoder)
+        server.api = parts.api(server) if parts.api is not None else None
         server.start()
         return server
 
@@ -199,7 +134,7 @@ class LLMServer:
             return
         self._closed = True
         self.versions.stop()
-        self._decoder.shutdown(wait=True)
+        self.decoder.close()
         if self.writer is not None:
             self.writer.close()
 
@@ -210,11 +145,8 @@ class LLMServer:
 
     def _on_swap(self, old: ServedVersion, new: ServedVersion) -> None:
         self.metrics.set_version(new.name, new.kind, old.name, old.kind)
-
-    def install_routes(self, app: Any) -> bool:
-        """Add this engine's own chat and completion routes to the FastAPI ``app``; False:
-        it has none, and autospec's (:mod:`autospec.serve.http`) serve it."""
-        return False
+        if old.engine is not new.engine:  # another engine: retire the old one
+            old.engine.retire()  # it closes once its running requests have ended
 
     # -- health ------------------------------------------------------------------------------
 
@@ -226,8 +158,10 @@ class LLMServer:
             problems.append("server closed")
         if not self.versions.watching:
             problems.append("live-pointer watcher stopped")
+        if cur.engine.errored:
+            problems.append(f"{cur.engine.name} engine errored")
         return {"ok": not problems, "problems": problems, "version": cur.name,
-                "kind": cur.kind, "pending": self._pending,
+                "kind": cur.kind, "engine": cur.engine.name, "pending": self._pending,
                 "live_pointer_error": self.versions.last_poll_error,
                 "load_failures": self.versions.load_failures,
                 "traffic": self.writer.counters.as_dict() if self.writer else None}
@@ -237,7 +171,7 @@ class LLMServer:
     async def prepare_completion(self, req: CompletionRequest, ctx: RequestContext) -> Prepared:
         self._check_model(req.model)
         if isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], int):
-            ids = self._checked_ids(req.prompt)  # type: ignore[arg-type]
+            ids = self._checked_ids(cast(list[int], req.prompt))  # the schema's token-id form
             return self._bind(ctx, ids, None, req, req.max_tokens)
         text = req.prompt[0] if isinstance(req.prompt, list) else req.prompt
         ids = await asyncio.to_thread(self.target.encode_prompt, text)
@@ -280,7 +214,10 @@ class LLMServer:
 
     def check_features(self, req: _Request) -> None:
         """A 400 for what this engine does not serve: autospec's engine decodes one choice
-        without log-probabilities (the vLLM engine serves both)."""
+        without log-probabilities (the vLLM engine serves both: the decoder's
+        ``serves_choices``)."""
+        if self.decoder.serves_choices:
+            return
         hint = "; `autospec serve --engine vllm` serves it"
         if req.n != 1:
             raise APIError(400, f"n: this server's engine (native) serves n=1 only{hint}",
@@ -318,7 +255,8 @@ class LLMServer:
 
     # -- decoding ----------------------------------------------------------------------------
 
-    def _admit(self) -> Job:
+    def admit(self) -> Job:
+        """Admit a request (a 503 when closed or at the pending limit); it waits now."""
         if self._closed:
             raise APIError(503, "server is shutting down", type="overloaded_error",
                            code="unavailable")
@@ -331,8 +269,8 @@ class LLMServer:
             job.mark = self._load.enter()
         return job
 
-    def _start(self, job: Job) -> bool:
-        """On the decode thread: take ``job`` off the queue; False if it was abandoned."""
+    def begin(self, job: Job) -> bool:
+        """``job`` starts decoding; False if it was abandoned while waiting."""
         with self._lock:
             if job.state != "waiting":
                 return False
@@ -342,8 +280,8 @@ class LLMServer:
             self.metrics.running.inc()
             return True
 
-    def _finish(self, job: Job) -> None:
-        """On the decode thread: ``job`` has left the decode thread (finished or stopped)."""
+    def end(self, job: Job) -> None:
+        """``job`` has stopped decoding (finished or stopped)."""
         with self._lock:
             job.state = "done"
             self.metrics.running.dec()
@@ -375,17 +313,9 @@ class LLMServer:
         return k if bands is None or not k else min(k, bands.k_for(job.in_flight))
 
     async def generate(self, p: Prepared) -> Served:
-        """Decode ``p`` to the end on the decode thread; if the caller is cancelled (client
-        gone), the request leaves the queue or stops decoding, and is not logged."""
-        job = self._admit()
-        loop = asyncio.get_running_loop()
-        try:
-            served = await loop.run_in_executor(self._decoder, self._decode, p, job, None)
-        except asyncio.CancelledError:
-            self.abandon(job)
-            raise
-        assert served is not None
-        return served
+        """Decode ``p`` to the end (:meth:`Decoder.generate`); if the caller is cancelled
+        (client gone), the request leaves the queue or stops decoding, and is not logged."""
+        return await self.decoder.generate(self, p)
 
     def stream(self, p: Prepared) -> Streamed:
         """Admit ``p`` now (an overload raises here); it decodes as the result is iterated.
@@ -394,63 +324,13 @@ class LLMServer:
         consumer stops early, or :meth:`Streamed.abandon` is called (client gone, even before
         iterating), the request leaves the queue or stops decoding after its current step.
         """
-        job = self._admit()
-        return Streamed(self._stream(p, job), lambda: self.abandon(job))
+        return self.decoder.stream(self, p)
 
-    async def _stream(self, p: Prepared, job: Job) -> AsyncIterator[list[int] | Served]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[list[int] | Served | BaseException | None] = asyncio.Queue()
-
-        def on_step(ids: list[int]) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, ids)
-
-        def work() -> None:
-            try:
-                item: Any = self._decode(p, job, on_step)
-            except BaseException as exc:
-                item = exc
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-
-        loop.run_in_executor(self._decoder, work)
-        try:
-            while True:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item  # type: ignore[misc]
-                if isinstance(item, Served) or item is None:
-                    return
-        finally:
-            self.abandon(job)
-
-    def _decode(self, p: Prepared, job: Job,
-                on_step: Callable[[list[int]], None] | None) -> Served | None:
-        """On the decode thread: run the engine, then report. None if abandoned."""
-        if not self._start(job):
-            return None
-        try:
-            started = time.perf_counter()
-            k = self.k_for(job, p.version)
-            gen = p.version.engine.stream(p.prompt_ids, p.params, k=k)
-            for ids in gen:
-                if on_step is not None:
-                    on_step(ids)
-                if job.cancel.is_set():
-                    gen.steps.close()  # type: ignore[attr-defined]
-                    self.metrics.abandoned.labels("decoding").inc()
-                    log.info("request abandoned after %d steps of decoding", job.steps + 1)
-                    return None
-                job.steps += 1
-            assert gen.result is not None
-            result = gen.result
-            ended = time.perf_counter()
-            served = Served(p.version, result, latency_s=ended - p.ctx.arrived,
-                            ttft_s=started - p.ctx.arrived + result.stats.ttft_s,
-                            concurrency=self.concurrency(job), in_flight=job.in_flight, k=k)
-            self._report(p, served)
-            return served
-        finally:
-            self._finish(job)
+    def report(self, p: Prepared, s: Served) -> None:
+        """Metrics and one traffic row per choice: each is a sequence the target decoded
+        with the speculator, with its own acceptance."""
+        for index, result in enumerate(s.choices):
+            self._report(p, replace(s, result=result, extra=[], index=index))
 
     def _report(self, p: Prepared, s: Served) -> None:
         stats = s.result.stats
@@ -479,7 +359,7 @@ class LLMServer:
                       "stop": list(params.stop), "ignore_eos": params.ignore_eos,
                       "k": s.version.engine.k if s.k is None else s.k, "route": p.ctx.route,
                       "concurrency": round(s.concurrency, 3), "in_flight": s.in_flight,
-                      **_shaping(params)},
+                      **_shaping(params), **self.decoder.record(p, s)},
             finish_reason=s.result.finish_reason,
             latency_ms=s.latency_s * 1e3, ttft_ms=s.ttft_s * 1e3,
             num_drafts=stats.num_drafts, num_draft_tokens=stats.num_draft_tokens,

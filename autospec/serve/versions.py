@@ -1,7 +1,9 @@
 """Which speculator version a replica serves, and the hot-swap when the live pointer moves.
 
-A :class:`ServedVersion` is immutable: a version name and a :class:`SpeculativeEngine` built
-for it (one engine per version; all share the replica's one target). A request reads
+A :class:`ServedVersion` is immutable: a version name and the
+:class:`~autospec.engine.interface.Engine` that decodes with it (on the native engine one
+:class:`~autospec.engine.generate.SpeculativeEngine` per version, all sharing the replica's
+one target; on vLLM, :mod:`autospec.serve.vllm_versions`). A request reads
 :attr:`VersionManager.current` once when it starts and decodes with that engine to the end,
 so a response never mixes versions. A swap is one reference assignment, made only after the
 new version has loaded completely.
@@ -47,6 +49,7 @@ from sqlalchemy import Engine
 
 from autospec import store
 from autospec.engine.generate import SpeculativeEngine
+from autospec.engine.interface import Engine as DecodingEngine
 from autospec.engine.target import Target
 from autospec.serve.bands import MAX_K, BandsError, KBands, parse_bands
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION
@@ -62,20 +65,22 @@ class ServedVersion:
     """A speculator version ready to serve: its name and the engine that decodes with it."""
 
     name: str
-    kind: str  # "ngram", "draft", "eagle3", or "none" for target-only
-    engine: SpeculativeEngine
+    kind: str  # a speculator kind (autospec.speculators.registry), or "none": target only
+    engine: DecodingEngine
     loaded_at: float = field(default_factory=time.time)
 
 
 def builtin_version(target: Target, k: int) -> ServedVersion:
     """The training-free n-gram speculator, served when no version is live yet."""
-    engine = SpeculativeEngine(target, new_speculator("ngram", target), k)
+    engine = SpeculativeEngine(target, new_speculator("ngram", target), k,
+                               version=BUILTIN_VERSION)
     return ServedVersion(BUILTIN_VERSION, "ngram", engine)
 
 
 def off_version(target: Target) -> ServedVersion:
     """Target-only decoding (speculation off)."""
-    return ServedVersion(OFF_VERSION, "none", SpeculativeEngine(target, None))
+    return ServedVersion(OFF_VERSION, "none", SpeculativeEngine(target, None,
+                                                                version=OFF_VERSION))
 
 
 def load_version(db: Engine | None, target: Target, version: str, k: int, *,
@@ -84,7 +89,8 @@ def load_version(db: Engine | None, target: Target, version: str, k: int, *,
     built-in name, or a registered artifact); :class:`VersionLoadError` if refused."""
     kind, speculator = load_speculator_version(db, target, version, actor=actor,
                                                deployment=deployment)
-    return ServedVersion(version, kind, SpeculativeEngine(target, speculator, k))
+    return ServedVersion(version, kind, SpeculativeEngine(target, speculator, k,
+                                                          version=version))
 
 
 class VersionManager:
@@ -116,8 +122,9 @@ class VersionManager:
         self.policy_bands: KBands | None = None
         self._bad_bands: str | None = None  # bands text refused (not logged again)
 
-    def _initial(self, speculation: bool) -> ServedVersion:
-        """What the replica serves before (or without) following the pointer."""
+    def _initial(self, speculation: bool) -> ServedVersion | None:
+        """What the replica serves before (or without) following the pointer (None: nothing
+        until :meth:`start`, as an engine that takes long to start does)."""
         return builtin_version(self.target, self.k) if speculation else off_version(self.target)
 
     def _load(self, version: str) -> ServedVersion:
@@ -128,6 +135,8 @@ class VersionManager:
     @property
     def current(self) -> ServedVersion:
         """The version new requests start on (read it once per request)."""
+        if self._current is None:
+            raise RuntimeError("no version is loaded yet: start() loads the first")
         return self._current
 
     def start(self) -> None:
@@ -155,7 +164,7 @@ class VersionManager:
     def report(self) -> None:
         """Record what this replica serves now (best effort: serving never waits on it)."""
         assert self.db is not None
-        info, cur = self.target.info, self._current
+        info, cur = self.target.info, self.current
         try:
             with store.session_scope(self.db) as session:
                 store.report_replica(session, replica=self.actor, deployment=self.deployment,
@@ -199,7 +208,7 @@ class VersionManager:
         if bands != (str(self.policy_bands) if self.policy_bands else None) and \
                 (bands is None or bands != self._bad_bands):
             self._follow_bands(bands, wanted)
-        if wanted is None or wanted[0] == self._current.name or wanted == self._failed:
+        if wanted is None or wanted[0] == self.current.name or wanted == self._failed:
             return False
         return self._swap_to(*wanted)
 
@@ -236,7 +245,7 @@ class VersionManager:
         except VersionLoadError as exc:
             self._refused(version, generation, exc)
             return False
-        old, self._current = self._current, new  # the swap: one reference assignment
+        old, self._current = self.current, new  # the swap: one reference assignment
         self._failed = None
         log.info("now serving %s (was %s; loaded in %.2fs)", new.name, old.name,
                  time.perf_counter() - started)

@@ -5,7 +5,7 @@ request models and answer with vLLM's ``OpenAIServingChat`` / ``OpenAIServingCom
 (:mod:`autospec.serve.vllm_openai`): every field vLLM's server takes, its answers and its
 errors. Around them, autospec's own:
 
-- the body is read as everywhere (:func:`autospec.serve.http.read_object`: size, UTF-8,
+- the body is read as everywhere (:func:`autospec.serve.http_io.read_object`: size, UTF-8,
   JSON, NaN, surrogates), and a field vLLM's models do not declare is a 400 naming it —
   vLLM's server would log it and go on; here no field is ignored silently; what vLLM's
   models refuse is answered by vLLM's own handler;
@@ -16,20 +16,29 @@ errors. Around them, autospec's own:
   after an in-place swap mid-request) and carries the ``autospec`` object: in the body, or in
   the last chunk before ``data: [DONE]`` of a stream;
 - a client gone before its answer aborts the request in vLLM; it is not logged.
+
+:class:`VllmLayer` is what a vLLM replica's server holds for all this (``server.api``): it
+installs these routes, admits through the server, builds vLLM's handlers over the engine
+serving now and writes the traffic row of each request vLLM's layer decoded.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
+from autospec.serve.config import ServeConfig
+from autospec.serve.decode import Replica as Host
 from autospec.serve.errors import APIError
-from autospec.serve.http import (
+from autospec.serve.http_io import (
     VERSION_HEADER,
     autospec_info,
     context,
@@ -37,8 +46,102 @@ from autospec.serve.http import (
     unless_disconnected,
     version_headers,
 )
+from autospec.serve.requests import Prepared, RequestContext, Served
 from autospec.serve.schemas import known_fields
-from autospec.serve.vllm_openai import Binding, Replica
+from autospec.serve.versions import VersionManager
+from autospec.serve.vllm_decode import vllm_served
+from autospec.serve.vllm_openai import (
+    Binding,
+    Replica,
+    VllmApi,
+    autospec_params,
+    unreplayable,
+    vllm_settings,
+)
+
+
+class Server(Host, Protocol):
+    """What :class:`VllmLayer` needs of the server that holds it."""
+
+    versions: VersionManager
+    config: ServeConfig
+    model_name: str
+    target: Any
+
+
+class VllmLayer:
+    """vLLM's OpenAI layer over a replica's engines, held by its server (``server.api``):
+    admission and the traffic row through the server, vLLM's handlers for the engine serving
+    now. ``api_args``: vLLM's server arguments (:func:`api_args`)."""
+
+    def __init__(self, server: Server, api_args: argparse.Namespace) -> None:
+        self.server, self.api_args = server, api_args
+        self._api: VllmApi | None = None
+        self._api_engine: Any = None  # the engine whose renderer vLLM's handlers hold
+        self._api_lock = asyncio.Lock()
+
+    @property
+    def versions(self) -> VersionManager:
+        return self.server.versions
+
+    @property
+    def metrics(self) -> Any:
+        return self.server.metrics
+
+    @property
+    def config(self) -> ServeConfig:
+        return self.server.config
+
+    @property
+    def model_name(self) -> str:
+        return self.server.model_name
+
+    def install_routes(self, app: FastAPI) -> bool:
+        """vLLM's layer serves chat and completions (:func:`add_routes`)."""
+        add_routes(app, self)
+        return True
+
+    async def openai_api(self) -> VllmApi:
+        """vLLM's chat and completion handlers over the replica's engines, built on the
+        loop that serves them, and again for each new engine (vLLM's handlers keep the
+        renderer of the engine they were built over, which goes when that engine does)."""
+        async with self._api_lock:
+            engine = self.versions.current.engine
+            if self._api is None or self._api_engine is not engine:
+                self._api = await VllmApi.build(self, self.api_args)
+                self._api_engine = engine
+        return self._api
+
+    def bind(self, ctx: RequestContext) -> Binding:
+        """Admit a request (an overload raises :class:`~autospec.serve.requests.Overloaded`)
+        and bind it to the live version; it is in flight until :meth:`release`."""
+        job = self.server.admit()
+        self.server.begin(job)  # vLLM batches every admitted request: no queue of autospec's
+        return Binding(ctx, job, self.versions.current)
+
+    def release(self, binding: Binding) -> None:
+        """The request's answer has ended (idempotent)."""
+        if not binding.released:
+            binding.released = True
+            self.server.end(binding.job)
+
+    def report_vllm(self, binding: Binding, output: Any, sampling_params: Any, ttft_s: float,
+                    first: int) -> Served:
+        """Record a request vLLM's layer decoded: one traffic row per choice, with every
+        sampling setting it was decoded under (see :mod:`autospec.serve.vllm_openai`)."""
+        ids = list(output.prompt_token_ids or [])
+        text = output.prompt if output.prompt is not None else \
+            self.server.target.tokenizer.decode(ids)
+        p = Prepared(binding.ctx, ids, text, autospec_params(sampling_params), binding.version,
+                     n=int(sampling_params.n or 1),
+                     vllm={"settings": vllm_settings(sampling_params),
+                           "unreplayable": unreplayable(sampling_params),
+                           "logprobs": sampling_params.logprobs})
+        served = replace(vllm_served(p, output, ttft_s, first),
+                         concurrency=self.server.concurrency(binding.job),
+                         in_flight=binding.job.in_flight)
+        self.server.report(p, served)
+        return served
 
 
 def add_routes(app: FastAPI, server: Replica) -> None:

@@ -12,9 +12,11 @@ What autospec adds lives in :class:`EngineProxy`, the engine client vLLM's layer
 it hands each request to the engine of the version the request was bound to when admitted
 (:class:`Binding`), watches its outputs and, when it finishes, writes the traffic row
 (prompt and output ids as vLLM decoded them, every sampling setting, vLLM's acceptance) and
-the metrics through :class:`~autospec.serve.vllm_server.VllmServer`. The HTTP side
-(:mod:`autospec.serve.vllm_http`) adds admission, the version header, the ``autospec``
-object and the refusal of fields vLLM would ignore.
+the metrics through :class:`~autospec.serve.vllm_http.VllmLayer`, the collaborator a vLLM
+replica's server holds (``server.api``): admission through the server, vLLM's handlers
+rebuilt over each new engine, the routes. The HTTP side (:mod:`autospec.serve.vllm_http`)
+adds admission, the version header, the ``autospec`` object and the refusal of fields vLLM
+would ignore.
 
 Sampling settings beyond autospec's own (``repetition_penalty``, structured outputs,
 ``min_p``, ``min_tokens``, stop token ids...) are recorded with the row under
@@ -35,10 +37,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from autospec.engine.interface import drafting_now
 from autospec.engine.sampling import SamplingParams
-from autospec.serve.server import Job, RequestContext
+from autospec.serve.requests import Job, RequestContext
 from autospec.serve.versions import ServedVersion
-from autospec.serve.vllm_engine import drafting_now
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +52,9 @@ _BINDING: contextvars.ContextVar[Binding | None] = contextvars.ContextVar(
 
 
 class Replica(Protocol):
-    """What vLLM's layer needs of the replica (:class:`~autospec.serve.vllm_server.VllmServer`
-    provides it): its versions and metrics, admission, and the traffic row."""
+    """What vLLM's layer needs of the replica (:class:`~autospec.serve.vllm_http.VllmLayer`
+    provides it): its versions
+    and metrics, admission, and the traffic row."""
 
     versions: Any
     metrics: Any
@@ -81,7 +84,7 @@ class Binding:
     ctx: RequestContext
     job: Job
     version: ServedVersion
-    served: Any = None  # the finished request (``VllmServed``), once reported
+    served: Any = None  # the finished request (:class:`~autospec.serve.requests.Served`)
     released: bool = False
 
     def __enter__(self) -> Binding:

@@ -7,9 +7,12 @@
   (starting it took ~110 s on a 2-core CPU). Continuous batching keeps every slot busy where the
   native batch waits for its longest answer.
 - ``auto`` (the default): ``vllm`` where the target runs on a CUDA GPU and vLLM is installed,
-  else ``native`` — the rule ``autospec serve`` follows (:func:`autospec.serve.engines.
-  resolve_engine`); on a CPU ``--engine vllm`` is there when it pays (``bench synth``-style
-  figures are in docs/training.md).
+  else ``native`` — the rule ``autospec serve`` follows
+  (:func:`autospec.engine.choice.resolve_engine`); on a CPU ``--engine vllm`` is there when it
+  pays (``bench synth``-style figures are in docs/training.md).
+
+vLLM gets autospec's sampling settings through the one translation serving uses too
+(:func:`autospec.engine.vllm.sampling.vllm_sampling`).
 
 Both take a batch of prompts and a seed and return one answer (token ids, EOS included
 when it ended the answer) per prompt; temperature 0 is greedy.
@@ -20,17 +23,22 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from typing import Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
 import torch
 
+from autospec.engine.choice import (
+    EngineUnavailable,
+    check_vllm_installed,
+    resolve_engine,
+)
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
 from autospec.synth.generate import sample_batch
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("auto", "native", "vllm")
 #: KV cache reserved for a vLLM synth engine on the CPU backend (host memory)
 VLLM_KV_CACHE_BYTES = 1 << 30
 
@@ -84,18 +92,16 @@ class VllmSampler:
 
     def answer(self, prompts: list[list[int]], params: SamplingParams,
                seed: int) -> list[list[int]]:
-        from vllm import SamplingParams as VllmParams
+        from autospec.engine.vllm.sampling import vllm_sampling
 
         requests = [{"prompt_token_ids": p} for p in prompts]
-        sampling = [VllmParams(temperature=params.temperature, top_p=params.top_p,
-                               max_tokens=params.max_new_tokens, seed=seed + i,
-                               stop_token_ids=sorted(self.eos))
+        sampling = [vllm_sampling(replace(params, seed=seed + i), stop_token_ids=self.eos)
                     for i in range(len(prompts))]
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         return [self._with_eos(o.outputs[0]) for o in outputs]
 
     @staticmethod
-    def _with_eos(completion) -> list[int]:  # type: ignore[no-untyped-def]
+    def _with_eos(completion: Any) -> list[int]:
         """The answer's ids ending with the EOS that stopped it, as the native engine's do
         (vLLM may leave a stop token id out of ``token_ids``)."""
         ids = list(completion.token_ids)
@@ -116,10 +122,6 @@ class SynthEngineUnavailable(RuntimeError):
 
 def resolve(engine: str, target: Target) -> str:
     """The engine ``engine`` means for ``target`` here (``auto``: see the module doc)."""
-    from autospec.serve.engines import EngineUnavailable, check_vllm_installed, resolve_engine
-
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
     resolved = resolve_engine(engine, str(target.device))
     if resolved == "vllm":
         try:

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 
 from autospec import store
+from autospec.engine.choice import ENGINE_CHOICES
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
-from autospec.synth.backends import ENGINES, Sampler, open_sampler
+from autospec.synth.backends import Sampler, open_sampler
 from autospec.workloads import DOMAINS, SYNTHETIC, domain_prompts
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,9 @@ def check_request(request: SynthRequest) -> None:
     if request.temperature == 0 and RESAMPLED in request.sources:
         raise SynthError("source resampled needs temperature > 0: answered greedily, a logged "
                          "prompt gets its logged answer again")
-    if request.engine not in ENGINES:
-        raise SynthError(f"unknown engine {request.engine!r}; engines: {', '.join(ENGINES)}")
+    if request.engine not in ENGINE_CHOICES:
+        raise SynthError(f"unknown engine {request.engine!r}; engines: "
+                         f"{', '.join(ENGINE_CHOICES)}")
     if not 0.0 <= request.heldout_fraction < 1.0:
         raise SynthError(f"heldout_fraction must be in [0, 1), got {request.heldout_fraction}")
     for name in ("count", "batch_size", "max_new_tokens", "window"):

@@ -176,7 +176,8 @@ def test_every_answer_names_the_replica_that_served_it(server):
     from fastapi.testclient import TestClient
 
     from autospec.serve.app import replica_identity
-    from autospec.serve.http import make_app, parse_replica
+    from autospec.serve.http import make_app
+    from autospec.serve.http_io import parse_replica
 
     name = "id=r1; app=autospec; node=n1; host=h1"
     with TestClient(make_app(server, replica=name), raise_server_exceptions=False) as c:

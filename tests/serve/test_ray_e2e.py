@@ -266,7 +266,7 @@ def test_overload_through_ray_is_always_an_openai_503(deploy, tiny_model_dir):
 def test_one_metrics_scrape_covers_every_replica(deploy, tiny_model_dir):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from autospec.serve.http import parse_replica
+    from autospec.serve.http_io import parse_replica
 
     app = deploy(target=str(tiny_model_dir), model_name="tiny", dtype="float32", replicas=2)
     served: set[str] = set()

@@ -38,7 +38,7 @@ def _prompts(target, n):  # type: ignore[no-untyped-def]
 
 def _decode(engine, prompts, tag):  # type: ignore[no-untyped-def]
     from autospec.engine.sampling import SamplingParams
-    from autospec.serve.vllm_engine import vllm_stats
+    from autospec.engine.vllm.stats import vllm_stats
 
     async def one(i, prompt):  # type: ignore[no-untyped-def]
         last = None
@@ -55,11 +55,11 @@ def _decode(engine, prompts, tag):  # type: ignore[no-untyped-def]
 
 
 def test_bands_turn_the_suffix_proposer_off_past_their_edge(target, tmp_path):  # type: ignore[no-untyped-def]
+    from autospec.engine.vllm.engine import VllmEngine
+    from autospec.engine.vllm.swap import draft_shape, load_in_place
     from autospec.interop.export import export_speculator, target_dir
     from autospec.serve.bands import parse_bands
-    from autospec.serve.vllm_engine import VllmEngine
-    from autospec.serve.vllm_server import with_bands
-    from autospec.serve.vllm_swap import draft_shape, load_in_place
+    from autospec.serve.vllm_versions import with_bands
     from autospec.speculators.config import SuffixConfig
     from autospec.speculators.suffix import suffix_from_documents
 
@@ -77,7 +77,7 @@ def test_bands_turn_the_suffix_proposer_off_past_their_edge(target, tmp_path):  
         alone = [_decode(engine, [p], f"alone{i}")[0] for i, p in enumerate(prompts)]
         batched = _decode(engine, prompts, "batched")
     finally:
-        engine.shutdown()
+        engine.close()
     assert [o for o, _ in batched] == [o for o, _ in alone]  # lossless either way
     drafted_alone = sum(s.num_draft_tokens for _, s in alone)
     drafted_batched = sum(s.num_draft_tokens for _, s in batched)

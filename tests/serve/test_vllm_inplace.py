@@ -35,9 +35,9 @@ def target():  # type: ignore[no-untyped-def]
 
 
 def _engine(target, exported):  # type: ignore[no-untyped-def]
+    from autospec.engine.vllm.engine import VllmEngine
+    from autospec.engine.vllm.swap import draft_shape
     from autospec.interop.export import target_dir
-    from autospec.serve.vllm_engine import VllmEngine
-    from autospec.serve.vllm_swap import draft_shape
 
     engine = VllmEngine(target_dir(target), dtype="float32",
                         speculative_config=exported.speculative_config, max_model_len=1024,
@@ -48,7 +48,7 @@ def _engine(target, exported):  # type: ignore[no-untyped-def]
 
 def _decode(engine, prompts):  # type: ignore[no-untyped-def]
     from autospec.engine.sampling import SamplingParams
-    from autospec.serve.vllm_engine import vllm_stats
+    from autospec.engine.vllm.stats import vllm_stats
 
     async def one(i, prompt):  # type: ignore[no-untyped-def]
         last = None
@@ -95,7 +95,7 @@ def _check_equal(target, spec, prompts, decoded) -> int:  # type: ignore[no-unty
 
 
 def test_suffix_index_served_by_vllm_equals_replay_and_swaps_in_place(target, tmp_path):
-    from autospec.serve.vllm_swap import load_in_place
+    from autospec.engine.vllm.swap import load_in_place
     from autospec.speculators.config import SuffixConfig
     from autospec.speculators.suffix import suffix_from_documents
     from autospec.workloads import domain_prompts
@@ -127,13 +127,13 @@ def test_suffix_index_served_by_vllm_equals_replay_and_swaps_in_place(target, tm
         _check_equal(target, suffix_from_documents(cfg, []), check, without)
         assert engine.rpc("autospec_drafter")[0]["drafter"] == "SuffixIndexProposer"
     finally:
-        engine.shutdown()
+        engine.close()
 
 
 def test_an_eagle3_head_is_replaced_in_place_and_the_target_is_untouched(target, tmp_path):
     import torch
 
-    from autospec.serve.vllm_swap import draft_shape, in_place_refusal, load_in_place
+    from autospec.engine.vllm.swap import draft_shape, in_place_refusal, load_in_place
     from autospec.speculators.registry import new_speculator
     from autospec.workloads import domain_prompts
 
@@ -165,4 +165,4 @@ def test_an_eagle3_head_is_replaced_in_place_and_the_target_is_untouched(target,
             engine.rpc("autospec_reload_draft", str(heads[1].out / "model.safetensors"), "0" * 64)
         assert [o for o, _ in _decode(engine, prompts[:1])] == [before[0][0]]
     finally:
-        engine.shutdown()
+        engine.close()

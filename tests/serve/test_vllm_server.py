@@ -1,6 +1,7 @@
-"""The vLLM serving path without vLLM: :class:`VllmServer` and :class:`VllmVersionManager`
-on the tiny target with ``FakeVllmEngine`` standing in for vLLM's engine (a fake, named so:
-it replays fixed outputs). What runs for real: the version loading and refusals, the export
+"""The vLLM serving path without vLLM: the server (:class:`LLMServer` with
+:class:`VllmDecoder`) and :class:`VllmVersionManager` on the tiny target with
+``FakeVllmEngine`` standing in for vLLM's engine (a fake, named so: it replays fixed
+outputs). What runs for real: the version loading and refusals, the export
 for vLLM, the swap and the old engine's retirement, the HTTP app, the traffic writer and the
 store. Real vLLM is in tests/serve/test_vllm_ray.py (integration)."""
 
@@ -20,12 +21,14 @@ from sqlalchemy import select
 
 from autospec import store
 from autospec.engine.generate import RequestError
+from autospec.engine.vllm.stats import vllm_stats
+from autospec.engine.vllm.swap import draft_shape, load_in_place
 from autospec.serve.config import ServeConfig
 from autospec.serve.http import make_app
+from autospec.serve.server import LLMServer
 from autospec.serve.versions import ServedVersion
-from autospec.serve.vllm_engine import vllm_refusal, vllm_stats
-from autospec.serve.vllm_server import VllmServer, VllmVersionManager, with_bands
-from autospec.serve.vllm_swap import draft_shape, load_in_place
+from autospec.serve.vllm_decode import VllmDecoder
+from autospec.serve.vllm_versions import VllmVersionManager, vllm_refusal, with_bands
 from autospec.store.models import Request
 
 from .helpers import promote, register_artifact, wait_for_rows
@@ -61,7 +64,7 @@ def _logprobs(chosen: int, wanted: int) -> dict[int, Any]:
 
 @dataclass
 class FakeVllmEngine:
-    """Stands in for :class:`~autospec.serve.vllm_engine.VllmEngine`: each request emits
+    """Stands in for :class:`~autospec.engine.vllm.engine.VllmEngine`: each request emits
     ``steps`` outputs of 2 tokens, waiting ``delay_s`` per step."""
 
     speculative_config: dict[str, Any] | None
@@ -78,6 +81,7 @@ class FakeVllmEngine:
     shape: Any = None
     rpcs: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     k_bands: str | None = None
+    name: str = "vllm"
 
     def __post_init__(self) -> None:
         self.k = (self.speculative_config or {}).get("num_speculative_tokens", 0)
@@ -120,7 +124,7 @@ class FakeVllmEngine:
         self.retired = True
         self.shut = self.active == 0
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         self.shut = True
 
 
@@ -138,7 +142,7 @@ def fake_engines(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, FakeVllmEng
             load_in_place(engine, engine.shape, export_dir, version)
         engine.loaded.append(version)
         started.append((version, engine))
-        return ServedVersion(version, kind, engine)  # type: ignore[arg-type]
+        return ServedVersion(version, kind, engine)
 
     monkeypatch.setattr(VllmVersionManager, "_engine_version", engine_version)
     return started
@@ -156,7 +160,7 @@ def vllm_server(tiny_llm, db, fake_engines, tmp_path: Path, monkeypatch):  # typ
                                   poll_interval_s=0.05, actor="test-replica")
     versions.prime()
     writer = store.TrafficWriter(db, flush_interval_s=0.01)
-    server = VllmServer(tiny_llm, versions, config=cfg, writer=writer)
+    server = LLMServer(tiny_llm, versions, config=cfg, writer=writer, decoder=VllmDecoder())
     server.start()
     yield server
     server.close()
@@ -288,7 +292,7 @@ def _swap_across_a_request(server, db, version, during=lambda: None):  # type: i
     return asyncio.run(scenario())
 
 
-async def _complete(server: VllmServer):  # type: ignore[no-untyped-def]
+async def _complete(server: LLMServer):  # type: ignore[no-untyped-def]
     from autospec.serve.schemas import CompletionRequest
     from autospec.serve.server import RequestContext
 
@@ -345,7 +349,7 @@ def test_suffix_versions_run_in_vllm_with_their_index_and_swap_in_place(
     assert len(fake_engines) == 2 and engine.loaded == ["idx-a", "idx-b", "idx-a"]
 
 
-def _wait_for(server: VllmServer, version: str) -> None:
+def _wait_for(server: LLMServer, version: str) -> None:
     deadline = time.monotonic() + 10
     while server.versions.current.name != version:
         assert time.monotonic() < deadline, f"still on {server.versions.current.name}"
@@ -430,13 +434,13 @@ def test_refusal_rules():
 def test_engine_vllm_without_vllm_installed_says_what_to_install(monkeypatch):
     import importlib.util
 
-    from autospec.serve import engines
+    from autospec.engine import choice as engines
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "vllm" else real(name, *a))
     with pytest.raises(engines.EngineUnavailable, match="pip install"):
-        engines.build_server(ServeConfig(engine="vllm"), actor="t")
+        LLMServer.from_config(ServeConfig(engine="vllm"), actor="t")
     with pytest.raises(ValueError, match="engine"):
         ServeConfig(engine="tgi")
 
@@ -446,7 +450,7 @@ def test_auto_engine_is_vllm_on_a_cuda_gpu_with_vllm_installed_else_native(monke
 
     import torch
 
-    from autospec.serve import engines
+    from autospec.engine import choice as engines
 
     assert engines.resolve_engine("native", "cuda:0") == "native"  # explicit: as given
     assert engines.resolve_engine("vllm", "cpu") == "vllm"
@@ -480,7 +484,7 @@ class FakeAsyncLLM:
 
 def _engine_with(llm: FakeAsyncLLM, cleanup: Path | None = None) -> Any:
     pytest.importorskip("vllm")  # generate() builds vLLM's SamplingParams
-    from autospec.serve.vllm_engine import VllmEngine
+    from autospec.engine.vllm.engine import VllmEngine
 
     engine = VllmEngine.__new__(VllmEngine)  # the lifecycle, without starting vLLM
     engine.llm, engine.k, engine.max_model_len = llm, 0, 256
@@ -517,7 +521,7 @@ def test_a_retired_engine_shuts_down_after_its_running_request_and_the_grace(tmp
     assert not exported.exists()  # the export it served is removed with it
     with pytest.raises(RuntimeError, match="shut down"):
         asyncio.run(anext(engine.generate([1], _params(), "late")))
-    engine.shutdown()
+    engine.close()
     assert llm.shutdowns == 1  # once
 
 
@@ -542,7 +546,7 @@ def _params():  # type: ignore[no-untyped-def]
 
 
 def test_engine_arguments_ask_for_acceptance_only_when_speculating():
-    from autospec.serve.vllm_engine import engine_kwargs
+    from autospec.engine.vllm.engine import engine_kwargs
 
     spec = {"method": "ngram", "num_speculative_tokens": 3}
     on = engine_kwargs("/m", dtype="float32", speculative_config=spec, max_model_len=512)

@@ -3,8 +3,8 @@ autospec exports for vLLM; tiny random-init heads built from the tiny target's c
 
 from __future__ import annotations
 
+from autospec.engine.vllm.swap import DraftShape, draft_shape, in_place_refusal
 from autospec.interop.export import export_speculator
-from autospec.serve.vllm_swap import DraftShape, draft_shape, in_place_refusal
 from autospec.speculators.registry import new_speculator
 
 

@@ -1,25 +1,13 @@
-"""One vLLM engine (``AsyncLLM``, continuous batching) serving one speculator version.
+"""One vLLM engine (``AsyncLLM``, continuous batching): the ``vllm`` implementation of
+:class:`~autospec.engine.interface.Engine`.
 
-:class:`VllmEngine` wraps vLLM's async engine for the vLLM serving path
-(:mod:`autospec.serve.vllm_server`): it is built for the target directory autospec loaded and
-one ``speculative_config`` (from :func:`autospec.interop.export.export_speculator`, or none
-for target-only decoding), with ``per_request_spec_decode_metrics="summary"`` so every
-finished output carries vLLM's own acceptance figures for that request.
-
-:func:`vllm_stats` turns those figures into autospec's :class:`RequestStats` (the traffic
-row's and the response's acceptance fields). vLLM's summary is a histogram of accepted
-drafts per verify step that had drafts; autospec's per-position counts follow from it
-(position i accepted in every step that accepted more than i drafts), and its step count
-(every verify step, drafts or not, as autospec's engine and replay count) from the output
-length. vLLM counts a last step's drafts accepted
-past ``max_tokens`` or EOS and then cuts them from the output; autospec counts only what was
-emitted, so the accepted count is clipped to what the emitted tokens allow (see
-docs/vllm.md, "Same proposals").
-
-:func:`vllm_refusal` says why a version cannot be served on vLLM: an ``eagle3`` version that
-drafts trees or consults its traffic suffix index (vLLM would silently run it as plain chains
-of the head, so autospec's evaluation of it would not predict what vLLM does). ``suffix``
-versions run as autospec's custom proposer (:mod:`autospec.interop.vllm_proposer`).
+:class:`VllmEngine` wraps vLLM's async engine: it is built for the target directory autospec
+loaded and one ``speculative_config`` (from :func:`autospec.interop.export.export_speculator`,
+or none for target-only decoding), with ``per_request_spec_decode_metrics="summary"`` so
+every finished output carries vLLM's own acceptance figures for that request
+(:func:`autospec.engine.vllm.stats.vllm_stats` reads them). Sampling settings go to vLLM
+through :func:`autospec.engine.vllm.sampling.vllm_sampling`. A new version of the same
+shape is loaded into the running engine (:mod:`autospec.engine.vllm.swap`).
 
 Each engine runs vLLM's ``AsyncLLM`` on a private event loop (:class:`EngineLoop`), so the
 live-pointer watcher can call its workers (``collective_rpc``, :meth:`VllmEngine.rpc`: the
@@ -44,7 +32,7 @@ from typing import Any
 
 from autospec.engine.generate import RequestError
 from autospec.engine.sampling import SamplingParams
-from autospec.engine.stats import RequestStats
+from autospec.engine.vllm.sampling import vllm_sampling
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +99,8 @@ class _Closed:
 class VllmEngine:
     """vLLM's ``AsyncLLM`` for one target directory and one speculative config."""
 
+    name = "vllm"
+
     def __init__(self, model_dir: str, *, dtype: str, speculative_config: dict[str, Any] | None,
                  max_model_len: int, options: dict[str, Any] | None = None,
                  cleanup: Path | None = None) -> None:
@@ -149,7 +139,7 @@ class VllmEngine:
         #: the versions loaded into this engine, in order; a request names those that drafted
         #: while it ran (an in-place swap can happen mid-request)
         self.loaded: list[str] = []
-        #: what it drafts with, for in-place loads (:mod:`autospec.serve.vllm_swap`)
+        #: what it drafts with, for in-place loads (:mod:`autospec.engine.vllm.swap`)
         self.shape: Any = None
         #: the concurrency bands vLLM's scheduler drafts by (fixed at the start; None: none)
         self.k_bands: str | None = None
@@ -183,16 +173,7 @@ class VllmEngine:
         (``n`` choices; ``logprobs``: alternatives per token, None for none).
 
         Closing the iterator early aborts the request in vLLM."""
-        from vllm import SamplingParams as VllmParams
-
-        sampling = VllmParams(
-            n=n, temperature=params.temperature, top_p=params.top_p,
-            top_k=params.top_k if params.top_k > 0 else 0, seed=params.seed,
-            max_tokens=params.max_new_tokens, stop=list(params.stop) or None,
-            ignore_eos=params.ignore_eos, logprobs=logprobs,
-            presence_penalty=params.presence_penalty,
-            frequency_penalty=params.frequency_penalty,
-            logit_bias=dict(params.logit_bias) or None)
+        sampling = vllm_sampling(params, n=n, logprobs=logprobs)
         async for output in self.generate_raw({"prompt_token_ids": list(prompt_ids)},
                                               sampling, request_id):
             yield output
@@ -221,7 +202,8 @@ class VllmEngine:
             async for item in outputs:
                 yield item
             return
-        caller, queue = asyncio.get_running_loop(), asyncio.Queue()  # type: ignore[var-annotated]
+        caller = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()
 
         async def pump() -> None:
             try:
@@ -272,7 +254,7 @@ class VllmEngine:
             time.sleep(poll_s)
         self._close_llm()
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         """Stop the engine now (replica shutdown); running requests are aborted."""
         with self._lock:
             self._closed = True
@@ -305,85 +287,3 @@ class VllmEngine:
     @property
     def errored(self) -> bool:
         return bool(self.llm.errored)
-
-
-def drafting_now(engine: Any) -> int:
-    """The position in ``engine.loaded`` of the version drafting now: a request starting now
-    is named after the versions loaded from there on (:meth:`VllmEngine.drafted_by`)."""
-    loaded = getattr(engine, "loaded", None)
-    return len(loaded) - 1 if loaded else 0
-
-
-def vllm_refusal(kind: str, config: Any) -> str | None:
-    """Why a ``kind`` speculator with ``config`` cannot be served on vLLM (None: it can)."""
-    if kind == "eagle3":
-        if getattr(config, "tree_nodes", 0):
-            return (f"this eagle3 version drafts trees (tree_nodes={config.tree_nodes}); "
-                    "vLLM drafts chains of k from the head: train it with tree_nodes 0")
-        if getattr(config, "suffix_threshold", None) is not None and \
-                getattr(config, "suffix_tokens", 0):
-            return ("this eagle3 version consults its traffic suffix index "
-                    f"(suffix_threshold={config.suffix_threshold}); vLLM runs the head in its "
-                    "own EAGLE proposer, which takes no index, and a custom proposer sees "
-                    "token ids, not the target's hidden states: train it with "
-                    "suffix_threshold null")
-    if kind not in ("eagle3", "draft", "ngram", "suffix"):
-        return f"a {kind} version has no vLLM speculative method"
-    return None
-
-
-class VllmMetricsCollector:
-    """A Prometheus collector of vLLM's own series (``vllm:*``, ``vllm:spec_decode_*``
-    included) from the process's default registry, where vLLM's engine registers them;
-    registered in the replica's registry, so its ``/metrics`` carries them. vLLM registers
-    its series anew for each engine it starts: after a swap they count from zero."""
-
-    def describe(self) -> list[Any]:
-        return []  # nothing to check for duplicates: these names are vLLM's
-
-    def collect(self) -> Any:
-        from prometheus_client import REGISTRY
-
-        for family in REGISTRY.collect():
-            if family.name.startswith("vllm:"):
-                yield family
-
-
-def vllm_stats(output: Any, *, prompt_tokens: int, k: int, ttft_s: float,
-               total_s: float) -> RequestStats:
-    """autospec's :class:`RequestStats` for a finished vLLM completion (``output``: its
-    ``CompletionOutput``), from vLLM's per-request ``spec_decode_metrics`` (see module doc).
-
-    As autospec's engine counts them: ``num_drafts`` is every verify step (target forward
-    after the prompt), with or without drafts — vLLM's histogram counts only the steps that
-    had drafts (an n-gram that found no match drafts nothing) — and accepted drafts are
-    those emitted. Each step emits its accepted drafts + 1 and the prompt's forward 1, so
-    ``output tokens = 1 + steps + accepted``."""
-    n_out = len(output.token_ids)
-    stats = RequestStats(prompt_tokens=prompt_tokens, output_tokens=n_out, ttft_s=ttft_s,
-                         total_s=total_s, num_drafts=max(0, n_out - 1))
-    metrics = getattr(output, "spec_decode_metrics", None)
-    if metrics is None or not k:
-        return stats
-    histogram = list(metrics.histogram)
-    drafted_steps = sum(histogram)
-    reported = sum(j * count for j, count in enumerate(histogram))
-    accepted = min(reported, max(0, n_out - 1 - drafted_steps))  # drafts cut from the output
-    excess = reported - accepted
-    per_position = [sum(histogram[j] for j in range(i + 1, len(histogram))) for i in range(k)]
-    while excess > 0 and any(per_position):  # take the excess from the deepest first
-        deepest = max(i for i, n in enumerate(per_position) if n)
-        per_position[deepest] -= 1
-        excess -= 1
-    stats.num_drafts = max(drafted_steps, n_out - 1 - accepted)
-    stats.num_draft_tokens = int(metrics.num_draft_tokens)
-    stats.num_accepted_tokens = accepted
-    stats.accepted_per_position = per_position
-    return stats
-
-
-def reported_summary(output: Any) -> dict[str, Any] | None:
-    """vLLM's per-request metrics as it reports them (``to_dict``), or None."""
-    metrics = getattr(output, "spec_decode_metrics", None)
-    return None if metrics is None else metrics.to_dict()
-

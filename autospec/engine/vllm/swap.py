@@ -9,7 +9,7 @@ proposer (``custom_class``) its class path; for ``ngram`` its lookup bounds.
 :func:`in_place_refusal` says why a new version cannot go into the running engine (None: it
 can): another method or ``k``, another architecture (``config.json`` differs: the keys
 are named), other tensors or shapes. Any of these makes the swap start a second engine
-(:class:`~autospec.serve.vllm_server.VllmVersionManager`, which audits the reason).
+(:class:`~autospec.serve.vllm_versions.VllmVersionManager`, which audits the reason).
 
 :func:`load_in_place` moves the new version in between engine steps, through the worker
 extension (:mod:`autospec.interop.vllm_worker`): new draft weights, a new suffix index, or

@@ -1,0 +1,75 @@
+"""vLLM's per-request figures in autospec's terms, and vLLM's own Prometheus series.
+
+:func:`vllm_stats` turns vLLM's per-request acceptance summary
+(``per_request_spec_decode_metrics="summary"``) into autospec's :class:`RequestStats` (the
+traffic row's and the response's acceptance fields). vLLM's summary is a histogram of accepted
+drafts per verify step that had drafts; autospec's per-position counts follow from it
+(position i accepted in every step that accepted more than i drafts), and its step count
+(every verify step, drafts or not, as autospec's engine and replay count) from the output
+length. vLLM counts a last step's drafts accepted past ``max_tokens`` or EOS and then cuts
+them from the output; autospec counts only what was emitted, so the accepted count is
+clipped to what the emitted tokens allow (see docs/vllm.md, "Same proposals").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autospec.engine.stats import RequestStats
+
+
+class VllmMetricsCollector:
+    """A Prometheus collector of vLLM's own series (``vllm:*``, ``vllm:spec_decode_*``
+    included) from the process's default registry, where vLLM's engine registers them;
+    registered in the replica's registry, so its ``/metrics`` carries them. vLLM registers
+    its series anew for each engine it starts: after a swap they count from zero."""
+
+    def describe(self) -> list[Any]:
+        return []  # nothing to check for duplicates: these names are vLLM's
+
+    def collect(self) -> Any:
+        from prometheus_client import REGISTRY
+
+        for family in REGISTRY.collect():
+            if family.name.startswith("vllm:"):
+                yield family
+
+
+def vllm_stats(output: Any, *, prompt_tokens: int, k: int, ttft_s: float,
+               total_s: float) -> RequestStats:
+    """autospec's :class:`RequestStats` for a finished vLLM completion (``output``: its
+    ``CompletionOutput``), from vLLM's per-request ``spec_decode_metrics`` (see module doc).
+
+    As autospec's engine counts them: ``num_drafts`` is every verify step (target forward
+    after the prompt), with or without drafts — vLLM's histogram counts only the steps that
+    had drafts (an n-gram that found no match drafts nothing) — and accepted drafts are
+    those emitted. Each step emits its accepted drafts + 1 and the prompt's forward 1, so
+    ``output tokens = 1 + steps + accepted``."""
+    n_out = len(output.token_ids)
+    stats = RequestStats(prompt_tokens=prompt_tokens, output_tokens=n_out, ttft_s=ttft_s,
+                         total_s=total_s, num_drafts=max(0, n_out - 1))
+    metrics = getattr(output, "spec_decode_metrics", None)
+    if metrics is None or not k:
+        return stats
+    histogram = list(metrics.histogram)
+    drafted_steps = sum(histogram)
+    reported = sum(j * count for j, count in enumerate(histogram))
+    accepted = min(reported, max(0, n_out - 1 - drafted_steps))  # drafts cut from the output
+    excess = reported - accepted
+    per_position = [sum(histogram[j] for j in range(i + 1, len(histogram))) for i in range(k)]
+    while excess > 0 and any(per_position):  # take the excess from the deepest first
+        deepest = max(i for i, n in enumerate(per_position) if n)
+        per_position[deepest] -= 1
+        excess -= 1
+    stats.num_drafts = max(drafted_steps, n_out - 1 - accepted)
+    stats.num_draft_tokens = int(metrics.num_draft_tokens)
+    stats.num_accepted_tokens = accepted
+    stats.accepted_per_position = per_position
+    return stats
+
+
+def reported_summary(output: Any) -> dict[str, Any] | None:
+    """vLLM's per-request metrics as it reports them (``to_dict``), or None."""
+    metrics = getattr(output, "spec_decode_metrics", None)
+    return None if metrics is None else metrics.to_dict()
+

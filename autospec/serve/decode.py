@@ -1,0 +1,183 @@
+"""How a replica's requests are decoded: the server (:mod:`autospec.serve.server`) holds one
+:class:`Decoder`, chosen by its engine.
+
+- :class:`ThreadDecoder` (``native``): the engine decodes one request at a time,
+  synchronously, on the CPU or GPU. The decoder owns one decode thread (a single-worker
+  executor); requests queue for it while the event loop stays free for other requests,
+  health checks and metrics. A request whose client goes stops after its current step.
+- :class:`~autospec.serve.vllm_decode.VllmDecoder` (``vllm``): vLLM batches every admitted
+  request; its outputs come back on the event loop.
+
+A decoder admits through the server (:class:`Replica`: its pending limit, its load, its
+report) and says what its engine serves beyond one plain choice (``serves_choices``: n > 1 and
+log-probabilities) and what a traffic row adds (:meth:`Decoder.record`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from autospec.engine.generate import SpeculativeEngine
+from autospec.engine.interface import Engine
+from autospec.serve.metrics import ServeMetrics
+from autospec.serve.requests import Job, Prepared, Served, Streamed
+from autospec.serve.versions import ServedVersion
+
+log = logging.getLogger(__name__)
+
+
+class Replica(Protocol):
+    """What a decoder needs of the server it decodes for."""
+
+    metrics: ServeMetrics
+
+    def admit(self) -> Job: ...
+
+    def begin(self, job: Job) -> bool: ...
+
+    def end(self, job: Job) -> None: ...
+
+    def abandon(self, job: Job) -> None: ...
+
+    def concurrency(self, job: Job) -> float: ...
+
+    def k_for(self, job: Job, version: ServedVersion) -> int: ...
+
+    def report(self, p: Prepared, s: Served) -> None: ...
+
+
+class Decoder(Protocol):
+    """How requests run on one kind of engine."""
+
+    #: whether the engine serves n > 1 choices and log-probabilities
+    serves_choices: bool
+
+    def attach(self, metrics: ServeMetrics) -> None:
+        """The replica's metrics are ``metrics``: add the engine's own series to them."""
+        ...
+
+    async def generate(self, replica: Replica, p: Prepared) -> Served:
+        """Admit ``p`` and decode it to the end (reported); a cancelled caller (client gone)
+        stops it, and it is not logged."""
+        ...
+
+    def stream(self, replica: Replica, p: Prepared) -> Streamed:
+        """Admit ``p`` now (an overload raises here); it decodes as the result is iterated:
+        each step's new token ids, then the :class:`Served` request."""
+        ...
+
+    def record(self, p: Prepared, s: Served) -> dict[str, Any]:
+        """What the traffic row's ``sampling`` adds for this engine (empty: nothing)."""
+        ...
+
+    def close(self) -> None:
+        """Finish what is queued (the replica is shutting down)."""
+        ...
+
+
+def native_engine(engine: Engine) -> SpeculativeEngine:
+    """``engine`` as the native engine a :class:`ThreadDecoder` runs (a clear error if a
+    replica was put together with another engine's versions)."""
+    if not isinstance(engine, SpeculativeEngine):
+        raise TypeError(f"the native decoder runs autospec's engine, not {engine.name!r}")
+    return engine
+
+
+class ThreadDecoder:
+    """The native engine's requests, one at a time on the replica's decode thread."""
+
+    serves_choices = False
+
+    def __init__(self) -> None:
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autospec-decode")
+
+    def attach(self, metrics: ServeMetrics) -> None:
+        """Nothing to add: the native engine's figures are autospec's own series."""
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True)
+
+    def record(self, p: Prepared, s: Served) -> dict[str, Any]:
+        return {}
+
+    async def generate(self, replica: Replica, p: Prepared) -> Served:
+        job = replica.admit()
+        loop = asyncio.get_running_loop()
+        try:
+            served = await loop.run_in_executor(self._thread, self._decode, replica, p, job,
+                                                None)
+        except asyncio.CancelledError:
+            replica.abandon(job)
+            raise
+        assert served is not None
+        return served
+
+    def stream(self, replica: Replica, p: Prepared) -> Streamed:
+        """If the consumer stops early, or :meth:`Streamed.abandon` is called (client gone,
+        even before iterating), the request leaves the queue or stops after its step."""
+        job = replica.admit()
+        return Streamed(self._stream(replica, p, job), lambda: replica.abandon(job))
+
+    async def _stream(self, replica: Replica, p: Prepared,
+                      job: Job) -> AsyncIterator[list[int] | Served]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[list[int] | Served | BaseException | None] = asyncio.Queue()
+
+        def on_step(ids: list[int]) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, ids)
+
+        def work() -> None:
+            item: Served | BaseException | None
+            try:
+                item = self._decode(replica, p, job, on_step)
+            except BaseException as exc:
+                item = exc
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        loop.run_in_executor(self._thread, work)
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if item is None:  # abandoned
+                    return
+                yield item
+                if isinstance(item, Served):
+                    return
+        finally:
+            replica.abandon(job)
+
+    def _decode(self, replica: Replica, p: Prepared, job: Job,
+                on_step: Callable[[list[int]], None] | None) -> Served | None:
+        """On the decode thread: run the engine, then report. None if abandoned."""
+        if not replica.begin(job):
+            return None
+        try:
+            started = time.perf_counter()
+            k = replica.k_for(job, p.version)
+            gen = native_engine(p.version.engine).stream(p.prompt_ids, p.params, k=k)
+            for ids in gen:
+                if on_step is not None:
+                    on_step(ids)
+                if job.cancel.is_set():
+                    gen.close()
+                    replica.metrics.abandoned.labels("decoding").inc()
+                    log.info("request abandoned after %d steps of decoding", job.steps + 1)
+                    return None
+                job.steps += 1
+            assert gen.result is not None
+            result = gen.result
+            ended = time.perf_counter()
+            served = Served(p.version, result, latency_s=ended - p.ctx.arrived,
+                            ttft_s=started - p.ctx.arrived + result.stats.ttft_s,
+                            concurrency=replica.concurrency(job), in_flight=job.in_flight, k=k)
+            replica.report(p, served)
+            return served
+        finally:
+            replica.end(job)

@@ -1,0 +1,118 @@
+"""A request's life on a replica, as data: where it came from (:class:`RequestContext`),
+validated and bound to a version (:class:`Prepared`), its place in the replica's queue
+(:class:`Job`), streamed (:class:`Streamed`) and finished (:class:`Served`).
+
+The server (:mod:`autospec.serve.server`) makes them, the decoders
+(:mod:`autospec.serve.decode`, :mod:`autospec.serve.vllm_decode`) fill them, the HTTP layers
+(:mod:`autospec.serve.http`, :mod:`autospec.serve.vllm_http`) answer from them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from autospec.engine.generate import GenerationResult
+from autospec.engine.sampling import SamplingParams
+from autospec.serve.errors import APIError
+from autospec.serve.load import Mark
+from autospec.serve.versions import ServedVersion
+
+
+@dataclass
+class RequestContext:
+    """Where a request came from and what the caller asked about logging."""
+
+    route: str  # "completions" or "chat"
+    segment: str
+    log_text: bool = True
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class Prepared:
+    """A validated request, tokenized, bound to the version it will be served by."""
+
+    ctx: RequestContext
+    prompt_ids: list[int]
+    prompt_text: str | None
+    params: SamplingParams
+    version: ServedVersion
+    n: int = 1  # choices (engine vllm)
+    logprobs: int | None = None  # alternatives per token wanted (None: no logprobs)
+    #: vLLM's OpenAI layer: the settings beyond autospec's, what replay cannot apply and the
+    #: logprobs asked (:mod:`autospec.serve.vllm_openai`)
+    vllm: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class PositionLogprobs:
+    """One generated token's log-probability and the likeliest alternatives at its place."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass
+class Served:
+    """A finished request: ``result`` is its (first) choice; ``extra`` the others (n > 1);
+    ``logprobs`` one list per choice when the client asked for them."""
+
+    version: ServedVersion
+    result: GenerationResult
+    latency_s: float
+    ttft_s: float
+    extra: list[GenerationResult] = field(default_factory=list)
+    logprobs: list[list[PositionLogprobs]] | None = None
+    #: the versions that drafted, when more than ``version`` did (a swap mid-request)
+    drafted_by: list[str] = field(default_factory=list)
+    #: mean requests in flight on the replica during this one's life (:mod:`.load`)
+    concurrency: float = 1.0
+    in_flight: int = 1  # requests in flight when it started decoding (itself included)
+    k: int | None = None  # draft tokens per step it was decoded with (None: the engine's)
+    #: the engine's own acceptance summary of each choice, as it reported it (vLLM's)
+    reported: list[dict[str, Any] | None] = field(default_factory=list)
+    index: int = 0  # the choice a traffic row is written for
+
+    @property
+    def choices(self) -> list[GenerationResult]:
+        return [self.result, *self.extra]
+
+
+class Job:
+    """One admitted request's place on the decode thread: ``waiting`` -> ``running`` ->
+    ``done``, or ``abandoned`` while waiting. Its admission is released exactly once, by
+    whichever path ends it; ``cancel`` is the flag the decode thread reads after each step."""
+
+    def __init__(self) -> None:
+        self.state = "waiting"
+        self.cancel = threading.Event()
+        self.steps = 0  # decode steps completed (read by logs and tests)
+        self.mark: Mark | None = None  # where it entered the replica's load
+        self.in_flight = 1  # requests in flight when it started decoding (itself included)
+
+
+class Streamed:
+    """A streamed request (an async iterator): iterate it for token-id steps then :class:`Served`;
+    :meth:`abandon` frees it whether or not iteration ever started."""
+
+    def __init__(self, steps: AsyncIterator[list[int] | Served],
+                 abandon: Callable[[], None]) -> None:
+        self._steps, self.abandon = steps, abandon
+
+    def __aiter__(self) -> Streamed:
+        return self
+
+    async def __anext__(self) -> list[int] | Served:
+        return await anext(self._steps)
+
+
+class Overloaded(APIError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(503, f"server overloaded: {limit} requests already pending on this "
+                         "replica; retry shortly", type="overloaded_error", code="overloaded",
+                         headers={"Retry-After": "1"})

@@ -1,0 +1,261 @@
+"""The versions of a vLLM replica: :class:`VllmVersionManager`, whose versions are
+:class:`~autospec.engine.vllm.engine.VllmEngine` engines.
+
+A version is loaded as everywhere (:func:`autospec.versions.load_speculator_version`,
+checksums and registration checked), refused if vLLM cannot run it faithfully
+(:func:`vllm_refusal`), and exported with :func:`~autospec.interop.export.export_speculator`
+into a fresh directory under ``<data dir>/vllm-exports/``. ``builtin-ngram`` is vLLM's
+``ngram`` method (prompt lookup with autospec's n-gram bounds); a ``suffix`` version is
+autospec's custom proposer (:mod:`autospec.interop.vllm_proposer`), its index loaded into the
+engine once it has started; with speculation off the engine has no speculative config
+(version name ``off``).
+
+**Hot swap, in place.** When the live pointer moves, the watcher thread exports the new
+version and, when it fits the running engine (same vLLM method and k; for a draft model the
+same config and tensor shapes: :mod:`autospec.engine.vllm.swap`), loads it into that engine
+between two of its steps (new draft weights or a new suffix index, through vLLM's
+``collective_rpc`` and autospec's worker extension): no second engine, no second copy of
+the target, well under a second on a CPU. Requests in flight keep decoding; the steps after
+the load draft with the new version, and a request drafted by both is named with both (the
+response's ``drafted_by`` in the ``autospec`` object and its traffic row's
+``sampling.drafted_by``). Rollback is the same move.
+
+**Hot swap, side by side** — only when the new version does not fit (another kind, ``k`` or
+shape): its engine starts beside the running one (two engines' memory meanwhile), then the
+reference moves: requests admitted from then on go to the new engine, those already running
+finish on the old one, which the server retires (it shuts down when its last request ends).
+Every swap is audited (event ``swap``: ``in-place`` or ``new engine`` and why). A version
+that fails (refused kind, load error, vLLM failing to start) leaves the replica serving what
+it had and is audited once (``failure`` event), exactly as on the native path.
+
+:func:`vllm_refusal` says why a version cannot be served on vLLM: an ``eagle3`` version that
+drafts trees or consults its traffic suffix index (vLLM would silently run it as plain chains
+of the head, so autospec's evaluation of it would not predict what vLLM does). ``suffix``
+versions run as autospec's custom proposer (:mod:`autospec.interop.vllm_proposer`).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from autospec import store
+from autospec.engine.interface import Engine
+from autospec.engine.vllm.engine import VllmEngine
+from autospec.engine.vllm.swap import DraftShape, draft_shape, in_place_refusal, load_in_place
+from autospec.interop.export import export_speculator, target_dir
+from autospec.serve.bands import KBands, vllm_schedule
+from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION, ServeConfig
+from autospec.serve.versions import ServedVersion, VersionManager
+from autospec.settings import get_settings
+from autospec.versions import VersionLoadError, load_speculator_version
+
+log = logging.getLogger(__name__)
+
+#: vLLM's max_model_len unless ``vllm_options`` sets it (bounded by the target's context)
+DEFAULT_MAX_MODEL_LEN = 2048
+
+
+def vllm_refusal(kind: str, config: Any) -> str | None:
+    """Why a ``kind`` speculator with ``config`` cannot be served on vLLM (None: it can)."""
+    if kind == "eagle3":
+        if getattr(config, "tree_nodes", 0):
+            return (f"this eagle3 version drafts trees (tree_nodes={config.tree_nodes}); "
+                    "vLLM drafts chains of k from the head: train it with tree_nodes 0")
+        if getattr(config, "suffix_threshold", None) is not None and \
+                getattr(config, "suffix_tokens", 0):
+            return ("this eagle3 version consults its traffic suffix index "
+                    f"(suffix_threshold={config.suffix_threshold}); vLLM runs the head in its "
+                    "own EAGLE proposer, which takes no index, and a custom proposer sees "
+                    "token ids, not the target's hidden states: train it with "
+                    "suffix_threshold null")
+    if kind not in ("eagle3", "draft", "ngram", "suffix"):
+        return f"a {kind} version has no vLLM speculative method"
+    return None
+
+
+class VllmVersionManager(VersionManager):
+    """:class:`VersionManager` whose versions are vLLM engines (see the module doc)."""
+
+    def __init__(self, *, config: ServeConfig, **kwargs: Any) -> None:
+        self.config = config
+        self._speculation = bool(kwargs.get("speculation", True))
+        super().__init__(**{"bands": config.bands, **kwargs})
+        options = dict(config.vllm_options)
+        limit = self.target.info.max_position_embeddings
+        self.max_model_len = min(int(options.pop("max_model_len", DEFAULT_MAX_MODEL_LEN)), limit)
+        self.options = options
+        self.model_dir = target_dir(self.target)
+        self.export_root = get_settings().data_dir / "vllm-exports"
+
+    def _initial(self, speculation: bool) -> ServedVersion | None:
+        return None  # an engine starts in prime(), not here
+
+    def prime(self) -> None:
+        """Start the engine of the live version (builtin-ngram without one, or if it
+        fails); blocking. :meth:`start` then follows the pointer."""
+        if self._current is None:
+            self._current = self._first()
+
+    def start(self) -> None:
+        self.prime()
+        super().start()
+
+    def stop(self) -> None:
+        super().stop()
+        if self._current is not None:
+            self._current.engine.close()
+
+    def _first(self) -> ServedVersion:
+        if not self._speculation:
+            return self._engine_version(OFF_VERSION, "none", None)
+        wanted = self._pointer() if self.follows_pointer else None
+        if wanted is not None and wanted[0] != BUILTIN_VERSION:
+            try:
+                return self._load(wanted[0])
+            except VersionLoadError as exc:
+                self._refused(*wanted, exc)
+        return self._load(BUILTIN_VERSION)
+
+    def _pointer(self) -> tuple[str, int] | None:
+        try:
+            with store.session_scope(self.db, readonly=True) as session:
+                pointer = store.get_live(session, deployment=self.deployment)
+                row = store.get_deployment(session, name=self.deployment)
+            if row is not None and row.k_bands:  # the first engine starts with them
+                self._read_bands(row.k_bands)
+        except Exception as exc:  # database down at start: serve the built-in version
+            self._note_poll_error(f"{type(exc).__name__}: {exc}")
+            return None
+        return (pointer.version, pointer.generation) if pointer else None
+
+    def _load(self, version: str) -> ServedVersion:
+        """``version`` ready to serve: loaded into the running engine where its shapes allow
+        (:mod:`autospec.engine.vllm.swap`), else in an engine of its own; every swap audited."""
+        kind, spec = load_speculator_version(self.db, self.target, version, actor=self.actor,
+                                             deployment=self.deployment)
+        reason = vllm_refusal(kind, getattr(spec, "config", None))
+        if reason is not None:
+            raise VersionLoadError(f"version {version!r}: {reason}")
+        started = time.perf_counter()
+        out, exported = self._export(version, spec)
+        current = self._current
+        if current is None:  # the first engine of this replica
+            return self._engine_version(version, kind, exported.speculative_config, out)
+        shape = draft_shape(exported.speculative_config, out)
+        running = vllm_engine(current.engine).shape
+        why = in_place_refusal(running, shape) or self._bands_refusal(current)
+        if why is None:
+            try:
+                new = self._in_place(version, kind, current, shape, out)
+            finally:
+                shutil.rmtree(out, ignore_errors=True)
+        else:
+            new = self._engine_version(version, kind, exported.speculative_config, out)
+        self._record_swap(version, why, time.perf_counter() - started)
+        return new
+
+    def _bands_refusal(self, current: ServedVersion) -> str | None:
+        """Why ``current``'s engine cannot take new versions: its bands are no longer the
+        deployment's (vLLM fixes them when an engine starts)."""
+        want = None if self.serving_bands is None else str(self.serving_bands)
+        have = vllm_engine(current.engine).k_bands
+        if current.kind == "none" or have == want:
+            return None
+        return f"the concurrency bands changed ({have or 'none'} -> {want or 'none'})"
+
+    def _follow_bands(self, text: str | None, wanted: tuple[str, int] | None) -> None:
+        """New bands from the policy: the current version restarts in an engine that drafts
+        by them (vLLM's scheduler reads them once, at the start), audited as a swap."""
+        super()._follow_bands(text, wanted)
+        current = self._current
+        if current is not None and self._bands_refusal(current) is not None:
+            self._swap_to(current.name, wanted[1] if wanted else 0)
+
+    def _export(self, version: str, spec: Any) -> tuple[Path, Any]:
+        """``spec`` exported for vLLM into a fresh directory under the export root."""
+        self.export_root.mkdir(parents=True, exist_ok=True)
+        out = Path(tempfile.mkdtemp(prefix=f"{version}-k{self.k}-", dir=self.export_root))
+        try:
+            return out, export_speculator(spec, self.target, out, k=self.k,
+                                          source={"version": version})
+        except Exception as exc:
+            shutil.rmtree(out, ignore_errors=True)
+            raise VersionLoadError(f"version {version!r}: export for vLLM failed: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+
+    def _in_place(self, version: str, kind: str, current: ServedVersion, shape: DraftShape,
+                  out: Path) -> ServedVersion:
+        """``version`` loaded into the engine serving ``current``, between its steps."""
+        engine = vllm_engine(current.engine)
+        try:
+            report = load_in_place(engine, shape, out, version)
+        except Exception as exc:
+            raise VersionLoadError(f"version {version!r}: the in-place load into the running "
+                                   f"vLLM engine failed: {type(exc).__name__}: {exc}") from exc
+        engine.loaded.append(version)
+        log.info("%s loaded into the running vLLM engine in %.2fs (was %s)", version,
+                 report["seconds"], current.name)
+        return ServedVersion(version, kind, engine)
+
+    def _record_swap(self, version: str, why: str | None, seconds: float) -> None:
+        """Audit a swap: in place, or a second engine started, and why (best effort)."""
+        mode = "in-place" if why is None else "new engine"
+        reason = "loaded into the running vLLM engine" if why is None else \
+            f"a second vLLM engine was started: {why}"
+        try:
+            with store.session_scope(self.db) as session:
+                store.record_event(session, kind="swap", actor=self.actor, reason=reason,
+                                   deployment=self.deployment, version=version,
+                                   from_version=self._current.name if self._current else None,
+                                   details={"mode": mode, "why": why, "seconds": round(seconds, 3),
+                                            "replica": self.actor, "engine": "vllm"})
+        except Exception:  # the audit log is best effort here; the replica keeps serving
+            log.exception("could not record the swap to %s", version)
+
+    def _engine_version(self, version: str, kind: str,
+                        speculative_config: dict[str, Any] | None,
+                        export_dir: Path | None = None) -> ServedVersion:
+        """An engine for ``version``; ``export_dir`` (its exported files) is removed when
+        the engine shuts down, or now if it fails to start."""
+        started = time.perf_counter()
+        engine = None
+        bands = self.serving_bands if speculative_config else None
+        try:
+            engine = VllmEngine(self.model_dir, dtype=self.target.dtype_name,
+                                speculative_config=with_bands(speculative_config, bands),
+                                max_model_len=self.max_model_len, options=self.options,
+                                cleanup=export_dir)
+            if kind == "suffix":  # autospec's proposer starts empty: its index goes in now
+                load_in_place(engine, draft_shape(speculative_config, export_dir), export_dir,
+                              version)
+        except Exception as exc:
+            if engine is not None:
+                engine.close()  # removes export_dir with it
+            elif export_dir is not None:
+                shutil.rmtree(export_dir, ignore_errors=True)
+            raise VersionLoadError(f"version {version!r}: vLLM could not start with it: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+        engine.shape = draft_shape(speculative_config, export_dir)
+        engine.k_bands = None if bands is None else str(bands)  # fixed for its life
+        engine.loaded.append(version)
+        log.info("vLLM engine for %s started in %.1fs", version, time.perf_counter() - started)
+        return ServedVersion(version, kind, engine)
+
+
+def vllm_engine(engine: Engine) -> VllmEngine:
+    """A version's engine as the vLLM engine it is: every version this manager (and a vLLM
+    replica's server) holds has one it started (tests' stand-ins play its part)."""
+    return cast(VllmEngine, engine)
+
+
+def with_bands(speculative_config: dict[str, Any] | None,
+               bands: KBands | None) -> dict[str, Any] | None:
+    """``speculative_config`` with vLLM's per-batch-size k from the deployment's bands."""
+    if speculative_config is None or bands is None:
+        return speculative_config
+    return {**speculative_config, "num_speculative_tokens_per_batch_size": vllm_schedule(bands)}
