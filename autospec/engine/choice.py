@@ -33,9 +33,9 @@ ENGINE_CHOICES = (AUTO, *ENGINES)
 #: the ``--engine`` help text of ``autospec serve`` and the ``engine`` field of its config
 ENGINE_HELP = (
     "native: autospec's engine (one request at a time per replica, every speculator kind); "
-    "vllm: vLLM's async engine (continuous batching) with the live version exported in the "
-    "speculators format (see docs/vllm.md); auto: vllm where the replica has a CUDA GPU and "
-    "vLLM is installed, else native")
+    "vllm: vLLM's async engine (continuous batching; eagle3 chains, draft, ngram and suffix "
+    "versions) with the live version exported in the speculators format (see docs/vllm.md); "
+    "auto: vllm where the replica has a CUDA GPU and vLLM is installed, else native")
 
 
 class EngineUnavailable(RuntimeError):

@@ -18,15 +18,12 @@ from dataclasses import dataclass
 
 import torch
 
+from autospec.engine.interface import check_fits
 from autospec.engine.protocol import Proposal, Speculator
 from autospec.engine.sampling import SamplingParams, biased, penalized, pick, probs_from_logits
 from autospec.engine.stats import RequestStats
 from autospec.engine.target import KVCache, Target
 from autospec.engine.verify import greedy_tree_verify, greedy_verify, rejection_verify
-
-
-class RequestError(ValueError):
-    """The request cannot be served as asked (too long, empty prompt...)."""
 
 
 @dataclass
@@ -98,15 +95,8 @@ class SpeculativeEngine:
         return gen
 
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        if not prompt_ids:
-            raise RequestError("the prompt is empty")
-        limit = self.target.info.max_position_embeddings
-        # + k: the last verify may run k drafts past max_new_tokens
-        if len(prompt_ids) + params.max_new_tokens + self.k > limit:
-            raise RequestError(
-                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_new_tokens}) "
-                f"exceeds the target's context of {limit - self.k} tokens"
-            )
+        check_fits(prompt_ids, params, context=self.target.info.max_position_embeddings,
+                   k=self.k, where="the target's")
 
     @torch.inference_mode()
     def _steps(self, prompt_ids: list[int], params: SamplingParams,

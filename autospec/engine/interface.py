@@ -20,6 +20,23 @@ from typing import Protocol, runtime_checkable
 from autospec.engine.sampling import SamplingParams
 
 
+class RequestError(ValueError):
+    """The request cannot be served as asked (too long, empty prompt...)."""
+
+
+def check_fits(prompt_ids: list[int], params: SamplingParams, *, context: int, k: int,
+               where: str) -> None:
+    """The one request check of every engine: :class:`RequestError` for an empty prompt, or
+    one whose prompt + ``max_new_tokens`` + ``k`` (the last verify may draft ``k`` past the
+    end) does not fit ``context`` tokens (``where``: whose context, for the message)."""
+    if not prompt_ids:
+        raise RequestError("the prompt is empty")
+    if len(prompt_ids) + params.max_new_tokens + k > context:
+        raise RequestError(
+            f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_new_tokens}) "
+            f"exceeds {where} context of {context - k} tokens")
+
+
 @runtime_checkable
 class Engine(Protocol):
     """One version's engine (a version is a speculator, or none, over the replica's target)."""
@@ -33,7 +50,7 @@ class Engine(Protocol):
     loaded: list[str]
 
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        """:class:`~autospec.engine.generate.RequestError` (a 400) when this engine would
+        """:class:`~autospec.engine.interface.RequestError` (a 400) when this engine would
         refuse the request (empty prompt, longer than its context)."""
         ...
 

@@ -25,35 +25,53 @@ from typing import Annotated, Any
 import psutil
 import typer
 
+from autospec.engine.choice import ENGINE_HELP
+
 log = logging.getLogger(__name__)
+
+#: ServeConfig fields that ``autospec serve`` does not take as options, and why; every other
+#: field is an option of the same name (or :data:`OPTION_OF`'s) with the field's default and
+#: description as its help (tests/serve/test_cli.py keeps the two from drifting apart)
+CONFIG_ONLY = {
+    "device": "a replica's device follows its Ray resources (num_gpus) and the engine",
+    "model_name": "the Serve config file's (ops/serve_config.yaml): the target spec by default",
+    "poll_interval_s": "tuning, in the Serve config file",
+    "report_interval_s": "tuning, in the Serve config file",
+    "max_tokens_limit": "tuning, in the Serve config file",
+    "default_max_tokens": "tuning, in the Serve config file",
+    "max_body_bytes": "tuning, in the Serve config file",
+    "max_queued_requests": "Ray's router queue: unbounded unless the Serve config file says",
+    "health_check_period_s": "tuning, in the Serve config file",
+}
+#: fields whose option has another name (and shape: KEY=VALUE pairs, Ray's resources)
+OPTION_OF = {"vllm_options": "vllm_option", "vllm_api_options": "vllm_api_option",
+             "ray_actor_options": "num_cpus", "startup_timeout_s": "startup_timeout"}
 
 
 def serve(
     target: Annotated[str, typer.Option(
         help="target: a name, a model directory or .gguf")] = "smollm2-135m",
     replicas: Annotated[int, typer.Option(
-        min=1, help="Serve replicas (each one decode thread)")] = 1,
+        min=1, help="Serve replicas (each its own target and engine)")] = 1,
     max_ongoing_requests: Annotated[int | None, typer.Option(
-        min=1, help="Ray Serve's limit of requests in flight per replica; must exceed "
-        "--max-pending-requests (default: twice it)")] = None,
+        min=1, help="Ray Serve's per-replica limit of requests in flight; must exceed "
+        "max_pending_requests so the replica's own 503 answers overload (default: twice "
+        "max_pending_requests)")] = None,
     max_pending_requests: Annotated[int, typer.Option(
-        min=1, help="requests waiting or decoding per replica before a fast 503")] = 32,
+        min=1, help="requests waiting or decoding per replica; more get a fast 503")] = 32,
     host: Annotated[str, typer.Option(help="HTTP host to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP port")] = 8000,
     address: Annotated[str | None, typer.Option(
         help="join this Ray cluster (e.g. 'auto' or ray://host:10001); default: start a local "
         "Ray")] = None,
-    speculator_k: Annotated[int, typer.Option(min=1, max=16, help="draft tokens per step")] = 5,
+    speculator_k: Annotated[int, typer.Option(
+        min=1, max=16, help="draft tokens per verification step")] = 5,
     k_bands: Annotated[str | None, typer.Option(
         help="draft tokens per concurrency band, e.g. '1-2:5,3-6:3,7-:0' (0: no drafting at "
-        "that load): vLLM's per-batch-size k, or on the native engine the requests in flight "
-        "when one starts; `autospec bench serve --engine vllm --concurrency 1,4,8` shows "
-        "where speculation stops paying")] = None,
-    engine: Annotated[str, typer.Option(
-        help="native: autospec's engine (every speculator kind); vllm: vLLM's async engine "
-        "(continuous batching; eagle3 chains, draft and ngram versions, see docs/vllm.md); "
-        "auto: vllm on a CUDA GPU with vLLM installed, else native")
-    ] = "auto",
+        "that load; see docs/vllm.md, 'Speed at the load served'); on vLLM the batch size of "
+        "a step, on the native engine the requests in flight when one starts; `autospec bench "
+        "serve --engine vllm --concurrency 1,4,8` shows where speculation stops paying")] = None,
+    engine: Annotated[str, typer.Option(help=ENGINE_HELP)] = "auto",
     vllm_option: Annotated[list[str] | None, typer.Option(
         help="--engine vllm: a vLLM engine argument as KEY=VALUE (VALUE as JSON, else a "
         "string), e.g. max_model_len=4096 or kv_cache_memory_bytes=1073741824; repeatable")
@@ -64,30 +82,34 @@ def serve(
         "tool_call_parser=hermes, enable_auto_tool_choice=true; repeatable")
     ] = None,
     speculation: Annotated[str, typer.Option(
-        help="live: the live version (builtin-ngram until one is promoted); off: target "
-        "only")] = "live",
-    deployment: Annotated[str, typer.Option(help="the live-pointer name to follow")] = "default",
-    dtype: Annotated[str, typer.Option(help="target dtype: auto, float32 or bfloat16")] = "auto",
+        help="live: follow the live pointer (builtin-ngram until one exists); off: "
+        "target-only decoding")] = "live",
+    deployment: Annotated[str, typer.Option(
+        help="live-pointer name this app follows")] = "default",
+    dtype: Annotated[str, typer.Option(
+        help="target dtype: auto, float32 or bfloat16")] = "auto",
     database_url: Annotated[str | None, typer.Option(
-        help="traffic store (default: AUTOSPEC_DATABASE_URL or the data dir's SQLite)")] = None,
+        help="traffic store URL (default: AUTOSPEC_DATABASE_URL or the data dir)")] = None,
     log_traffic: Annotated[bool, typer.Option(
         help="log every request to the traffic store")] = True,
     num_cpus: Annotated[float, typer.Option(help="CPUs reserved per replica")] = 1.0,
     num_gpus: Annotated[float, typer.Option(help="GPUs per replica")] = 0.0,
     startup_timeout: Annotated[float, typer.Option(
-        help="seconds to wait for the replicas")] = 300.0,
+        help="seconds `autospec serve` waits for the replicas to be ready")] = 300.0,
     detach: Annotated[bool, typer.Option(help="with --address: deploy and return")] = False,
     api_key: Annotated[str | None, typer.Option(
         envvar="AUTOSPEC_API_KEY", show_envvar=True, show_default=False,
-        help="require 'Authorization: Bearer <key>' on every route but /health and /metrics "
-        "(default: env AUTOSPEC_API_KEY; several keys comma-separated; none and no "
-        "--api-key-file: no authentication)")] = None,
+        help="clients must send 'Authorization: Bearer <key>' on every route but /health and "
+        "/metrics; several keys comma-separated (default: AUTOSPEC_API_KEY in the replica's "
+        "environment; no key and no key file: no authentication)")] = None,
     api_key_file: Annotated[Path | None, typer.Option(
         envvar="AUTOSPEC_API_KEY_FILE", show_envvar=True, show_default=False,
-        help="a file of API keys, one per line, that replicas re-read when it changes: "
-        "rotate keys without a restart (the same path on every node)")] = None,
+        help="a file of keys, one per line, that each replica re-reads when it changes (key "
+        "rotation without restart; the same path on every node; default: "
+        "AUTOSPEC_API_KEY_FILE in the replica's environment)")] = None,
     docs: Annotated[bool, typer.Option(
-        help="serve the interactive API docs at /docs (Swagger UI loads from a CDN)")] = False,
+        help="serve the interactive API docs at /docs (Swagger UI, which loads its scripts "
+        "from a CDN); /openapi.json is served either way")] = False,
 ) -> None:
     """Serve the target with speculative decoding over an OpenAI-compatible HTTP API."""
     from pydantic import ValidationError

@@ -1,5 +1,7 @@
 """The serving configuration: one strict pydantic model shared by the CLI, the Ray Serve
-config file (``ops/serve_config.yaml``, ``args:``) and the tests.
+config file (``ops/serve_config.yaml``, ``args:``) and the tests. ``autospec serve``'s
+options carry these fields' defaults and descriptions (tests/serve/test_cli.py checks them;
+the fields that are not options are :data:`autospec.serve.cli.CONFIG_ONLY`).
 
 A typo in a field name is an error naming the field (``extra="forbid"``). The model knows
 nothing of Ray: replica counts and Ray's own queue limits are read by
@@ -23,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from autospec.engine.choice import ENGINE_HELP
 from autospec.serve.bands import MAX_K, KBands, parse_bands
 
 # the version name served while no version is live (the training-free n-gram speculator);
@@ -41,16 +44,13 @@ class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     target: str = Field("smollm2-135m", description="target: a name, a model directory or .gguf")
-    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="target dtype")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="target dtype: auto, float32 or bfloat16")
     device: str | None = Field(None, description="torch device (default: cuda if present)")
     model_name: str | None = Field(
         None, description="the model id clients name in requests (default: the target spec)")
     deployment: str = Field("default", description="live-pointer name this app follows")
-    engine: Literal["auto", "native", "vllm"] = Field(
-        "auto", description="native: autospec's engine (one request at a time per replica, "
-        "every speculator kind); vllm: vLLM's async engine (continuous batching) with the live "
-        "version exported in the speculators format (see docs/vllm.md); auto: vllm where the "
-        "replica has a CUDA GPU and vLLM is installed, else native")
+    engine: Literal["auto", "native", "vllm"] = Field("auto", description=ENGINE_HELP)
     vllm_options: dict[str, Any] = Field(
         default_factory=dict, description="engine: vllm: extra vLLM engine arguments "
         "(max_model_len, kv_cache_memory_bytes, gpu_memory_utilization, "
@@ -67,10 +67,12 @@ class ServeConfig(BaseModel):
     k_bands: str | None = Field(
         None, description="draft tokens per concurrency band, e.g. '1-2:5,3-6:3,7-:0' (0: no "
         "drafting at that load; see docs/vllm.md, 'Speed at the load served'); on vLLM the "
-        "batch size of a step, on the native engine the requests in flight when one starts")
+        "batch size of a step, on the native engine the requests in flight when one starts; "
+        "`autospec bench serve --engine vllm --concurrency 1,4,8` shows where speculation "
+        "stops paying")
     database_url: str | None = Field(
         None, description="traffic store URL (default: AUTOSPEC_DATABASE_URL or the data dir)")
-    log_traffic: bool = Field(True, description="send every request to the traffic writer")
+    log_traffic: bool = Field(True, description="log every request to the traffic store")
     poll_interval_s: float = Field(
         1.0, gt=0, le=60, description="how often each replica reads the live pointer")
     report_interval_s: float = Field(
@@ -81,7 +83,8 @@ class ServeConfig(BaseModel):
     max_pending_requests: int = Field(
         32, ge=1, description="requests waiting or decoding per replica; more get a fast 503")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body accepted")
-    replicas: int = Field(1, ge=1, description="Serve replicas (one decode thread each)")
+    replicas: int = Field(1, ge=1, description="Serve replicas (each its own target and "
+                          "engine)")
     max_ongoing_requests: int | None = Field(
         None, ge=1, description="Ray Serve's per-replica limit of requests in flight; must "
         "exceed max_pending_requests so the replica's own 503 answers overload (default: "
@@ -93,9 +96,9 @@ class ServeConfig(BaseModel):
         default_factory=lambda: {"num_cpus": 1.0},
         description="Ray options per replica (num_cpus, num_gpus, runtime_env)")
     api_key: SecretStr | None = Field(
-        None, description="clients must send 'Authorization: Bearer <key>'; several keys "
-        "comma-separated (default: AUTOSPEC_API_KEY in the replica's environment; no key "
-        "and no key file: no authentication)")
+        None, description="clients must send 'Authorization: Bearer <key>' on every route "
+        "but /health and /metrics; several keys comma-separated (default: AUTOSPEC_API_KEY "
+        "in the replica's environment; no key and no key file: no authentication)")
     api_key_file: Path | None = Field(
         None, description="a file of keys, one per line, that each replica re-reads when it "
         "changes (key rotation without restart; the same path on every node; default: "
@@ -105,7 +108,7 @@ class ServeConfig(BaseModel):
         "loads its scripts from a CDN); /openapi.json is served either way")
     health_check_period_s: float = Field(5.0, gt=0, description="Ray Serve health checks")
     startup_timeout_s: float = Field(
-        300.0, gt=0, description="how long `autospec serve` waits for replicas to be ready")
+        300.0, gt=0, description="seconds `autospec serve` waits for the replicas to be ready")
 
     def to_args(self) -> dict[str, Any]:
         """The fields as JSON-able deployment arguments, the API key in clear (Ray hands

@@ -1,7 +1,7 @@
 """Errors in the OpenAI shape: ``{"error": {"message", "type", "param", "code"}}``.
 
 :class:`APIError` is what route code raises for a request it refuses; :func:`install_handlers`
-maps it, request validation errors, :class:`~autospec.engine.generate.RequestError` and
+maps it, request validation errors, :class:`~autospec.engine.interface.RequestError` and
 ``ValueError`` (bad input found deeper down) to small 4xx answers. A genuine bug still answers
 500 in the same shape (and is logged with its traceback), never an HTML page.
 """
@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from autospec.engine.generate import RequestError
+from autospec.engine.interface import RequestError
 
 log = logging.getLogger(__name__)
 

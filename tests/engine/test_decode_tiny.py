@@ -5,7 +5,8 @@ import itertools
 import pytest
 import torch
 
-from autospec.engine.generate import RequestError, SpeculativeEngine
+from autospec.engine.generate import SpeculativeEngine
+from autospec.engine.interface import RequestError
 from autospec.engine.reference import OracleSpeculator, RandomSpeculator
 from autospec.engine.sampling import SamplingParams, probs_from_logits
 from autospec.engine.target import tiny_target

@@ -53,3 +53,36 @@ def test_a_vllm_api_option_vllm_does_not_take_is_refused_before_serving():
     out = CliRunner().invoke(app, ["serve", "--engine", "vllm",
                                    "--vllm-api-option", "tool_parser=hermes"])
     assert out.exit_code == 2 and "'tool_parser' is not an option" in out.output
+
+
+def test_every_serve_config_field_is_an_option_with_its_default_and_help():
+    """A ServeConfig field and its ``autospec serve`` option cannot drift apart: each field
+    is an option with the field's default and description, or is named config-only with a
+    reason (``serve.cli.CONFIG_ONLY``); options of another shape (KEY=VALUE pairs, Ray's
+    resources) must exist."""
+    import typer.main
+
+    from autospec.serve.cli import CONFIG_ONLY, OPTION_OF
+
+    command = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    options = {p.name: p for p in command.params}
+    fields = ServeConfig.model_fields
+    assert set(CONFIG_ONLY) <= set(fields), "CONFIG_ONLY names a field ServeConfig lacks"
+    for name, field in fields.items():
+        if name in CONFIG_ONLY:
+            assert name not in options, f"{name} is an option and listed config-only"
+            continue
+        option = OPTION_OF.get(name, name)
+        assert option in options, f"ServeConfig.{name} has no `autospec serve` option"
+        if name in OPTION_OF and name != "startup_timeout_s":
+            continue  # another shape: only its presence is checked
+        assert options[option].default == field.default, f"--{option}: default"
+        assert options[option].help == field.description, f"--{option}: help"
+
+
+def test_the_engine_help_text_is_one_constant():
+    from autospec.engine.choice import ENGINE_HELP
+
+    assert ServeConfig.model_fields["engine"].description == ENGINE_HELP
+    cli = (ROOT / "autospec" / "serve" / "cli.py").read_text()
+    assert "vLLM's async engine" not in cli  # written once, in autospec.engine.choice

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from autospec import store
-from autospec.engine.generate import RequestError
+from autospec.engine.interface import RequestError
 from autospec.engine.vllm.stats import vllm_stats
 from autospec.engine.vllm.swap import draft_shape, load_in_place
 from autospec.serve.config import ServeConfig

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
-from autospec.engine.generate import RequestError
+from autospec.engine.interface import check_fits
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.vllm.sampling import vllm_sampling
 
@@ -158,14 +158,10 @@ class VllmEngine:
     # -- requests -----------------------------------------------------------------------------
 
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        """:class:`RequestError` (a 400) when vLLM would refuse the request."""
-        if not prompt_ids:
-            raise RequestError("the prompt is empty")
-        room = self.max_model_len - self.k  # vLLM drafts up to k past the last token
-        if len(prompt_ids) + params.max_new_tokens > room:
-            raise RequestError(
-                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_new_tokens}) "
-                f"exceeds the engine's context of {room} tokens")
+        """:class:`RequestError` (a 400) when vLLM would refuse the request (vLLM drafts up
+        to k past the last token)."""
+        check_fits(prompt_ids, params, context=self.max_model_len, k=self.k,
+                   where="the engine's")
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str,
                        *, n: int = 1, logprobs: int | None = None) -> AsyncIterator[Any]:
