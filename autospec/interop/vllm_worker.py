@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +89,16 @@ def _drop_shared(tensors: dict[str, Any], shared: dict[str, Any]) -> list[str]:
 class AutospecWorkerExtension:
     """Mixed into vLLM's worker class (``worker_extension_cls``); see the module doc."""
 
+    # what vLLM's worker class brings (declared only: the worker's own are used)
+    model_runner: Any
+    vllm_config: Any
+    get_model: Callable[[], Any]
+    get_draft_model: Callable[[], Any]
+
     def autospec_drafter(self) -> dict[str, Any]:
         """What drafts in this worker: the drafter's class, and whether it has a model."""
-        drafter = getattr(self.model_runner, "drafter", None)  # type: ignore[attr-defined]
-        draft = self.get_draft_model()  # type: ignore[attr-defined]
+        drafter = getattr(self.model_runner, "drafter", None)
+        draft = self.get_draft_model()
         return {"drafter": None if drafter is None else type(drafter).__name__,
                 "draft_model": None if draft is None else type(draft).__name__}
 
@@ -100,13 +107,13 @@ class AutospecWorkerExtension:
         from vllm.model_executor.model_loader.reload.inplace import reload_weights
 
         started = time.perf_counter()
-        draft = self.get_draft_model()  # type: ignore[attr-defined]
+        draft = self.get_draft_model()
         if draft is None:
             raise RuntimeError("this engine has no draft model to reload")
         tensors = read_checked(weights, sha256)
-        target = self.get_model()  # type: ignore[attr-defined]
+        target = self.get_model()
         skipped = _drop_shared(tensors, _shared_modules(draft, target))
-        reload_weights(self.vllm_config, draft,  # type: ignore[attr-defined]
+        reload_weights(self.vllm_config, draft,
                        weights_iterator=iter(list(tensors.items())), weights_path=None,
                        is_checkpoint_format=True)
         return {"loaded": sorted(tensors), "shared_skipped": skipped,
@@ -116,7 +123,7 @@ class AutospecWorkerExtension:
                             version: str | None = None) -> dict[str, Any]:
         """Give autospec's custom proposer the index in ``directory`` (files checked)."""
         started = time.perf_counter()
-        drafter = getattr(self.model_runner, "drafter", None)  # type: ignore[attr-defined]
+        drafter = getattr(self.model_runner, "drafter", None)
         load = getattr(drafter, "load_index", None)
         if load is None:
             raise RuntimeError(f"the drafter {type(drafter).__name__} is not autospec's "

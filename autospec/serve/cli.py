@@ -20,12 +20,15 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import psutil
 import typer
 
 from autospec.engine.choice import ENGINE_HELP
+
+if TYPE_CHECKING:  # imported where it is used: it brings torch
+    from autospec.serve.config import ServeConfig
 
 log = logging.getLogger(__name__)
 
@@ -122,16 +125,15 @@ def serve(
     if num_gpus:
         actor_options["num_gpus"] = num_gpus
     try:
-        config = ServeConfig(
+        config = ServeConfig.model_validate(dict(  # the options' strings, checked by it
             target=target, replicas=replicas, max_ongoing_requests=max_ongoing_requests,
             max_pending_requests=max_pending_requests, speculator_k=speculator_k,
-            k_bands=k_bands,
-            speculation=speculation, deployment=deployment, dtype=dtype,  # type: ignore[arg-type]
-            engine=engine, vllm_options=_engine_options(vllm_option or []),  # type: ignore[arg-type]
+            k_bands=k_bands, speculation=speculation, deployment=deployment, dtype=dtype,
+            engine=engine, vllm_options=_engine_options(vllm_option or []),
             vllm_api_options=_engine_options(vllm_api_option or [], "--vllm-api-option"),
             database_url=None, log_traffic=log_traffic, ray_actor_options=actor_options,
             startup_timeout_s=startup_timeout, api_key=api_key or None, docs=docs,
-            api_key_file=api_key_file.resolve() if api_key_file else None)
+            api_key_file=api_key_file.resolve() if api_key_file else None))
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from None
     _check_key_file(config.api_key_file)
@@ -205,7 +207,7 @@ def _prepare_database(database_url: str | None) -> str:
     return url
 
 
-def deploy(config, *, host: str, port: int, address: str | None) -> str:  # type: ignore[no-untyped-def]
+def deploy(config: ServeConfig, *, host: str, port: int, address: str | None) -> str:
     """Start or join Ray, run the application, wait (bounded) until ready; return its URL."""
     import ray
     from ray import serve
