@@ -66,7 +66,8 @@ def engine_parts(engine: str, config: ServeConfig, *, target: Target, db: Databa
     if engine != "vllm":
         return EngineParts(VersionManager(bands=config.bands, **common), ThreadDecoder())
     from autospec.serve.vllm_decode import VllmDecoder
-    from autospec.serve.vllm_openai import VllmLayer, api_args
+    from autospec.serve.vllm_http import VllmLayer
+    from autospec.serve.vllm_openai import api_args
     from autospec.serve.vllm_versions import VllmVersionManager
 
     versions = VllmVersionManager(config=config, **common)

@@ -588,3 +588,33 @@ def test_bands_set_by_the_policy_restart_the_engine_with_them_and_rows_name_them
     assert swap.details["mode"] == "new engine"
     assert swap.details["why"] == "the concurrency bands changed (none -> 1-2:3,3-:0)"
     assert rows[-1].sampling["k_bands"] == "1-2:3,3-:0"
+
+
+def test_from_config_puts_a_vllm_replica_together(fake_engines, tiny_llm, sqlite_url, db,
+                                                  tmp_path, monkeypatch):
+    """``LLMServer.from_config`` with ``engine: vllm`` (the one from_config): vLLM's version
+    manager with its first engine started, vLLM's decoder, vLLM's OpenAI layer as the
+    server's routes, the deployment recorded as served by vLLM."""
+    pytest.importorskip("vllm")  # vLLM's server options are parsed by vLLM's parser
+    from autospec.serve import server as server_module
+    from autospec.serve.vllm_http import VllmLayer
+    from autospec.settings import get_settings
+
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    loaded = []
+    monkeypatch.setattr(server_module, "load_target",
+                        lambda spec, **kw: loaded.append(kw) or tiny_llm)
+    cfg = ServeConfig(target="tiny", engine="vllm", database_url=sqlite_url, speculator_k=3)
+    server = LLMServer.from_config(cfg, actor="from-config")
+    try:
+        assert loaded == [{"dtype": "auto", "device": "cpu"}]  # vLLM decodes, not this copy
+        assert isinstance(server.versions, VllmVersionManager)
+        assert isinstance(server.decoder, VllmDecoder) and isinstance(server.api, VllmLayer)
+        assert server.versions.current.engine is fake_engines[0][1]
+        assert server.health()["engine"] == "vllm"
+        with store.session_scope(db, readonly=True) as session:
+            assert store.get_deployment(session, name="default").engine == "vllm"
+    finally:
+        server.close()
+        get_settings.cache_clear()
