@@ -224,6 +224,11 @@ def train(
     draft_epochs: Annotated[int, typer.Option(min=1, help="epochs for draft")] = 2,
     feature_noise: Annotated[float, typer.Option(
         min=0.0, help="eagle3 training feature noise")] = 0.2,
+    heldout_fraction: Annotated[float, typer.Option(
+        help="newest share of the logged requests held out: never trained on, decoded to "
+        "measure")] = 0.1,
+    seed: Annotated[int, typer.Option(
+        help="seed of the prompts (traffic, --other-domain) and of training")] = 0,
     workdir: Annotated[Path | None, typer.Option(
         help="where the scratch store and artifacts go")] = None,
     reuse: Annotated[bool, typer.Option(
@@ -246,22 +251,22 @@ def train(
     json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Log domain traffic, train each kind on it, measure τ and speed on held-out requests."""
-    from autospec.bench.train import check_bench_input, run_train_bench
-    from autospec.bench.train_variants import parse_variants
+    from pydantic import ValidationError
 
-    kind_names = tuple(s.strip() for s in kinds.split(",") if s.strip())
-    try:
-        names = parse_variants(variants)
-        check_bench_input(domain=domain, kinds=kind_names, variants=names,
-                          other_domain=other_domain, synthetic_share=synthetic_share)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    run_train_bench(target_spec=target, variants=names, synthetic_share=synthetic_share,
-                    synthetic_count=synthetic_count, base_dir=base, other_domain=other_domain,
-                    domain=domain, requests=requests, max_new=max_new_tokens,
-                    kinds=kind_names, k=k,
-                    epochs=epochs, eval_requests=eval_requests,
-                    draft_vocab_size=draft_vocab_size, ttt_steps=ttt_steps, dtype=dtype,
-                    draft_epochs=draft_epochs, feature_noise=feature_noise, reuse=reuse,
-                    workdir=workdir,
-                    json_path=json_path)
+    from autospec.bench.train import run_train_bench
+    from autospec.bench.train_request import TrainBenchRequest, first_error
+
+    try:  # one field per option, same names (tests/bench/test_train_request.py)
+        request = TrainBenchRequest(
+            target=target, domain=domain, requests=requests, max_new_tokens=max_new_tokens,
+            kinds=kinds, k=k, epochs=epochs, eval_requests=eval_requests,
+            draft_vocab_size=draft_vocab_size, ttt_steps=ttt_steps, dtype=dtype,
+            draft_epochs=draft_epochs, feature_noise=feature_noise,
+            heldout_fraction=heldout_fraction, seed=seed, workdir=workdir, reuse=reuse,
+            variants=variants, synthetic_share=synthetic_share,
+            synthetic_count=synthetic_count, base=base, other_domain=other_domain,
+            json_path=json_path)
+    except ValidationError as exc:
+        raise typer.BadParameter(first_error(exc)) from None
+    run_train_bench(request)
+
