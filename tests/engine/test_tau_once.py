@@ -102,6 +102,20 @@ def test_the_search_skips_docstrings_and_comments_and_joins_broken_lines(tmp_pat
     assert formulas(tmp_path) == [("m.py", 4, "return ((accepted +")]
 
 
+def test_no_step_is_no_measurement() -> None:
+    from autospec.engine.stats import RequestStats, tau
+
+    assert tau(3, 2) == 2.5 and tau(0, 4) == 1.0 and tau(1.5, 3) == 1.5
+    assert tau(0, 0) is None and RequestStats().tau is None
+    stats = RequestStats()
+    stats.observe_step(4, 2)
+    assert stats.tau == 3.0 and stats.as_dict()["tau"] == 3.0
+    assert RequestStats().as_dict()["tau"] is None
+    from autospec.serve.schemas import AutospecInfo  # the response's autospec object
+
+    assert AutospecInfo.from_stats("v", RequestStats()).model_dump()["tau"] is None
+
+
 def test_tau_is_written_once() -> None:
     found = formulas(PACKAGE)
     assert [(f, code) for f, _, code in found] == [THE_ONE], (
