@@ -248,8 +248,8 @@ def _fit_suffix(request: TrainRequest, data: TrainingData, target: Target,
     spec = suffix_from_documents(config, documents(data.train), target)
     metrics = {"corpus_tokens": spec.corpus_tokens, "build_s": time.perf_counter() - started,
                "examples_seen": len(data.train)}
-    if data.heldout:
-        metrics["heldout_replay_tau_k5"] = replay_tau(spec, data.heldout, k=5)
+    if data.heldout and (tau := replay_tau(spec, data.heldout, k=5)) is not None:
+        metrics["heldout_replay_tau_k5"] = tau  # absent: no held-out step to measure
     return spec, metrics
 
 
@@ -345,10 +345,11 @@ def _fit_on_ray(request: TrainRequest, recipe, spec: SavableSpeculator, trainee,
     return state
 
 
-def replay_tau(spec: SavableSpeculator, sequences: list[TrainSequence], k: int = 5) -> float:
+def replay_tau(spec: SavableSpeculator, sequences: list[TrainSequence],
+               k: int = 5) -> float | None:
     """τ of a feature-free speculator replayed over logged greedy outputs (exact for greedy;
-    :func:`autospec.evaluate.replay.replay_request` counts the steps as the engine takes them).
-    """
+    :func:`autospec.evaluate.replay.replay_request` counts the steps as the engine takes them);
+    None when no output was long enough for a step."""
     stats = []
     for seq in sequences:
         out = seq.ids[seq.prompt_len :]

@@ -15,11 +15,11 @@ import torch
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.reference import OracleSpeculator, RandomSpeculator
 from autospec.engine.sampling import SamplingParams
-from autospec.engine.target import tiny_target
 from autospec.speculators.config import SuffixConfig
 from autospec.speculators.registry import new_speculator
 from autospec.speculators.suffix import suffix_from_documents
 from tests.simdevice import ACCEL, DeviceMismatch, SimulatedAccelerator, place
+from tests.tiny import tiny_target
 
 PROMPT = [3, 9, 4, 3, 9, 4, 3, 9, 1, 2, 3, 9]
 GREEDY = SamplingParams(max_new_tokens=24, ignore_eos=True)

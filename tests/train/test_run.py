@@ -174,7 +174,7 @@ def test_run_bad_input_is_a_clear_error_and_records_no_run(db_with_traffic, tiny
 
 def test_run_tiny_random_init_bfloat16_target_is_left_untouched(db_with_traffic) -> None:
     """Training in float32 must not cast the target tensors a draft or head borrows."""
-    from autospec.engine.target import tiny_target
+    from tests.tiny import tiny_target
 
     target = tiny_target(dtype=torch.bfloat16)
     for kind in ("draft", "eagle3"):
