@@ -48,7 +48,6 @@ class SavableSpeculator(Speculator):
     """
 
     config: KindConfig
-    kind: str
 
     @abc.abstractmethod
     def state_tensors(self) -> dict[str, torch.Tensor]:
