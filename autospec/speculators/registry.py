@@ -44,8 +44,8 @@ def trainable_kinds() -> list[str]:
 
 
 def kinds_help(names: list[str] | None = None) -> str:
-    """``name: summary`` of each kind (of ``names``), for CLI help."""
-    return "; ".join(f"{n}: {KINDS[n].summary}" for n in (names or list(KINDS)))
+    """``name (summary)`` of each kind (of ``names``), for CLI help."""
+    return "; ".join(f"{n} ({KINDS[n].summary})" for n in (names or list(KINDS)))
 
 
 @contextmanager

@@ -117,8 +117,7 @@ def _metrics_text(metrics) -> str:  # type: ignore[no-untyped-def]
     return f"loss {metrics.loss:.3f} acc {acc} epoch {metrics.epoch + 1}"
 
 
-KIND_HELP = "the kind to train, one of the registry's trainable kinds: " + \
-    kinds_help(trainable_kinds())
+KIND_HELP = "the kind to train: " + kinds_help(trainable_kinds())
 SET_HELP = ("a field of the new speculator's config, KEY=VALUE (repeat), validated by the "
             "kind's config model: eagle3 draft_vocab_size, ttt_steps, tree_nodes, tree_width, "
             "tree_min_prob, suffix_threshold (null: the head alone), ...; draft num_layers, "
