@@ -92,3 +92,16 @@ def test_build_speculator_is_deterministic(tiny) -> None:
     a = new_speculator("eagle3", tiny).state_tensors()
     b = new_speculator("eagle3", tiny).state_tensors()
     assert all(bool((a[n] == b[n]).all()) for n in a)
+
+
+def test_what_kinds_declare_agrees_with_the_code_that_uses_it() -> None:
+    """The suffix kind's vLLM proposer is the class vLLM loads; eagle3's bench variants are
+    the ones ``autospec bench train`` measures."""
+    from autospec.bench.train_variants import VARIANTS
+    from autospec.interop import vllm_proposer
+    from autospec.speculators import suffix
+
+    assert suffix.VLLM_PROPOSER == vllm_proposer.CLASS_PATH
+    assert suffix.VLLM_INDEX_ENV == vllm_proposer.INDEX_ENV
+    assert hasattr(vllm_proposer, suffix.VLLM_PROPOSER.rsplit(".", 1)[1])
+    assert kind("eagle3").bench_variants == tuple(VARIANTS)

@@ -16,7 +16,7 @@ This package declares the kind (:data:`KIND`) and re-exports the names callers i
 from __future__ import annotations
 
 from autospec.speculators.config import Eagle3Config
-from autospec.speculators.eagle3.export import VLLM_OVERRIDES, export_eagle3, vllm_refusal
+from autospec.speculators.eagle3.export import export_eagle3, vllm_refusal
 from autospec.speculators.eagle3.model import Eagle3Head, HeadKVCache
 from autospec.speculators.eagle3.speculator import SUFFIX_PREFIX, Eagle3Speculator, index_config
 from autospec.speculators.eagle3.training import Eagle3Recipe, Eagle3Trainee
@@ -33,6 +33,7 @@ KIND = Kind(name="eagle3", summary="an EAGLE-3 head on three target layers' hidd
             "with a traffic suffix index beside it", config=Eagle3Config,
             speculator=Eagle3Speculator, has_layers=True,
             training=GradientTraining(Eagle3Recipe(), lr=3e-3),
+            # vLLM runs a head alone, in chains: a candidate for it drafts no trees, no index
             vllm=VllmSupport(method="eagle3", export=export_eagle3, refusal=vllm_refusal,
-                             overrides=VLLM_OVERRIDES),
+                             overrides={"tree_nodes": 0, "suffix_threshold": None}),
             bench_variants=BENCH_VARIANTS)

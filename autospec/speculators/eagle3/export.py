@@ -6,7 +6,7 @@ if it has one, goes to the sidecar ``suffix-index/`` (its ``config.json`` and
 ``model.safetensors``) — a sub-directory, since vLLM loads every ``*.safetensors`` beside
 ``config.json`` — for ``autospec import``. vLLM runs the head's plain chains:
 :func:`vllm_refusal` says why a head drafting trees or consulting its index cannot be
-served there, and :data:`VLLM_OVERRIDES` is what a candidate trained for vLLM gets.
+served there (a candidate trained for vLLM is trained without both: ``KIND.vllm.overrides``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from autospec.speculators.speculators_format import TENSOR_NAMES, to_speculators
 
 #: the sub-directory of an export holding the head's suffix index
 SIDECAR_DIR = "suffix-index"
-#: what a vLLM deployment runs of a head: the head alone, in chains
-VLLM_OVERRIDES = {"tree_nodes": 0, "suffix_threshold": None}
 
 
 def export_eagle3(spec: SavableSpeculator, target: Target, out: Path, k: int) -> Exported:
