@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from autospec.speculators.registry import KINDS
+
 bench_app = typer.Typer(help="Benchmarks (side by side in one process; ratios, not timings).",
                         no_args_is_help=True)
 
@@ -19,7 +21,8 @@ def decode(
     max_new_tokens: Annotated[int, typer.Option(min=1, help="tokens generated per prompt")] = 64,
     k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
     prompts: Annotated[int, typer.Option(min=1, max=6, help="how many of the fixed prompts")] = 4,
-    kinds: Annotated[str, typer.Option(help="speculator kinds to run")] = "ngram,draft,eagle3",
+    kinds: Annotated[str, typer.Option(
+        help=f"speculator kinds to run, of: {', '.join(KINDS)}")] = "ngram,draft,eagle3",
     eagle3: Annotated[Path | None, typer.Option(help="an eagle3 checkpoint directory")] = None,
     draft: Annotated[Path | None, typer.Option(help="a draft checkpoint directory")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,

@@ -62,7 +62,7 @@ class ServedVersion:
     """A speculator version ready to serve: its name and the engine that decodes with it."""
 
     name: str
-    kind: str  # "ngram", "draft", "eagle3", or "none" for target-only
+    kind: str  # a kind of autospec.speculators.registry.KINDS, or "none" for target-only
     engine: SpeculativeEngine
     loaded_at: float = field(default_factory=time.time)
 

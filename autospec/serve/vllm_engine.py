@@ -315,21 +315,11 @@ def drafting_now(engine: Any) -> int:
 
 
 def vllm_refusal(kind: str, config: Any) -> str | None:
-    """Why a ``kind`` speculator with ``config`` cannot be served on vLLM (None: it can)."""
-    if kind == "eagle3":
-        if getattr(config, "tree_nodes", 0):
-            return (f"this eagle3 version drafts trees (tree_nodes={config.tree_nodes}); "
-                    "vLLM drafts chains of k from the head: train it with tree_nodes 0")
-        if getattr(config, "suffix_threshold", None) is not None and \
-                getattr(config, "suffix_tokens", 0):
-            return ("this eagle3 version consults its traffic suffix index "
-                    f"(suffix_threshold={config.suffix_threshold}); vLLM runs the head in its "
-                    "own EAGLE proposer, which takes no index, and a custom proposer sees "
-                    "token ids, not the target's hidden states: train it with "
-                    "suffix_threshold null")
-    if kind not in ("eagle3", "draft", "ngram", "suffix"):
-        return f"a {kind} version has no vLLM speculative method"
-    return None
+    """Why a ``kind`` speculator with ``config`` cannot be served on vLLM (None: it can);
+    the kind's declaration says (:func:`autospec.speculators.registry.vllm_refusal`)."""
+    from autospec.speculators.registry import vllm_refusal as refusal
+
+    return refusal(kind, config)
 
 
 class VllmMetricsCollector:
