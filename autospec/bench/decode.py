@@ -111,6 +111,7 @@ def build_runs(target: Target, prompts: list[list[int]], max_new: int, k: int,
                on_run: Callable[[Run], None] = lambda run: None) -> list[Run]:
     """Every method, the engine's target-only run first (the baseline of the others);
     ``on_run`` sees each run as soon as it is measured and compared."""
+    from autospec.speculators import registry
     from autospec.speculators.checkpoint import load_speculator
     from autospec.speculators.registry import new_speculator
 
@@ -134,8 +135,8 @@ def build_runs(target: Target, prompts: list[list[int]], max_new: int, k: int,
             spec, label = load_speculator(checkpoints[kind], target), f"engine+{kind}(ckpt)"
         else:
             spec, label = new_speculator(kind, target), f"engine+{kind}(untrained)"
-        if kind == "ngram":
-            label = "engine+ngram"
+        if not registry.kind(kind).trainable:  # nothing to train: not "untrained"
+            label = f"engine+{kind}"
         finished(engine_run(f"{label}(k={k})", SpeculativeEngine(target, spec, k),
                             prompts, max_new))
     oracle = _OracleForPrompts(base.outputs)

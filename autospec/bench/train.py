@@ -162,6 +162,7 @@ def _train_all(bench: TrainBenchRequest, report: dict, engine: Engine, target: T
                progress: BenchProgress, work: Path) -> tuple[dict, list[list[int]]]:
     """Every kind and eagle3 variant trained (or reused) on the window's train part: the
     speculators by method name, and the held-out prompts they are measured on."""
+    from autospec.bench.train_variants import VARIANT_KIND
     from autospec.speculators.registry import new_speculator
     from autospec.train import WindowSpec
 
@@ -169,12 +170,12 @@ def _train_all(bench: TrainBenchRequest, report: dict, engine: Engine, target: T
     window = WindowSpec(heldout_fraction=bench.heldout_fraction, greedy_only=True)
     specs: dict = {"target-only": None, "ngram": new_speculator("ngram", target)}
     for kind in kinds:
-        if kind == "eagle3" and "scratch" not in variants:
+        if kind == VARIANT_KIND and "scratch" not in variants:
             continue
         specs.update(_train_kind(kind, _request(kind, report, window, work), engine, target,
                                  progress, reuse))
-    if "eagle3" in kinds and variants != ("scratch",):
-        specs.update(_train_variants(variants, _request("eagle3", report, window, work),
+    if VARIANT_KIND in kinds and variants != ("scratch",):
+        specs.update(_train_variants(variants, _request(VARIANT_KIND, report, window, work),
                                      engine, target, progress, reuse, bench.synthetic_share,
                                      bench.synthetic_count, bench.base))
     prompts = _heldout_prompts(engine, window, bench.eval_requests, report)

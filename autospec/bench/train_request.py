@@ -84,7 +84,7 @@ class TrainBenchRequest(BaseModel):
 def check_bench_input(*, domain: str, kinds: tuple[str, ...], variants: tuple[str, ...],
                       other_domain: str | None, synthetic_share: float) -> None:
     """ValueError naming the first bad setting (before anything is loaded)."""
-    from autospec.bench.train_variants import check_variants
+    from autospec.bench.train_variants import VARIANT_KIND, check_variants
     from autospec.workloads import DOMAINS
 
     for name in (domain, other_domain):
@@ -94,8 +94,9 @@ def check_bench_input(*, domain: str, kinds: tuple[str, ...], variants: tuple[st
     if other_domain == domain:
         raise ValueError(f"--other-domain must differ from --domain ({domain})")
     check_variants(variants)
-    if variants != ("scratch",) and "eagle3" not in kinds:
-        raise ValueError(f"variants {list(variants)} are eagle3 heads: add eagle3 to --kinds")
+    if variants != ("scratch",) and VARIANT_KIND not in kinds:
+        raise ValueError(f"variants {list(variants)} are {VARIANT_KIND} heads: "
+                         f"add {VARIANT_KIND} to --kinds")
     if not 0.0 < synthetic_share < 1.0 and "synthetic" in variants:
         raise ValueError(f"--synthetic-share must be in (0, 1), got {synthetic_share}")
 
