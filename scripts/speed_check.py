@@ -57,7 +57,7 @@ def main() -> int:
 
     from autospec import store
     from autospec.bench.decode import engine_run
-    from autospec.bench.train import ensure_traffic
+    from autospec.bench.traffic import ensure_traffic
     from autospec.engine.generate import SpeculativeEngine
     from autospec.engine.target import load_target
     from autospec.evaluate.run import evaluate_versions

@@ -110,7 +110,7 @@ def engine(db_url: str):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def tiny():  # type: ignore[no-untyped-def]
     """A 4-layer, 64-token, 32-wide random-init Llama target (EOS = 63, no tokenizer)."""
-    from autospec.engine.target import tiny_target
+    from tests.tiny import tiny_target
 
     return tiny_target(vocab_size=64, hidden_size=32, num_layers=4, seed=0)
 
@@ -118,6 +118,6 @@ def tiny():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def other_tiny():  # type: ignore[no-untyped-def]
     """Another tiny target (another id and revision)."""
-    from autospec.engine.target import tiny_target
+    from tests.tiny import tiny_target
 
     return tiny_target(vocab_size=64, hidden_size=32, num_layers=4, seed=1)

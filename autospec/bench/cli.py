@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from autospec.speculators.registry import KINDS
+
 bench_app = typer.Typer(help="Benchmarks (side by side in one process; ratios, not timings).",
                         no_args_is_help=True)
 
@@ -19,7 +21,8 @@ def decode(
     max_new_tokens: Annotated[int, typer.Option(min=1, help="tokens generated per prompt")] = 64,
     k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
     prompts: Annotated[int, typer.Option(min=1, max=6, help="how many of the fixed prompts")] = 4,
-    kinds: Annotated[str, typer.Option(help="speculator kinds to run")] = "ngram,draft,eagle3",
+    kinds: Annotated[str, typer.Option(
+        help=f"speculator kinds to run, of: {', '.join(KINDS)}")] = "ngram,draft,eagle3",
     eagle3: Annotated[Path | None, typer.Option(help="an eagle3 checkpoint directory")] = None,
     draft: Annotated[Path | None, typer.Option(help="a draft checkpoint directory")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
@@ -224,6 +227,11 @@ def train(
     draft_epochs: Annotated[int, typer.Option(min=1, help="epochs for draft")] = 2,
     feature_noise: Annotated[float, typer.Option(
         min=0.0, help="eagle3 training feature noise")] = 0.2,
+    heldout_fraction: Annotated[float, typer.Option(
+        help="newest share of the logged requests held out: never trained on, decoded to "
+        "measure")] = 0.1,
+    seed: Annotated[int, typer.Option(
+        help="seed of the prompts (traffic, --other-domain) and of training")] = 0,
     workdir: Annotated[Path | None, typer.Option(
         help="where the scratch store and artifacts go")] = None,
     reuse: Annotated[bool, typer.Option(
@@ -246,22 +254,22 @@ def train(
     json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Log domain traffic, train each kind on it, measure τ and speed on held-out requests."""
-    from autospec.bench.train import check_bench_input, run_train_bench
-    from autospec.bench.train_variants import parse_variants
+    from pydantic import ValidationError
 
-    kind_names = tuple(s.strip() for s in kinds.split(",") if s.strip())
-    try:
-        names = parse_variants(variants)
-        check_bench_input(domain=domain, kinds=kind_names, variants=names,
-                          other_domain=other_domain, synthetic_share=synthetic_share)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    run_train_bench(target_spec=target, variants=names, synthetic_share=synthetic_share,
-                    synthetic_count=synthetic_count, base_dir=base, other_domain=other_domain,
-                    domain=domain, requests=requests, max_new=max_new_tokens,
-                    kinds=kind_names, k=k,
-                    epochs=epochs, eval_requests=eval_requests,
-                    draft_vocab_size=draft_vocab_size, ttt_steps=ttt_steps, dtype=dtype,
-                    draft_epochs=draft_epochs, feature_noise=feature_noise, reuse=reuse,
-                    workdir=workdir,
-                    json_path=json_path)
+    from autospec.bench.train import run_train_bench
+    from autospec.bench.train_request import TrainBenchRequest, first_error
+
+    try:  # one field per option, same names (tests/bench/test_train_request.py)
+        request = TrainBenchRequest(
+            target=target, domain=domain, requests=requests, max_new_tokens=max_new_tokens,
+            kinds=kinds, k=k, epochs=epochs, eval_requests=eval_requests,
+            draft_vocab_size=draft_vocab_size, ttt_steps=ttt_steps, dtype=dtype,
+            draft_epochs=draft_epochs, feature_noise=feature_noise,
+            heldout_fraction=heldout_fraction, seed=seed, workdir=workdir, reuse=reuse,
+            variants=variants, synthetic_share=synthetic_share,
+            synthetic_count=synthetic_count, base=base, other_domain=other_domain,
+            json_path=json_path)
+    except ValidationError as exc:
+        raise typer.BadParameter(first_error(exc)) from None
+    run_train_bench(request)
+

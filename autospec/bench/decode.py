@@ -9,7 +9,6 @@ one target forward against a 1-token step, for each dtype asked for.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from autospec.engine.costs import verify_cost
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.reference import OracleSpeculator
 from autospec.engine.sampling import SamplingParams
+from autospec.engine.stats import tau
 from autospec.engine.target import Target, load_target
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class Run:
     name: str
     tokens_per_s: float
-    tau: float
+    tau: float | None  # None: not measured (Hugging Face generate), or no step was taken
     speedup: float = 0.0
     lossless: bool = True
     agreement: float = 1.0  # fraction of prompts whose output equals target-only
@@ -57,7 +57,7 @@ def hf_generate(target: Target, prompts: list[list[int]], max_new: int,
         outputs.append(new)
         total_tokens += len(new)
     name = f"hf-generate-prompt-lookup(k={lookup})" if lookup else "hf-generate"
-    return Run(name=name, tokens_per_s=total_tokens / total_s, tau=float("nan"), outputs=outputs)
+    return Run(name=name, tokens_per_s=total_tokens / total_s, tau=None, outputs=outputs)
 
 
 def engine_run(name: str, engine: SpeculativeEngine, prompts: list[list[int]],
@@ -71,8 +71,8 @@ def engine_run(name: str, engine: SpeculativeEngine, prompts: list[list[int]],
         seconds += res.stats.total_s
         steps += res.stats.num_drafts
         accepted += res.stats.num_accepted_tokens
-    tau = (accepted + steps) / steps if steps else 1.0
-    return Run(name=name, tokens_per_s=tokens / seconds, tau=tau, outputs=outputs)
+    return Run(name=name, tokens_per_s=tokens / seconds, tau=tau(accepted, steps),
+               outputs=outputs)
 
 
 def compare(run: Run, baseline: Run, target: Target, prompts: list[list[int]]) -> None:
@@ -111,6 +111,7 @@ def build_runs(target: Target, prompts: list[list[int]], max_new: int, k: int,
                on_run: Callable[[Run], None] = lambda run: None) -> list[Run]:
     """Every method, the engine's target-only run first (the baseline of the others);
     ``on_run`` sees each run as soon as it is measured and compared."""
+    from autospec.speculators import registry
     from autospec.speculators.checkpoint import load_speculator
     from autospec.speculators.registry import new_speculator
 
@@ -134,8 +135,8 @@ def build_runs(target: Target, prompts: list[list[int]], max_new: int, k: int,
             spec, label = load_speculator(checkpoints[kind], target), f"engine+{kind}(ckpt)"
         else:
             spec, label = new_speculator(kind, target), f"engine+{kind}(untrained)"
-        if kind == "ngram":
-            label = "engine+ngram"
+        if not registry.kind(kind).trainable:  # nothing to train: not "untrained"
+            label = f"engine+{kind}"
         finished(engine_run(f"{label}(k={k})", SpeculativeEngine(target, spec, k),
                             prompts, max_new))
     oracle = _OracleForPrompts(base.outputs)
@@ -182,9 +183,9 @@ def run_decode_bench(*, target_spec: str, dtypes: list[str], max_new: int, k: in
 
         def on_run(run: Run, section: dict = section) -> None:
             section["runs"].append(_public(run))
-            tau = "" if math.isnan(run.tau) else f", τ {run.tau:.2f}"
+            shown = "" if run.tau is None else f", τ {run.tau:.2f}"
             progress.done(f"{section['dtype']} {run.name}: {run.tokens_per_s:.1f} tokens/s"
-                          f"{tau}, {run.speedup:.2f}× speed, "
+                          f"{shown}, {run.speedup:.2f}× speed, "
                           f"{'lossless' if run.lossless else 'NOT lossless'}")
 
         prompts = [target.encode_chat(m) for m in BENCH_PROMPTS[:num_prompts]]

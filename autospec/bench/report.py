@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from rich.console import Console
 from rich.table import Table
 
@@ -15,7 +13,7 @@ def print_decode_report(section: dict) -> None:
     for col in ("run", "tokens/s", "τ", "speedup", "lossless", "agreement"):
         table.add_column(col, justify="left" if col == "run" else "right")
     for r in section["runs"]:
-        tau = "—" if math.isnan(r["tau"]) else f"{r['tau']:.2f}"
+        tau = "—" if r["tau"] is None else f"{r['tau']:.2f}"
         table.add_row(r["name"], f"{r['tokens_per_s']:.1f}", tau, f"{r['speedup']:.2f}×",
                       "yes" if r["lossless"] else "NO", f"{r['agreement']:.0%}")
     console.print(table)

@@ -37,6 +37,7 @@ from rich.table import Table
 from autospec.bench.progress import BenchProgress
 from autospec.bench.prompts import BENCH_PROMPTS
 from autospec.bench.serve import _batch, _free_port
+from autospec.engine.stats import tau
 from autospec.settings import api_key
 
 MODES = {"spec": "live", "off": "off", "banded": "live", "builtin": "live"}
@@ -87,14 +88,13 @@ def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int, clie
 
 def _figures(answers: list[Answer], wall_s: float) -> dict[str, Any]:
     """A configuration's figures: per-request tokens/s (median), throughput, versions and τ
-    over all its requests' steps (1.0: no speculation)."""
-    steps = sum(a.steps for a in answers)
+    over all its requests' steps (1.0 without speculation; None without any step)."""
     return {"requests": len(answers),
             "per_request_tok_s": statistics.median(a.tokens / a.seconds for a in answers
                                                    if a.seconds > 0),
             "throughput_tok_s": sum(a.tokens for a in answers) / wall_s,
             "versions": sorted({a.version for a in answers}),
-            "tau": (sum(a.accepted for a in answers) + steps) / steps if steps else 1.0}
+            "tau": tau(sum(a.accepted for a in answers), sum(a.steps for a in answers))}
 
 
 def _deploy(engines: list[str], modes: list[str], target: str, dtype: str, url: str,
@@ -217,7 +217,8 @@ def _print(result: dict[str, Any]) -> None:
         for name, row in phase.items():
             engine, mode = name.split("/")
             ratio = result["ratios"][engine][c].get(mode)
-            table.add_row(name, c, ",".join(row["versions"]), f"{row['tau']:.2f}",
+            shown = "—" if row["tau"] is None else f"{row['tau']:.2f}"
+            table.add_row(name, c, ",".join(row["versions"]), shown,
                           f"{row['per_request_tok_s']:.1f}", f"{row['throughput_tok_s']:.1f}",
                           "—" if ratio is None else f"{ratio:.2f}×")
     console.print(table)

@@ -1,18 +1,17 @@
 """``autospec bench train``: log domain traffic, train each kind on it, measure on held-out.
 
-1. **Traffic.** The default target answers ``--requests`` prompts of one domain
-   (:mod:`autospec.workloads`) greedily; the rows go through the store's
-   :class:`~autospec.store.TrafficWriter` into a SQLite database cached under
-   ``<cache dir>/bench-traffic/`` (keyed by target revision, domain, count, length,
-   seed), so reruns skip this step. Prompts are answered in left-padded batches with
-   Hugging Face ``generate`` (greedy, the target's own numerics): ~2× the throughput of
-   one-at-a-time decoding on two cores. Every row is what the target said.
+The settings are one :class:`~autospec.bench.train_request.TrainBenchRequest`.
+
+1. **Traffic** (:mod:`autospec.bench.traffic`). The default target answers ``--requests``
+   prompts of one domain (:mod:`autospec.workloads`) greedily, logged into a SQLite
+   database cached under ``<cache dir>/bench-traffic/``, so reruns skip this step.
 2. **Training.** :func:`autospec.train.run.train_candidate` trains ``eagle3`` and
    ``draft`` and builds ``suffix`` on the train part of the window (the newest
    ``heldout_fraction`` is never trained on), registering candidates in a scratch store.
 3. **Measurement**, side by side in one process on the held-out requests: the engine
    target-only, and with ngram / suffix / draft / eagle3 at ``k`` drafts (greedy, so
-   every output must equal target-only): τ, tokens/s, speedup; plus the cost of one
+   every output must equal target-only): τ (None for a method that took no step), tokens/s,
+   speedup; plus the cost of one
    draft step of each kind and of a target verify of ``n`` tokens against a 1-token step.
    ``eagle3`` is the registered artifact (head + suffix index over the window, drafting
    trees for these greedy requests); ``eagle3-chain`` the same drafting chains of k;
@@ -22,117 +21,29 @@
    held-out requests, reported as ratios to ``scratch`` (``by_variant``).
 5. **Another domain** (``--other-domain``): every method but the head's decompositions on
    prompts of a domain no traffic was logged or trained on, with τ against ngram's there.
+
+The tables are :mod:`autospec.bench.train_print`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from pathlib import Path
 
 import torch
+from sqlalchemy import Engine
 
 from autospec.bench.progress import BenchProgress
+from autospec.bench.traffic import ensure_traffic
+from autospec.bench.train_print import print_report, tau_text
+from autospec.bench.train_request import TrainBenchRequest
 from autospec.engine.clock import clock
+from autospec.engine.stats import tau
 from autospec.engine.target import Target
 from autospec.settings import get_settings
 
 log = logging.getLogger(__name__)
-
-
-def traffic_db_path(target: Target, domain: str, requests: int, max_new: int,
-                    seed: int) -> Path:
-    """Where the cached traffic database of these settings lives."""
-    key = f"{target.info.target_id}:{target.info.revision}:{target.dtype}:{domain}:" \
-          f"{requests}:{max_new}:{seed}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return get_settings().cache_dir / "bench-traffic" / f"{domain}-{requests}-{digest}.db"
-
-
-@torch.inference_mode()
-def generate_traffic(target: Target, url: str, *, domain: str, requests: int, max_new: int,
-                     seed: int = 0, batch_size: int = 16) -> int:
-    """Answer ``requests`` prompts of ``domain`` greedily and log them at ``url``; rows."""
-    from rich.console import Console
-    from rich.progress import Progress
-
-    from autospec.store import TrafficWriter, open_store
-    from autospec.workloads import domain_prompts
-
-    tok = target.tokenizer
-    chats = domain_prompts(domain, requests, seed)
-    prompts = [target.encode_chat(m) for m in chats]
-    eos = set(target.info.eos_token_ids)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else target.info.eos_token_ids[0]
-    engine = open_store(url, upgrade=True)
-    written, tokens, began = 0, 0, time.perf_counter()
-    console = Console(stderr=True)
-    with TrafficWriter(engine) as writer, Progress(console=console) as progress:
-        task = progress.add_task(f"logging {domain} traffic", total=requests)
-        for start in range(0, requests, batch_size):
-            batch = prompts[start : start + batch_size]
-            started = time.perf_counter()
-            outputs = _greedy_batch(target, batch, max_new, pad)
-            ms = (time.perf_counter() - started) * 1000 / len(batch)
-            for chat, ids, out in zip(chats[start:], batch, outputs, strict=False):
-                out = _cut_at_eos(out, eos)
-                writer.record(prompt_text=chat[-1]["content"], prompt_ids=ids,
-                              output_ids=out, output_text=target.decode(out), segment=domain,
-                              temperature=0.0, latency_ms=ms,
-                              finish_reason="stop" if out and out[-1] in eos else "length")
-                written, tokens = written + 1, tokens + len(out)
-            progress.advance(task, len(batch))
-            if not console.is_terminal:  # a log file gets a line per batch instead of a bar
-                rate = tokens / (time.perf_counter() - began)
-                console.print(f"  {written}/{requests} {domain} requests logged "
-                              f"({rate:.0f} tokens/s)", highlight=False)
-        writer.flush()
-    engine.dispose()
-    return written
-
-
-def _greedy_batch(target: Target, prompts: list[list[int]], max_new: int,
-                  pad: int) -> list[list[int]]:
-    """Greedy continuations of left-padded ``prompts`` (each up to ``max_new`` tokens)."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
-    out = target.model.generate(input_ids=ids.to(target.device),
-                                attention_mask=mask.to(target.device),
-                                max_new_tokens=max_new, do_sample=False, pad_token_id=pad)
-    return [row[width:].tolist() for row in out]
-
-
-def _cut_at_eos(ids: list[int], eos: set[int]) -> list[int]:
-    for i, tok in enumerate(ids):
-        if tok in eos:
-            return ids[: i + 1]
-    return ids
-
-
-def ensure_traffic(target: Target, *, domain: str, requests: int, max_new: int,
-                   seed: int = 0) -> str:
-    """The URL of a cached traffic database with these settings (generated once)."""
-    path = traffic_db_path(target, domain, requests, max_new, seed)
-    url = f"sqlite:///{path}"
-    if path.exists():
-        log.info("using cached traffic %s", path)
-        return url
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".partial.db")
-    for stale in path.parent.glob(tmp.name + "*"):
-        stale.unlink()
-    started = time.perf_counter()
-    generate_traffic(target, f"sqlite:///{tmp}", domain=domain, requests=requests,
-                     max_new=max_new, seed=seed)
-    tmp.rename(path)
-    log.info("logged %d requests in %.0fs into %s", requests, time.perf_counter() - started,
-             path)
-    return url
 
 
 # -- the benchmark ----------------------------------------------------------------------------
@@ -197,7 +108,7 @@ def _measure(target: Target, specs: dict, prompts: list[list[int]], max_new: int
         t = timed[name]
         same = sum(x == y for x, y in zip(a["outputs"], base["outputs"], strict=True))
         out[name] = {
-            "tau": (a["accepted"] + a["steps"]) / a["steps"] if a["steps"] else 1.0,
+            "tau": tau(a["accepted"], a["steps"]),  # None: no step (no prompt decoded)
             "tokens_per_s": a["tokens"] / a["seconds"],
             "speedup": (a["tokens"] / a["seconds"]) / (base["tokens"] / base["seconds"]),
             "identical_outputs": f"{same}/{len(prompts)}",
@@ -207,88 +118,73 @@ def _measure(target: Target, specs: dict, prompts: list[list[int]], max_new: int
     return out
 
 
-def run_train_bench(*, target_spec: str = "smollm2-135m", dtype: str = "bfloat16",
-                    domain: str = "support", requests: int = 300, max_new: int = 128,
-                    kinds: tuple[str, ...] = ("eagle3", "suffix", "draft"), k: int = 5,
-                    epochs: int = 16, eval_requests: int = 24, heldout_fraction: float = 0.1,
-                    draft_vocab_size: int = 4096, ttt_steps: int = 3, seed: int = 0,
-                    draft_epochs: int = 2, feature_noise: float = 0.2,
-                    reuse: bool = False, variants: tuple[str, ...] = ("scratch",),
-                    synthetic_share: float = 0.3, synthetic_count: int = 64,
-                    base_dir: Path | None = None, other_domain: str | None = None,
-                    workdir: Path | None = None, json_path: Path | None = None) -> dict:
+def run_train_bench(bench: TrainBenchRequest) -> dict:
     """Traffic -> train each kind (and eagle3 variant) -> measure on held-out; the figures
-    (also as JSON, written as each stage finishes)."""
+    (also as JSON at ``bench.json_path``, written as each stage finishes)."""
     from autospec import store
     from autospec.engine.target import load_target
+
+    report: dict = {"target": bench.target, "domain": bench.domain,
+                    "requests": bench.requests, "max_new_tokens": bench.max_new_tokens,
+                    "k": bench.k, "epochs": bench.epochs, "draft_epochs": bench.draft_epochs,
+                    "seed": bench.seed, "draft_vocab_size": bench.draft_vocab_size,
+                    "ttt_steps": bench.ttt_steps, "feature_noise": bench.feature_noise,
+                    "threads": torch.get_num_threads(), "variants": list(bench.variants),
+                    "training": {}}
+    progress = BenchProgress("bench train", report, bench.json_path)
+    with progress.stage(f"loading {bench.target} ({bench.dtype})"):
+        target = load_target(bench.target, dtype=bench.dtype)
+    report.update(target=target.info.target_id, dtype=str(target.dtype))
+    with progress.stage(f"traffic: {bench.requests} {bench.domain} requests (cached after "
+                        f"the first run)"):
+        url = ensure_traffic(target, domain=bench.domain, requests=bench.requests,
+                             max_new=bench.max_new_tokens, seed=bench.seed)
+    work = _workdir(bench.workdir, url, bench.reuse)
+    engine = store.open_store(f"sqlite:///{work / 'traffic.db'}", upgrade=True)
+    specs, prompts = _train_all(bench, report, engine, target, progress, work)
+    with progress.stage(f"decoding {len(prompts)} held-out prompts with {len(specs)} methods"):
+        report["methods"] = _measure(target, specs, prompts, bench.max_new_tokens, bench.k,
+                                     progress)
+    _report_methods(progress, report["methods"], "")
+    if bench.other_domain is not None:
+        _measure_other(target, specs, bench.other_domain, bench.eval_requests, bench.seed,
+                       bench.max_new_tokens, bench.k, progress,
+                       engine if "heldout_prompts_in_synthetic" in report else None)
+    _variant_figures(report)
+    _verify_cost(target, bench.k, report, progress)
+    engine.dispose()
+    progress.finish()
+    print_report(report)
+    return report
+
+
+def _train_all(bench: TrainBenchRequest, report: dict, engine: Engine, target: Target,
+               progress: BenchProgress, work: Path) -> tuple[dict, list[list[int]]]:
+    """Every kind and eagle3 variant trained (or reused) on the window's train part: the
+    speculators by method name, and the held-out prompts they are measured on."""
+    from autospec.bench.train_variants import VARIANT_KIND
     from autospec.speculators.registry import new_speculator
     from autospec.train import WindowSpec
 
-    check_bench_input(domain=domain, kinds=kinds, variants=variants, other_domain=other_domain,
-                      synthetic_share=synthetic_share)
-    report: dict = {"target": target_spec, "domain": domain, "requests": requests,
-                    "max_new_tokens": max_new, "k": k, "epochs": epochs,
-                    "draft_epochs": draft_epochs, "seed": seed,
-                    "draft_vocab_size": draft_vocab_size, "ttt_steps": ttt_steps,
-                    "feature_noise": feature_noise, "threads": torch.get_num_threads(),
-                    "variants": list(variants), "training": {}}
-    progress = BenchProgress("bench train", report, json_path)
-    with progress.stage(f"loading {target_spec} ({dtype})"):
-        target = load_target(target_spec, dtype=dtype)
-    report.update(target=target.info.target_id, dtype=str(target.dtype))
-    with progress.stage(f"traffic: {requests} {domain} requests (cached after the first run)"):
-        url = ensure_traffic(target, domain=domain, requests=requests, max_new=max_new,
-                             seed=seed)
-    work = _workdir(workdir, url, reuse)
-    engine = store.open_store(f"sqlite:///{work / 'traffic.db'}", upgrade=True)
-    window = WindowSpec(heldout_fraction=heldout_fraction, greedy_only=True)
+    kinds, variants, reuse = bench.kinds, bench.variants, bench.reuse
+    window = WindowSpec(heldout_fraction=bench.heldout_fraction, greedy_only=True)
     specs: dict = {"target-only": None, "ngram": new_speculator("ngram", target)}
     for kind in kinds:
-        if kind == "eagle3" and "scratch" not in variants:
+        if kind == VARIANT_KIND and "scratch" not in variants:
             continue
         specs.update(_train_kind(kind, _request(kind, report, window, work), engine, target,
                                  progress, reuse))
-    if "eagle3" in kinds and variants != ("scratch",):
-        specs.update(_train_variants(variants, _request("eagle3", report, window, work),
-                                     engine, target, progress, reuse, synthetic_share,
-                                     synthetic_count, base_dir))
-    prompts = _heldout_prompts(engine, window, eval_requests, report)
-    if {"synthetic", "base", "base+finetune"} & set(variants) and base_dir is None:
+    if VARIANT_KIND in kinds and variants != ("scratch",):
+        specs.update(_train_variants(variants, _request(VARIANT_KIND, report, window, work),
+                                     engine, target, progress, reuse, bench.synthetic_share,
+                                     bench.synthetic_count, bench.base))
+    prompts = _heldout_prompts(engine, window, bench.eval_requests, report)
+    if {"synthetic", "base", "base+finetune"} & set(variants) and bench.base is None:
         from autospec.bench.train_variants import prompts_in_synthetic
 
         report["heldout_prompts_in_synthetic"] = prompts_in_synthetic(engine, target,
                                                                               prompts)
-    with progress.stage(f"decoding {len(prompts)} held-out prompts with {len(specs)} methods"):
-        report["methods"] = _measure(target, specs, prompts, max_new, k, progress)
-    _report_methods(progress, report["methods"], "")
-    if other_domain is not None:
-        _measure_other(target, specs, other_domain, eval_requests, seed, max_new, k, progress,
-                       engine if "heldout_prompts_in_synthetic" in report else None)
-    _variant_figures(report)
-    _verify_cost(target, k, report, progress)
-    engine.dispose()
-    progress.finish()
-    _print(report)
-    return report
-
-
-def check_bench_input(*, domain: str, kinds: tuple[str, ...], variants: tuple[str, ...],
-                      other_domain: str | None, synthetic_share: float) -> None:
-    """ValueError naming the first bad setting (before anything is loaded)."""
-    from autospec.bench.train_variants import check_variants
-    from autospec.workloads import DOMAINS
-
-    for name in (domain, other_domain):
-        if name is not None and name not in DOMAINS:
-            raise ValueError(f"unknown domain {name!r}; known domains: "
-                             f"{', '.join(sorted(DOMAINS))}")
-    if other_domain == domain:
-        raise ValueError(f"--other-domain must differ from --domain ({domain})")
-    check_variants(variants)
-    if variants != ("scratch",) and "eagle3" not in kinds:
-        raise ValueError(f"variants {list(variants)} are eagle3 heads: add eagle3 to --kinds")
-    if not 0.0 < synthetic_share < 1.0 and "synthetic" in variants:
-        raise ValueError(f"--synthetic-share must be in (0, 1), got {synthetic_share}")
+    return specs, prompts
 
 
 def _workdir(workdir: Path | None, url: str, reuse: bool) -> Path:
@@ -404,7 +300,7 @@ def _heldout_prompts(engine, window, eval_requests: int, report: dict) -> list[l
 
 def _report_methods(progress: BenchProgress, methods: dict, where: str) -> None:
     for name, figures in methods.items():
-        progress.done(f"{where}{name}: τ {figures['tau']:.2f}, {figures['tokens_per_s']:.1f} "
+        progress.done(f"{where}{name}: τ {tau_text(figures['tau'])}, {figures['tokens_per_s']:.1f} "
                       f"tokens/s, {figures['speedup']:.2f}× speed")
 
 
@@ -445,13 +341,18 @@ def _variant_figures(report: dict) -> None:
         r = methods[method]
         row = {"method": method, "tau": r["tau"], "speedup": r["speedup"]}
         if scratch:
-            row.update(tau_vs_scratch=r["tau"] / scratch["tau"],
+            row.update(tau_vs_scratch=_over(r["tau"], scratch["tau"]),
                        speedup_vs_scratch=r["speedup"] / scratch["speedup"])
         if method in other:
             row.update(other_tau=other[method]["tau"], other_speedup=other[method]["speedup"],
-                       other_tau_vs_ngram=other[method]["tau"] / other["ngram"]["tau"])
+                       other_tau_vs_ngram=_over(other[method]["tau"], other["ngram"]["tau"]))
         rows[variant] = row
     report["by_variant"] = rows
+
+
+def _over(tau_a: float | None, tau_b: float | None) -> float | None:
+    """``tau_a / tau_b``; None where either τ was not measured (no drafting step)."""
+    return None if tau_a is None or tau_b is None else tau_a / tau_b
 
 
 def _verify_cost(target: Target, k: int, report: dict, progress: BenchProgress) -> None:
@@ -478,69 +379,3 @@ def _eagle3_variants(artifact: Path, target: Target, full) -> dict:
         head.attach_suffix(None)
         variants["eagle3-head"] = head
     return variants
-
-
-def _print(report: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title=f"held-out {report['domain']} requests ({report['eval_requests']}, "
-                        f"greedy, k={report['k']}, {report['dtype']}), side by side")
-    for col in ("method", "τ", "tokens/s", "speedup", "identical", "draft ms/step",
-                "step ms"):
-        table.add_column(col, justify="left" if col == "method" else "right")
-    for name, r in report["methods"].items():
-        table.add_row(name, f"{r['tau']:.2f}", f"{r['tokens_per_s']:.1f}",
-                      f"{r['speedup']:.2f}×", r["identical_outputs"],
-                      f"{r['draft_ms_per_step']:.1f}", f"{r['step_ms']:.1f}")
-    console.print(table)
-    train = Table(title="training (one run each; from scratch except eagle3-base+finetune)")
-    for col in ("kind", "wall s", "features s", "train s", "examples", "held-out top-1 before → "
-                "after (per TTT step)"):
-        train.add_column(col)
-    for kind, t in report["training"].items():
-        before, after = t.get("heldout_before"), t.get("heldout_after")
-        acc = "—"
-        if before and after:
-            acc = " ".join(f"{b:.2f}→{a:.2f}" for b, a in zip(before["accuracy"],
-                                                             after["accuracy"], strict=True))
-        elif t.get("replay_tau"):
-            acc = f"replay τ {t['replay_tau']:.2f}"
-        train.add_row(kind, f"{t['wall_s']:.0f}", f"{t['feature_s'] or 0:.0f}",
-                      f"{t['train_s'] or 0:.0f}", str(t["examples_seen"]), acc)
-    console.print(train)
-    if len(report.get("by_variant", {})) > 1 or "other_domain" in report:
-        console.print(_variant_table(report))
-    console.print("target forward of n tokens vs 1: " + ", ".join(
-        f"n={n}: {ms:.1f} ms ({report['verify_ratio'][n]:.2f}×)"
-        for n, ms in report["verify_ms"].items()))
-
-
-def _variant_table(report: dict):  # type: ignore[no-untyped-def]
-    """The eagle3 variants side by side: in-domain τ and speedup, ratios to scratch, and τ on
-    the other domain against ngram's there."""
-    from rich.table import Table
-
-    other = report.get("other_domain")
-    title = f"eagle3 variants on held-out {report['domain']} requests"
-    if other:
-        ngram = other["methods"]["ngram"]["tau"]
-        title += f"; {other['domain']} ({other['eval_requests']} prompts, ngram τ {ngram:.2f})"
-    table = Table(title=title)
-    cols = ["variant", "τ", "speedup", "τ / scratch", "speed / scratch"]
-    if other:
-        cols += [f"τ {other['domain']}", f"τ / ngram {other['domain']}"]
-    for col in cols:
-        table.add_column(col, justify="left" if col == "variant" else "right")
-    for variant, r in report["by_variant"].items():
-        row = [variant, f"{r['tau']:.2f}", f"{r['speedup']:.2f}×",
-               _ratio(r.get("tau_vs_scratch")), _ratio(r.get("speedup_vs_scratch"))]
-        if other:
-            row += [f"{r['other_tau']:.2f}", _ratio(r.get("other_tau_vs_ngram"))]
-        table.add_row(*row)
-    return table
-
-
-def _ratio(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}×"

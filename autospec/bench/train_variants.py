@@ -30,6 +30,7 @@ from sqlalchemy import Engine
 
 from autospec import store
 from autospec.engine.target import Target
+from autospec.speculators.registry import KINDS
 from autospec.train import TrainOutcome, TrainRequest
 
 VARIANTS = {
@@ -38,6 +39,9 @@ VARIANTS = {
     "base": "eagle3-base",
     "base+finetune": "eagle3-base+finetune",
 }  # variant -> its method name in the tables and the JSON
+
+#: the kind whose variants these are (the one that declares ``bench_variants``)
+VARIANT_KIND = next(k.name for k in KINDS.values() if k.bench_variants)
 
 
 class UnknownVariant(ValueError):

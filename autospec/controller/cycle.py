@@ -43,17 +43,18 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Engine
 
 from autospec import numerics, store
 from autospec.controller import records
+from autospec.controller.candidates import Candidate, best_candidate, speed_text
 from autospec.controller.lease import HeldLease, LeaseLost, holder_name, try_acquire
 from autospec.controller.operations import ensure_pointer
 from autospec.controller.policy import Policy
+from autospec.controller.result import CycleFailed, CycleResult
 from autospec.engine.target import Target
 from autospec.numerics import NumericsMismatch
 from autospec.store.models import utcnow
@@ -61,34 +62,7 @@ from autospec.versions import BUILTIN_VERSION, VersionLoadError
 
 log = logging.getLogger(__name__)
 
-EXIT_CODES = {"promoted": 0, "nothing_to_do": 0, "busy": 0, "rejected": 3, "failed": 2}
 HOOK_STAGES = ("started", "registered", "evaluated", "promoted")
-
-
-@dataclass
-class CycleResult:
-    """What a cycle (or an attempt at one) did."""
-
-    outcome: str
-    reasons: list[str] = field(default_factory=list)
-    cycle_id: str | None = None
-    window_key: str | None = None
-    fresh_requests: int = 0
-    candidates: list[str] = field(default_factory=list)
-    bases: list[str] = field(default_factory=list)  # registered bases evaluated as they are
-    evaluations: list[int] = field(default_factory=list)
-    promoted: str | None = None
-    incumbent: str | None = None
-    # the promoted candidate's speedup over target-only as the gate saw it: "measured"
-    # (interleaved decodes; None when measurement is off) and "estimated" (the cost model)
-    promoted_speedup: dict[str, float | None] | None = None
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES[self.outcome]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "exit_code": self.exit_code}
 
 
 @dataclass(frozen=True)
@@ -102,38 +76,6 @@ class Snapshot:
     key: str
 
 
-@dataclass
-class Candidate:
-    version: str
-    run_id: int | None  # None: a registered base evaluated as it is (not trained here)
-    evaluation_id: int | None = None
-    tau: float | None = None
-    speedup: float | None = None  # over target-only, as the gate ranks it (measured if on)
-    speedup_estimated: float | None = None
-    speedup_measured: float | None = None  # None: measurement off
-    incumbent_speedup_measured: float | None = None
-    promote: bool = False
-    reasons: list[str] = field(default_factory=list)
-
-    @property
-    def is_base(self) -> bool:
-        return self.run_id is None
-
-
-def best_candidate(candidates: list[Candidate]) -> Candidate | None:
-    """The passing candidate with the highest speedup as the gate ranks it (measured, or
-    estimated when measurement is off; ties: shadow τ), or None."""
-    passing = [c for c in candidates if c.promote]
-    return min(passing, key=lambda c: (-(c.speedup or 0), -(c.tau or 0)), default=None)
-
-
-def _speed_text(cand: Candidate) -> str:
-    est = f"estimated speedup {cand.speedup_estimated or 0:.2f}×"
-    if cand.speedup_measured is None:
-        return f"{est}, not measured"
-    return f"measured speedup {cand.speedup_measured:.2f}× ({est})"
-
-
 def _mix(synthetic):  # type: ignore[no-untyped-def]
     """The policy's ``training.synthetic`` as a training mix (None when its share is 0)."""
     from autospec.train.data import SyntheticMix
@@ -142,10 +84,6 @@ def _mix(synthetic):  # type: ignore[no-untyped-def]
         return None
     return SyntheticMix(share=synthetic.share, max_sequences=synthetic.max_sequences,
                         sources=tuple(synthetic.sources) if synthetic.sources else None)
-
-
-class CycleFailed(RuntimeError):
-    """The cycle cannot go on; the message is recorded as the reason."""
 
 
 class Controller:
@@ -467,7 +405,7 @@ class Controller:
         store.set_live(
             session, version=best.version, actor=self.holder, deployment=self.deployment,
             reason=f"controller: gate passed, evaluation #{best.evaluation_id} "
-                   f"(shadow τ {best.tau:.3f}, {_speed_text(best)} vs {incumbent}); "
+                   f"(shadow τ {best.tau:.3f}, {speed_text(best)} vs {incumbent}); "
                    f"cycle {result.cycle_id}",
             details={"evaluation_id": best.evaluation_id, "shadow_tau": best.tau,
                      "estimated_speedup": best.speedup_estimated,

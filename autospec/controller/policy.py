@@ -13,7 +13,8 @@ Shipped policies live in the top-level ``policies/`` directory (``default``,
 ``conservative``), installed as the ``autospec.policies`` package and found through
 :func:`autospec.shipped.shipped_dir`, so they work from a checkout and from a wheel;
 :func:`load_policy` takes either one of those names or a path.
-This module knows nothing of the store, models or scheduling.
+The trainable kinds and the overrides a vLLM deployment needs come from the speculator
+registry. This module knows nothing of the store or scheduling.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -37,13 +39,10 @@ from pydantic import (
 from autospec.evaluate.gate import GatePolicy
 from autospec.evaluate.speed import SpeedSettings
 from autospec.shipped import shipped_dir
+from autospec.speculators.registry import trainable_kinds, vllm_overrides
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-TRAINABLE = Literal["eagle3", "draft", "suffix"]
-#: what a vLLM deployment runs of each kind: eagle3 heads alone, in chains
-VLLM_OVERRIDES: dict[str, dict[str, Any]] = {"eagle3": {"tree_nodes": 0,
-                                                        "suffix_threshold": None}}
 
 
 class PolicyError(ValueError):
@@ -67,6 +66,16 @@ def parse_duration(value: Any) -> timedelta:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _trainable(name: str) -> str:
+    if name not in (known := trainable_kinds()):
+        raise ValueError(f"{name!r} is not a trainable kind; trainable kinds: {', '.join(known)}")
+    return name
+
+
+#: a kind the registry can train (:func:`autospec.speculators.registry.trainable_kinds`)
+TrainableKind = Annotated[str, AfterValidator(_trainable)]
 
 
 class _Strict(BaseModel):
@@ -144,9 +153,9 @@ class Synthetic(_Strict):
 class Training(_Strict):
     """What a cycle trains, and its budget."""
 
-    kinds: list[TRAINABLE] = Field(
+    kinds: list[TrainableKind] = Field(
         ["suffix"], min_length=1, description="speculator kinds trained as candidates, "
-        "each evaluated against the incumbent")
+        "each evaluated against the incumbent (the registry's trainable kinds)")
     epochs: int = Field(3, ge=1, le=1000, description="passes over the window (gradient kinds)")
     time_budget: Duration = Field(
         timedelta(hours=1), description="a candidate's training (features + epochs) ends "
@@ -181,7 +190,7 @@ class Training(_Strict):
     def overrides(self, kind: str, engine: str | None = None) -> dict[str, Any]:
         """Config fields of a fresh ``kind`` candidate that the serving ``engine`` (resolved;
         default: the policy's) requires."""
-        return dict(VLLM_OVERRIDES.get(kind, {})) if (engine or self.engine) == "vllm" else {}
+        return vllm_overrides(kind) if (engine or self.engine) == "vllm" else {}
 
 
 class EvaluationSpec(_Strict):

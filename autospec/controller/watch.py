@@ -36,9 +36,10 @@ from sqlalchemy.orm import Session
 
 from autospec import store
 from autospec.controller import records
-from autospec.controller.cycle import Controller, CycleResult
+from autospec.controller.cycle import Controller
 from autospec.controller.lease import HeldLease
 from autospec.controller.policy import Drift
+from autospec.controller.result import CycleResult
 from autospec.controller.speedcheck import SpeedVerdict, check_speed
 from autospec.store.models import utcnow
 from autospec.versions import BUILTIN_VERSION

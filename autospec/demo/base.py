@@ -8,11 +8,13 @@ demo's eagle3 candidates then warm-start from it as any eagle3 training does
 (:func:`autospec.train.run.base_version`). :func:`find_base` picks the head: a named
 version, or the newest base of the target's id and revision (the revision leaves the
 load dtype out, so a base pretrained in float32 serves a bfloat16 demo: same weights,
-same tokens to predict). Nothing of the user's store is written.
+same tokens to predict). :func:`base_for_demo` is the demo's step that does both and says
+what it found. Nothing of the user's store is written.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,3 +136,34 @@ def pretrain_hint(target_spec: str, dtype: str) -> str:
 
     engine = " --engine vllm" if vllm_installed() else ""
     return f"autospec pretrain --target {target_spec} --dtype {dtype}{engine}"
+
+
+def base_for_demo(engine: Engine, target: Target, *, target_spec: str, wanted: str,
+                  source_url: str | None, say: Callable[[str], None]) -> str | None:
+    """The demo's set-up step: find the base head (``wanted``: auto, none or a version) in
+    ``source_url``, adopt it into the demo's store and say so; its version, or None (the
+    eagle3 candidates start from scratch; the line says why and how to build a base). A
+    named version that cannot be read raises; ``auto`` falls back to scratch."""
+    if wanted == NONE or source_url is None:
+        why = "--base none" if wanted == NONE else "no store to look in"
+        say(f"eagle3 candidates start from scratch ({why})")
+        return None
+    try:
+        found = find_base(source_url, target, wanted)
+    except store.StoreError as exc:
+        if wanted != AUTO:
+            raise
+        say(f"no base head read ({str(exc).splitlines()[0]}): eagle3 candidates "
+            f"start from scratch")
+        return None
+    if found is None:
+        hint = pretrain_hint(target_spec, target.dtype_name)
+        say(f"no base eagle3 head for {target.info.target_id} ({target.dtype_name}) in "
+            f"{describe(source_url)}: eagle3 candidates start from scratch; `{hint}` builds "
+            f"one (~15 minutes on 2 CPU cores)")
+        return None
+    version = adopt_base(engine, found, target)
+    sequences = found.meta.get("synthetic_sequences", "?")
+    say(f"eagle3 candidates warm-start from base {found.version} ({sequences} "
+        f"synthetic sequences; from {found.source})")
+    return version

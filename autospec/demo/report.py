@@ -14,7 +14,7 @@
 A partial result (the run was interrupted or failed: ``result.partial`` says why) is
 reported the same way, marked partial everywhere: the table's title, a note at the top of
 ``report.md`` (which phase did not finish), ``"complete": false`` in the JSON, the chart's
-title. Reads a :class:`~autospec.demo.run.DemoResult`; measures nothing.
+title. Reads a :class:`~autospec.demo.record.DemoResult`; measures nothing.
 """
 
 from __future__ import annotations
@@ -24,23 +24,19 @@ from pathlib import Path
 
 from rich.table import Table
 
-from autospec.demo.run import DemoResult, PhaseFigures
+from autospec.demo.record import DemoResult, PhaseFigures, fmt
 from autospec.demo.speed_checks import TOLERANCE, speed_checks
 
 COLUMNS = ("phase", "traffic", "live version", "τ live", "τ shadow", "tok/s",
            "target-only tok/s", "speedup", "requests", "time s")
 
 
-def _f(value: float | None, spec: str = ".2f") -> str:
-    return "—" if value is None else format(value, spec)
-
-
 def phase_row(p: PhaseFigures) -> list[str]:
     versions = ", ".join(f"{v} ({n})" for v, n in p.versions.items()) \
         if len(p.versions) > 1 else (p.live_version or "—")
-    return [p.name, p.domain, versions, _f(p.tau_live), _f(p.tau_shadow),
-            _f(p.tokens_per_s, ".1f"), _f(p.target_tokens_per_s, ".1f"),
-            _f(p.speedup, ".2f") + ("×" if p.speedup else ""),
+    return [p.name, p.domain, versions, fmt(p.tau_live), fmt(p.tau_shadow),
+            fmt(p.tokens_per_s, ".1f"), fmt(p.target_tokens_per_s, ".1f"),
+            fmt(p.speedup, ".2f") + ("×" if p.speedup else ""),
             f"{p.requests}" + (f" ({p.errors} failed)" if p.errors else ""),
             f"{p.end_t - p.start_t:.0f}"]
 
@@ -92,13 +88,13 @@ SPEED_COLUMNS = ("promoted", "after", "gate: measured", "gate: estimated", "real
 def speed_rows(result: DemoResult) -> list[list[str]]:
     """Each promotion's expected speedup against the realised one (demo/speed_checks.py)."""
     return [[c["version"], c["after_phase"], _x(c["measured"]), _x(c["estimated"]),
-             c["realised_in"] or "—", _x(c["realised"]), _f(c["gate_over_realised"]),
+             c["realised_in"] or "—", _x(c["realised"]), fmt(c["gate_over_realised"]),
              "—" if c["within"] is None else ("yes" if c["within"] else "no")]
             for c in speed_checks(result)]
 
 
 def _x(value: float | None) -> str:
-    return _f(value) + ("×" if value is not None else "")
+    return fmt(value) + ("×" if value is not None else "")
 
 
 def speed_table(result: DemoResult) -> Table:
@@ -121,7 +117,7 @@ def swap_lines(events: list[dict]) -> list[str]:
     for e in swaps:
         d = e.get("details") or {}
         lines.append(f"| {e['at']} | {e.get('from_version') or '—'} | {e['version']} | "
-                     f"{d.get('mode', '—')} | {_f(d.get('seconds'))} | {d.get('why') or '—'} |")
+                     f"{d.get('mode', '—')} | {fmt(d.get('seconds'))} | {d.get('why') or '—'} |")
     return lines
 
 

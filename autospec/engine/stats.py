@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 
-def tau(accepted: int, steps: int) -> float | None:
+def tau(accepted: float, steps: int) -> float | None:
     """Acceptance length over ``steps`` target forwards that accepted ``accepted`` draft
-    tokens in all: ``(accepted + steps) / steps``. ``None`` when there was no step (no
-    measurement, not a τ of 1)."""
+    tokens in all (a float where it is an expectation, as in shadow replay):
+    ``(accepted + steps) / steps``. ``None`` when there was no step (no measurement, not a
+    τ of 1): a caller that needs a number decides what stands in for it, in the open."""
     return (accepted + steps) / steps if steps else None
 
 
@@ -64,11 +65,10 @@ class RequestStats:
                    total_s=max((p.total_s for p in parts), default=0.0))
 
     @property
-    def tau(self) -> float:
-        """Acceptance length: mean over steps of accepted + 1 (1.0 before any step)."""
-        if self.num_drafts == 0:
-            return 1.0
-        return (self.num_accepted_tokens + self.num_drafts) / self.num_drafts
+    def tau(self) -> float | None:
+        """Acceptance length: mean over steps of accepted + 1 (:func:`tau`); None before any
+        step (a request of one output token has none)."""
+        return tau(self.num_accepted_tokens, self.num_drafts)
 
     @property
     def acceptance_rate(self) -> float:

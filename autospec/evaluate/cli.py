@@ -140,12 +140,14 @@ def _measured(ev, version: str) -> tuple[str, str, str]:
 
 
 def _print_synthetic(ev) -> None:
+    from autospec.evaluate.compare import tau_text
+
     syn = ev.synthetic
     if syn is None:
         out.print("no held-out synthetic sequences of this target (autospec synth): "
                   "real held-out τ only")
         return
-    taus = ", ".join(f"{v} {t:.3f}" for v, t in syn.tau.items())
+    taus = ", ".join(f"{v} {tau_text(t)}" for v, t in syn.tau.items())
     delta = (f"; Δτ = {syn.delta.delta:+.3f}, CI [{syn.delta.low:+.3f}, "
              f"{syn.delta.high:+.3f}]" if syn.delta else "")
     out.print(f"held-out synthetic τ ({syn.num_sequences} sequences, not gated): "
@@ -153,6 +155,8 @@ def _print_synthetic(ev) -> None:
 
 
 def _print(report) -> None:
+    from autospec.evaluate.compare import tau_text
+
     ev = report.evaluation
     left = f" ({ev.unreplayable} left out: settings replay cannot apply)" \
         if ev.unreplayable else ""
@@ -162,7 +166,7 @@ def _print(report) -> None:
         table.add_column(col, justify="left" if col == "version" else "right")
     for v in ev.versions:
         rates = " ".join(f"{r:.2f}" for r in ev.accepted_per_position[v])
-        table.add_row(v, f"{ev.tau[v]:.3f}", f"{ev.draft_tokens_per_step[v]:.2f}", rates,
+        table.add_row(v, tau_text(ev.tau[v]), f"{ev.draft_tokens_per_step[v]:.2f}", rates,
                       f"{ev.speedup[v]:.2f}×", *_measured(ev, v))
     out.print(table)
     if ev.measured is None:
@@ -183,7 +187,8 @@ def _print(report) -> None:
         seg.add_column(col, justify="left" if col == "segment" else "right")
     for s in ev.segments:
         d = f"{s.delta.delta:+.3f} [{s.delta.low:+.3f}, {s.delta.high:+.3f}]" if s.delta else "—"
-        seg.add_row(s.segment, str(s.num_requests), *[f"{s.tau[v]:.3f}" for v in ev.versions], d)
+        seg.add_row(s.segment, str(s.num_requests), *[tau_text(s.tau[v]) for v in ev.versions],
+                    d)
     out.print(seg)
     if report.decision is not None:
         colour = "green" if report.decision.promote else "red"

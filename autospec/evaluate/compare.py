@@ -1,10 +1,13 @@
 """Paired comparison of speculator versions on the same held-out requests.
 
-τ of a set of requests is a ratio of sums, ``(Σ accepted + Σ steps) / Σ steps``, i.e.
-tokens per target forward over the whole set (long requests weigh more, as they do in
-serving). The confidence interval of ``Δτ = τ(candidate) − τ(incumbent)`` comes from a
-**paired** bootstrap: the same resampled requests for both versions, so the
-request-to-request variation that both share cancels.
+τ of a set of requests is :func:`autospec.engine.stats.tau` of their summed counts, a
+ratio of sums: tokens per target forward over the whole set (long requests weigh more, as
+they do in serving). A set where no request had a verify step (outputs of one token) has
+no τ (None): its versions are reported without one and their Δτ has no interval. The
+confidence interval of ``Δτ = τ(candidate) − τ(incumbent)`` comes from a **paired**
+bootstrap: the same resampled requests for both versions, so the request-to-request
+variation that both share cancels (a resample without any step measures nothing and is
+left out).
 
 Estimated speedup over target-only decoding, per version:
 ``τ · t_step / (t_propose(d) + t_verify(d + 1))`` with ``d`` the mean draft tokens per
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autospec.engine.stats import tau
 from autospec.evaluate.replay import ReplayStats
 from autospec.evaluate.speed import SpeedMeasurement
 
@@ -39,8 +43,8 @@ class Interval:
 class SegmentResult:
     segment: str
     num_requests: int
-    tau: dict[str, float]  # version -> τ on this segment
-    delta: Interval | None = None  # candidate vs incumbent, when there are two versions
+    tau: dict[str, float | None]  # version -> τ on this segment (None: no step in it)
+    delta: Interval | None = None  # candidate vs incumbent, when there are two with a τ
 
 
 @dataclass
@@ -50,8 +54,8 @@ class SyntheticResult:
     real held-out τ for the overfitting guard; the gate never decides on it."""
 
     num_sequences: int
-    tau: dict[str, float]
-    delta: Interval | None  # candidate vs incumbent, when there are two versions
+    tau: dict[str, float | None]
+    delta: Interval | None  # candidate vs incumbent, when there are two versions with a τ
 
 
 @dataclass
@@ -75,10 +79,10 @@ class Evaluation:
 
     versions: list[str]
     num_requests: int
-    tau: dict[str, float]
+    tau: dict[str, float | None]  # None: no held-out request had a verify step
     draft_tokens_per_step: dict[str, float]
     accepted_per_position: dict[str, list[float]]  # acceptance rate at each draft position
-    delta: Interval | None
+    delta: Interval | None  # None: one version only, or no τ to compare
     segments: list[SegmentResult]
     speedup: dict[str, float]  # estimated, over target-only
     k: int
@@ -115,44 +119,56 @@ class Evaluation:
 
 def _sums(stats: Sequence[ReplayStats]) -> tuple[np.ndarray, np.ndarray]:
     accepted = np.array([s.accepted for s in stats], dtype=np.float64)
-    steps = np.array([s.steps for s in stats], dtype=np.float64)
+    steps = np.array([s.steps for s in stats], dtype=np.int64)
     return accepted, steps
 
 
-def set_tau(stats: Sequence[ReplayStats]) -> float:
+def set_tau(stats: Sequence[ReplayStats]) -> float | None:
+    """τ over a set of requests (see the module doc); None when none had a step."""
     accepted, steps = _sums(stats)
-    return float((accepted.sum() + steps.sum()) / steps.sum()) if steps.sum() else 1.0
+    return tau(float(accepted.sum()), int(steps.sum()))
+
+
+def tau_text(value: float | None) -> str:
+    """A τ as printed: three decimals, or ``—`` where there was no step to measure."""
+    return "—" if value is None else f"{value:.3f}"
 
 
 def paired_bootstrap(candidate: Sequence[ReplayStats], incumbent: Sequence[ReplayStats], *,
-                     level: float = 0.95, resamples: int = 2000, seed: int = 0) -> Interval:
-    """Percentile CI of Δτ over requests resampled with replacement (the same for both)."""
+                     level: float = 0.95, resamples: int = 2000,
+                     seed: int = 0) -> Interval | None:
+    """Percentile CI of Δτ over requests resampled with replacement (the same for both);
+    None when either version has no τ on these requests."""
     assert len(candidate) == len(incumbent) > 0
-    acc_c, steps_c = _sums(candidate)
-    acc_i, steps_i = _sums(incumbent)
+    point_c, point_i = set_tau(candidate), set_tau(incumbent)
+    if point_c is None or point_i is None:
+        return None
     n = len(candidate)
     rng = np.random.default_rng(seed)
     weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples)  # [resamples, n]
 
-    def tau(acc: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        total_steps = np.maximum(weights @ steps, 1e-12)
-        return (weights @ acc + total_steps) / total_steps
+    def resampled(stats: Sequence[ReplayStats]) -> list[float | None]:
+        accepted, steps = _sums(stats)  # [n] each
+        return [tau(float(a), int(s)) for a, s in zip(weights @ accepted, weights @ steps,
+                                                      strict=True)]
 
-    deltas = tau(acc_c, steps_c) - tau(acc_i, steps_i)
+    pairs = zip(resampled(candidate), resampled(incumbent), strict=True)
+    deltas = [c - i for c, i in pairs if c is not None and i is not None]
     tail = (1.0 - level) / 2 * 100
     low, high = np.percentile(deltas, [tail, 100 - tail])
-    return Interval(delta=set_tau(candidate) - set_tau(incumbent), low=float(low),
-                    high=float(high))
+    return Interval(delta=point_c - point_i, low=float(low), high=float(high))
 
 
 def estimated_speedup(stats: Sequence[ReplayStats], costs: Costs) -> float:
-    """τ · t_step / (t_propose + t_verify(d + 1)); see the module docstring."""
+    """τ · t_step / (t_propose + t_verify(d + 1)); see the module docstring. 1.0 (the
+    target's own pace) when no request had a step: nothing was sped up or slowed down."""
     steps = sum(s.steps for s in stats)
-    if not steps:
+    measured = set_tau(stats)
+    if measured is None:
         return 1.0
     propose_s = sum(s.draft_s for s in stats) / steps
     verify_s = costs.verify(drafts_per_step(stats) + 1)
-    return float(set_tau(stats) * costs.step_s / (propose_s + verify_s))
+    return float(measured * costs.step_s / (propose_s + verify_s))
 
 
 def compare(results: dict[str, list[ReplayStats]], segments: Sequence[str], costs: Costs, *,

@@ -1,6 +1,8 @@
 """The promotion gate: a pure function from a policy and an evaluation to a decision.
 
-A candidate is promoted only when **all** hold, each failure giving a reason:
+A candidate is promoted only when **all** hold, each failure giving a reason (an
+evaluation with no τ, where no held-out request had a verify step, is rejected for that
+alone):
 
 1. the held-out set has at least ``min_heldout`` requests;
 2. the lower bound of the confidence interval of Δτ is at least ``min_gain`` (> 0, so a
@@ -50,8 +52,11 @@ class Decision:
 
 def decide(policy: GatePolicy, evaluation: Evaluation) -> Decision:
     """Promote ``evaluation.candidate`` over ``evaluation.incumbent``? With reasons."""
-    if evaluation.incumbent is None or evaluation.delta is None:
+    if evaluation.incumbent is None:
         return Decision(False, ["no incumbent to compare with"])
+    if evaluation.delta is None:
+        return Decision(False, [f"no τ to compare: none of the {evaluation.num_requests} "
+                                "held-out requests had a verify step (outputs of one token)"])
     checks = [_size(policy, evaluation), _gain(policy, evaluation),
               *_segment_checks(policy, evaluation), _speed(policy, evaluation)]
     failed = [msg for ok, msg in checks if not ok]

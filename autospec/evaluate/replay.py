@@ -29,6 +29,7 @@ import torch
 from autospec.engine.clock import clock
 from autospec.engine.protocol import Proposal, Speculator
 from autospec.engine.sampling import SamplingParams, penalized, probs_from_logits
+from autospec.engine.stats import tau
 from autospec.engine.target import Target
 from autospec.engine.verify import accept_tree
 
@@ -68,9 +69,10 @@ class ReplayStats:
             self.accepted_per_position[i] += float(a)
 
     @property
-    def tau(self) -> float:
-        """Acceptance length, bonus included (as :class:`autospec.engine.stats.RequestStats`)."""
-        return (self.accepted + self.steps) / self.steps if self.steps else 1.0
+    def tau(self) -> float | None:
+        """Acceptance length, bonus included (:func:`autospec.engine.stats.tau`); None when
+        the request had no step (an output of one token)."""
+        return tau(self.accepted, self.steps)
 
 
 def teacher_forced(target: Target, req: ReplayRequest,

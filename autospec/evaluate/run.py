@@ -36,6 +36,7 @@ from autospec.evaluate.compare import (
     compare,
     compare_synthetic,
     drafts_per_step,
+    tau_text,
 )
 from autospec.evaluate.gate import Decision, GatePolicy, decide
 from autospec.evaluate.guard import guard, overfits
@@ -203,7 +204,7 @@ def replay_synthetic(db: Engine, target: Target, specs: dict, k: int, limit: int
         return None
     result = compare_synthetic(replay(target, specs, requests, k), level=level)
     log.info("held-out synthetic τ (%d sequences): %s", result.num_sequences,
-             ", ".join(f"{v} {t:.3f}" for v, t in result.tau.items()))
+             ", ".join(f"{v} {tau_text(t)}" for v, t in result.tau.items()))
     return result
 
 
@@ -286,7 +287,7 @@ def synthetic_record(ev: Evaluation, policy: GatePolicy) -> dict | None:
 
 def _record(db: Engine, ev: Evaluation, decision: Decision, policy: GatePolicy,
             start: datetime, end: datetime, training_run_id: int | None) -> int:
-    assert ev.delta is not None and ev.incumbent is not None
+    assert ev.incumbent is not None
     per_segment = {
         s.segment: {"num_requests": s.num_requests, "tau": s.tau,
                     "delta": s.delta.delta if s.delta else None,
@@ -298,7 +299,8 @@ def _record(db: Engine, ev: Evaluation, decision: Decision, policy: GatePolicy,
             session, candidate=ev.candidate, incumbent=ev.incumbent,
             decision=decision.verdict, reasons=decision.reasons, num_requests=ev.num_requests,
             tau_candidate=ev.tau[ev.candidate], tau_incumbent=ev.tau[ev.incumbent],
-            delta_ci_low=ev.delta.low, delta_ci_high=ev.delta.high,
+            delta_ci_low=ev.delta.low if ev.delta else None,
+            delta_ci_high=ev.delta.high if ev.delta else None,
             per_segment={"segments": per_segment, **speed_record(ev), "k": ev.k,
                          "synthetic": synthetic_record(ev, policy),
                          "unreplayable": ev.unreplayable},

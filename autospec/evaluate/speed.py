@@ -103,11 +103,12 @@ class SpeedMeasurement:
     engine: str = "native"
     concurrency: int = 1
 
-    def projected(self, tau: Mapping[str, float]) -> dict[str, float]:
+    def projected(self, tau: Mapping[str, float | None]) -> dict[str, float]:
         """Speedup per version from ``tau`` (replayed over every held-out request) and the
-        step cost measured here; the decoded median where no step cost was measured."""
-        return {v: tau[v] / c if (c := self.step_cost.get(v)) else self.speedup[v]
-                for v in self.speedup}
+        step cost measured here; the decoded median where no step cost was measured or no
+        τ was replayed (None)."""
+        return {v: t / c if (c := self.step_cost.get(v)) and (t := tau[v]) is not None
+                else self.speedup[v] for v in self.speedup}
 
 
 @contextmanager
@@ -134,9 +135,9 @@ def spread_prompts(prompts: Sequence[list[int]], n: int) -> list[list[int]]:
 
 
 def _decode_rate(engine: SpeculativeEngine, prompt: list[int],
-                 params: SamplingParams) -> tuple[float, float]:
+                 params: SamplingParams) -> tuple[float, float | None]:
     """Output tokens per second of one greedy decode, timed to the device's end, and its τ
-    (``RequestStats.tau``: 1 for the target alone)."""
+    (``RequestStats.tau``: 1 for the target alone, None for a decode without a step)."""
     device = engine.target.device
     started = clock(device)
     result = engine.generate(prompt, params)
@@ -178,14 +179,15 @@ def measure_speedups(target: Target, speculators: Mapping[str, Speculator],
                      threads=torch.get_num_threads())
 
 
-def interleaved(names: list[str], total: int, decode: Callable[[int, str], tuple[float, float]],
+def interleaved(names: list[str], total: int,
+                decode: Callable[[int, str], tuple[float, float | None]],
                 progress: Callable[[int, int], None] | None = None
-                ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+                ) -> tuple[dict[str, list[float]], dict[str, list[float | None]]]:
     """Each side's tokens/s and τ per round: ``total`` rounds, each decoding every side in
     turn (``decode(round, name)`` -> (tokens/s, τ)), the order reversed every other round;
     ``progress(done, total)`` after each round."""
     rates: dict[str, list[float]] = {name: [] for name in names}
-    taus: dict[str, list[float]] = {name: [] for name in names}
+    taus: dict[str, list[float | None]] = {name: [] for name in names}
     for r in range(total):
         for name in names if r % 2 == 0 else list(reversed(names)):
             rate, tau = decode(r, name)
@@ -196,15 +198,17 @@ def interleaved(names: list[str], total: int, decode: Callable[[int, str], tuple
     return rates, taus
 
 
-def summarize(rates: dict[str, list[float]], taus: dict[str, list[float]],
+def summarize(rates: dict[str, list[float]], taus: dict[str, list[float | None]],
               versions: list[str], **fields: Any) -> SpeedMeasurement:
     """The :class:`SpeedMeasurement` of interleaved rounds (``rates`` and ``taus`` per side,
     :data:`TARGET_ONLY` among them): each version's ratio to target-only per round, their
-    median, the step costs; ``fields``: the measurement's other fields."""
+    median, the step costs (of the rounds that had a τ); ``fields``: the measurement's
+    other fields."""
     base = rates[TARGET_ONLY]
     ratios = {v: [s / b if b > 0 else 0.0 for s, b in zip(rates[v], base, strict=True)]
               for v in versions}
-    costs = {v: [t / q for t, q in zip(taus[v], ratios[v], strict=True) if q > 0]
+    costs = {v: [t / q for t, q in zip(taus[v], ratios[v], strict=True)
+                 if q > 0 and t is not None]
              for v in versions}
     return SpeedMeasurement(
         speedup={v: statistics.median(r) for v, r in ratios.items()}, ratios=ratios,

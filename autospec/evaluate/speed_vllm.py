@@ -84,9 +84,9 @@ def _start(target: Target, version: str, kind: str | None, spec: Any, out: Path,
 
 
 def _round(engine: Any, prompts: list[list[int]], params: SamplingParams, k: int,
-           tag: str) -> tuple[float, float]:
+           tag: str) -> tuple[float, float | None]:
     """``prompts`` decoded at once: output tokens/s over the batch's wall time, and τ over
-    all their steps (vLLM's acceptance of each, merged)."""
+    all their steps (vLLM's acceptance of each, merged; None without a step)."""
     from autospec.engine.vllm.stats import vllm_stats
 
     async def one(i: int, prompt: list[int]) -> Any:
@@ -147,7 +147,7 @@ def _measure(engines: dict[str, Any], versions: list[str], prompts: list[list[in
                f"warm-{name}")
     total = max(repeats, -(-len(prompts) * repeats // concurrency))  # each prompt ~repeats×
 
-    def decode(r: int, name: str) -> tuple[float, float]:
+    def decode(r: int, name: str) -> tuple[float, float | None]:
         batch = [prompts[(r * concurrency + i) % len(prompts)] for i in range(concurrency)]
         return _round(engines[name], batch, params, k, f"r{r}-{name}")
 

@@ -35,15 +35,17 @@ from sqlalchemy import Engine
 from autospec import artifacts, store
 from autospec.engine.target import Target
 from autospec.settings import get_settings
-from autospec.speculators.checkpoint import PICKLE_SUFFIXES, save_speculator
+from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.config import SuffixConfig
+from autospec.speculators.eagle3 import KIND as EAGLE3
 from autospec.speculators.eagle3 import Eagle3Speculator
+from autospec.speculators.eagle3.export import SIDECAR_DIR
+from autospec.speculators.files import refuse_pickles
 from autospec.speculators.speculators_format import FormatError, embed_table, from_speculators
 from autospec.speculators.suffix import SuffixSpeculator
 
 log = logging.getLogger(__name__)
 
-SIDECAR_DIR = "suffix-index"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the registry's rule, checked first
 
 
@@ -65,7 +67,8 @@ def read_head(directory: str | Path, target: Target) -> Eagle3Speculator:
     root = Path(directory)
     if not root.is_dir():
         raise ImportRefused(f"{root}: not a directory")
-    _refuse_pickles(root)
+    refuse_pickles(root, ImportRefused, "only safetensors weights are imported. Remove it to "
+                   "import.")
     if (root / artifacts.MANIFEST).exists():
         try:
             artifacts.verify_manifest(root, required=("config.json", "model.safetensors"))
@@ -113,14 +116,14 @@ def import_head(directory: str | Path, *, target: Target, engine: Engine,
     try:
         sha = save_speculator(spec, tmp)
         with store.session_scope(engine) as session:
-            version = name or store.next_version(session, kind="eagle3")
+            version = name or store.next_version(session, kind=EAGLE3.name)
             final = root / version
             if final.exists():
                 raise store.Conflict(f"artifact directory {final} already exists")
             tmp.rename(final)
             info = target.info
             store.register_speculator(
-                session, version=version, kind="eagle3", target_id=info.target_id,
+                session, version=version, kind=EAGLE3.name, target_id=info.target_id,
                 target_revision=info.revision, artifact_uri=str(final), sha256=sha,
                 draft_vocab_size=spec.config.draft_vocab_size,
                 meta={"imported": details}, actor=actor)
@@ -143,13 +146,6 @@ def _registered(engine: Engine, path: Path) -> bool:
             return store.get_speculator(session, version=path.name).artifact_uri == str(path)
         except store.NotFound:
             return False
-
-
-def _refuse_pickles(root: Path) -> None:
-    for path in sorted(root.rglob("*")):
-        if path.suffix.lower() in PICKLE_SUFFIXES:
-            raise ImportRefused(f"{path}: refusing a pickle-format file ({path.suffix}); only "
-                                f"safetensors weights are imported. Remove it to import.")
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -9,9 +9,9 @@ flight). The run stops by itself when ``requests`` have been started or ``durati
 passed (requests in flight finish), or when ``stop`` is set (Ctrl-C in the CLI).
 
 :func:`summarize` turns results into the figures the CLI prints: requests, errors, req/s,
-latency p50/p99, output tokens/s, and τ = (accepted + drafts) / drafts — mean accepted + 1
-per verification step, bonus included, the one definition of :mod:`autospec.engine.stats`
-— overall, per version and per segment.
+latency p50/p99, output tokens/s, and τ (:func:`autospec.engine.stats.tau` over the
+requests' summed counts: mean accepted + 1 per verification step, bonus included; None
+where no request had a step) — overall, per version and per segment.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from autospec.engine import stats
 from autospec.loadgen.client import Driver, Result
 from autospec.loadgen.mix import Schedule
 from autospec.loadgen.source import Prompt
@@ -125,10 +126,8 @@ def run_load(spec: LoadSpec, source: Source, driver: Driver, *,
 
 def tau(results: list[Result]) -> float | None:
     """τ over the verification steps of ``results`` (None without any step)."""
-    steps = sum(r.num_drafts for r in results)
-    if steps == 0:
-        return None
-    return (sum(r.num_accepted_tokens for r in results) + steps) / steps
+    return stats.tau(sum(r.num_accepted_tokens for r in results),
+                     sum(r.num_drafts for r in results))
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -282,7 +282,8 @@ class AutospecInfo(BaseModel):
     """Which speculator version served the request and how well it drafted."""
 
     version: str
-    tau: float = Field(description="acceptance length: mean over steps of accepted + 1")
+    tau: float | None = Field(description="acceptance length: mean over steps of accepted + 1 "
+                              "(null when the request took no step: one output token)")
     num_drafts: int
     num_draft_tokens: int
     num_accepted_tokens: int
@@ -398,13 +399,3 @@ class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
 
-
-class ErrorBody(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorBody

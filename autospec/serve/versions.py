@@ -65,7 +65,7 @@ class ServedVersion:
     """A speculator version ready to serve: its name and the engine that decodes with it."""
 
     name: str
-    kind: str  # a speculator kind (autospec.speculators.registry), or "none": target only
+    kind: str  # a kind of autospec.speculators.registry.KINDS, or "none" for target-only
     engine: DecodingEngine
     loaded_at: float = field(default_factory=time.time)
 

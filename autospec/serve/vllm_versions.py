@@ -28,10 +28,11 @@ Every swap is audited (event ``swap``: ``in-place`` or ``new engine`` and why). 
 that fails (refused kind, load error, vLLM failing to start) leaves the replica serving what
 it had and is audited once (``failure`` event), exactly as on the native path.
 
-:func:`vllm_refusal` says why a version cannot be served on vLLM: an ``eagle3`` version that
-drafts trees or consults its traffic suffix index (vLLM would silently run it as plain chains
-of the head, so autospec's evaluation of it would not predict what vLLM does). ``suffix``
-versions run as autospec's custom proposer (:mod:`autospec.interop.vllm_proposer`).
+:func:`vllm_refusal` says why a version cannot be served on vLLM, as its kind declares it
+(:func:`autospec.speculators.registry.vllm_refusal`: e.g. an ``eagle3`` version that drafts
+trees or consults its traffic suffix index, which vLLM would silently run as plain chains of
+the head). ``suffix`` versions run as autospec's custom proposer
+(:mod:`autospec.interop.vllm_proposer`).
 """
 
 from __future__ import annotations
@@ -61,21 +62,11 @@ DEFAULT_MAX_MODEL_LEN = 2048
 
 
 def vllm_refusal(kind: str, config: Any) -> str | None:
-    """Why a ``kind`` speculator with ``config`` cannot be served on vLLM (None: it can)."""
-    if kind == "eagle3":
-        if getattr(config, "tree_nodes", 0):
-            return (f"this eagle3 version drafts trees (tree_nodes={config.tree_nodes}); "
-                    "vLLM drafts chains of k from the head: train it with tree_nodes 0")
-        if getattr(config, "suffix_threshold", None) is not None and \
-                getattr(config, "suffix_tokens", 0):
-            return ("this eagle3 version consults its traffic suffix index "
-                    f"(suffix_threshold={config.suffix_threshold}); vLLM runs the head in its "
-                    "own EAGLE proposer, which takes no index, and a custom proposer sees "
-                    "token ids, not the target's hidden states: train it with "
-                    "suffix_threshold null")
-    if kind not in ("eagle3", "draft", "ngram", "suffix"):
-        return f"a {kind} version has no vLLM speculative method"
-    return None
+    """Why a ``kind`` speculator with ``config`` cannot be served on vLLM (None: it can);
+    the kind's declaration says (:func:`autospec.speculators.registry.vllm_refusal`)."""
+    from autospec.speculators.registry import vllm_refusal as refusal
+
+    return refusal(kind, config)
 
 
 class VllmVersionManager(VersionManager):

@@ -28,21 +28,18 @@ from pathlib import Path
 import pydantic
 import safetensors
 import safetensors.torch
-import torch
 
 from autospec import artifacts
 from autospec.artifacts import MANIFEST as MANIFEST_FILE
 from autospec.engine.target import Target
 from autospec.speculators.common import SavableSpeculator
-from autospec.speculators.config import parse_config
-from autospec.speculators.registry import build_speculator
+from autospec.speculators.files import WEIGHTS_FILE, portable, refuse_pickles
+from autospec.speculators.registry import build_speculator, parse_config
 
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 EXPECTED_FILES = (CONFIG_FILE, WEIGHTS_FILE)
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
 
 class SpeculatorLoadError(RuntimeError):
@@ -58,19 +55,11 @@ def save_speculator(spec: SavableSpeculator, directory: str | Path) -> str:
     out.mkdir(parents=True, exist_ok=True)
     config = spec.config.model_dump(mode="json")
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    tensors = {name: _portable(t) for name, t in spec.state_tensors().items()}
+    tensors = {name: portable(t) for name, t in spec.state_tensors().items()}
     safetensors.torch.save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     digest = artifacts.write_manifest(out, EXPECTED_FILES)
     log.info("saved %s speculator to %s (sha256 %s)", spec.kind, out, digest[:12])
     return digest
-
-
-def _portable(tensor: torch.Tensor) -> torch.Tensor:
-    """CPU, contiguous, float32 for floating tensors (integers keep their dtype)."""
-    tensor = tensor.detach().to("cpu")
-    if tensor.is_floating_point():
-        tensor = tensor.float()
-    return tensor.contiguous().clone()
 
 
 # -- manifest -----------------------------------------------------------------------------
@@ -119,12 +108,9 @@ def load_speculator(directory: str | Path, target: Target, *,
 
 
 def _refuse_pickles(root: Path) -> None:
+    refuse_pickles(root, SpeculatorLoadError, f"speculator weights are loaded from "
+                   f"{WEIGHTS_FILE} only. Remove the file to load this artifact.")
     for path in sorted(root.rglob("*")):
-        if path.suffix.lower() in PICKLE_SUFFIXES:
-            raise SpeculatorLoadError(
-                f"{path}: refusing a pickle-format file ({path.suffix}); speculator weights "
-                f"are loaded from {WEIGHTS_FILE} only. Remove the file to load this artifact."
-            )
         if path.is_file() and path.name not in (*EXPECTED_FILES, MANIFEST_FILE):
             log.warning("ignoring unexpected file %s in speculator artifact", path)
 

@@ -1,14 +1,34 @@
-"""What the speculator kinds share: the savable base class and a sampling helper."""
+"""What the speculator kinds share: the savable base class, a sampling helper, and the
+lookup of the longest n-gram ending a sequence (``ngram``'s and ``suffix``'s request index)."""
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import torch
 
 from autospec.engine.protocol import Speculator
 from autospec.engine.sampling import sample
-from autospec.speculators.config import AnyConfig
+from autospec.speculators.config import KindConfig
+
+V = TypeVar("V")
+
+
+def longest_match(index: Mapping[tuple[int, ...], V], seq: Sequence[int],
+                  ns: range) -> V | None:
+    """What ``index`` holds for the longest n-gram (``n`` in ``ns``) ending ``seq``, or None."""
+    for n in reversed(ns):
+        if n <= len(seq) and (hit := index.get(tuple(seq[-n:]))) is not None:
+            return hit
+    return None
+
+
+def ngrams_ending(seq: Sequence[int], ns: range) -> list[tuple[int, ...]]:
+    """The n-grams (``n`` in ``ns``, at most ``len(seq)``) that end ``seq``, shortest first:
+    the keys a token appended after ``seq`` continues."""
+    return [tuple(seq[len(seq) - n :]) for n in ns if n <= len(seq)]
 
 
 def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -27,7 +47,7 @@ class SavableSpeculator(Speculator):
     raises ``ValueError`` on anything it cannot accept.
     """
 
-    config: AnyConfig
+    config: KindConfig
 
     @abc.abstractmethod
     def state_tensors(self) -> dict[str, torch.Tensor]:

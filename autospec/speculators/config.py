@@ -1,9 +1,10 @@
-"""Typed, strict configs for each speculator kind.
+"""Typed, strict configs: the base every kind's config subclasses, and the built-in kinds'.
 
-Every config is a pydantic model with ``extra="forbid"`` (a typo is an error naming the
-field), a ``kind`` literal that selects the class in the :data:`SpeculatorConfig`
-discriminated union, and the identity of the target it was built for
-(``target_id``, ``target_revision``), which loading checks against the live target.
+Every config is a pydantic model (a :class:`KindConfig`) with ``extra="forbid"`` (a typo
+is an error naming the field), a ``kind`` literal, and the identity of the target it was
+built for (``target_id``, ``target_revision``), which loading checks against the live
+target. A config dict is parsed by its ``kind`` tag through the registry
+(:func:`autospec.speculators.registry.parse_config`), which knows every kind's model.
 
 A config holds hyperparameters only; weights live in ``model.safetensors``. Defaults
 that depend on the target (hidden size, vocabulary, feature layers) come from
@@ -14,9 +15,9 @@ only pydantic and :mod:`autospec.engine.info` (``tests/test_imports.py`` checks 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autospec.engine.info import TargetInfo
 
@@ -24,14 +25,23 @@ from autospec.engine.info import TargetInfo
 DEFAULT_DRAFT_VOCAB_SIZE = 8192
 
 
-class _Base(BaseModel):
+class KindConfig(BaseModel):
+    """What every kind's config is: strict, frozen, with the target's identity. A kind's
+    config subclasses it and adds ``kind: Literal["<name>"]`` and its hyperparameters."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    kind: str = Field(description="speculator kind tag")
     target_id: str = Field(description="id of the target this speculator serves (TargetInfo)")
     target_revision: str = Field(description="revision of that target (TargetInfo.revision)")
 
+    @classmethod
+    def for_target(cls, info: TargetInfo, **overrides: Any) -> Self:
+        """The kind's defaults for the target ``info``, then ``overrides``."""
+        return cls(target_id=info.target_id, target_revision=info.revision, **overrides)
 
-class NgramConfig(_Base):
+
+class NgramConfig(KindConfig):
     """Prompt lookup: propose what followed the latest earlier match of the last n tokens."""
 
     kind: Literal["ngram"] = Field(default="ngram", description="speculator kind tag")
@@ -46,12 +56,8 @@ class NgramConfig(_Base):
             )
         return self
 
-    @classmethod
-    def for_target(cls, info: TargetInfo, **overrides: Any) -> NgramConfig:
-        return cls(target_id=info.target_id, target_revision=info.revision, **overrides)
 
-
-class _Transformer(_Base):
+class _Transformer(KindConfig):
     """Fields shared by the kinds that own transformer layers."""
 
     hidden_size: int = Field(ge=8, description="width of the speculator's hidden states")
@@ -198,7 +204,7 @@ class Eagle3Config(_Transformer):
         return cls(**values)
 
 
-class SuffixConfig(_Base):
+class SuffixConfig(KindConfig):
     """Most frequent continuation in past traffic (a suffix index) or in the request itself."""
 
     kind: Literal["suffix"] = Field(default="suffix", description="speculator kind tag")
@@ -215,31 +221,3 @@ class SuffixConfig(_Base):
     prompt_tail: int = Field(default=4, ge=0, le=256,
                              description="prompt tokens indexed before each output")
 
-    @classmethod
-    def for_target(cls, info: TargetInfo, **overrides: Any) -> SuffixConfig:
-        return cls(target_id=info.target_id, target_revision=info.revision, **overrides)
-
-
-AnyConfig = NgramConfig | DraftConfig | Eagle3Config | SuffixConfig
-SpeculatorConfig = Annotated[AnyConfig, Field(discriminator="kind")]
-_ADAPTER: TypeAdapter[AnyConfig] = TypeAdapter(SpeculatorConfig)
-
-CONFIG_KINDS: dict[str, type[_Base]] = {
-    "ngram": NgramConfig,
-    "draft": DraftConfig,
-    "eagle3": Eagle3Config,
-    "suffix": SuffixConfig,
-}
-
-
-def parse_config(data: dict[str, Any]) -> AnyConfig:
-    """Validate a config dict (e.g. a checkpoint's ``config.json``) into its kind's model.
-
-    Raises ``pydantic.ValidationError`` naming the offending field, or ``ValueError``
-    listing the known kinds when ``kind`` is missing or unknown.
-    """
-    kind = data.get("kind") if isinstance(data, dict) else None
-    if kind not in CONFIG_KINDS:
-        known = ", ".join(sorted(CONFIG_KINDS))
-        raise ValueError(f"unknown speculator kind {kind!r}; known kinds: {known}")
-    return _ADAPTER.validate_python(data)

@@ -8,17 +8,22 @@ Search is O(1) per step: an incremental dict maps every n-gram (n in range) to t
 position right after its latest occurrence that has a continuation, i.e. the n-gram
 ending at ``i - 1`` is indexed when token ``i`` is appended. The sequence's own suffix is
 therefore never its own match. Proposals are deterministic, so ``probs`` is ``None``.
+
+vLLM serves the kind with its own ``ngram`` method (:func:`export_ngram`).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
 from autospec.engine.protocol import Proposal
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
-from autospec.speculators.common import SavableSpeculator
+from autospec.speculators.common import SavableSpeculator, longest_match, ngrams_ending
 from autospec.speculators.config import NgramConfig
+from autospec.speculators.kind import Exported, Kind, VllmSupport
 
 
 class NgramSpeculator(SavableSpeculator):
@@ -55,23 +60,14 @@ class NgramSpeculator(SavableSpeculator):
     # -- helpers --------------------------------------------------------------------------
     def match(self, seq: list[int]) -> int | None:
         """Start of the continuation of the latest earlier match of ``seq``'s suffix."""
-        for n in reversed(self._ns):
-            if n > len(seq):
-                continue
-            start = self._index.get(tuple(seq[-n:]))
-            if start is not None:
-                return start
-        return None
+        return longest_match(self._index, seq, self._ns)
 
     def _extend(self, tokens: list[int]) -> None:
         """Append ``tokens``, indexing each n-gram that now has a continuation."""
         seq, index = self._seq, self._index
-        for token in tokens:
-            i = len(seq)  # position of ``token``: it continues the n-grams ending at i - 1
-            for n in self._ns:
-                if n > i:
-                    break
-                index[tuple(seq[i - n : i])] = i
+        for token in tokens:  # at position len(seq): it continues the n-grams ending before
+            for key in ngrams_ending(seq, self._ns):
+                index[key] = len(seq)
             seq.append(token)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
@@ -81,3 +77,16 @@ class NgramSpeculator(SavableSpeculator):
     def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         if tensors:
             raise ValueError(f"ngram has no weights, got tensors {sorted(tensors)}")
+
+
+def export_ngram(spec: SavableSpeculator, target: Target, out: Path, k: int) -> Exported:
+    """vLLM's own ``ngram`` method (prompt lookup) with the version's n-gram bounds; no files."""
+    c = spec.config
+    return Exported(speculative_config={"method": "ngram", "num_speculative_tokens": k,
+                                        "prompt_lookup_max": c.max_ngram,
+                                        "prompt_lookup_min": c.min_ngram})
+
+
+KIND = Kind(name="ngram", summary="prompt lookup over the request itself (no training)",
+            config=NgramConfig, speculator=NgramSpeculator,
+            vllm=VllmSupport(method="ngram", export=export_ngram))

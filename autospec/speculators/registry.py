@@ -1,79 +1,109 @@
-"""The explicit registry of speculator kinds: ``kind`` -> (config class, speculator class).
+"""The registry of speculator kinds: :data:`KINDS`, the only list of them.
 
-:func:`build_speculator` turns a config into an untrained speculator for a target (the
-checkpoint loader then fills in weights); :func:`new_speculator` builds one with
-defaults derived from the target. No import-time magic: adding a kind means adding a
-line to :data:`SPECULATOR_KINDS`.
+Each kind's module declares a :class:`~autospec.speculators.kind.Kind` (``KIND``): its
+config model, its speculator class, how it trains, how vLLM serves it. Everything that
+depends on the kinds reads it from here: config parsing (:func:`parse_config`), building
+(:func:`build_speculator`, :func:`new_speculator`), training (:func:`trainable_kinds`),
+export and vLLM serving (:func:`vllm_refusal`, :func:`vllm_overrides`), the CLI's choices.
+No import-time magic: adding a kind means writing its module and adding it to
+:data:`KINDS` (a test adds one for its own duration with :func:`registered`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from autospec.engine.target import Target
+from autospec.speculators import draft, eagle3, ngram, suffix
 from autospec.speculators.common import SavableSpeculator
-from autospec.speculators.config import (
-    AnyConfig,
-    DraftConfig,
-    Eagle3Config,
-    NgramConfig,
-    SuffixConfig,
-)
-from autospec.speculators.draft import DraftSpeculator
-from autospec.speculators.eagle3 import Eagle3Speculator
-from autospec.speculators.ngram import NgramSpeculator
-from autospec.speculators.suffix import SuffixSpeculator
+from autospec.speculators.config import KindConfig
+from autospec.speculators.kind import Kind
 
-
-@dataclass(frozen=True)
-class SpeculatorKind:
-    config_cls: type[AnyConfig]
-    speculator_cls: type[SavableSpeculator]
-    #: the kind builds transformer layers (takes the target's architecture hints)
-    has_layers: bool
-
-
-SPECULATOR_KINDS: dict[str, SpeculatorKind] = {
-    "ngram": SpeculatorKind(NgramConfig, NgramSpeculator, has_layers=False),
-    "draft": SpeculatorKind(DraftConfig, DraftSpeculator, has_layers=True),
-    "eagle3": SpeculatorKind(Eagle3Config, Eagle3Speculator, has_layers=True),
-    "suffix": SpeculatorKind(SuffixConfig, SuffixSpeculator, has_layers=False),
-}
+KINDS: dict[str, Kind] = {k.name: k for k in (ngram.KIND, suffix.KIND, draft.KIND, eagle3.KIND)}
 
 
 class UnknownSpeculatorKind(ValueError):
-    """A kind not in :data:`SPECULATOR_KINDS`; the message lists the known ones."""
+    """A kind not in :data:`KINDS`; the message lists the known ones."""
 
 
-def speculator_kind(kind: str) -> SpeculatorKind:
+def kind(name: str) -> Kind:
+    """The declaration of kind ``name``; :class:`UnknownSpeculatorKind` lists the known."""
     try:
-        return SPECULATOR_KINDS[kind]
+        return KINDS[name]
     except KeyError:
-        known = ", ".join(sorted(SPECULATOR_KINDS))
         raise UnknownSpeculatorKind(
-            f"unknown speculator kind {kind!r}; known kinds: {known}"
+            f"unknown speculator kind {name!r}; known kinds: {', '.join(sorted(KINDS))}"
         ) from None
 
 
-def build_speculator(config: AnyConfig, target: Target) -> SavableSpeculator:
+def trainable_kinds() -> list[str]:
+    """The kinds ``autospec train`` and the controller's policies accept, registry order."""
+    return [name for name, k in KINDS.items() if k.trainable]
+
+
+def kinds_help(names: list[str] | None = None) -> str:
+    """``name (summary)`` of each kind (of ``names``), for CLI help."""
+    return "; ".join(f"{n} ({KINDS[n].summary})" for n in (names or list(KINDS)))
+
+
+@contextmanager
+def registered(entry: Kind) -> Iterator[Kind]:
+    """``entry`` in :data:`KINDS` for the block's duration (a kind defined by a test)."""
+    if entry.name in KINDS:
+        raise ValueError(f"kind {entry.name!r} is already registered")
+    KINDS[entry.name] = entry
+    try:
+        yield entry
+    finally:
+        del KINDS[entry.name]
+
+
+def parse_config(data: dict[str, Any]) -> KindConfig:
+    """Validate a config dict (e.g. a checkpoint's ``config.json``) into its kind's model.
+
+    Raises ``pydantic.ValidationError`` naming the offending field, or
+    :class:`UnknownSpeculatorKind` (a ``ValueError``) listing the known kinds when ``kind``
+    is missing or unknown.
+    """
+    name = data.get("kind") if isinstance(data, dict) else None
+    return kind(str(name) if name is not None else "None").config.model_validate(data)
+
+
+def build_speculator(config: KindConfig, target: Target) -> SavableSpeculator:
     """An untrained (randomly initialised, deterministic) speculator of ``config``'s kind."""
-    entry = speculator_kind(getattr(config, "kind", repr(type(config))))
-    if not isinstance(config, entry.config_cls):
-        raise TypeError(f"config of kind {config.kind!r} must be {entry.config_cls.__name__}")
-    return entry.speculator_cls(config, target)  # type: ignore[call-arg]
+    entry = kind(getattr(config, "kind", repr(type(config))))
+    if not isinstance(config, entry.config):
+        raise TypeError(f"config of kind {config.kind!r} must be {entry.config.__name__}")
+    return entry.speculator(config, target)
 
 
-def new_speculator(kind: str, target: Target, **overrides: Any) -> SavableSpeculator:
-    """A fresh speculator of ``kind`` for ``target``: defaults from the target, then ``overrides``.
+def new_speculator(name: str, target: Target, **overrides: Any) -> SavableSpeculator:
+    """A fresh speculator of kind ``name`` for ``target``: defaults from the target, then
+    ``overrides``.
 
     Layered kinds take heads, MLP width, RoPE base and norm epsilon from the target's own
     config (when it has them) unless overridden.
     """
-    entry = speculator_kind(kind)
+    entry = kind(name)
     values = {**target_arch_hints(target), **overrides} if entry.has_layers else overrides
-    config = entry.config_cls.for_target(target.info, **values)
+    config = entry.config.for_target(target.info, **values)
     return build_speculator(config, target)
+
+
+def vllm_refusal(name: str, config: Any) -> str | None:
+    """Why a ``name`` speculator with ``config`` cannot be served on vLLM (None: it can)."""
+    entry = KINDS.get(name)
+    if entry is None or entry.vllm is None:
+        return f"a {name} version has no vLLM speculative method"
+    return entry.vllm.refusal(config) if entry.vllm.refusal is not None else None
+
+
+def vllm_overrides(name: str) -> dict[str, Any]:
+    """Config fields of a fresh ``name`` candidate trained for a vLLM deployment."""
+    entry = KINDS.get(name)
+    return dict(entry.vllm.overrides) if entry is not None and entry.vllm is not None else {}
 
 
 def target_arch_hints(target: Target) -> dict[str, Any]:

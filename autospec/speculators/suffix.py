@@ -31,16 +31,21 @@ again, lazily at the next proposal, knowing it is at most as long as the last on
 tokens committed since. The most frequent next token of a range is memoised per range.
 Searches compare Python ints and byte slices (the corpus as big-endian ``token + 1``
 words, whose byte order is the token order) through :mod:`bisect`, not numpy calls.
+
+Trained by :func:`fit_suffix` (the window's documents indexed); vLLM serves it as autospec's
+custom proposer (:func:`export_suffix`), seeded with the version's index.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import struct
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -48,8 +53,10 @@ import torch
 from autospec.engine.protocol import Proposal
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
-from autospec.speculators.common import SavableSpeculator
+from autospec.speculators.common import SavableSpeculator, longest_match, ngrams_ending
 from autospec.speculators.config import SuffixConfig
+from autospec.speculators.files import WEIGHTS_FILE, save_tensors, tensor_sha256
+from autospec.speculators.kind import Exported, FitTraining, Kind, VllmSupport
 
 log = logging.getLogger(__name__)
 
@@ -297,9 +304,7 @@ class SuffixSpeculator(SavableSpeculator):
     # -- request index --------------------------------------------------------------------
     def _extend_local(self, token: int) -> None:
         seq, local = self._seq, self._local
-        i = len(seq)
-        for n in range(1, min(self.config.max_local_ngram, i) + 1):
-            key = tuple(seq[i - n : i])
+        for key in ngrams_ending(seq, range(1, self.config.max_local_ngram + 1)):
             counter = local.get(key)
             if counter is None:
                 counter = local[key] = Counter()
@@ -311,8 +316,7 @@ class SuffixSpeculator(SavableSpeculator):
         context = self._seq[-self.config.max_local_ngram :]
         path: list[tuple[int, float]] = []
         while len(path) < k:
-            counter = next((self._local[key] for n in range(len(context), 0, -1)
-                            if (key := tuple(context[-n:])) in self._local), None)
+            counter = longest_match(self._local, context, range(1, len(context) + 1))
             if counter is None:
                 break
             token, count = counter.most_common(1)[0]
@@ -370,3 +374,41 @@ def suffix_from_documents(config: SuffixConfig,
     spec = SuffixSpeculator(config.model_copy(update={"corpus_tokens": len(tokens)}), target)
     spec.set_corpus(tokens, suffix_array(tokens))
     return spec
+
+
+def fit_suffix(config: SuffixConfig, documents: Iterable[tuple[Sequence[int], Sequence[int]]],
+               target: Target) -> tuple[SuffixSpeculator, dict[str, int]]:
+    """Training: index the window's documents (seconds, no gradient)."""
+    spec = suffix_from_documents(config, documents, target)
+    return spec, {"corpus_tokens": spec.corpus_tokens}
+
+
+#: vLLM runs this class (``method: custom_class``) over the exported index
+#: (:mod:`autospec.interop.vllm_proposer`), reading it from the directory this variable names
+VLLM_PROPOSER = "autospec.interop.vllm_proposer.SuffixIndexProposer"
+VLLM_INDEX_ENV = "AUTOSPEC_VLLM_SUFFIX_INDEX"
+
+
+def export_suffix(spec: SavableSpeculator, target: Target, out: Path, k: int) -> Exported:
+    """The version's config and index (``config.json``, ``model.safetensors``: corpus and
+    suffix array) for vLLM's ``custom_class`` method with autospec's proposer."""
+    (out / "config.json").write_text(
+        json.dumps(spec.config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    tensors = {n: t.contiguous() for n, t in spec.state_tensors().items()}
+    save_tensors(tensors, out / WEIGHTS_FILE)
+    sums = {n: {"sha256": tensor_sha256(t), "from": n} for n, t in tensors.items()}
+    return Exported(
+        speculative_config={"method": "custom_class", "model": VLLM_PROPOSER,
+                            "num_speculative_tokens": k},
+        files=["config.json", WEIGHTS_FILE], tensors=sums,
+        notes=[f"vLLM runs autospec's suffix proposer ({VLLM_PROPOSER}, method custom_class) "
+               f"over this {spec.config.corpus_tokens}-token traffic index; autospec serve "
+               f"loads it into the running engine, `vllm serve` reads it from the directory "
+               f"named by {VLLM_INDEX_ENV} (autospec must be installed beside vLLM)"])
+
+
+KIND = Kind(name="suffix", summary="the most frequent continuation in past traffic, an index "
+            "rebuilt in seconds", config=SuffixConfig, speculator=SuffixSpeculator,
+            training=FitTraining(fit_suffix),
+            vllm=VllmSupport(method="custom_class", export=export_suffix,
+                             seeded_with_index=True))

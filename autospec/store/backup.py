@@ -28,7 +28,7 @@ import json
 import logging
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -40,6 +40,7 @@ from sqlalchemy import (
     Engine,
     LargeBinary,
     MetaData,
+    Row,
     Table,
     delete,
     func,
@@ -169,7 +170,6 @@ def backup(engine: Engine, path: str | Path, *, progress: Progress | None = None
     partial = dest.with_name(f".{dest.name}.partial-{uuid.uuid4().hex[:8]}")
     (partial / "tables").mkdir(parents=True)
     outcome = Outcome(path=str(dest), database=describe(engine.url), revision=head)
-    artifacts: dict[str, dict[str, str]] = {}
     try:
         conn_engine = engine
         if engine.dialect.name == "postgresql":
@@ -190,19 +190,7 @@ def backup(engine: Engine, path: str | Path, *, progress: Progress | None = None
             speculators = metadata.tables["speculators"]
             registered = conn.execute(select(speculators.c.version, speculators.c.artifact_uri,
                                              speculators.c.sha256, speculators.c.meta)).all()
-        for version, uri, sha, meta in registered:
-            source = local_path(uri)
-            if source is None or uri.startswith("builtin:"):
-                continue
-            if (meta or {}).get("pruned") or not source.is_dir():
-                outcome.missing_artifacts.append(version)
-                continue
-            if artifact_sha256(source) != sha:
-                raise ArtifactError(f"artifact of {version!r} at {source} does not match the "
-                                    f"SHA-256 the registry records ({sha[:12]}…); not backed up")
-            shutil.copytree(source, partial / "artifacts" / version)
-            artifacts[version] = {"uri": uri, "sha256": sha, "path": f"artifacts/{version}"}
-            outcome.artifacts.append(version)
+        artifacts = _back_up_artifacts(registered, partial, outcome)
         if progress:
             progress("artifacts", len(outcome.artifacts))
         index = {"format": FORMAT, "revision": head, "created_at": utcnow().isoformat(),
@@ -219,6 +207,28 @@ def backup(engine: Engine, path: str | Path, *, progress: Progress | None = None
     log.info("backed up %s (%d rows, %d artifacts) to %s", outcome.database,
              sum(outcome.tables.values()), len(outcome.artifacts), dest)
     return outcome
+
+
+def _back_up_artifacts(registered: Sequence[Row], partial: Path,
+                    outcome: Outcome) -> dict[str, dict[str, str]]:
+    """Copy each registered version's local artifact directory (checked against its
+    SHA-256) under ``partial/artifacts``; the index's ``artifacts`` entries. A pruned or
+    vanished artifact is listed in ``outcome.missing_artifacts``, a built-in one skipped."""
+    artifacts = {}
+    for version, uri, sha, meta in registered:
+        source = local_path(uri)
+        if source is None or uri.startswith("builtin:"):
+            continue
+        if (meta or {}).get("pruned") or not source.is_dir():
+            outcome.missing_artifacts.append(version)
+            continue
+        if artifact_sha256(source) != sha:
+            raise ArtifactError(f"artifact of {version!r} at {source} does not match the "
+                                f"SHA-256 the registry records ({sha[:12]}…); not backed up")
+        shutil.copytree(source, partial / "artifacts" / version)
+        artifacts[version] = {"uri": uri, "sha256": sha, "path": f"artifacts/{version}"}
+        outcome.artifacts.append(version)
+    return artifacts
 
 
 # -- restore ---------------------------------------------------------------------------------

@@ -4,8 +4,9 @@
   time window, oldest first, split into a *train* part and the newest *held-out* part; the
   split is by time, so nothing held out is older than anything trained on.
 - :func:`live_tau` — acceptance length τ observed live, per speculator version (and per
-  segment), over a time window: τ = Σ(accepted + drafts) / Σ drafts, i.e. the mean over
-  verification steps of accepted + 1 (bonus token included), plus per-position acceptance.
+  segment), over a time window: :func:`autospec.engine.stats.tau` of the summed counts, the
+  mean over verification steps of accepted + 1 (bonus token included; None without a
+  step), plus per-position acceptance.
 - :func:`request_counts` — request counts, optionally grouped.
 - :func:`purge_requests` — delete (or strip the text and ids of) requests older than a cutoff.
 
@@ -23,6 +24,7 @@ from typing import Any, Literal
 from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.orm import Session
 
+from autospec.engine.stats import tau
 from autospec.store.codec import unpack_ids
 from autospec.store.errors import StoreError
 from autospec.store.models import Request, utcnow
@@ -181,7 +183,7 @@ class TauStat:
     @property
     def tau(self) -> float | None:
         """Mean over steps of accepted + 1 (bonus included); None without any step."""
-        return (self.accepted_tokens + self.steps) / self.steps if self.steps else None
+        return tau(self.accepted_tokens, self.steps)
 
 
 def live_tau(

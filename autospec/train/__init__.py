@@ -1,11 +1,12 @@
-"""Training candidates on fresh traffic: ``eagle3`` and ``draft`` by gradient, ``suffix`` by index.
+"""Training candidates on fresh traffic, each kind as it declares (``eagle3`` and ``draft`` by
+gradient, ``suffix`` by index; :func:`autospec.speculators.registry.trainable_kinds`).
 
 Layout (each module's docstring states its contract):
 
 - :mod:`~autospec.train.data` — a traffic window -> prompt+output sequences, held-out split,
   anchors; :mod:`~autospec.train.features` — teacher-forced target passes, cached in half
-  precision; :mod:`~autospec.train.models` — the losses (trainees), warm starts and
-  initialisations; :mod:`~autospec.train.kinds` — the per-kind recipes;
+  precision; :mod:`~autospec.train.kinds` — how a kind trains, read from its declaration
+  (the recipes — losses, warm starts, initialisations — live in the kind's own module);
 - :mod:`~autospec.train.loop` — the plain PyTorch loop (runs without Ray);
   :mod:`~autospec.train.ray_trainer` — the thin Ray Train wrapper (DDP, checkpoints, resume);
 - :mod:`~autospec.train.run` — one run end to end, with registration;
@@ -28,10 +29,9 @@ from autospec.train.errors import (
     TrainingStopped,
     WindowTooSmall,
 )
-from autospec.train.run import TRAINABLE_KINDS, TrainOutcome, TrainRequest, train_candidate
+from autospec.train.run import TrainOutcome, TrainRequest, train_candidate
 
 __all__ = [
-    "TRAINABLE_KINDS",
     "EmptyWindow",
     "IncumbentMismatch",
     "TrainOutcome",

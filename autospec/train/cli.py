@@ -29,6 +29,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from autospec.speculators.registry import kinds_help, trainable_kinds
+
 if TYPE_CHECKING:
     from autospec.train.run import TrainOutcome, TrainRequest
 
@@ -115,6 +117,7 @@ def _metrics_text(metrics) -> str:  # type: ignore[no-untyped-def]
     return f"loss {metrics.loss:.3f} acc {acc} epoch {metrics.epoch + 1}"
 
 
+KIND_HELP = "the kind to train: " + kinds_help(trainable_kinds())
 SET_HELP = ("a field of the new speculator's config, KEY=VALUE (repeat), validated by the "
             "kind's config model: eagle3 draft_vocab_size, ttt_steps, tree_nodes, tree_width, "
             "tree_min_prob, suffix_threshold (null: the head alone), ...; draft num_layers, "
@@ -122,7 +125,7 @@ SET_HELP = ("a field of the new speculator's config, KEY=VALUE (repeat), validat
 
 
 def train(
-    kind: Annotated[str, typer.Option(help="eagle3, draft or suffix")],
+    kind: Annotated[str, typer.Option(help=KIND_HELP)],
     window: Annotated[str, typer.Option(help="traffic: newest N requests (500), a duration "
                                         "(24h, 7d) or both (7d:500)")] = "7d",
     assignments: Annotated[list[str] | None, typer.Option("--set", help=SET_HELP)] = None,
@@ -198,13 +201,13 @@ def _request(*, kind: str, window: str, assignments: list[str], segment: str | N
              heldout_fraction: float, anchors: int, address: str | None,
              synthetic_share: float = 0.0, **fields: Any) -> TrainRequest:
     """The TrainRequest of the command line; TrainingInputError naming a bad option."""
-    from autospec.train import TRAINABLE_KINDS, TrainingInputError, TrainRequest
+    from autospec.train import TrainingInputError, TrainRequest
     from autospec.train.data import SyntheticMix, parse_window
     from autospec.train.overrides import parse_overrides
 
-    if kind not in TRAINABLE_KINDS:
+    if kind not in trainable_kinds():
         raise TrainingInputError(f"unknown kind {kind!r}; trainable kinds: "
-                                 f"{', '.join(TRAINABLE_KINDS)}")
+                                 f"{', '.join(trainable_kinds())}")
     if address and not fields["workers"]:
         raise TrainingInputError("--address needs --workers N (it is where Ray Train runs)")
     spec = parse_window(window)

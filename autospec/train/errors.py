@@ -1,17 +1,16 @@
 """Errors of the training package; each message says what to change.
 
+The base classes and :class:`IncumbentMismatch` (which a kind's recipe raises) live in
+:mod:`autospec.speculators.training` and are re-exported here.
 The CLI prints ``str(error)`` without a traceback and exits non-zero.
 """
 
 from __future__ import annotations
 
+from autospec.speculators.training import IncumbentMismatch, TrainingError, TrainingInputError
 
-class TrainingError(RuntimeError):
-    """A training run could not produce a candidate."""
-
-
-class TrainingInputError(TrainingError, ValueError):
-    """The request cannot be trained as asked (empty or too small window, bad incumbent...)."""
+__all__ = ["EmptyWindow", "IncumbentMismatch", "TrainingError", "TrainingInputError",
+           "TrainingStopped", "WindowTooSmall"]
 
 
 class EmptyWindow(TrainingInputError):
@@ -20,10 +19,6 @@ class EmptyWindow(TrainingInputError):
 
 class WindowTooSmall(TrainingInputError):
     """The window holds fewer training requests than the policy minimum."""
-
-
-class IncumbentMismatch(TrainingInputError):
-    """The incumbent to warm-start from was built for another target or architecture."""
 
 
 class TrainingStopped(TrainingError):

@@ -14,7 +14,8 @@ in right-padded batches of similar length, and keeps per position:
   prompt) and hold ``0`` / ``-1e4`` before that: no loss reads them.
 
 The sequences are stored flat (``ids [N]``, ``offsets [S + 1]``, ``prompt_lens [S]``),
-so a :class:`FeatureCache` is a handful of tensors: it lives in memory for the epochs
+so a :class:`~autospec.speculators.training.FeatureCache` (defined beside the recipes that
+read it, re-exported here) is a handful of tensors: it lives in memory for the epochs
 of one run and is written with safetensors (never pickle) when Ray workers need it.
 """
 
@@ -24,7 +25,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import safetensors
@@ -32,51 +32,11 @@ import safetensors.torch
 import torch
 
 from autospec.engine.target import Target
-from autospec.train.data import TrainSequence
+from autospec.speculators.training import FeatureCache, TrainSequence
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TOP_K = 20
-
-
-@dataclass
-class FeatureCache:
-    """Flat per-position tensors of a list of sequences; see the module docstring."""
-
-    ids: torch.Tensor  # [N] int64
-    offsets: torch.Tensor  # [S + 1] int64: sequence i is ids[offsets[i]:offsets[i + 1]]
-    prompt_lens: torch.Tensor  # [S] int64
-    top_ids: torch.Tensor  # [N, K] int32: target's most likely next tokens (argmax first)
-    top_logprobs: torch.Tensor  # [N, K] float16: their log-probabilities
-    features: torch.Tensor | None = None  # [N, F] half precision, F = len(layers) * H
-
-    def __len__(self) -> int:
-        return int(self.offsets.shape[0]) - 1
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.ids.shape[0])
-
-    def lengths(self) -> torch.Tensor:
-        return self.offsets[1:] - self.offsets[:-1]  # [S]
-
-    def span(self, i: int) -> slice:
-        return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
-
-    def save(self, path: str | Path, metadata: dict[str, str] | None = None) -> None:
-        tensors = {"ids": self.ids, "offsets": self.offsets, "prompt_lens": self.prompt_lens,
-                   "top_ids": self.top_ids, "top_logprobs": self.top_logprobs}
-        if self.features is not None:
-            tensors["features"] = self.features
-        safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, str(path),
-                                    metadata=metadata)
-
-    @classmethod
-    def load(cls, path: str | Path) -> FeatureCache:
-        t = safetensors.torch.load_file(str(path))
-        return cls(ids=t["ids"], offsets=t["offsets"], prompt_lens=t["prompt_lens"],
-                   top_ids=t["top_ids"], top_logprobs=t["top_logprobs"],
-                   features=t.get("features"))
 
 
 @torch.inference_mode()

@@ -1,7 +1,7 @@
 """The training loop: plain PyTorch, one function, deterministic under a seed.
 
-:func:`train_loop` optimises a trainee (:mod:`autospec.train.models`) over a
-:class:`~autospec.train.features.FeatureCache` for ``epochs`` epochs with AdamW, a
+:func:`train_loop` optimises a trainee (from the kind's recipe: :mod:`autospec.train.kinds`)
+over a :class:`~autospec.train.features.FeatureCache` for ``epochs`` epochs with AdamW, a
 linear-warmup cosine learning rate (:func:`get_lr`) and gradient clipping. It runs
 alone (``world_size=1``) or as one rank of a data-parallel group (the Ray wrapper
 passes the DDP-wrapped module as ``model`` and the rank): every rank draws the same

@@ -4,7 +4,8 @@ value is an error that names it (and, for a key, lists the kind's settable field
 
 Values are YAML scalars or lists (``0.5``, ``null``, ``[2, 5, 8]``). Fields that depend on
 the target too (``draft_vocab_size`` ≤ the vocabulary) are checked again when the config is
-built for the target. Knows nothing of torch or the store.
+built for the target. The kind's config model comes from the registry. Knows nothing of the
+store.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from autospec.speculators.config import CONFIG_KINDS
+from autospec.speculators.registry import kind as kind_of
 from autospec.train.errors import TrainingInputError
 
 #: set by training from the target, the kind and the data, never from the command line
@@ -23,12 +24,12 @@ FIXED = frozenset({"kind", "target_id", "target_revision", "vocab_size", "target
 
 
 def settable_fields(kind: str) -> list[str]:
-    return sorted(set(CONFIG_KINDS[kind].model_fields) - FIXED)
+    return sorted(set(kind_of(kind).config.model_fields) - FIXED)
 
 
 def parse_overrides(kind: str, assignments: list[str]) -> dict[str, Any]:
     """``["tree_nodes=8", "suffix_threshold=null"]`` → validated config overrides."""
-    fields = CONFIG_KINDS[kind].model_fields
+    fields = kind_of(kind).config.model_fields
     overrides: dict[str, Any] = {}
     for assignment in assignments:
         key, sep, raw = assignment.partition("=")

@@ -36,7 +36,7 @@ import torch
 
 from autospec.train.errors import TrainingError
 from autospec.train.features import FeatureCache
-from autospec.train.kinds import RECIPES, TraineeOptions
+from autospec.train.kinds import TraineeOptions, recipe
 from autospec.train.loop import LoopConfig, LoopState, train_loop
 
 log = logging.getLogger(__name__)
@@ -112,16 +112,16 @@ def _worker(cfg: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
 
-    from autospec.speculators.config import parse_config
+    from autospec.speculators.registry import parse_config
 
     job = Path(cfg["job"])
     spec = json.loads((job / "job.json").read_text())
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(1, ctx.get_local_world_size())))
-    recipe = RECIPES[spec["kind"]]
+    fit = recipe(spec["kind"])
     opts = TraineeOptions(**{**spec["opts"], "eos_ids": tuple(spec["opts"]["eos_ids"])})
-    trainee = recipe.trainee_from_tensors(
+    trainee = fit.trainee_from_tensors(
         parse_config(spec["config"]), safetensors.torch.load_file(str(job / "init.safetensors")),
         safetensors.torch.load_file(str(job / "shared.safetensors")), opts)
     resume = None
@@ -130,7 +130,7 @@ def _worker(cfg: dict[str, Any]) -> None:
         with checkpoint.as_directory() as directory:
             state, resume = _read_checkpoint(Path(directory))
         resume.resumes += 1
-        recipe.load_state(trainee, state)
+        fit.load_state(trainee, state)
         log.info("rank %d resumes after epoch %d", rank, resume.epoch)
     model = ray.train.torch.prepare_model(
         trainee, parallel_strategy_kwargs={"broadcast_buffers": False})
@@ -144,7 +144,7 @@ def _worker(cfg: dict[str, Any]) -> None:
             ray.train.report(metrics, checkpoint=None)
             return
         with tempfile.TemporaryDirectory() as directory:
-            _write_checkpoint(Path(directory), recipe.state_of(trainee), state)
+            _write_checkpoint(Path(directory), fit.state_of(trainee), state)
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
 
     fault = _fault(spec)

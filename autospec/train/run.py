@@ -13,9 +13,11 @@
    :class:`WindowTooSmall`); synthetic sequences of this target join the train part at
    ``request.synthetic``'s share (:func:`~autospec.train.data.mix_synthetic`);
 2. records a ``training_runs`` row (status ``running``, window, config);
-3. fits the candidate: ``suffix`` indexes the window's outputs; ``eagle3`` / ``draft``
-   extract target features (:mod:`autospec.train.features`) and run the plain loop in
-   this process (``workers=0``) or on Ray Train workers (:mod:`autospec.train.ray_trainer`);
+3. fits the candidate as its kind declares (:mod:`autospec.train.kinds`): a kind fit from
+   documents (``suffix``) indexes the window's requests; a kind trained by gradient
+   (``eagle3``, ``draft``) extracts target features (:mod:`autospec.train.features`) and runs
+   its recipe in the plain loop in this process (``workers=0``) or on Ray Train workers
+   (:mod:`autospec.train.ray_trainer`);
 4. writes the artifact (safetensors + config + manifest with SHA-256) into a temporary
    directory under the artifact dir, renames it to ``<artifact dir>/<version>``, then in
    one transaction registers the version as a ``candidate`` (parent, window, metrics)
@@ -48,12 +50,11 @@ from autospec.evaluate.compare import set_tau
 from autospec.evaluate.replay import ReplayRequest, replay_request
 from autospec.numerics import check_target
 from autospec.settings import get_settings
+from autospec.speculators import registry
 from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.common import SavableSpeculator
-from autospec.speculators.config import SuffixConfig
-from autospec.speculators.eagle3 import Eagle3Speculator
+from autospec.speculators.kind import FitTraining
 from autospec.speculators.registry import build_speculator, new_speculator
-from autospec.speculators.suffix import suffix_from_documents
 from autospec.train.data import (
     SyntheticMix,
     TrainingData,
@@ -65,15 +66,11 @@ from autospec.train.data import (
 )
 from autospec.train.errors import IncumbentMismatch, TrainingInputError, TrainingStopped
 from autospec.train.features import FeatureCache, cached_extract
-from autospec.train.kinds import RECIPES, TraineeOptions
+from autospec.train.kinds import TraineeOptions, gradient, training_of
 from autospec.train.loop import LoopConfig, LoopState, StepMetrics, evaluate, train_loop
 from autospec.versions import VersionLoadError, load_speculator_version
 
 log = logging.getLogger(__name__)
-
-TRAINABLE_KINDS = ("eagle3", "draft", "suffix")
-DEFAULT_LR = {"eagle3": 3e-3, "draft": 3e-4}
-
 
 @dataclass(frozen=True)
 class TrainRequest:
@@ -132,9 +129,7 @@ def train_candidate(request: TrainRequest, *, engine: Engine, target: Target,
                     should_stop: Callable[[], bool] | None = None) -> TrainOutcome:
     """Train, write and register one candidate; see the module docstring."""
     progress = progress or Progress()
-    if request.kind not in TRAINABLE_KINDS:
-        raise TrainingInputError(f"cannot train kind {request.kind!r}; trainable kinds: "
-                                 f"{', '.join(TRAINABLE_KINDS)}")
+    training_of(request.kind)  # a trainable kind, else TrainingInputError naming them
     check_target(engine, deployment=request.deployment, target=target)
     with store.session_scope(engine) as session:
         parent = _incumbent_version(session, request, target)
@@ -216,16 +211,14 @@ def _load_incumbent(engine: Engine, version: str, target: Target,
             f"incumbent {version} was built for target {target_id!r} (revision {revision}), "
             f"not {info.target_id!r} (revision {info.revision}); train with --from-scratch")
     try:  # the shared loader: checksums, the registered SHA-256 (audited), the target
-        _kind, spec = load_speculator_version(engine, target, version, actor="train",
+        kind, spec = load_speculator_version(engine, target, version, actor="train",
                                               deployment=deployment)
     except VersionLoadError as exc:
         raise IncumbentMismatch(f"cannot warm-start from {version}: {exc}") from exc
     assert isinstance(spec, SavableSpeculator)
-    if base and isinstance(spec, Eagle3Speculator) and not spec.config.suffix_carried_tokens:
-        # a base pretrained before suffix_carried_tokens existed: its whole index is the
-        # target's own answers (pretrain trains on synthetic sequences only)
-        spec.config = spec.config.model_copy(
-            update={"suffix_carried_tokens": spec.config.suffix_tokens})
+    training = training_of(kind)
+    if base and not isinstance(training, FitTraining):
+        training.recipe.adopt_base(spec)
     return spec
 
 
@@ -235,28 +228,31 @@ def fit(request: TrainRequest, data: TrainingData, target: Target,
         should_stop: Callable[[], bool] | None = None) -> tuple[SavableSpeculator, dict]:
     """The trained speculator and its metrics (nothing is written or registered)."""
     torch.manual_seed(request.seed)
-    if request.kind == "suffix":
-        return _fit_suffix(request, data, target, incumbent)
+    training = training_of(request.kind)
+    if isinstance(training, FitTraining):
+        return _fit_documents(training, request, data, target, incumbent)
     return _fit_gradient(request, data, target, incumbent, progress, should_stop)
 
 
-def _fit_suffix(request: TrainRequest, data: TrainingData, target: Target,
-                incumbent: SavableSpeculator | None) -> tuple[SavableSpeculator, dict]:
+def _fit_documents(training: FitTraining, request: TrainRequest, data: TrainingData,
+                   target: Target, incumbent: SavableSpeculator | None,
+                   ) -> tuple[SavableSpeculator, dict]:
     started = time.perf_counter()
-    base = incumbent.config if incumbent is not None else SuffixConfig.for_target(target.info)
+    base = incumbent.config if incumbent is not None else \
+        registry.kind(request.kind).config.for_target(target.info)
     config = base.model_copy(update=request.overrides)
-    spec = suffix_from_documents(config, documents(data.train), target)
-    metrics = {"corpus_tokens": spec.corpus_tokens, "build_s": time.perf_counter() - started,
+    spec, built = training.fit(config, documents(data.train), target)
+    metrics = {**built, "build_s": time.perf_counter() - started,
                "examples_seen": len(data.train)}
-    if data.heldout:
-        metrics["heldout_replay_tau_k5"] = replay_tau(spec, data.heldout, k=5)
+    if data.heldout and (tau := replay_tau(spec, data.heldout, k=5)) is not None:
+        metrics["heldout_replay_tau_k5"] = tau  # absent: no held-out step to measure
     return spec, metrics
 
 
 def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
                   incumbent: SavableSpeculator | None, progress: Progress,
                   should_stop: Callable[[], bool] | None) -> tuple[SavableSpeculator, dict]:
-    recipe = RECIPES[request.kind]
+    recipe = gradient(request.kind).recipe
     if incumbent is not None:
         spec = build_speculator(incumbent.config.model_copy(update=request.overrides), target)
     else:
@@ -274,7 +270,7 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
     trainee = recipe.trainee(spec, opts)
     before = evaluate(trainee, held) if held is not None else None
     loop = LoopConfig(epochs=request.epochs, batch_size=request.batch_size,
-                      lr=request.lr or DEFAULT_LR[request.kind], seed=request.seed,
+                      lr=request.lr or gradient(request.kind).lr, seed=request.seed,
                       precision=resolve_precision(request.precision, target),
                       time_budget_s=_loop_budget(request, time.perf_counter() - started))
     started = time.perf_counter()
@@ -345,10 +341,11 @@ def _fit_on_ray(request: TrainRequest, recipe, spec: SavableSpeculator, trainee,
     return state
 
 
-def replay_tau(spec: SavableSpeculator, sequences: list[TrainSequence], k: int = 5) -> float:
+def replay_tau(spec: SavableSpeculator, sequences: list[TrainSequence],
+               k: int = 5) -> float | None:
     """τ of a feature-free speculator replayed over logged greedy outputs (exact for greedy;
-    :func:`autospec.evaluate.replay.replay_request` counts the steps as the engine takes them).
-    """
+    :func:`autospec.evaluate.replay.replay_request` counts the steps as the engine takes them);
+    None when no output was long enough for a step."""
     stats = []
     for seq in sequences:
         out = seq.ids[seq.prompt_len :]

@@ -115,6 +115,7 @@ def test_without_variants_the_bench_is_as_before_plus_the_other_domain_tiny(
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert list(report["methods"]) == ["target-only", "ngram", "suffix"]
+    assert report["methods"]["target-only"]["tau"] == 1.0  # one token per target step
     assert list(report["other_domain"]["methods"]) == ["target-only", "ngram", "suffix"]
     assert report["by_variant"] == {} and "heldout_prompts_in_synthetic" not in report
     assert set(_heads(work)) == set()  # no eagle3 head of any variant

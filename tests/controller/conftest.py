@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autospec import store
-from autospec.engine.target import Target, tiny_target
+from autospec.engine.target import Target
+from tests.tiny import tiny_target
 
 from .helpers import greedy_traffic
 

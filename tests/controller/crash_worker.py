@@ -1,7 +1,8 @@
 """Run one controller cycle on the tiny target and SIGKILL this process at a stage.
 
-Usage: ``python crash_worker.py DATABASE_URL POLICY_FILE STAGE`` (the caller's
-``AUTOSPEC_DATA_DIR`` is inherited). Prints ``reached STAGE`` just before dying.
+Usage, from the repository root: ``python -m tests.controller.crash_worker DATABASE_URL
+POLICY_FILE STAGE`` (the caller's ``AUTOSPEC_DATA_DIR`` is inherited). Prints
+``reached STAGE`` just before dying.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from autospec import store
 from autospec.controller.cycle import Controller
 from autospec.controller.policy import load_policy
-from autospec.engine.target import tiny_target
+from tests.tiny import tiny_target
 
 
 def main(url: str, policy_file: str, stage: str) -> None:

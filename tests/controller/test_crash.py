@@ -22,7 +22,8 @@ from autospec.serve.versions import VersionManager
 
 from .helpers import events, fast_policy, live_version, log_traffic, write_policy
 
-WORKER = Path(__file__).with_name("crash_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = "tests.controller.crash_worker"  # run as a module from ROOT: it imports tests.tiny
 
 
 def _status(monkeypatch: pytest.MonkeyPatch, url: str, policy: Path) -> dict:
@@ -44,8 +45,9 @@ def test_a_killed_controller_leaves_a_consistent_store(
         stage, db, sqlite_url, tiny, traffic, tmp_path, monkeypatch) -> None:
     log_traffic(db, traffic)
     policy_file = write_policy(tmp_path / "policy.yaml")
-    proc = subprocess.run([sys.executable, str(WORKER), sqlite_url, str(policy_file), stage],
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    proc = subprocess.run([sys.executable, "-m", WORKER, sqlite_url, str(policy_file), stage],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ),
+                          cwd=ROOT)
     assert proc.returncode == -9 and f"reached {stage}" in proc.stdout, proc.stderr[-2000:]
 
     with store.session_scope(db, readonly=True) as session:

@@ -108,7 +108,7 @@ def test_three_controllers_run_one_cycle_per_window(db_url, tiny, traffic) -> No
 
 
 def test_of_two_passing_candidates_the_faster_one_is_promoted() -> None:
-    from autospec.controller.cycle import Candidate, best_candidate
+    from autospec.controller.candidates import Candidate, best_candidate
 
     slow = Candidate("eagle3-1", 1, tau=2.1, speedup=1.2, promote=True)
     fast = Candidate("suffix-1", 2, tau=1.9, speedup=1.9, promote=True)

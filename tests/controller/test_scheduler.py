@@ -14,7 +14,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from autospec import store
 from autospec.controller import records, scheduler
-from autospec.controller.cycle import Controller, CycleResult
+from autospec.controller.cycle import Controller
+from autospec.controller.result import CycleResult
 from autospec.controller.status import collect_status
 from autospec.store.models import utcnow
 

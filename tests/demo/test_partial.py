@@ -124,11 +124,11 @@ def test_cli_failure_exits_1_with_the_traceback_in_a_file(fake_serving, monkeypa
 
 def test_the_cycle_line_shows_why_the_promoted_candidate_won() -> None:
     """Two candidates passed; the line names the promoted one's reasons, not the last ones."""
-    from autospec.demo.run import _headline_reasons
+    from autospec.demo.control import headline_reasons
 
     reasons = ["suffix-1: Δτ = +0.6", "suffix-1: speedup ok", "eagle3-1: Δτ = +0.5",
                "eagle3-1: segment ok", "eagle3-1: speedup ok"]
-    assert _headline_reasons(reasons, "suffix-1") == reasons[:2]
-    assert _headline_reasons(reasons, None) == reasons[-3:]
+    assert headline_reasons(reasons, "suffix-1") == reasons[:2]
+    assert headline_reasons(reasons, None) == reasons[-3:]
     based = [*reasons, "eagle3-0 (base): Δτ = +0.7", "eagle3-0 (base): speedup ok"]
-    assert _headline_reasons(based, "eagle3-0") == based[-2:]
+    assert headline_reasons(based, "eagle3-0") == based[-2:]

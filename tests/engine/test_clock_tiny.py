@@ -8,10 +8,10 @@ import torch
 from autospec.engine import clock
 from autospec.engine.costs import verify_cost
 from autospec.engine.sampling import SamplingParams
-from autospec.engine.target import tiny_target
 from autospec.evaluate.replay import ReplayRequest, replay_request
 from autospec.speculators.config import NgramConfig
 from autospec.speculators.ngram import NgramSpeculator
+from tests.tiny import tiny_target
 
 
 @pytest.fixture()

@@ -9,7 +9,7 @@ from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.interface import RequestError
 from autospec.engine.reference import OracleSpeculator, RandomSpeculator
 from autospec.engine.sampling import SamplingParams, probs_from_logits
-from autospec.engine.target import tiny_target
+from tests.tiny import tiny_target
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 7, 7, 9, 10, 11, 7, 7], list(range(3, 40))]
 GREEDY = SamplingParams(max_new_tokens=40, ignore_eos=True)

@@ -15,11 +15,11 @@ import torch
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.reference import OracleSpeculator, RandomSpeculator
 from autospec.engine.sampling import SamplingParams
-from autospec.engine.target import tiny_target
 from autospec.speculators.config import SuffixConfig
 from autospec.speculators.registry import new_speculator
 from autospec.speculators.suffix import suffix_from_documents
 from tests.simdevice import ACCEL, DeviceMismatch, SimulatedAccelerator, place
+from tests.tiny import tiny_target
 
 PROMPT = [3, 9, 4, 3, 9, 4, 3, 9, 1, 2, 3, 9]
 GREEDY = SamplingParams(max_new_tokens=24, ignore_eos=True)
@@ -103,12 +103,13 @@ def test_training_step_tiny_random_init_is_device_clean(target, kind):
     """A trainee on the accelerator gets its batches there (the feature cache is on the host)."""
     from autospec.train.data import TrainSequence
     from autospec.train.features import extract_features
-    from autospec.train.kinds import RECIPES, TraineeOptions
+    from autospec.train.kinds import TraineeOptions
+    from autospec.train.kinds import recipe as recipe_of
 
     seqs = [TrainSequence(ids=[*PROMPT, 5 + i, 6, 7, 8, 9], prompt_len=len(PROMPT))
             for i in range(4)]
     spec = new_speculator(kind, target)
-    recipe = RECIPES[kind]
+    recipe = recipe_of(kind)
     recipe.prepare(spec, seqs, target, None)
     cache = extract_features(target, seqs, feature_layers=spec.feature_layers)
     trainee = recipe.trainee(spec, TraineeOptions(ttt_steps=2, eos_ids=(63,)))

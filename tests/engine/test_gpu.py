@@ -12,7 +12,8 @@ import torch
 from autospec.engine.costs import verify_cost
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.sampling import SamplingParams
-from autospec.engine.target import Target, tiny_target
+from autospec.engine.target import Target
+from tests.tiny import tiny_target
 
 from .test_device_clean_tiny import GREEDY, KINDS, PROMPT, SAMPLED, _decode
 

@@ -12,7 +12,8 @@ from transformers import AutoTokenizer
 
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.sampling import SamplingParams
-from autospec.engine.target import Target, _resolve, tiny_target
+from autospec.engine.target import Target, _resolve
+from tests.tiny import tiny_target
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import torch
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.protocol import Proposal, Speculator
 from autospec.engine.sampling import SamplingParams
-from autospec.engine.target import tiny_target
 from autospec.engine.verify import accept_tree, greedy_tree_verify
+from tests.tiny import tiny_target
 
 GREEDY = SamplingParams(max_new_tokens=40, ignore_eos=True)
 PROMPTS = [[1, 2, 3, 4, 5], list(range(3, 40))]

@@ -5,12 +5,12 @@ import pytest
 from autospec import store
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.sampling import SamplingParams
-from autospec.engine.target import tiny_target
 from autospec.evaluate.gate import GatePolicy
 from autospec.evaluate.run import EvaluationError, evaluate_versions, select_requests
 from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.registry import new_speculator
 from autospec.versions import VersionLoadError
+from tests.tiny import tiny_target
 
 K = 4
 

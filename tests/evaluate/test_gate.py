@@ -103,6 +103,26 @@ def test_acceptance_rate_per_position_is_conditional():
     assert ev.tau["v"] == pytest.approx((4 + 3) / 3)
 
 
+def test_requests_without_a_step_have_no_tau_and_the_gate_says_so():
+    """One-token outputs take no verify step: no τ (None, not 1), no interval, a reject
+    whose reason says why; a segment of them is reported without a τ and not judged."""
+    rng = np.random.default_rng(0)
+    steps = {"cand": _requests(rng, 40, 0.8, np.ones(40)),
+             "inc": _requests(rng, 40, 0.3, np.ones(40))}
+    empty = {"cand": [ReplayStats() for _ in range(40)], "inc": [ReplayStats() for _ in range(40)]}
+    ev = compare(empty, ["chat"] * 40, COSTS, k=K)
+    assert ev.tau == {"cand": None, "inc": None} and ev.delta is None
+    assert ev.speedup == {"cand": 1.0, "inc": 1.0}
+    decision = decide(POLICY, ev)
+    assert not decision.promote and decision.reasons[0].startswith("no τ to compare")
+    mixed = {v: steps[v] + empty[v][:12] for v in steps}
+    ev = compare(mixed, ["chat"] * 40 + ["one-token"] * 12, COSTS, k=K, resamples=500)
+    one = next(s for s in ev.segments if s.segment == "one-token")
+    assert one.tau == {"cand": None, "inc": None} and one.delta is None
+    assert ev.delta is not None and ev.delta.delta == pytest.approx(ev.tau["cand"] - ev.tau["inc"])
+    assert decide(POLICY, ev).promote  # the segment without a τ is not judged
+
+
 def test_policy_typo_is_an_error_naming_the_field():
     with pytest.raises(ValidationError, match="min_gian"):
         GatePolicy(min_gian=0.1)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from autospec.evaluate.gate import GatePolicy, decide
-from autospec.evaluate.speed import SpeedMeasurement
+from autospec.evaluate.speed import TARGET_ONLY, SpeedMeasurement, summarize
 
 from .test_gate import _trial
 
@@ -89,3 +91,13 @@ def test_a_speed_measured_on_vllm_says_at_which_load() -> None:
     decision = decide(POLICY, replace(_trial(0, 0.75, 0.5), measured=m))
     (reason,) = [r for r in decision.reasons if "speedup" in r]
     assert "interleaved rounds on vLLM at 4 requests in flight" in reason
+
+
+def test_a_round_without_a_tau_is_left_out_of_the_step_cost() -> None:
+    """A decode that took no step (its first token ended it) measures no step cost."""
+    rates = {TARGET_ONLY: [10.0, 10.0, 10.0], "cand": [20.0, 20.0, 5.0]}
+    taus = {TARGET_ONLY: [1.0, 1.0, None], "cand": [3.0, 3.0, None]}
+    m = summarize(rates, taus, ["cand"], rounds=3, prompts=3, repeats=1, max_tokens=16, k=5)
+    assert m.step_cost == {"cand": 1.5} and m.speedup == {"cand": 2.0}
+    assert m.projected({"cand": 2.4})["cand"] == pytest.approx(1.6)
+    assert m.projected({"cand": None}) == {"cand": 2.0}  # no replayed τ: the decoded median

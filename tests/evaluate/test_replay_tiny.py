@@ -6,9 +6,9 @@ import torch
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.reference import OracleSpeculator, RandomSpeculator
 from autospec.engine.sampling import SamplingParams
-from autospec.engine.target import tiny_target
 from autospec.evaluate.replay import ReplayRequest, replay, replay_request
 from autospec.speculators.registry import new_speculator
+from tests.tiny import tiny_target
 
 PROMPTS = [[1, 2, 3, 4, 5, 1, 2, 3], [9, 8, 7, 9, 8, 7, 9, 8], list(range(5, 30))]
 

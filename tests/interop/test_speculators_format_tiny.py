@@ -95,7 +95,7 @@ def test_exported_tensors_names_offsets_and_manifest_tiny(tiny, tmp_path):
     assert config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 3
     manifest = json.loads((tmp_path / "x/manifest.json").read_text())
     assert manifest["source"] == {"version": "v1"}
-    from autospec.interop.export import tensor_sha256
+    from autospec.speculators.files import tensor_sha256
 
     q = spec.head.layer.q_proj.weight.float()
     assert manifest["tensors"]["layers.0.self_attn.q_proj.weight"] == {

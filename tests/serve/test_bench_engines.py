@@ -20,7 +20,7 @@ def test_figures_give_tau_over_all_steps_and_median_per_request_speed() -> None:
     assert got["tau"] == pytest.approx((28 + 89) / 89)  # not the mean of per-request τ
     assert got["per_request_tok_s"] == 20.0 and got["throughput_tok_s"] == pytest.approx(120 / 7)
     assert got["versions"] == ["head"] and got["requests"] == 3
-    assert _figures([Answer(1.0, 8, "off", 0, 0)], wall_s=1.0)["tau"] == 1.0
+    assert _figures([Answer(1.0, 8, "off", 0, 0)], wall_s=1.0)["tau"] is None  # no step
 
 
 def test_domain_prompts_replace_the_generic_ones_and_differ_from_the_demos() -> None:

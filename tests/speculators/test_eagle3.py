@@ -245,7 +245,7 @@ def test_eagle3_tiny_random_init_stores_its_suffix_index(tiny, sequence, feats,
 
 def test_eagle3_tiny_random_init_bf16_target_gets_a_bf16_head() -> None:
     """The head runs in the target's dtype and shares its embedding table."""
-    from autospec.engine.target import tiny_target
+    from tests.tiny import tiny_target
 
     target = tiny_target(dtype=torch.bfloat16)
     spec = _eagle(target)

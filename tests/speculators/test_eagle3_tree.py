@@ -87,14 +87,14 @@ def test_eagle3_tiny_random_init_tree_min_prob_prunes_unlikely_candidates(tiny, 
 def test_eagle3_tiny_random_init_tree_stops_drafting_when_no_deeper_candidate_can_win(
         tiny, sequence, monkeypatch):
     """Skipping the depths whose candidates could not be proposed changes no proposal."""
-    from autospec.speculators import eagle3
+    from autospec.speculators.eagle3.tree import DraftTree
 
     feats = _feats(tiny, sequence)
     settings = [(12, 0.0), (4, 0.0), (16, 0.02), (16, 0.05), (12, 1.0)]
 
     def drafts(exhaustive: bool) -> list[tuple[list[int], list[int], int]]:
         if exhaustive:
-            monkeypatch.setattr(eagle3._DraftTree, "worth_expanding", lambda *a: True)
+            monkeypatch.setattr(DraftTree, "worth_expanding", lambda *a: True)
         out = []
         for nodes, floor in settings:
             spec = _eagle(tiny, tree_nodes=nodes, tree_width=4, tree_min_prob=floor)

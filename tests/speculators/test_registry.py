@@ -1,23 +1,63 @@
-"""The explicit registry: kinds, builders, defaults from a target."""
+"""The explicit registry: the kinds' declarations, builders, defaults from a target."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from autospec.speculators.config import DraftConfig
 from autospec.speculators.draft import DraftSpeculator
 from autospec.speculators.eagle3 import Eagle3Speculator
+from autospec.speculators.kind import FitTraining, GradientTraining
 from autospec.speculators.ngram import NgramSpeculator
 from autospec.speculators.registry import (
-    SPECULATOR_KINDS,
+    KINDS,
     UnknownSpeculatorKind,
     build_speculator,
+    kind,
     new_speculator,
+    registered,
+    trainable_kinds,
+    vllm_overrides,
+    vllm_refusal,
 )
 
 
 def test_registry_lists_the_four_kinds() -> None:
-    assert sorted(SPECULATOR_KINDS) == ["draft", "eagle3", "ngram", "suffix"]
+    assert sorted(KINDS) == ["draft", "eagle3", "ngram", "suffix"]
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_each_declaration_names_its_own_config_and_speculator(name) -> None:
+    entry = kind(name)
+    assert entry.name == name and entry.summary
+    assert entry.config.model_fields["kind"].default == name
+    assert entry.speculator.kind == name
+
+
+def test_how_each_kind_trains_and_serves_on_vllm() -> None:
+    assert trainable_kinds() == ["suffix", "draft", "eagle3"]
+    assert isinstance(kind("suffix").training, FitTraining)
+    assert {n: kind(n).training.lr for n in ("draft", "eagle3")} == {"draft": 3e-4,
+                                                                      "eagle3": 3e-3}
+    assert all(isinstance(kind(n).training, GradientTraining) for n in ("draft", "eagle3"))
+    assert kind("ngram").training is None
+    assert {n: k.vllm.method for n, k in KINDS.items()} == {
+        "ngram": "ngram", "suffix": "custom_class", "draft": "draft_model", "eagle3": "eagle3"}
+    assert [n for n, k in KINDS.items() if k.vllm.seeded_with_index] == ["suffix"]
+    assert vllm_overrides("eagle3") == {"tree_nodes": 0, "suffix_threshold": None}
+    assert vllm_overrides("suffix") == {} and vllm_overrides("mystery") == {}
+    assert vllm_refusal("mystery", None) == "a mystery version has no vLLM speculative method"
+
+
+def test_registered_adds_a_kind_for_the_block_only() -> None:
+    toy = replace(kind("ngram"), name="toy")
+    with registered(toy):
+        assert kind("toy") is toy and "toy" not in trainable_kinds()
+        with pytest.raises(ValueError, match="already registered"), registered(toy):
+            pass
+    assert "toy" not in KINDS
 
 
 @pytest.mark.parametrize(
@@ -52,3 +92,16 @@ def test_build_speculator_is_deterministic(tiny) -> None:
     a = new_speculator("eagle3", tiny).state_tensors()
     b = new_speculator("eagle3", tiny).state_tensors()
     assert all(bool((a[n] == b[n]).all()) for n in a)
+
+
+def test_what_kinds_declare_agrees_with_the_code_that_uses_it() -> None:
+    """The suffix kind's vLLM proposer is the class vLLM loads; eagle3's bench variants are
+    the ones ``autospec bench train`` measures."""
+    from autospec.bench.train_variants import VARIANTS
+    from autospec.interop import vllm_proposer
+    from autospec.speculators import suffix
+
+    assert suffix.VLLM_PROPOSER == vllm_proposer.CLASS_PATH
+    assert suffix.VLLM_INDEX_ENV == vllm_proposer.INDEX_ENV
+    assert hasattr(vllm_proposer, suffix.VLLM_PROPOSER.rsplit(".", 1)[1])
+    assert kind("eagle3").bench_variants == tuple(VARIANTS)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from autospec.engine.target import tiny_target
 from autospec.speculators.registry import new_speculator
+from tests.tiny import tiny_target
 
 POSITIONS = torch.tensor([0, 500, 2000, 4000])
 

@@ -10,7 +10,7 @@ import torch
 from autospec.speculators.registry import new_speculator
 from autospec.train.data import TrainSequence
 from autospec.train.features import FeatureCache, extract_features
-from autospec.train.kinds import RECIPES, TraineeOptions
+from autospec.train.kinds import TraineeOptions, recipe
 from autospec.train.loop import LoopConfig, LoopState, evaluate, get_lr, train_loop
 
 
@@ -28,11 +28,11 @@ def caches(tiny, seqs) -> tuple[FeatureCache, FeatureCache]:
 
 def _trainee(kind: str, tiny, seqs, *, loss: str = "kl", feature_noise: float = 0.0):
     spec = new_speculator(kind, tiny, **({"draft_vocab_size": 48} if kind == "eagle3" else {}))
-    recipe = RECIPES[kind]
-    recipe.prepare(spec, seqs[:48], tiny, None)
+    fit = recipe(kind)
+    fit.prepare(spec, seqs[:48], tiny, None)
     opts = TraineeOptions(ttt_steps=3, loss=loss, eos_ids=tiny.info.eos_token_ids,
                           feature_noise=feature_noise)
-    return spec, recipe.trainee(spec, opts)
+    return spec, fit.trainee(spec, opts)
 
 
 def test_feature_cache_tiny_random_init_matches_single_pass_and_round_trips(

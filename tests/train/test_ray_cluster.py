@@ -50,7 +50,7 @@ _LIBRARY = """
 import json, os, sys
 import ray
 from autospec import store
-from autospec.engine.target import tiny_target
+from tests.tiny import tiny_target
 from autospec.train import TrainRequest, WindowSpec, train_candidate
 engine = store.open_store(sys.argv[1])
 outcome = train_candidate(
@@ -66,8 +66,9 @@ import json, sys
 import ray
 from typer.testing import CliRunner
 import autospec.engine.target as target_module
+from tests.tiny import tiny_target
 from autospec.cli import app
-tiny = target_module.tiny_target(vocab_size=64, hidden_size=32, num_layers=4, seed=0)
+tiny = tiny_target(vocab_size=64, hidden_size=32, num_layers=4, seed=0)
 target_module.load_target = lambda *a, **k: tiny
 result = CliRunner().invoke(app, [
     "train", "--kind", "eagle3", "--window", "100", "--epochs", "1", "--workers", "2",

@@ -81,8 +81,8 @@ def test_run_tiny_random_init_warm_starts_from_live_with_a_new_draft_vocab(
 
 
 def test_warm_start_tiny_random_init_keeps_rows_that_still_exist(tiny) -> None:
+    from autospec.speculators.eagle3.training import warm_start_eagle3
     from autospec.speculators.registry import new_speculator
-    from autospec.train.models import warm_start_eagle3
 
     old = new_speculator("eagle3", tiny, draft_vocab_size=16)
     assert isinstance(old, Eagle3Speculator)
@@ -105,9 +105,9 @@ def test_warm_start_tiny_random_init_keeps_rows_that_still_exist(tiny) -> None:
 def test_warm_start_tiny_random_init_keeps_the_incumbents_tokens_the_window_lacks(tiny):
     """A small window does not push the incumbent's trained rows out of the draft
     vocabulary: its output tokens first, then the incumbent's, then its prompt tokens."""
+    from autospec.speculators.eagle3 import Eagle3Recipe
     from autospec.speculators.registry import new_speculator
     from autospec.train.data import TrainSequence
-    from autospec.train.kinds import Eagle3Recipe
 
     old = new_speculator("eagle3", tiny, draft_vocab_size=16)
     assert isinstance(old, Eagle3Speculator)
@@ -174,7 +174,7 @@ def test_run_bad_input_is_a_clear_error_and_records_no_run(db_with_traffic, tiny
 
 def test_run_tiny_random_init_bfloat16_target_is_left_untouched(db_with_traffic) -> None:
     """Training in float32 must not cast the target tensors a draft or head borrows."""
-    from autospec.engine.target import tiny_target
+    from tests.tiny import tiny_target
 
     target = tiny_target(dtype=torch.bfloat16)
     for kind in ("draft", "eagle3"):
@@ -196,10 +196,10 @@ def test_run_tiny_random_init_writes_the_artifact_where_the_request_says(
 def test_eagle3_tiny_random_init_index_carries_the_targets_own_answers_not_old_traffic(tiny):
     """From scratch the index's carried part is the window's synthetic answers; a head
     warm-started from it carries that part on and rebuilds the rest from its own window."""
+    from autospec.speculators.eagle3 import Eagle3Recipe
     from autospec.speculators.registry import new_speculator
     from autospec.speculators.suffix import build_corpus
     from autospec.train.data import TrainSequence, documents
-    from autospec.train.kinds import Eagle3Recipe
 
     synthetic = [TrainSequence(ids=[1, 2, 20, 21, 22], prompt_len=2, synthetic=True)]
     old_traffic = [TrainSequence(ids=[3, 4, 30, 31], prompt_len=2)]

@@ -1,4 +1,4 @@
-"""``draft``: an independent small causal LM sharing the target's vocabulary.
+"""The ``draft`` speculator: an independent small causal LM sharing the target's vocabulary.
 
 The draft is a ``LlamaForCausalLM`` of ``num_layers`` layers built from a
 :class:`DraftConfig`, with the target's vocabulary (so the target's tokenizer serves

@@ -1,0 +1,40 @@
+"""A cycle's candidates: what the cycle learnt of each (its evaluation, shadow τ, speedups,
+the gate's verdict) and which passing one it promotes. Each is a version trained this
+cycle, or a registered base evaluated as it is (``training.evaluate_base``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Candidate:
+    version: str
+    run_id: int | None  # None: a registered base evaluated as it is (not trained here)
+    evaluation_id: int | None = None
+    tau: float | None = None
+    speedup: float | None = None  # over target-only, as the gate ranks it (measured if on)
+    speedup_estimated: float | None = None
+    speedup_measured: float | None = None  # None: measurement off
+    incumbent_speedup_measured: float | None = None
+    promote: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def is_base(self) -> bool:
+        return self.run_id is None
+
+
+def best_candidate(candidates: list[Candidate]) -> Candidate | None:
+    """The passing candidate with the highest speedup as the gate ranks it (measured, or
+    estimated when measurement is off; ties: shadow τ), or None."""
+    passing = [c for c in candidates if c.promote]
+    return min(passing, key=lambda c: (-(c.speedup or 0), -(c.tau or 0)), default=None)
+
+
+def speed_text(cand: Candidate) -> str:
+    """The candidate's speedup as the promotion's reason states it."""
+    est = f"estimated speedup {cand.speedup_estimated or 0:.2f}×"
+    if cand.speedup_measured is None:
+        return f"{est}, not measured"
+    return f"measured speedup {cand.speedup_measured:.2f}× ({est})"

@@ -1,0 +1,126 @@
+"""``autospec status`` as rich tables: the live version, τ shadow and live, speed, the
+policy in force, traffic, schedule, lease, canary, recent cycles and failures. Reads the
+dictionary :func:`autospec.controller.status.collect_status` builds; queries nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    """A figure with ``digits`` decimals, or ``—`` where there is none."""
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def print_status(data: dict[str, Any], out: Console) -> None:
+    """``data`` (:func:`autospec.controller.status.collect_status`) as tables on ``out``."""
+    live = data["live"]
+    table = Table(title=f"deployment {data['deployment']}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("live pointer", f"{live['version']}"
+                  + (" (built-in, nothing promoted)" if not live["pointer"] else ""))
+    table.add_row("served by replicas", _served_text(data["served"], live["version"]))
+    numerics = data["numerics"]
+    table.add_row("target / dtype / engine", "— (no replica has started)" if not numerics else
+                  f"{numerics['target_id']} rev {numerics['revision']} / {numerics['dtype']}"
+                  f" / {numerics['engine']}")
+    table.add_row("previous", str(live.get("previous_version") or "—"))
+    tau = data["tau"]
+    table.add_row("τ shadow / 1h / 24h", f"{fmt(tau['shadow'])} / {fmt(tau['live_1h'])} "
+                  f"({tau['requests_1h']} req) / {fmt(tau['live_24h'])} "
+                  f"({tau['requests_24h']} req)")
+    table.add_row("speedup est. / measured", _speedup_text(data.get("speedup")))
+    table.add_row("last evaluation τ real / synthetic",
+                  _evaluation_text(data.get("last_evaluation")))
+    load = data.get("concurrency")
+    table.add_row("in flight per replica, 1h", "— (no request recorded it)" if not load else
+                  f"p50 {load['p50']:.1f} / p90 {load['p90']:.1f} / max {load['max']:.1f} "
+                  f"({load['requests']} requests)")
+    if numerics and numerics.get("k_bands"):
+        table.add_row("k per concurrency band", f"{numerics['k_bands']} (the policy's)")
+    table.add_row("policy", _policy_text(data.get("policy_in_force")))
+    traffic = data["traffic"]
+    table.add_row("requests 1h / 24h / all",
+                  f"{traffic['last_hour']} / {traffic['last_day']} / {traffic['total']}")
+    table.add_row("fresh since last cycle",
+                  f"{data['fresh_requests']} (policy {data['policy']} needs "
+                  f"{data['min_fresh_requests']})")
+    sched = data["schedule"]
+    table.add_row("next scheduled cycle", "—" if not sched else
+                  f"{sched['next_run']} by {sched['holder']}"
+                  + (" [red](overdue: no scheduler running?)[/]" if sched["overdue"] else ""))
+    lease = data["lease"]
+    table.add_row("lease", "free" if not lease else
+                  f"{lease['holder']} (token {lease['token']}, until {lease['expires_at']})")
+    canary = data["canary"]
+    table.add_row("canary", "—" if not canary else
+                  f"{canary['version']}: {canary['requests']} of {canary['needed']} requests, "
+                  f"live τ {fmt(canary['live_tau'])} vs shadow {fmt(canary['shadow_tau'])}"
+                  + ("" if canary.get("expected_speed_gain") is None else
+                     f"; measured speed gain {canary['expected_speed_gain']:.2f}×"))
+    out.print(table)
+    out.print(_cycles(data["cycles"]))
+    if data["failures"]:
+        fails = Table(title="recent failures")
+        for col in ("time", "actor", "version", "reason"):
+            fails.add_column(col)
+        for f in data["failures"]:
+            fails.add_row(str(f["time"]), f["actor"], str(f["version"] or "—"), f["reason"])
+        out.print(fails)
+
+
+def _policy_text(info: dict[str, Any] | None) -> str:
+    if not info:
+        return "—"
+    if info["origin"] == "recorded":
+        return (f"{info['name']} from {info['source']} (recorded by {info['recorded_by']} "
+                f"at {str(info['recorded_at'])[:19]})")
+    if info["origin"] == "given":
+        return f"{info['name']} from {info['source']} (--policy)"
+    return f"{info['name']} (shipped default: no controller has recorded its policy yet)"
+
+
+def _evaluation_text(ev: dict[str, Any] | None) -> str:
+    if not ev:
+        return "— (no evaluation yet)"
+    real = " / ".join(f"{v} {fmt(t)}" for v, t in ev["tau_real"].items())
+    syn = ev["tau_synthetic"]
+    synthetic = ("no synthetic sequences" if not syn else
+                 " / ".join(f"{v} {fmt(t)}" for v, t in syn.items())
+                 + f" ({ev['synthetic_sequences']} seq)")
+    guard = "; [red]overfitting guard rejected it[/]" if ev["overfits"] else ""
+    return f"#{ev['evaluation_id']} {ev['decision']}: real {real}; synthetic {synthetic}{guard}"
+
+
+def _speedup_text(speed: dict[str, Any] | None) -> str:
+    if not speed:
+        return "— (no evaluation names the live version)"
+    est, measured = speed["estimated"], speed["measured"]
+    text = (f"{fmt(est, 2)}× / {fmt(measured, 2)}"
+            + ("×" if measured is not None else " (not measured)"))
+    return text + f" over target-only (evaluation #{speed['evaluation_id']})"
+
+
+def _served_text(served: dict[str, Any], pointer: str) -> str:
+    if not served["versions"]:
+        return "— (no replica reported in the last minute)"
+    n = served["replicas"]
+    text = f"{', '.join(served['versions'])} ({n} replica{'' if n == 1 else 's'} reporting)"
+    if not served["agrees"]:
+        text += f" [red]— not the pointer's {pointer}: see recent failures[/]"
+    return text
+
+
+def _cycles(cycles: list[dict[str, Any]]) -> Table:
+    table = Table(title="recent cycles")
+    for col in ("started", "trigger", "window", "outcome", "promoted", "reasons"):
+        table.add_column(col)
+    for c in cycles:
+        reasons = [r if len(r) <= 90 else r[:89] + "…" for r in c["reasons"][-2:]]
+        table.add_row(str(c["started_at"])[:19], str(c["trigger"]), str(c["window_key"]),
+                      c["outcome"], str(c["promoted"] or "—"), "\n".join(reasons))
+    return table

@@ -1,0 +1,135 @@
+"""A traffic phase of the demo and what it measures.
+
+:class:`TrafficPhase` sends one phase's greedy chat requests of one domain to the live
+application, one client, and every ``baseline_every``-th prompt to the target-only one too,
+back to back; each response becomes a :class:`~autospec.demo.record.Sample`. Then
+:meth:`TrafficPhase.measure` fills the phase's figures: live τ, output tokens/s per request,
+the speedup over target-only on the paired prompts, and the **shadow τ** of the version that
+served the phase, replayed from the logged requests (:func:`shadow_tau`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from autospec.demo.plan import DemoPlan
+from autospec.demo.record import PhaseFigures, Reporter, Sample, Timeline, fmt
+from autospec.demo.serving import DEPLOYMENT
+from autospec.engine.stats import tau
+from autospec.loadgen.client import Driver, Result
+from autospec.loadgen.runner import tau as tau_of
+from autospec.loadgen.source import DomainSource, Prompt
+
+log = logging.getLogger(__name__)
+
+
+class TrafficPhase:
+    """One phase's requests (:meth:`send_all`) and figures (:meth:`measure`)."""
+
+    def __init__(self, figures: PhaseFigures, *, plan: DemoPlan, source: DomainSource,
+                 live: Driver, baseline: Driver, timeline: Timeline,
+                 reporter: Reporter) -> None:
+        self.figures, self.plan, self.source = figures, plan, source
+        self.live, self.baseline = live, baseline
+        self.timeline, self.reporter = timeline, reporter
+        self.results: list[Result] = []  # live responses
+        self.paired: list[tuple[Result, Result]] = []  # (live, target-only), same prompt
+
+    def send_all(self, n: int, stop_when: Callable[[int], bool] | None = None) -> None:
+        """Up to ``n`` prompts; ``stop_when(done)`` true after a request ends the phase."""
+        for i in range(n):
+            prompt = self.source.next(self.figures.domain)
+            live = self.send(self.live, prompt, "live")
+            self.results.append(live)
+            if i % self.plan.baseline_every == 0:
+                self.paired.append((live, self.send(self.baseline, prompt, "target")))
+            if stop_when is not None and stop_when(i + 1):
+                break
+
+    def send(self, driver: Driver, prompt: Prompt, app: str) -> Result:
+        """One request to ``app`` ("live" or "target"), recorded on the timeline."""
+        phase, t = self.figures, self.timeline.now()
+        result = driver.send(prompt, start_s=t)
+        sample = Sample(t=t + result.latency_s, phase=phase.name, app=app,
+                        segment=prompt.segment, ok=result.ok, version=result.version,
+                        tau=result.tau, tokens=result.completion_tokens,
+                        latency_s=result.latency_s)
+        self.timeline.samples.append(sample)
+        if app == "live":
+            phase.requests += 1
+            phase.errors += 0 if result.ok else 1
+            if result.ok and result.version:
+                phase.versions[result.version] = phase.versions.get(result.version, 0) + 1
+                self.timeline.logged += 1
+            self.reporter.request(phase, sample)
+        elif not result.ok:
+            log.warning("target-only request failed: %s", result.error)
+        return result
+
+    def measure(self, shadow: Callable[[PhaseFigures, int], float | None]) -> None:
+        """The phase's figures from its responses; ``shadow(phase, n)``: its shadow τ over
+        the last ``n`` logged requests."""
+        phase = self.figures
+        ok = [r for r in self.results if r.ok]
+        phase.end_t = self.timeline.now()
+        phase.tau_live = tau_of(ok)
+        phase.tokens_per_s = rate(ok)
+        both = [(s, t) for s, t in self.paired if s.ok and t.ok]
+        phase.paired_prompts = len(both)
+        if both:
+            phase.paired_spec_tokens_per_s = rate([s for s, _ in both])
+            phase.target_tokens_per_s = rate([t for _, t in both])
+            if phase.paired_spec_tokens_per_s and phase.target_tokens_per_s:
+                phase.speedup = phase.paired_spec_tokens_per_s / phase.target_tokens_per_s
+        phase.tau_shadow = shadow(phase, len(ok))
+        self.reporter.say(
+            f"phase {phase.name} done in {phase.end_t - phase.start_t:.0f}s: version "
+            f"{phase.live_version}, τ live {fmt(phase.tau_live)} / shadow "
+            f"{fmt(phase.tau_shadow)}, {fmt(phase.tokens_per_s, '.1f')} tok/s, speedup "
+            f"{fmt(phase.speedup, '.2f')}× over target-only ({phase.paired_prompts} "
+            f"paired prompts)")
+
+
+def rate(results: list[Result]) -> float | None:
+    """Output tokens per second of request time."""
+    busy = sum(r.latency_s for r in results)
+    return sum(r.completion_tokens for r in results) / busy if busy > 0 else None
+
+
+def shadow_tau(store_engine: Any, target: Any, plan: DemoPlan, phase: PhaseFigures, n: int,
+               *, wait: Callable[[], None]) -> float | None:
+    """τ of the phase's version replayed on the phase's logged requests (the last ``n``
+    logged, at most ``plan.shadow_sample`` of them; ``wait()`` until the store holds them);
+    None without any."""
+    from autospec.evaluate.replay import replay
+    from autospec.evaluate.run import select_requests, to_replay_request
+    from autospec.versions import load_speculator_version
+
+    version = phase.live_version
+    if version is None or n == 0:
+        return None
+    wait()
+    examples = [ex for ex in select_requests(store_engine, last=n, deployment=DEPLOYMENT)
+                if ex.speculator_version == version][-plan.shadow_sample:]
+    if not examples:
+        return None
+    _, spec = load_speculator_version(store_engine, target, version)
+    stats = replay(target, {version: spec}, [to_replay_request(e) for e in examples],
+                   plan.k)[version]
+    return tau(sum(s.accepted for s in stats), sum(s.steps for s in stats))
+
+
+def wait_logged(store_engine: Any, logged: int, timeout_s: float = 30.0) -> None:
+    """Until the store holds ``logged`` requests (the traffic writer flushes in batches)."""
+    from autospec import store
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with store.session_scope(store_engine, readonly=True) as session:
+            if store.request_counts(session).get(None, 0) >= logged:
+                return
+        time.sleep(0.2)
+    log.warning("the store holds fewer requests than were answered after %.0fs", timeout_s)

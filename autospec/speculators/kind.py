@@ -1,0 +1,100 @@
+"""What a speculator kind declares: one :class:`Kind` per kind, exported by the kind's
+module as ``KIND`` and listed once in :mod:`autospec.speculators.registry`.
+
+Everything the rest of autospec asks of a kind is a field here, so no caller branches on a
+kind's name:
+
+- ``config`` / ``speculator`` / ``has_layers``: how a version of the kind is parsed, built
+  and loaded (layered kinds take the target's architecture hints);
+- ``training``: ``None`` (not trainable), :class:`GradientTraining` (a
+  :class:`~autospec.speculators.training.Recipe` and the default learning rate) or
+  :class:`FitTraining` (built from the window's documents, no gradient);
+- ``vllm``: ``None`` (vLLM has no method for it), else :class:`VllmSupport` (the exporter
+  that writes it for vLLM, why a config cannot be served, the config overrides a
+  vLLM-trained candidate gets, whether vLLM's proposer is seeded with the version's index);
+- ``bench_variants``: the variants ``autospec bench train`` measures of the kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autospec.engine.target import Target
+from autospec.speculators.common import SavableSpeculator
+from autospec.speculators.config import KindConfig
+from autospec.speculators.training import Recipe
+
+#: (prompt ids, output ids) of each training request
+Documents = list[tuple[list[int], list[int]]]
+
+
+@dataclass(frozen=True)
+class GradientTraining:
+    """Trained by gradient through ``recipe`` (:mod:`autospec.train` runs the loop)."""
+
+    recipe: Recipe
+    lr: float  # default peak learning rate (``autospec train --lr`` overrides)
+
+
+@dataclass(frozen=True)
+class FitTraining:
+    """Built from the window's documents, no gradient: ``fit(config, documents, target)``
+    returns the speculator and its metrics (``config``: the incumbent's, or the kind's
+    defaults for the target, with the request's overrides)."""
+
+    fit: Callable[[Any, Documents, Target], tuple[SavableSpeculator, dict[str, Any]]]
+
+
+@dataclass
+class Exported:
+    """What one exporter wrote: files (relative to ``out``), vLLM's config, notes."""
+
+    speculative_config: dict[str, Any]
+    files: list[str] = field(default_factory=list)
+    tensors: dict[str, dict[str, str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+#: ``export(spec, target, out, k)``: write ``spec`` for vLLM into the empty directory ``out``
+Exporter = Callable[[SavableSpeculator, Target, Path, int], Exported]
+
+
+@dataclass(frozen=True)
+class VllmSupport:
+    """How vLLM serves the kind."""
+
+    method: str  # vLLM's speculative method (``speculative_config["method"]``)
+    export: Exporter
+    #: why a config of the kind cannot be served on vLLM (None: it can); None: always can
+    refusal: Callable[[Any], str | None] | None = None
+    #: config fields of a fresh candidate trained for a vLLM deployment (policy engine vllm)
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    #: vLLM's proposer starts empty: the version's index is loaded into the engine after it
+    #: starts (and at each in-place swap)
+    seeded_with_index: bool = False
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A speculator kind; see the module docstring."""
+
+    name: str
+    summary: str  # one line, for CLI help
+    config: type[KindConfig]
+    speculator: Callable[[Any, Target], SavableSpeculator]  # its class: (config, target)
+    has_layers: bool = False
+    training: GradientTraining | FitTraining | None = None
+    vllm: VllmSupport | None = None
+    bench_variants: tuple[str, ...] = ()
+
+    @property
+    def trainable(self) -> bool:
+        return self.training is not None
+
+
+def target_dir(target: Target) -> str:
+    """The directory the target was loaded from (vLLM's verifier), or its id."""
+    return str(getattr(target.model.config, "_name_or_path", "") or target.info.target_id)
