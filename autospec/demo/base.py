@@ -132,7 +132,7 @@ def adopt_base(engine: Engine, found: FoundBase, target: Target) -> str:
 def pretrain_hint(target_spec: str, dtype: str) -> str:
     """The command that builds a base head the demo would find (generating on vLLM where
     it is installed, as docs/training.md's recipe does)."""
-    from autospec.serve.engines import vllm_installed
+    from autospec.engine.choice import vllm_installed
 
     engine = " --engine vllm" if vllm_installed() else ""
     return f"autospec pretrain --target {target_spec} --dtype {dtype}{engine}"

@@ -7,7 +7,7 @@ means on this machine. Serving (``autospec serve --engine``) and synthesis (``au
 - ``vllm``: :class:`~autospec.engine.vllm.engine.VllmEngine`, vLLM's async engine (continuous
   batching) with the live version exported in the speculators format; it runs what
   ``autospec export`` can express and nothing else
-  (:func:`autospec.serve.vllm_versions.vllm_refusal`).
+  (:func:`autospec.speculators.registry.vllm_refusal`).
 
 **The default, ``auto``** (:func:`resolve_engine`, decided where the engine runs): ``vllm``
 when it decodes on a CUDA GPU and vLLM is installed, else ``native``. On a GPU the

@@ -63,7 +63,7 @@ def _start(target: Target, version: str, kind: str | None, spec: Any, out: Path,
     from autospec.engine.vllm.engine import VllmEngine
     from autospec.engine.vllm.swap import draft_shape, load_in_place
     from autospec.interop.export import export_speculator, target_dir
-    from autospec.serve.vllm_versions import vllm_refusal
+    from autospec.speculators.registry import vllm_refusal, vllm_seeded
 
     config = None
     if kind is not None:
@@ -78,7 +78,7 @@ def _start(target: Target, version: str, kind: str | None, spec: Any, out: Path,
     except Exception as exc:
         raise VllmSpeedError(f"vLLM could not start for {version!r}: "
                              f"{type(exc).__name__}: {exc}") from exc
-    if kind == "suffix":  # autospec's proposer starts empty: its index goes in now
+    if vllm_seeded(kind):  # the proposer starts empty: its data goes in now
         load_in_place(engine, draft_shape(config, out), out, version)
     return engine
 

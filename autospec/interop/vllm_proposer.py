@@ -40,11 +40,14 @@ from typing import Any
 
 import numpy as np
 
+from autospec.speculators.suffix import VLLM_INDEX_ENV, VLLM_PROPOSER
+
 log = logging.getLogger(__name__)
 
-#: the environment variable naming an exported suffix version for ``vllm serve``
-INDEX_ENV = "AUTOSPEC_VLLM_SUFFIX_INDEX"
-CLASS_PATH = "autospec.interop.vllm_proposer.SuffixIndexProposer"
+#: the environment variable naming an exported suffix version for ``vllm serve``, and this
+#: class's import path (what the suffix kind's exporter writes; declared there, once)
+INDEX_ENV = VLLM_INDEX_ENV
+CLASS_PATH = VLLM_PROPOSER
 
 
 def read_index(directory: str | Path, sha256: dict[str, str]) -> Any:

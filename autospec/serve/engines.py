@@ -11,8 +11,7 @@ its version manager, its decoder and, for vLLM, vLLM's OpenAI layer (:func:`engi
   (on the CPU unless ``device`` says otherwise) tokenizes, exports and is recorded; vLLM loads
   the same directory in the same dtype.
 
-Which engine ``auto`` means, and whether vLLM is installed: :mod:`autospec.engine.choice`
-(re-exported here for the callers that import it from this module).
+Which engine ``auto`` means, and whether vLLM is installed: :mod:`autospec.engine.choice`.
 """
 
 from __future__ import annotations
@@ -23,21 +22,12 @@ from typing import Any
 
 from sqlalchemy import Engine as Database
 
-from autospec.engine.choice import (
-    AUTO,
-    ENGINES,
-    EngineUnavailable,
-    check_vllm_installed,
-    resolve_engine,
-    vllm_installed,
-)
 from autospec.engine.target import Target
 from autospec.serve.config import ServeConfig
 from autospec.serve.decode import Decoder, ThreadDecoder
 from autospec.serve.versions import VersionManager
 
-__all__ = ["AUTO", "ENGINES", "EngineParts", "EngineUnavailable", "check_vllm_installed",
-           "engine_parts", "resolve_engine", "vllm_installed"]
+__all__ = ["EngineParts", "engine_parts"]
 
 #: the device the target is loaded on when the config names none (None: CUDA if present);
 #: a vLLM replica's target only tokenizes and exports, vLLM decodes

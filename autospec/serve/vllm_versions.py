@@ -3,12 +3,12 @@
 
 A version is loaded as everywhere (:func:`autospec.versions.load_speculator_version`,
 checksums and registration checked), refused if vLLM cannot run it faithfully
-(:func:`vllm_refusal`), and exported with :func:`~autospec.interop.export.export_speculator`
-into a fresh directory under ``<data dir>/vllm-exports/``. ``builtin-ngram`` is vLLM's
-``ngram`` method (prompt lookup with autospec's n-gram bounds); a ``suffix`` version is
-autospec's custom proposer (:mod:`autospec.interop.vllm_proposer`), its index loaded into the
-engine once it has started; with speculation off the engine has no speculative config
-(version name ``off``).
+(:func:`~autospec.speculators.registry.vllm_refusal`), and exported with
+:func:`~autospec.interop.export.export_speculator` into a fresh directory under ``<data
+dir>/vllm-exports/``. ``builtin-ngram`` is vLLM's ``ngram`` method (prompt lookup with
+autospec's n-gram bounds); a ``suffix`` version is autospec's custom proposer
+(:mod:`autospec.interop.vllm_proposer`), its index loaded into the engine once it has
+started; with speculation off the engine has no speculative config (version name ``off``).
 
 **Hot swap, in place.** When the live pointer moves, the watcher thread exports the new
 version and, when it fits the running engine (same vLLM method and k; for a draft model the
@@ -28,8 +28,8 @@ Every swap is audited (event ``swap``: ``in-place`` or ``new engine`` and why). 
 that fails (refused kind, load error, vLLM failing to start) leaves the replica serving what
 it had and is audited once (``failure`` event), exactly as on the native path.
 
-:func:`vllm_refusal` says why a version cannot be served on vLLM, as its kind declares it
-(:func:`autospec.speculators.registry.vllm_refusal`: e.g. an ``eagle3`` version that drafts
+:func:`~autospec.speculators.registry.vllm_refusal` says why a version cannot be served on
+vLLM, as its kind declares it (e.g. an ``eagle3`` version that drafts
 trees or consults its traffic suffix index, which vLLM would silently run as plain chains of
 the head). ``suffix`` versions run as autospec's custom proposer
 (:mod:`autospec.interop.vllm_proposer`).
@@ -53,20 +53,13 @@ from autospec.serve.bands import KBands, vllm_schedule
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION, ServeConfig
 from autospec.serve.versions import ServedVersion, VersionManager
 from autospec.settings import get_settings
+from autospec.speculators.registry import vllm_refusal, vllm_seeded
 from autospec.versions import VersionLoadError, load_speculator_version
 
 log = logging.getLogger(__name__)
 
 #: vLLM's max_model_len unless ``vllm_options`` sets it (bounded by the target's context)
 DEFAULT_MAX_MODEL_LEN = 2048
-
-
-def vllm_refusal(kind: str, config: Any) -> str | None:
-    """Why a ``kind`` speculator with ``config`` cannot be served on vLLM (None: it can);
-    the kind's declaration says (:func:`autospec.speculators.registry.vllm_refusal`)."""
-    from autospec.speculators.registry import vllm_refusal as refusal
-
-    return refusal(kind, config)
 
 
 class VllmVersionManager(VersionManager):
@@ -221,7 +214,7 @@ class VllmVersionManager(VersionManager):
                                 speculative_config=with_bands(speculative_config, bands),
                                 max_model_len=self.max_model_len, options=self.options,
                                 cleanup=export_dir)
-            if kind == "suffix":  # autospec's proposer starts empty: its index goes in now
+            if vllm_seeded(kind):  # the proposer starts empty: its data goes in now
                 load_in_place(engine, draft_shape(speculative_config, export_dir), export_dir,
                               version)
         except Exception as exc:

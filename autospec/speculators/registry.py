@@ -106,6 +106,13 @@ def vllm_overrides(name: str) -> dict[str, Any]:
     return dict(entry.vllm.overrides) if entry is not None and entry.vllm is not None else {}
 
 
+def vllm_seeded(name: str) -> bool:
+    """Whether vLLM's proposer for a ``name`` version starts empty and is loaded with the
+    version's data once its engine is up (and at each in-place swap)."""
+    entry = KINDS.get(name)
+    return entry is not None and entry.vllm is not None and entry.vllm.seeded_with_index
+
+
 def target_arch_hints(target: Target) -> dict[str, Any]:
     """Heads, MLP width, RoPE theta and RMS epsilon of the target, where its config says."""
     cfg = target.model.config
