@@ -19,9 +19,15 @@ sides keep only their rows in that band — when each side still has
 :data:`MIN_MATCHED` of them; otherwise (rows written before replicas recorded the load, or
 loads that never overlap) all rows are compared and the verdict says so.
 
-What does not cancel is a change of traffic between the two periods (the two versions never
-serve at the same time): the tolerance is there for that (the module compares periods; it
-has no concurrent target-only baseline). With no measured speedups in the
+**On the same traffic.** A version decodes faster on traffic it drafts well, so the replaced
+version's rows are taken from the segments the new version served (``requests.segment``:
+the ``x-autospec-segment`` of each request) — when it has :data:`MIN_MATCHED` of them;
+otherwise from all its rows, and the verdict says so. After a shift of traffic (the drift
+watch's case: the replaced version served JSON extraction, then a little support chat, and
+its successor serves support chat) the comparison is support against support, not against
+the replaced version's faster JSON. What still does not cancel is a change of traffic
+within a segment (the two versions never serve at the same time): the tolerance is there
+for that (the module compares periods; it has no concurrent target-only baseline). With no measured speedups in the
 promotion (measurement off, an override without evaluation) or no timed requests on either
 side, the check is not judged and says why.
 """
@@ -75,11 +81,12 @@ def _rate(rows: list[Any]) -> LiveRate:
 
 def timed_rows(session: Session, *, deployment: str, version: str,
                since: datetime | None = None, before: datetime | None = None,
-               newest: int | None = None) -> list[Any]:
+               newest: int | None = None, segments: list[str] | None = None) -> list[Any]:
     """``version``'s timed requests in the period, newest first (``newest``: only the
-    newest N): output tokens, latency, TTFT and sampling (the recorded load)."""
+    newest N; ``segments``: only those segments'): output tokens, latency, TTFT, sampling
+    (the recorded load) and segment."""
     query = select(Request.output_tokens, Request.latency_ms, Request.ttft_ms,
-                   Request.sampling).where(
+                   Request.sampling, Request.segment).where(
         Request.deployment == deployment, Request.speculator_version == version,
         Request.latency_ms > Request.ttft_ms, Request.ttft_ms >= 0,
         Request.output_tokens > 1)
@@ -87,10 +94,28 @@ def timed_rows(session: Session, *, deployment: str, version: str,
         query = query.where(Request.created_at >= since)
     if before is not None:
         query = query.where(Request.created_at < before)
+    if segments is not None:
+        query = query.where(Request.segment.in_(segments))
     query = query.order_by(Request.created_at.desc(), Request.id.desc())
     if newest is not None:
         query = query.limit(newest)
     return list(session.execute(query).all())
+
+
+def replaced_rows(session: Session, *, deployment: str, replaced: str, before: datetime,
+                  new: list[Any]) -> tuple[list[Any], str]:
+    """The replaced version's newest timed rows before ``before`` on the segments the new
+    version's rows ``new`` are from (see module doc), and how they were chosen."""
+    newest = max(4 * len(new), 1)
+    segments = sorted({r.segment for r in new})
+    same = timed_rows(session, deployment=deployment, version=replaced, before=before,
+                      newest=newest, segments=segments)
+    if len(same) >= MIN_MATCHED:
+        return same, f"on {', '.join(segments)} traffic"
+    rows = timed_rows(session, deployment=deployment, version=replaced, before=before,
+                      newest=newest)
+    return rows, (f"segments not matched: fewer than {MIN_MATCHED} requests of {replaced} "
+                  f"on {', '.join(segments) or 'any segment'}")
 
 
 def matched(new: list[Any], old: list[Any]) -> tuple[list[Any], list[Any], str]:
@@ -142,9 +167,9 @@ def check_speed(session: Session, *, deployment: str, promo: Any, replaced: str 
         return SpeedVerdict(False, True, "speed not judged: no replaced version to compare")
     new_rows = timed_rows(session, deployment=deployment, version=promo.version,
                           since=promo.created_at)
-    old_rows = timed_rows(session, deployment=deployment, version=replaced,
-                          before=promo.created_at, newest=max(4 * len(new_rows), 1))
-    new_rows, old_rows, how = matched(new_rows, old_rows)
+    old_rows, traffic = replaced_rows(session, deployment=deployment, replaced=replaced,
+                                      before=promo.created_at, new=new_rows)
+    new_rows, old_rows, load = matched(new_rows, old_rows)
     new, old = _rate(new_rows), _rate(old_rows[:max(len(new_rows), 1)])  # equal samples
     if not new.requests or not old.requests:
         return SpeedVerdict(False, True, f"speed not judged: no timed requests of "
@@ -154,7 +179,7 @@ def check_speed(session: Session, *, deployment: str, promo: Any, replaced: str 
     ok = realised >= limit
     reason = (f"speed of {promo.version}: realised gain over {replaced} {realised:.2f}× "
               f"({new.tokens_per_s:.1f} vs {old.tokens_per_s:.1f} tokens/s live decode, "
-              f"{new.requests} vs {old.requests} requests, {how}) vs measured "
+              f"{new.requests} vs {old.requests} requests, {traffic}, {load}) vs measured "
               f"{expected:.2f}×; {'within' if ok else 'below'} the allowed "
               f"{max_shortfall:.0%} shortfall (gain ≥ {limit:.2f}×)")
     return SpeedVerdict(True, ok, reason, realised, expected)

@@ -28,7 +28,7 @@ def _promoted(db, tiny, traffic, **evaluation):  # type: ignore[no-untyped-def]
 
 
 def _timed(db, version: str, *, n: int, tokens_per_s: float, tau: float,  # type: ignore[no-untyped-def]
-           start: datetime, load: float | None = None) -> None:
+           start: datetime, load: float | None = None, segment: str = "default") -> None:
     """``n`` requests of ``version`` of 21 tokens each, decoded (after the first) at
     ``tokens_per_s`` after a 50 ms time to first token; acceptance ``tau``; ``load``: the
     requests in flight each recorded (None: rows from before replicas recorded it)."""
@@ -37,7 +37,7 @@ def _timed(db, version: str, *, n: int, tokens_per_s: float, tau: float,  # type
         speculator_version=version, num_drafts=steps, num_draft_tokens=steps * 4,
         num_accepted_tokens=round((tau - 1) * steps), opted_out=True, output_tokens=21,
         ttft_ms=50.0, latency_ms=50.0 + 20 / tokens_per_s * 1e3,
-        sampling=None if load is None else {"concurrency": load},
+        sampling=None if load is None else {"concurrency": load}, segment=segment,
         created_at=start + timedelta(milliseconds=i))
         for i in range(n)]
     store.write_requests(db, records)
@@ -92,8 +92,8 @@ def test_a_realised_speed_shortfall_rolls_back_with_a_speed_reason_tiny_random_i
     (rollback,) = events(db, "rollback")
     assert "within the allowed" in rollback.reason  # τ held ...
     assert (f"speed of {promo.version}: realised gain over builtin-ngram {gain * 0.5:.2f}× "
-            f"({50 * gain * 0.5:.1f} vs 50.0 tokens/s live decode, 10 vs 10 requests, load not "
-            f"recorded) vs measured {gain:.2f}×") in rollback.reason
+            f"({50 * gain * 0.5:.1f} vs 50.0 tokens/s live decode, 10 vs 10 requests, on default "
+            f"traffic, load not recorded) vs measured {gain:.2f}×") in rollback.reason
     assert "below the allowed 25% shortfall" in rollback.reason  # ... speed did not
     assert rollback.details["speed_ok"] is False
     assert rollback.details["realised_gain"] == pytest.approx(gain * 0.5)
@@ -140,3 +140,36 @@ def test_the_speed_check_compares_both_versions_at_the_same_load_tiny_random_ini
     assert result.action == "canary_passed", result.reasons
     assert "at the same load (5.1–11.4 requests in flight)" in result.reasons[1]
     assert f"realised gain over builtin-ngram {gain:.2f}×" in result.reasons[1]
+
+
+def test_the_speed_check_compares_both_versions_on_the_same_segments_tiny_random_init(
+        db, tiny, traffic) -> None:
+    """After a shift of traffic: the replaced version served fast JSON, then a little
+    slower support chat; the new one serves support. Against the JSON it would read as a
+    shortfall; against the replaced version's own support requests its gain is as
+    measured. With too few support requests of the replaced version, all are compared and
+    the verdict says so."""
+    controller, promo = _promoted(db, tiny, traffic)
+    shadow, gain = promo.details["shadow_tau"], _gain(promo)
+    _timed(db, "builtin-ngram", n=10, tokens_per_s=60.0, tau=1.5, start=T0, segment="json")
+    _timed(db, "builtin-ngram", n=6, tokens_per_s=20.0, tau=1.5, start=T0 + timedelta(seconds=1),
+           segment="support")
+    _timed(db, promo.version, n=10, tokens_per_s=20.0 * gain, tau=shadow,
+           start=datetime.now(timezone.utc), segment="support")
+    result = Watcher(controller).run()
+    assert result.action == "canary_passed", result.reasons
+    assert "10 vs 6 requests, on support traffic" in result.reasons[1]
+    assert f"realised gain over builtin-ngram {gain:.2f}×" in result.reasons[1]
+
+
+def test_too_few_requests_on_the_segments_compares_all_and_says_so_tiny_random_init(
+        db, tiny, traffic) -> None:
+    controller, promo = _promoted(db, tiny, traffic)
+    shadow, gain = promo.details["shadow_tau"], _gain(promo)
+    _timed(db, "builtin-ngram", n=10, tokens_per_s=20.0, tau=1.5, start=T0, segment="json")
+    _timed(db, promo.version, n=10, tokens_per_s=20.0 * gain, tau=shadow,
+           start=datetime.now(timezone.utc), segment="support")
+    result = Watcher(controller).run()
+    assert result.action == "canary_passed", result.reasons
+    assert ("segments not matched: fewer than 5 requests of builtin-ngram on support"
+            in result.reasons[1])
