@@ -47,8 +47,8 @@ def demo(
     max_tokens: Annotated[int | None, typer.Option(
         min=1, help=f"tokens per request (default: {_QUICK.max_tokens} quick, "
         f"{_FULL.max_tokens} full)")] = None,
-    domain_a: Annotated[str, typer.Option(help="the first traffic domain")] = "support",
-    domain_b: Annotated[str, typer.Option(help="the domain traffic shifts to")] = "json",
+    domain_a: Annotated[str, typer.Option(help="the first traffic domain")] = "json",
+    domain_b: Annotated[str, typer.Option(help="the domain traffic shifts to")] = "support",
     engine: Annotated[str, typer.Option(
         help="serving engine: native (autospec's; suffix and eagle3 candidates), vllm (vLLM's "
         "async engine; suffix candidates as autospec's proposer, eagle3 as chains, swapped "
@@ -65,13 +65,13 @@ def demo(
 
     from autospec.demo.plan import plan_for
     from autospec.demo.run import DemoStopped, run_demo
-    from autospec.loadgen.source import SourceError, canonical
-    from autospec.serve.engines import (
+    from autospec.engine.choice import (
         ENGINES,
         EngineUnavailable,
         check_vllm_installed,
         resolve_engine,
     )
+    from autospec.loadgen.source import SourceError, canonical
     from autospec.settings import get_settings
 
     try:

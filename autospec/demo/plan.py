@@ -33,8 +33,8 @@ class DemoPlan:
     canary_requests: int
     drift_min_requests: int
     shadow_sample: int  # newest requests of a phase replayed for its shadow τ
-    domain_a: str = "support"
-    domain_b: str = "json"
+    domain_a: str = "json"
+    domain_b: str = "support"
     seed: int = 0
     engine: str = "native"  # the serving engine (resolved: native or vllm)
 
@@ -51,11 +51,11 @@ PRESETS = {
     "quick": DemoPlan(mode="quick", requests_per_phase=30, max_tokens=40, baseline_every=4,
                       watch_every=4, k=5, kinds=("suffix",), epochs=2, train_budget_s=60,
                       heldout_fraction=0.4, min_heldout=8, canary_requests=10,
-                      drift_min_requests=8, shadow_sample=6),
+                      drift_min_requests=20, shadow_sample=6),
     "full": DemoPlan(mode="full", requests_per_phase=48, max_tokens=64, baseline_every=4,
                      watch_every=4, k=5, kinds=("suffix", "eagle3"), epochs=3,
                      train_budget_s=150, heldout_fraction=0.3, min_heldout=14,
-                     canary_requests=20, drift_min_requests=12, shadow_sample=12),
+                     canary_requests=20, drift_min_requests=32, shadow_sample=12),
 }
 
 
@@ -103,5 +103,7 @@ def demo_policy(plan: DemoPlan, *, drift_window_s: float = 3600.0) -> Policy:
 
 
 def drift_requests(plan: DemoPlan) -> int:
-    """Live requests the drift check needs (at most half a phase)."""
-    return max(2, min(plan.drift_min_requests, plan.requests_per_phase // 2))
+    """Live requests of the new domain the drift check waits for (at most two thirds of a
+    phase): enough that the early cycle's window holds them in its train part as well as
+    in its held-out part, so the retrain sees the traffic that drifted."""
+    return max(2, min(plan.drift_min_requests, plan.requests_per_phase * 2 // 3))
