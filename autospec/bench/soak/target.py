@@ -19,13 +19,17 @@ TOKENIZER_PREFIXES = ("tokenizer", "special_tokens", "chat_template")
 
 
 def cached_tokenizer_dir() -> Path:
-    """A cached target directory with SmolLM2's tokenizer files."""
+    """A cached target directory with SmolLM2's tokenizer files (loading the embedded
+    default once writes it, when it is not there yet)."""
     root = get_settings().cache_dir / "targets"
     found = sorted(p for p in root.glob("SmolLM2*") if (p / "tokenizer.json").is_file())
     if not found:
-        raise FileNotFoundError(
-            f"no cached SmolLM2 target under {root}: load the embedded default once "
-            "(e.g. `autospec bench decode --prompts 1 --kinds ngram`) and try again")
+        from autospec.engine.target import load_target
+
+        load_target("smollm2-135m", dtype="float32", device="cpu")
+        found = sorted(p for p in root.glob("SmolLM2*") if (p / "tokenizer.json").is_file())
+    if not found:
+        raise FileNotFoundError(f"no cached SmolLM2 target under {root}")
     return found[0]
 
 
