@@ -36,7 +36,10 @@ def counts(outcomes: list[Outcome], kills: list[float]) -> dict[str, Any]:
     failed = [o for o in outcomes if o.kind in FAILURE_KINDS]
     explained = [o for o in failed if any(o.start <= k <= o.end for k in kills)]
     unexplained = [o for o in failed if o not in explained]
+    latencies = [o.latency_s for o in outcomes if o.kind == "answered"]
     return {"sent": len(outcomes), "answered": kinds["answered"],
+            "latency_p50_s": _round(percentile(latencies, 0.5)),
+            "latency_p99_s": _round(percentile(latencies, 0.99)),
             "disconnected_on_purpose": kinds["disconnected"], "pending": kinds["pending"],
             "failed": len(failed), "failed_by_kind": {k: kinds[k] for k in FAILURE_KINDS},
             "failed_explained_by_replica_kill": len(explained),

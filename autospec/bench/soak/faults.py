@@ -155,8 +155,8 @@ def database_locked(ctx: FaultContext, *, hold_s: float = 60.0) -> FaultRecord:
         conn.execute("BEGIN EXCLUSIVE")
         rec.at = time.time()
         time.sleep(hold_s)
-    finally:
         conn.execute("ROLLBACK")
+    finally:
         conn.close()
     released = time.time()
     meanwhile = sum(1 for o in ctx.load.snapshot()

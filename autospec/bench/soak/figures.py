@@ -14,8 +14,9 @@ from autospec.bench.soak.faults import FaultRecord
 from autospec.bench.soak.load import Outcome
 from autospec.bench.soak.storeview import StoreView, cycles, pointer_moves, refusals
 
-#: memory growth after warm-up above this (%) is reported as a possible leak
-LEAK_PCT = 5.0
+#: memory growth after warm-up above this (%) is reported as a possible leak, for processes
+#: of at least LEAK_MIN_MIB (a few MiB more in a 30 MiB helper is noise)
+LEAK_PCT, LEAK_MIN_MIB = 5.0, 100.0
 
 
 def figures(*, cfg: SoakConfig, t0: float, ended: float, startup_s: float,
@@ -88,8 +89,8 @@ def verdict(r: dict[str, Any]) -> list[str]:
     if r["shutdown"]["left_running"]:
         missed.append(f"processes left after SIGTERM: {r['shutdown']['left_running']}")
     for name, m in r["memory"].items():
-        growth = m["growth_after_warmup_pct"]
-        if growth is not None and growth > LEAK_PCT:
+        growth, last = m["growth_after_warmup_pct"], list(m["rss_mib_per_minute"].values())[-1]
+        if growth is not None and growth > LEAK_PCT and last >= LEAK_MIN_MIB:
             missed.append(f"{name}: memory grew {growth}% after warm-up")
     for f in r["faults"]:
         if f["ok"] is False:

@@ -35,6 +35,7 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         "| requests | count |", "|---|---|",
         f"| sent | {req['sent']} |", f"| answered | {req['answered']} |",
+        f"| latency p50 / p99 (s) | {req['latency_p50_s']} / {req['latency_p99_s']} |",
         f"| hung up on purpose | {req['disconnected_on_purpose']} |",
         *[f"| failed: {k} | {v} |" for k, v in req["failed_by_kind"].items()],
         f"| failed, cut by a replica SIGKILL | {req['failed_explained_by_replica_kill']} |",
