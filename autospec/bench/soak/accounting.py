@@ -30,12 +30,13 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def counts(outcomes: list[Outcome], kills: list[float]) -> dict[str, Any]:
-    """Requests sent / answered / hung up on purpose / failed by kind; a failure in flight
-    at a replica SIGKILL (sent before it, ended after it) is ``explained``."""
+    """Requests sent / answered / hung up on purpose / failed by kind. A failure in flight
+    at a replica SIGKILL (sent before it, ended after it) is explained by the kill; a 503
+    with ``Retry-After`` is declared overload — counted and named, not unexplained."""
     kinds = Counter(o.kind for o in outcomes)
     failed = [o for o in outcomes if o.kind in FAILURE_KINDS]
     explained = [o for o in failed if any(o.start <= k <= o.end for k in kills)]
-    unexplained = [o for o in failed if o not in explained]
+    unexplained = [o for o in failed if o not in explained and o.kind != "overload_503"]
     latencies = [o.latency_s for o in outcomes if o.kind == "answered"]
     return {"sent": len(outcomes), "answered": kinds["answered"],
             "latency_p50_s": _round(percentile(latencies, 0.5)),
@@ -128,19 +129,23 @@ def rows_vs_answers(outcomes: list[Outcome], rows: list[Row]) -> dict[str, Any]:
 
 
 def memory(samples: list[tuple[float, str, int]], t0: float, warmup_s: float) -> dict[str, Any]:
-    """Per process: RSS (MiB) per minute, and growth from the first minute after warm-up to
-    the last (a leak shows as steady growth)."""
+    """Per process: RSS (MiB) per minute (the largest sample), and the growth of its floor
+    after warm-up: the lowest minute of the last third against the lowest of the first
+    third, counted from the run's warm-up or the process's own (a process started late, a
+    restarted replica, warms up too). A leak raises the floor; a controller's saw-tooth
+    (a target loaded for each cycle, then freed) does not."""
     per: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for t, name, rss in samples:
         per[name][int((t - t0) // 60)].append(rss)
     out: dict[str, Any] = {}
-    warm = int(warmup_s // 60)
+    warm = math.ceil(warmup_s / 60)
     for name, minutes in sorted(per.items()):
         mib = {m: max(v) / 2**20 for m, v in sorted(minutes.items())}
-        after = [m for m in mib if m >= warm]
+        after = [mib[m] for m in mib if m >= max(warm, min(mib) + warm)]
         growth = None
-        if len(after) >= 2:
-            first, last = mib[after[0]], mib[after[-1]]
+        if len(after) >= 3:
+            third = len(after) // 3
+            first, last = min(after[:third]), min(after[-third:])
             growth = round((last - first) / first * 100, 1) if first else None
         out[name] = {"rss_mib_per_minute": {str(m): round(v, 1) for m, v in mib.items()},
                      "growth_after_warmup_pct": growth}

@@ -170,10 +170,8 @@ class MemorySampler:
                     created = p.create_time()
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
-                name = self.seen.get(p.pid, (0.0, ""))[1]
-                if not name or self.seen[p.pid][0] != created:
-                    name = label(p)
-                    self.seen[p.pid] = (created, name)
+                name = label(p)  # each time: a Ray worker is IDLE before it is a replica
+                self.seen[p.pid] = (created, name)
                 self.samples.append((now, name, rss))
 
     def _run(self) -> None:

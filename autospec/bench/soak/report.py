@@ -1,6 +1,7 @@
 """The soak's report under ``--out``: ``soak.json`` (every figure), ``soak.md`` (tables a
 person reads in a minute) and ``soak.png`` (latency, τ and memory per minute, the faults
-marked; matplotlib, Agg backend)."""
+marked; matplotlib, Agg backend). The runner also leaves the raw data beside them:
+``requests.jsonl`` (every request's outcome) and ``memory.jsonl`` (every sample)."""
 
 from __future__ import annotations
 

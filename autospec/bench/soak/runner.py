@@ -9,6 +9,7 @@ used: the CLI, the HTTP API and the store's tables.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -148,6 +149,7 @@ class Soak:
                          controllers=len(self.controllers), loadavg=self.loadavg,
                          spill_files=_spill_files(self.data))
         write_report(result, self.out)
+        _write_raw(self.out, load.snapshot(), self.sampler.samples)
         return result
 
     def _inject(self, ctx: FaultContext, t0: float) -> None:
@@ -193,6 +195,14 @@ class Soak:
         self.say(f"serve exited {how}; processes left: {left or 'none'}")
         return {"serve_exit_s": exit_s, "serve_returncode": serve.popen.returncode,
                 "processes_seen": len(self.sampler.seen), "left_running": left}
+
+
+def _write_raw(out: Path, outcomes: list[Any], samples: list[tuple[float, str, int]]) -> None:
+    """Every request's outcome and every memory sample, one JSON object a line."""
+    with (out / "requests.jsonl").open("w") as f:
+        f.writelines(json.dumps(o.as_dict()) + "\n" for o in outcomes)
+    with (out / "memory.jsonl").open("w") as f:
+        f.writelines(json.dumps({"t": t, "process": n, "rss": r}) + "\n" for t, n, r in samples)
 
 
 def _spill_files(data: Path) -> int:
