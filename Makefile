@@ -20,8 +20,10 @@ OTHER_STAMP := $(VENV)/.installed-gpu
 endif
 CONSTRAINTS ?= constraints-$(KIND).txt
 DEMO_ARGS ?=
+# `make soak SOAK_ARGS="--duration 120"`: a soak of the whole loop with faults (docs/soak.md)
+SOAK_ARGS ?=
 
-.PHONY: install test test-fast lint demo docs clean
+.PHONY: install test test-fast lint demo soak docs clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS) ops/install.sh
 	@if [ -e $(OTHER_STAMP) ]; then echo "$(VENV) holds the other install ($(OTHER_STAMP)): make clean first" >&2; exit 1; fi
@@ -44,6 +46,9 @@ lint: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/autospec demo $(DEMO_ARGS)
+
+soak: $(STAMP)
+	$(VENV)/bin/autospec bench soak $(SOAK_ARGS)
 
 docs: $(STAMP)
 	$(PY) scripts/gen_cli_docs.py

@@ -273,3 +273,29 @@ def train(
         raise typer.BadParameter(first_error(exc)) from None
     run_train_bench(request)
 
+
+
+@bench_app.command("soak")
+def soak(
+    duration: Annotated[float, typer.Option(min=1, help="minutes of traffic")] = 30.0,
+    rate: Annotated[float, typer.Option(min=0.01, help="requests per second, constant")] = 1.0,
+    engine: Annotated[str, typer.Option(help="serving engine: native or vllm")] = "native",
+    target: Annotated[str, typer.Option(
+        help="target: a name, a model directory or .gguf, or 'tiny' (random init, for a "
+        "short run)")] = "smollm2-135m",
+    dtype: Annotated[str, typer.Option(help="target dtype of serve and controller")] = "auto",
+    out: Annotated[Path, typer.Option(help="report, logs, store and artifacts")] = Path("soak-out"),
+    max_tokens: Annotated[int, typer.Option(min=1, help="tokens per request")] = 24,
+    cycle_interval: Annotated[float, typer.Option(
+        min=10, help="seconds between controller cycles")] = 240.0,
+    short: Annotated[bool, typer.Option(help="the short form's fault subset")] = False,
+    faults: Annotated[str | None, typer.Option(
+        help="only these faults, comma-separated (default: the whole schedule)")] = None,
+) -> None:
+    """Constant traffic through serve + controller for --duration with faults injected;
+    every request, row, pointer move and process accounted for (docs/soak.md)."""
+    from autospec.bench.soak.cli import run_soak
+
+    raise typer.Exit(run_soak(duration_min=duration, rate=rate, engine=engine, target=target,
+                              dtype=dtype, out=out, max_tokens=max_tokens,
+                              cycle_interval_s=cycle_interval, short=short, faults=faults))

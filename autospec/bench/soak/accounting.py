@@ -1,0 +1,152 @@
+"""The soak's figures, from what the load generator saw, what the store holds and what the
+sampler measured: pure functions, no I/O.
+
+- failures by kind, and which of them a fault explains (in flight when a replica was killed);
+- p50 / p99 latency and τ per minute;
+- responses naming a version that was not live (nor just moved from) at that moment;
+- traffic rows against answered requests, matched by request number;
+- resident memory per process per minute, and its growth after warm-up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from autospec.bench.soak.load import FAILURE_KINDS, Outcome
+from autospec.bench.soak.storeview import Row
+
+BUILTIN = "builtin-ngram"
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (nearest rank) of ``values``; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def counts(outcomes: list[Outcome], kills: list[float]) -> dict[str, Any]:
+    """Requests sent / answered / hung up on purpose / failed by kind. A failure in flight
+    at a replica SIGKILL (sent before it, ended after it) is explained by the kill; a 503
+    with ``Retry-After`` is declared overload — counted and named, not unexplained."""
+    kinds = Counter(o.kind for o in outcomes)
+    failed = [o for o in outcomes if o.kind in FAILURE_KINDS]
+    explained = [o for o in failed if any(o.start <= k <= o.end for k in kills)]
+    unexplained = [o for o in failed if o not in explained and o.kind != "overload_503"]
+    latencies = [o.latency_s for o in outcomes if o.kind == "answered"]
+    return {"sent": len(outcomes), "answered": kinds["answered"],
+            "latency_p50_s": _round(percentile(latencies, 0.5)),
+            "latency_p99_s": _round(percentile(latencies, 0.99)),
+            "disconnected_on_purpose": kinds["disconnected"], "pending": kinds["pending"],
+            "failed": len(failed), "failed_by_kind": {k: kinds[k] for k in FAILURE_KINDS},
+            "failed_explained_by_replica_kill": len(explained),
+            "failed_unexplained": len(unexplained),
+            "unexplained_examples": [_brief(o) for o in unexplained[:10]],
+            "overload_503_with_retry_after": kinds["overload_503"]}
+
+
+def _brief(o: Outcome) -> dict[str, Any]:
+    return {"n": o.n, "kind": o.kind, "status": o.status, "start": round(o.start, 2),
+            "latency_s": round(o.latency_s, 2), "stream": o.stream, "error": o.error[:200]}
+
+
+def per_minute(outcomes: list[Outcome], rows: list[Row], t0: float) -> list[dict[str, Any]]:
+    """Each minute since ``t0``: requests answered, failed, p50 / p99 latency, τ of the rows."""
+    lat: dict[int, list[float]] = defaultdict(list)
+    failed: Counter[int] = Counter()
+    for o in outcomes:
+        minute = int((o.start - t0) // 60)
+        if o.kind == "answered":
+            lat[minute].append(o.latency_s)
+        elif o.kind in FAILURE_KINDS:
+            failed[minute] += 1
+    steps: Counter[int] = Counter()
+    accepted: Counter[int] = Counter()
+    for r in rows:
+        minute = int((r.at - t0) // 60)
+        steps[minute] += r.drafts
+        accepted[minute] += r.accepted
+    last = max([*lat, *failed, *steps, 0])
+    return [{"minute": m, "answered": len(lat[m]), "failed": failed[m],
+             "p50_s": _round(percentile(lat[m], 0.5)), "p99_s": _round(percentile(lat[m], 0.99)),
+             "tau": _round(1 + accepted[m] / steps[m] if steps[m] else None)}
+            for m in range(last + 1)]
+
+
+def _round(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def allowed_timeline(moves: list[dict[str, Any]],
+                     refused: Iterable[str]) -> list[tuple[float, str]]:
+    """(from time, version the replicas may serve) after each pointer move: the version moved
+    to, or — when replicas refused it — the one they kept."""
+    refused = set(refused)
+    timeline: list[tuple[float, str]] = [(-math.inf, BUILTIN)]
+    for move in sorted(moves, key=lambda m: m["at"]):
+        version = move["version"] or BUILTIN
+        timeline.append((move["at"], timeline[-1][1] if version in refused else version))
+    return timeline
+
+
+def not_live(outcomes: list[Outcome], timeline: list[tuple[float, str]],
+             swap_grace_s: float) -> list[dict[str, Any]]:
+    """Answered requests whose ``x-autospec-speculator`` names a version not allowed at any
+    moment from ``swap_grace_s`` before it was sent (replicas swap between requests, after
+    their next poll) until its answer."""
+    bad = []
+    for o in outcomes:
+        if o.version is None:  # no answer named a version (an error before serving)
+            continue
+        lo = o.start - swap_grace_s
+        ok = {v for t, v in timeline if lo < t <= o.end}
+        ok.add(max((e for e in timeline if e[0] <= lo), key=lambda e: e[0])[1])
+        if o.version not in ok:
+            bad.append({"n": o.n, "version": o.version, "start": round(o.start, 2),
+                        "allowed": sorted(ok)})
+    return bad
+
+
+def rows_vs_answers(outcomes: list[Outcome], rows: list[Row]) -> dict[str, Any]:
+    """Traffic rows matched to requests by their number (the request's seed)."""
+    by_n = {o.n: o for o in outcomes}
+    seeds = Counter(r.seed for r in rows if r.seed is not None and r.seed in by_n)
+    answered = {o.n for o in outcomes if o.kind == "answered"}
+    missing = sorted(answered - set(seeds))
+    extra = Counter(by_n[n].kind for n in seeds if n not in answered)
+    wrong_version = sum(1 for r in rows if r.seed in answered and by_n[r.seed].version
+                        and r.version != by_n[r.seed].version)
+    return {"rows": sum(seeds.values()), "answered": len(answered),
+            "answered_without_row": len(missing), "missing_examples": missing[:20],
+            "rows_without_answer_by_client_outcome": dict(extra),
+            "duplicate_rows": sum(c - 1 for c in seeds.values() if c > 1),
+            "row_version_differs_from_header": wrong_version,
+            "other_rows": sum(1 for r in rows if r.seed is None or r.seed not in by_n)}
+
+
+def memory(samples: list[tuple[float, str, int]], t0: float, warmup_s: float) -> dict[str, Any]:
+    """Per process: RSS (MiB) per minute (the largest sample), and the growth of its floor
+    after warm-up: the lowest minute of the last third against the lowest of the first
+    third, counted from the run's warm-up or the process's own (a process started late, a
+    restarted replica, warms up too). A leak raises the floor; a controller's saw-tooth
+    (a target loaded for each cycle, then freed) does not."""
+    per: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for t, name, rss in samples:
+        per[name][int((t - t0) // 60)].append(rss)
+    out: dict[str, Any] = {}
+    warm = math.ceil(warmup_s / 60)
+    for name, minutes in sorted(per.items()):
+        mib = {m: max(v) / 2**20 for m, v in sorted(minutes.items())}
+        after = [mib[m] for m in mib if m >= max(warm, min(mib) + warm)]
+        growth = None
+        if len(after) >= 3:
+            third = len(after) // 3
+            first, last = min(after[:third]), min(after[-third:])
+            growth = round((last - first) / first * 100, 1) if first else None
+        out[name] = {"rss_mib_per_minute": {str(m): round(v, 1) for m, v in mib.items()},
+                     "growth_after_warmup_pct": growth}
+    return out

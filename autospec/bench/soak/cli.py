@@ -1,0 +1,42 @@
+"""The body of ``autospec bench soak``: checks the options, runs, prints the verdict."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+
+from autospec.bench.soak.config import SoakConfig
+from autospec.bench.soak.faults import FAULTS
+
+
+def run_soak(*, duration_min: float, rate: float, engine: str, target: str, dtype: str,
+             out: Path, max_tokens: int, cycle_interval_s: float, short: bool,
+             faults: str | None) -> int:
+    """0: every goal met; 1: some missed (listed); 2: bad options."""
+    from autospec.bench.soak.runner import Soak
+
+    names = None if faults is None else [f.strip() for f in faults.split(",") if f.strip()]
+    unknown = sorted(set(names or []) - set(FAULTS))
+    if unknown:
+        raise typer.BadParameter(f"--faults: unknown {unknown}; known: {', '.join(FAULTS)}")
+    try:
+        cfg = SoakConfig(duration_s=duration_min * 60, rate=rate, engine=engine,  # type: ignore[arg-type]
+                         target=target, dtype=dtype, out=out, max_tokens=max_tokens,
+                         cycle_interval_s=cycle_interval_s, short=short, faults=names,
+                         warmup_s=min(120.0, duration_min * 60 / 4))
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    logging.basicConfig(level=logging.WARNING)
+
+    def say(line: str) -> None:
+        typer.echo(f"{time.strftime('%H:%M:%S')} {line}")
+
+    result = Soak(cfg, say).run()
+    say(f"report: {cfg.out / 'soak.md'}")
+    for line in result["verdict"]:
+        say(f"MISSED: {line}")
+    return 1 if result["verdict"] else 0

@@ -1,0 +1,98 @@
+"""All of a soak's figures in one JSON-able dict: the run's settings, the accounting
+(:mod:`autospec.bench.soak.accounting`), the store's pointer moves and cycles, each fault,
+memory, the shutdown, and the machine's load. ``verdict`` lists the goals missed."""
+
+from __future__ import annotations
+
+import platform
+from collections import Counter
+from typing import Any
+
+from autospec.bench.soak import accounting as acc
+from autospec.bench.soak.config import SoakConfig
+from autospec.bench.soak.faults import FaultRecord
+from autospec.bench.soak.load import Outcome
+from autospec.bench.soak.storeview import StoreView, cycles, pointer_moves, refusals
+
+#: memory growth after warm-up above this (%) is reported as a possible leak, for processes
+#: of at least LEAK_MIN_MIB (a few MiB more in a 30 MiB helper is noise)
+LEAK_PCT, LEAK_MIN_MIB = 5.0, 100.0
+
+
+def figures(*, cfg: SoakConfig, t0: float, ended: float, startup_s: float,
+            outcomes: list[Outcome], view: StoreView, faults: list[FaultRecord],
+            samples: list[tuple[float, str, int]], shutdown: dict[str, Any], controllers: int,
+            loadavg: list[tuple[float, float]], spill_files: int) -> dict[str, Any]:
+    events = view.events()
+    rows = view.rows()
+    moves = pointer_moves(events)
+    refused = refusals(events)
+    kills = [f.at for f in faults if f.name.startswith("replica SIGKILL") and f.at]
+    timeline = acc.allowed_timeline(moves, {e["version"] for e in refused})
+    result: dict[str, Any] = {
+        "config": cfg.model_dump(mode="json"), "started": t0, "ended": ended,
+        "duration_s": round(ended - t0, 1), "startup_s": round(startup_s, 1),
+        "machine": {"cpus": _cpus(), "python": platform.python_version(),
+                    "loadavg_1min": [round(v, 2) for _, v in loadavg]},
+        "requests": acc.counts(outcomes, kills),
+        "rows": {**acc.rows_vs_answers(outcomes, rows), "spill_files_left": spill_files},
+        "not_live": acc.not_live(outcomes, timeline, cfg.swap_grace_s),
+        "per_minute": acc.per_minute(outcomes, rows, t0),
+        "memory": acc.memory(samples, t0, cfg.warmup_s),
+        "faults": [f.as_dict() | {"at_s": round(f.at - t0, 1) if f.at else None} for f in faults],
+        "pointer_moves": [{"at_s": round(m["at"] - t0, 1), "kind": m["kind"],
+                           "version": m["version"], "from": m["from_version"],
+                           "actor": m["actor"], "reason": m["reason"][:200]} for m in moves],
+        "refusals": [{"at_s": round(e["at"] - t0, 1), "version": e["version"],
+                      "actor": e["actor"], "reason": e["reason"][:300]} for e in refused],
+        "cycles": _cycles(events, t0),
+        "controllers_started": controllers,
+        "shutdown": shutdown,
+    }
+    result["verdict"] = verdict(result)
+    return result
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+def _cycles(events: list[dict[str, Any]], t0: float) -> dict[str, Any]:
+    recs = cycles(events)
+    outcomes = Counter(c["outcome"] for c in recs)
+    return {"outcomes": dict(outcomes),
+            "promotions": sum(1 for e in events if e["kind"] == "promotion"),
+            "overrides": sum(1 for e in events if e["kind"] == "override"),
+            "rollbacks": sum(1 for e in events if e["kind"] == "rollback"),
+            "failed": [{"at_s": round(c["at"] - t0, 1), "outcome": c["outcome"],
+                        "reasons": [str(r)[:300] for r in c["reasons"][-3:]]}
+                       for c in recs if c["outcome"] in ("failed", "interrupted")],
+            "failure_events": [{"at_s": round(e["at"] - t0, 1), "actor": e["actor"],
+                                "reason": e["reason"][:300]}
+                               for e in events if e["kind"] == "failure"]}
+
+
+def verdict(r: dict[str, Any]) -> list[str]:
+    """The goals this run missed (empty: all met)."""
+    missed = []
+    req, rows = r["requests"], r["rows"]
+    if req["failed_unexplained"]:
+        missed.append(f"{req['failed_unexplained']} failed requests not explained by a fault")
+    if rows["answered_without_row"]:
+        missed.append(f"{rows['answered_without_row']} answered requests have no traffic row")
+    if rows["duplicate_rows"]:
+        missed.append(f"{rows['duplicate_rows']} duplicate traffic rows")
+    if r["not_live"]:
+        missed.append(f"{len(r['not_live'])} responses from a version that was not live")
+    if r["shutdown"]["left_running"]:
+        missed.append(f"processes left after SIGTERM: {r['shutdown']['left_running']}")
+    for name, m in r["memory"].items():
+        growth, last = m["growth_after_warmup_pct"], list(m["rss_mib_per_minute"].values())[-1]
+        if growth is not None and growth > LEAK_PCT and last >= LEAK_MIN_MIB:
+            missed.append(f"{name}: memory grew {growth}% after warm-up")
+    for f in r["faults"]:
+        if f["ok"] is False:
+            missed.append(f"fault '{f['name']}' did not recover as it should")
+    return missed

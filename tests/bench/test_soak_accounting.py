@@ -1,0 +1,79 @@
+"""The soak's accounting on hand-made outcomes and rows: failures by kind and which a
+replica kill explains, responses from a version that was not live, rows against answers,
+memory growth after warm-up, the verdict."""
+
+from __future__ import annotations
+
+from autospec.bench.soak import accounting as acc
+from autospec.bench.soak.config import SHORT_SCHEDULE, SoakConfig, policy_yaml
+from autospec.bench.soak.faults import FAULTS
+from autospec.bench.soak.load import Outcome
+from autospec.bench.soak.storeview import Row
+
+
+def _o(n: int, start: float, end: float, kind: str = "answered",
+       version: str | None = "builtin-ngram") -> Outcome:
+    return Outcome(n=n, domain="support", stream=False, hang_up=False, start=start, end=end,
+                   kind=kind, version=version if kind == "answered" else None)
+
+
+def test_a_failure_in_flight_at_a_replica_kill_is_explained_and_no_other() -> None:
+    outcomes = [_o(0, 0, 1), _o(1, 9, 12, "connection"), _o(2, 20, 21, "http_5xx"),
+                _o(3, 30, 31, "overload_503"), _o(4, 40, 40.3, "disconnected")]
+    got = acc.counts(outcomes, kills=[10.0])
+    assert got["sent"] == 5 and got["answered"] == 1 and got["disconnected_on_purpose"] == 1
+    assert got["failed"] == 3 and got["failed_explained_by_replica_kill"] == 1
+    assert got["failed_unexplained"] == 1  # the 503 with Retry-After is declared overload
+    assert got["failed_by_kind"]["overload_503"] == 1
+    assert [e["n"] for e in got["unexplained_examples"]] == [2]
+
+
+def test_a_version_is_allowed_from_its_move_and_a_refused_one_never() -> None:
+    moves = [{"at": 100.0, "version": "v1"}, {"at": 200.0, "version": "bad"},
+             {"at": 210.0, "version": "v1"}]
+    timeline = acc.allowed_timeline(moves, refused={"bad"})
+    assert [v for _, v in timeline] == ["builtin-ngram", "v1", "v1", "v1"]
+    outcomes = [_o(0, 50, 51), _o(1, 105, 106, version="builtin-ngram"),  # within the grace
+                _o(2, 150, 151, version="builtin-ngram"),  # long after the move: not live
+                _o(3, 205, 206, version="v1"), _o(4, 206, 207, version="bad"),
+                _o(5, 90, 101, version="v1")]  # moved while it decoded
+    bad = acc.not_live(outcomes, timeline, swap_grace_s=15.0)
+    assert [b["n"] for b in bad] == [2, 4]
+
+
+def test_rows_are_matched_to_answers_by_request_number() -> None:
+    outcomes = [_o(0, 0, 1), _o(1, 1, 2), _o(2, 2, 3, "disconnected"), _o(3, 3, 4)]
+    rows = [Row(0, "builtin-ngram", 1, 5, 3), Row(1, "v1", 2, 5, 3), Row(1, "v1", 2, 5, 3),
+            Row(2, "builtin-ngram", 3, 1, 0), Row(None, "x", 3, 0, 0)]
+    got = acc.rows_vs_answers(outcomes, rows)
+    assert got["answered"] == 3 and got["answered_without_row"] == 1
+    assert got["missing_examples"] == [3] and got["duplicate_rows"] == 1
+    assert got["rows_without_answer_by_client_outcome"] == {"disconnected": 1}
+    assert got["row_version_differs_from_header"] == 2  # request 1's two rows say v1
+    assert got["other_rows"] == 1
+
+
+def test_per_minute_latency_and_tau_and_memory_growth_after_warmup() -> None:
+    outcomes = [_o(i, i * 6.0, i * 6.0 + 0.5 + i / 10) for i in range(20)]
+    rows = [Row(i, "builtin-ngram", i * 6.0, 4, 2) for i in range(20)]
+    minutes = acc.per_minute(outcomes, rows, t0=0.0)
+    assert [m["answered"] for m in minutes] == [10, 10]
+    assert minutes[0]["tau"] == 1.5 and minutes[0]["p50_s"] == 0.9
+    leak = [(m * 60.0, "replica[1]", (100 + 10 * m) << 20) for m in range(8)]
+    saw = [(m * 60.0, "controller[2]", (500 if m % 2 else 1500) << 20) for m in range(8)]
+    late = [(m * 60.0, "replica[3]", (100 if m < 5 else 200) << 20) for m in range(4, 12)]
+    mem = acc.memory(leak + saw + late, t0=0.0, warmup_s=120.0)
+    assert mem["replica[1]"]["growth_after_warmup_pct"] == 33.3  # floor 120 → 160 MiB
+    assert mem["controller[2]"]["growth_after_warmup_pct"] == 0.0  # a saw-tooth, no leak
+    assert mem["replica[3]"]["growth_after_warmup_pct"] == 0.0  # its rise was its warm-up
+
+
+def test_the_schedule_names_known_faults_and_the_policy_parses() -> None:
+    from autospec.controller.policy import parse_policy
+
+    assert {name for _, name, _ in SHORT_SCHEDULE} <= set(FAULTS)
+    cfg = SoakConfig(short=True, faults=["db_locked"])
+    assert [name for _, name, _ in cfg.schedule()] == ["db_locked"]
+    policy = parse_policy(policy_yaml(SoakConfig(cycle_interval_s=45)), source="soak.yaml")
+    assert policy.schedule.interval is not None
+    assert policy.schedule.interval.total_seconds() == 45
