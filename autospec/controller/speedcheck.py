@@ -27,9 +27,10 @@ watch's case: the replaced version served JSON extraction, then a little support
 its successor serves support chat) the comparison is support against support, not against
 the replaced version's faster JSON. What still does not cancel is a change of traffic
 within a segment (the two versions never serve at the same time): the tolerance is there
-for that (the module compares periods; it has no concurrent target-only baseline). With no measured speedups in the
-promotion (measurement off, an override without evaluation) or no timed requests on either
-side, the check is not judged and says why.
+for that (the module compares periods; it has no concurrent target-only baseline).
+
+With no measured speedups in the promotion (measurement off, an override without
+evaluation) or no timed requests on either side, the check is not judged and says why.
 """
 
 from __future__ import annotations
