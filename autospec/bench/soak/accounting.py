@@ -17,6 +17,7 @@ from typing import Any
 
 from autospec.bench.soak.load import FAILURE_KINDS, Outcome
 from autospec.bench.soak.storeview import Row
+from autospec.engine.stats import tau
 
 BUILTIN = "builtin-ngram"
 
@@ -73,7 +74,7 @@ def per_minute(outcomes: list[Outcome], rows: list[Row], t0: float) -> list[dict
     last = max([*lat, *failed, *steps, 0])
     return [{"minute": m, "answered": len(lat[m]), "failed": failed[m],
              "p50_s": _round(percentile(lat[m], 0.5)), "p99_s": _round(percentile(lat[m], 0.99)),
-             "tau": _round(1 + accepted[m] / steps[m] if steps[m] else None)}
+             "tau": _round(tau(accepted[m], steps[m]))}
             for m in range(last + 1)]
 
 
