@@ -40,6 +40,7 @@ run over it does nothing); ``failed`` does not (the next run retries it).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -106,6 +107,7 @@ class Controller:
         self.hooks = dict(hooks or {})
         self._target = target
         self.deployment = policy.deployment
+        self._turn = threading.Lock()  # one cycle or watch of this controller at a time
 
     # -- entry points -------------------------------------------------------------------
     def run_cycle(self, *, trigger: str = "manual") -> CycleResult:
@@ -134,8 +136,18 @@ class Controller:
         return self._target
 
     def _acquire(self) -> HeldLease | None:
-        return try_acquire(self.engine, name=records.lease_name(self.deployment),
-                           holder=self.holder, ttl=self.policy.lease.ttl)
+        """The deployment's lease, or None while another controller holds it — or another
+        job of this one: ``controller run``'s cycle and watch jobs run on two scheduler
+        threads under one holder name, and the lease alone would let the second in."""
+        if not self._turn.acquire(blocking=False):
+            return None
+        lease = try_acquire(self.engine, name=records.lease_name(self.deployment),
+                            holder=self.holder, ttl=self.policy.lease.ttl)
+        if lease is None:
+            self._turn.release()
+            return None
+        lease.on_release(self._turn.release)
+        return lease
 
     def _busy(self) -> CycleResult:
         with store.session_scope(self.engine, readonly=True) as session:

@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 from sqlalchemy import Engine
@@ -45,6 +46,7 @@ class HeldLease:
         self.grant = grant
         self.ttl = ttl
         self._lost = threading.Event()
+        self._after: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._heartbeat, daemon=True,
                                         name=f"lease-{grant.name}")
@@ -93,11 +95,21 @@ class HeldLease:
             raise LeaseLost(f"lease {self.name}: fencing token {self.token} is stale "
                             f"(now {row.token if row else 'none'})")
 
+    def on_release(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once the lease is released (lost or not)."""
+        self._after.append(fn)
+
     def release(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        if self.lost:
-            return
+        try:
+            self._stop.set()
+            self._thread.join(timeout=5)
+            if not self.lost:
+                self._release_row()
+        finally:
+            while self._after:
+                self._after.pop()()
+
+    def _release_row(self) -> None:
         try:
             with store.session_scope(self.engine) as session:
                 store.release_lease(session, name=self.name, holder=self.holder)

@@ -8,17 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from autospec.controller.cycle import Controller
 from autospec.controller.watch import Watcher
 
 from .helpers import events, fast_policy, live_version, log_traffic
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28: the watch re-enters the lease of its own "
-                   "controller's running cycle; fix in autospec/controller (a process-local "
-                   "lock in Controller._acquire) and drop this marker")
 def test_a_watch_during_a_cycle_of_the_same_controller_leaves_the_cycle_alone(
         db, tiny, traffic) -> None:  # type: ignore[no-untyped-def]
     log_traffic(db, traffic)
