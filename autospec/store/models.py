@@ -201,6 +201,22 @@ class LivePointer(Base):
     updated_by: Mapped[str] = mapped_column(String(128))
 
 
+class SegmentPointer(Base):
+    """Which version serves one segment of a deployment (a request's ``x-autospec-segment`` or
+    the segment a deployment's rule gives it); a segment without a row is served by the
+    deployment's :class:`LivePointer`. ``generation`` grows by one on every move."""
+
+    __tablename__ = "segment_pointers"
+
+    deployment: Mapped[str] = mapped_column(String(64), primary_key=True)
+    segment: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[str] = mapped_column(ForeignKey("speculators.version"))
+    previous_version: Mapped[str | None] = mapped_column(ForeignKey("speculators.version"))
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str] = mapped_column(String(128))
+
+
 class Deployment(Base):
     """What a deployment serves: its target, the numerics its replicas run it in, the
     engine they decode with and on how many CPU threads.

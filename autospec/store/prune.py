@@ -46,6 +46,7 @@ from autospec.store.models import (
     Evaluation,
     LivePointer,
     ReplicaReport,
+    SegmentPointer,
     Speculator,
     utcnow,
 )
@@ -98,6 +99,11 @@ def plan(session: Session, *, keep: int, artifact_dir: Path, dry_run: bool = Tru
         if pointer.previous_version:
             why[pointer.previous_version].append(
                 f"previous of {pointer.deployment} (its rollback target)")
+    for seg in session.scalars(select(SegmentPointer)):
+        why[seg.version].append(f"live for segment {seg.segment} of {seg.deployment}")
+        if seg.previous_version:
+            why[seg.previous_version].append(
+                f"previous of segment {seg.segment} of {seg.deployment}")
     for report in session.scalars(select(ReplicaReport)):
         why[report.version].append(f"served by replica {report.replica}")
     evaluated = set(session.scalars(select(Evaluation.candidate).distinct()))

@@ -12,6 +12,10 @@ commit together or not at all.
   and speculator ``state`` changes in the same transaction. :func:`rollback` moves the pointer
   back to ``previous_version`` in one step (the pointer then remembers the version rolled back
   from, so a second rollback undoes the first). Every move writes an :class:`Event`.
+- A deployment may also keep a pointer per traffic segment (:class:`SegmentPointer`): the same
+  functions take ``segment=``, the move is the same compare-and-swap on that row, its event
+  carries ``details.segment``, and :func:`serving_version` says which version drafts a
+  segment (its own pointer, else the deployment's).
 - :func:`next_version` makes the next free name ``<kind>-<YYYYMMDD>-<NNNN>``.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +39,7 @@ from autospec.store.models import (
     SPECULATOR_STATES,
     Event,
     LivePointer,
+    SegmentPointer,
     Speculator,
     utcnow,
 )
@@ -229,9 +235,31 @@ def next_version(session: Session, *, kind: str, now: datetime | None = None) ->
 # -- live pointer ----------------------------------------------------------------------------
 
 
-def get_live(session: Session, *, deployment: str = DEFAULT_DEPLOYMENT) -> LivePointer | None:
-    """The deployment's pointer (version, previous_version, generation), or None."""
-    return session.get(LivePointer, deployment, populate_existing=True)
+def get_live(session: Session, *, deployment: str = DEFAULT_DEPLOYMENT,
+             segment: str | None = None) -> LivePointer | SegmentPointer | None:
+    """The deployment's pointer (version, previous_version, generation), or None; with
+    ``segment``, that segment's own pointer (None: the segment follows the deployment's)."""
+    if segment is None:
+        return session.get(LivePointer, deployment, populate_existing=True)
+    return session.get(SegmentPointer, (deployment, segment), populate_existing=True)
+
+
+def list_segment_pointers(session: Session, *,
+                          deployment: str = DEFAULT_DEPLOYMENT) -> list[SegmentPointer]:
+    """The deployment's per-segment pointers, by segment name."""
+    return list(session.scalars(select(SegmentPointer)
+                                .where(SegmentPointer.deployment == deployment)
+                                .order_by(SegmentPointer.segment)
+                                .execution_options(populate_existing=True)))
+
+
+def serving_version(session: Session, *, deployment: str = DEFAULT_DEPLOYMENT,
+                    segment: str | None = None) -> str | None:
+    """The version that drafts ``segment``'s requests: its own pointer's, else the
+    deployment's (None when the deployment has no live version)."""
+    pointer = get_live(session, deployment=deployment, segment=segment) if segment else None
+    pointer = pointer or get_live(session, deployment=deployment)
+    return pointer.version if pointer is not None else None
 
 
 def set_live(
@@ -241,11 +269,15 @@ def set_live(
     actor: str,
     reason: str,
     deployment: str = DEFAULT_DEPLOYMENT,
+    segment: str | None = None,
     kind: str = "promotion",
     details: dict[str, Any] | None = None,
-) -> LivePointer:
-    """Make ``version`` live for ``deployment`` (atomic; previous version remembered)."""
+) -> LivePointer | SegmentPointer:
+    """Make ``version`` live for ``deployment`` — or for one ``segment`` of it — (atomic;
+    previous version remembered)."""
     _check_name("deployment", deployment)
+    if segment is not None:
+        _check_name("segment", segment)
     lock_pointers(session)
     spec = get_speculator(session, version=version)
     if (spec.meta or {}).get("pruned"):
@@ -253,7 +285,7 @@ def set_live(
                        f"{spec.meta['pruned'].get('at', '')}); it cannot be made live again")
     if spec.state == "rejected" and kind != "override":
         raise Conflict(f"{version!r} was rejected; promote it with kind='override' to insist")
-    return _move(session, deployment=deployment, to=version, actor=actor, reason=reason,
+    return _move(session, _Key(deployment, segment), to=version, actor=actor, reason=reason,
                  kind=kind, details=details)
 
 
@@ -263,64 +295,96 @@ def rollback(
     actor: str,
     reason: str,
     deployment: str = DEFAULT_DEPLOYMENT,
+    segment: str | None = None,
     details: dict[str, Any] | None = None,
-) -> LivePointer:
-    """Point the deployment back at its previous version, in one step."""
-    pointer = get_live(session, deployment=deployment)
+) -> LivePointer | SegmentPointer:
+    """Point the deployment (or one segment of it) back at its previous version, in one step."""
+    key = _Key(deployment, segment)
+    pointer = get_live(session, deployment=deployment, segment=segment)
     if pointer is None:
-        raise NotFound(f"deployment {deployment!r} has no live version to roll back")
+        raise NotFound(f"{key} has no live version to roll back")
     if pointer.previous_version is None:
-        raise Conflict(f"deployment {deployment!r} has no previous version to roll back to")
-    return _move(session, deployment=deployment, to=pointer.previous_version, actor=actor,
+        raise Conflict(f"{key} has no previous version to roll back to")
+    return _move(session, key, to=pointer.previous_version, actor=actor,
                  reason=reason, kind="rollback", details=details)
+
+
+@dataclass(frozen=True)
+class _Key:
+    """One pointer: a deployment's (``segment`` None) or one of its segments'."""
+
+    deployment: str
+    segment: str | None
+
+    def __str__(self) -> str:
+        if self.segment is None:
+            return f"deployment {self.deployment!r}"
+        return f"segment {self.segment!r} of deployment {self.deployment!r}"
+
+    @property
+    def model(self) -> type[LivePointer] | type[SegmentPointer]:
+        return LivePointer if self.segment is None else SegmentPointer
+
+    def where(self, query: Any) -> Any:
+        query = query.where(self.model.deployment == self.deployment)
+        if self.segment is not None:
+            query = query.where(SegmentPointer.segment == self.segment)
+        return query
+
+    def row(self, **values: Any) -> LivePointer | SegmentPointer:
+        if self.segment is None:
+            return LivePointer(deployment=self.deployment, **values)
+        return SegmentPointer(deployment=self.deployment, segment=self.segment, **values)
 
 
 def _move(
     session: Session,
+    key: _Key,
     *,
-    deployment: str,
     to: str,
     actor: str,
     reason: str,
     kind: str,
     details: dict[str, Any] | None,
-) -> LivePointer:
+) -> LivePointer | SegmentPointer:
     for _ in range(_CAS_TRIES):
-        pointer = get_live(session, deployment=deployment)
+        pointer = get_live(session, deployment=key.deployment, segment=key.segment)
         if pointer is not None and pointer.version == to:
-            raise Conflict(f"{to!r} is already live for deployment {deployment!r}")
-        moved = _compare_and_swap(session, deployment, pointer, to, actor)
+            raise Conflict(f"{to!r} is already live for {key}")
+        moved = _compare_and_swap(session, key, pointer, to, actor)
         if moved:
             break
     else:
-        raise Conflict(f"live pointer of {deployment!r} kept changing; try again")
+        raise Conflict(f"live pointer of {key} kept changing; try again")
     previous = pointer.version if pointer is not None else None
     _update_states(session, new=to, old=previous, rolled_back=kind == "rollback")
-    record_event(session, kind=kind, actor=actor, reason=reason, deployment=deployment,
+    if key.segment is not None:
+        details = {**(details or {}), "segment": key.segment}
+    record_event(session, kind=kind, actor=actor, reason=reason, deployment=key.deployment,
                  version=to, from_version=previous, details=details)
-    log.info("%s: %s -> %s for %s (%s)", kind, previous, to, deployment, actor)
-    result = get_live(session, deployment=deployment)
+    log.info("%s: %s -> %s for %s (%s)", kind, previous, to, key, actor)
+    result = get_live(session, deployment=key.deployment, segment=key.segment)
     assert result is not None
     return result
 
 
 def _compare_and_swap(
-    session: Session, deployment: str, pointer: LivePointer | None, to: str, actor: str
+    session: Session, key: _Key, pointer: LivePointer | SegmentPointer | None, to: str,
+    actor: str
 ) -> bool:
     """Move the pointer iff nobody moved it since we read it; False means re-read and retry."""
     now = utcnow()
     if pointer is None:
         try:
             with session.begin_nested():
-                session.add(LivePointer(deployment=deployment, version=to, previous_version=None,
-                                        generation=1, updated_at=now, updated_by=actor))
+                session.add(key.row(version=to, previous_version=None, generation=1,
+                                    updated_at=now, updated_by=actor))
         except IntegrityError:
             return False
         return True
     result = session.execute(
-        update(LivePointer)
-        .where(LivePointer.deployment == deployment)
-        .where(LivePointer.generation == pointer.generation)
+        key.where(update(key.model))
+        .where(key.model.generation == pointer.generation)
         .values(version=to, previous_version=pointer.version,
                 generation=pointer.generation + 1, updated_at=now, updated_by=actor)
         .execution_options(synchronize_session=False)
@@ -336,6 +400,8 @@ def _update_states(session: Session, *, new: str, old: str | None, rolled_back: 
     if old is not None and old != new:
         still_live = session.scalar(
             select(func.count()).select_from(LivePointer).where(LivePointer.version == old)
+        ) or session.scalar(
+            select(func.count()).select_from(SegmentPointer).where(SegmentPointer.version == old)
         )
         if not still_live:
             session.execute(
