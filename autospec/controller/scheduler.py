@@ -34,6 +34,7 @@ from autospec import store
 from autospec.controller import records
 from autospec.controller.cycle import Controller
 from autospec.controller.policy import Schedule
+from autospec.controller.result import CycleResult
 from autospec.controller.watch import Watcher
 from autospec.store.models import utcnow
 
@@ -71,8 +72,22 @@ def build_scheduler(controller: Controller, *, scheduler: BaseScheduler | None =
 
 def run_cycle_job(controller: Controller) -> dict[str, Any]:
     result = controller.run_cycle(trigger="schedule")
-    log.info("scheduled cycle: %s %s", result.outcome, "; ".join(result.reasons[-3:]))
+    log.info("scheduled cycle: %s", cycle_summary(result))
     return result.as_dict()
+
+
+def cycle_summary(result: CycleResult) -> str:
+    """One log line for a cycle: its outcome, what it promoted over what, and its reasons
+    counted (``controller once`` and ``status`` show them all; the last few lines of several
+    candidates' reasons, as logged before, read as if they were the promoted one's)."""
+    head = f"{result.cycle_id or '-'} {result.outcome}"
+    if result.promoted:
+        head += f" {result.promoted} over {result.incumbent or 'nothing'}"
+    elif result.candidates:
+        head += f" ({', '.join(result.candidates)} not promoted)"
+    if result.outcome in ("failed", "nothing_to_do", "busy") and result.reasons:
+        return f"{head}: {result.reasons[-1]}"
+    return f"{head}; {len(result.reasons)} reasons recorded"
 
 
 def overdue(controller: Controller) -> bool:

@@ -77,3 +77,20 @@ def test_a_missed_run_is_made_up_once_and_the_next_run_published(db, tiny,
         assert timedelta(minutes=55) < next_run - utcnow() <= timedelta(hours=1)
     finally:
         sched.shutdown(wait=False)
+
+
+def test_cycle_summary_names_the_promoted_version_not_another_candidates_reasons() -> None:
+    from autospec.controller.result import CycleResult
+    from autospec.controller.scheduler import cycle_summary
+
+    promoted = CycleResult(outcome="promoted", cycle_id="c1", candidates=["s-1", "e-1"],
+                           promoted="s-1", incumbent="builtin-ngram",
+                           reasons=["s-1: gate passed", "e-1: Δτ CI includes 0"])
+    line = cycle_summary(promoted)
+    assert line == "c1 promoted s-1 over builtin-ngram; 2 reasons recorded"
+    assert "e-1" not in line
+    rejected = CycleResult(outcome="rejected", cycle_id="c2", candidates=["e-2"],
+                           reasons=["e-2: Δτ CI includes 0"])
+    assert cycle_summary(rejected) == "c2 rejected (e-2 not promoted); 1 reasons recorded"
+    failed = CycleResult(outcome="failed", cycle_id="c3", reasons=["x", "disk full"])
+    assert cycle_summary(failed) == "c3 failed: disk full"
