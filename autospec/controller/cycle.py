@@ -171,12 +171,11 @@ class Controller:
         return closed
 
     def _close_interrupted(self, session, cyc: records.CycleRecord) -> None:  # type: ignore[no-untyped-def]
-        for run in store.list_training_runs(session, status="running"):
-            if run.started_at >= cyc.started_at:
-                store.finish_training_run(session, run_id=run.id, status="failed",
-                                          error=f"interrupted: cycle {cyc.cycle_id} died")
-        orphans = [s.version for s in store.list_speculators(session, state="candidate")
-                   if s.created_at >= cyc.started_at]
+        runs = records.runs_of(session, cyc)
+        for run in (r for r in runs if r.status == "running"):
+            store.finish_training_run(session, run_id=run.id, status="failed",
+                                      error=f"interrupted: cycle {cyc.cycle_id} died")
+        orphans = records.orphans_of(session, runs)
         reason = (f"cycle {cyc.cycle_id} of {cyc.actor} did not finish (process died or lost "
                   f"its lease); nothing was promoted; candidates left unpromoted: "
                   f"{', '.join(orphans) or 'none'}")
@@ -283,7 +282,7 @@ class Controller:
         out = []
         for kind in self.policy.training.kinds:
             try:
-                outcome = self._train(kind, lease, snap, target, serving)
+                outcome = self._train(kind, lease, snap, target, serving, result.cycle_id)
             except (TrainingError, store.StoreError, VersionLoadError) as exc:
                 self._kind_failed(result, kind, exc)
                 continue
@@ -312,7 +311,7 @@ class Controller:
         return Candidate(parent, None)
 
     def _train(self, kind: str, lease: HeldLease, snap: Snapshot, target: Target,  # type: ignore[no-untyped-def]
-               serving: str):
+               serving: str, cycle_id: str | None):
         from autospec.train.data import WindowSpec
         from autospec.train.errors import IncumbentMismatch
         from autospec.train.run import TrainRequest, train_candidate
@@ -327,7 +326,7 @@ class Controller:
                                min_requests=tp.min_train_requests, seed=self.policy.seed,
                                batch_size=tp.batch_size, time_budget_s=budget,
                                overrides=tp.overrides(kind, serving),
-                               synthetic=_mix(tp.synthetic))
+                               synthetic=_mix(tp.synthetic), cycle_id=cycle_id)
 
         def should_stop() -> bool:
             return lease.lost or time.monotonic() > deadline

@@ -28,7 +28,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from autospec import store
-from autospec.store.models import Event, Request
+from autospec.store.models import Event, Request, Speculator, TrainingRun
 
 CONSUMING = ("promoted", "rejected")
 _SCAN = 500  # newest note events scanned for cycle records
@@ -66,6 +66,22 @@ class CycleRecord:
                 "window_requests": self.start.get("window_requests"),
                 "candidates": end.get("candidates", []), "promoted": end.get("promoted"),
                 "reasons": end.get("reasons", []), "evaluations": end.get("evaluations", [])}
+
+
+def runs_of(session: Session, cyc: CycleRecord) -> list[TrainingRun]:
+    """The training runs ``cyc`` started: those whose recorded request names its cycle id (a
+    run recorded before runs named their cycle: any run started after the cycle began).
+    An operator's `autospec train` running meanwhile is not the cycle's."""
+    runs = session.scalars(select(TrainingRun).where(TrainingRun.started_at >= cyc.started_at))
+    return [r for r in runs if (r.config or {}).get("cycle_id", cyc.cycle_id) == cyc.cycle_id]
+
+
+def orphans_of(session: Session, runs: list[TrainingRun]) -> list[str]:
+    """Unpromoted candidates registered by ``runs``."""
+    ids = [r.id for r in runs]
+    return list(session.scalars(select(Speculator.version).where(
+        Speculator.training_run_id.in_(ids), Speculator.state == "candidate")
+        .order_by(Speculator.version))) if ids else []
 
 
 def note(session: Session, *, type_: str, actor: str, deployment: str, reason: str = "",

@@ -99,6 +99,7 @@ class TrainRequest:
     time_budget_s: float | None = None  # features + training end within this (gradient kinds)
     feature_noise: float = 0.2  # eagle3: training noise on target features (x layer RMS)
     synthetic: SyntheticMix | None = None  # synthetic sequences mixed into the train part
+    cycle_id: str | None = None  # the controller cycle asking (its recovery closes its runs)
 
 
 @dataclass
