@@ -132,7 +132,8 @@ def _decide(outcome: SegmentOutcome, candidates: list[Candidate], policy: Policy
         outcome.action = "kept"
         outcome.reason = (f"no candidate beats {serving} on the segment's {outcome.requests} "
                           f"held-out requests (Δτ CI low ≥ {gate.min_gain:+.3f}, segment "
-                          f"speedup within {gate.speedup_tolerance:.0%})")
+                          f"speedup within {gate.speedup_tolerance:.0%})"
+                          f"{_lows(candidates, outcome)}")
         return
     cand, figures = min(found, key=lambda w: (-w[1]["speedup"], -w[1]["tau"]))
     for key, value in figures.items():
@@ -162,6 +163,18 @@ def _wins(cand: Candidate, segment: str, serving: str,
     return cand, {"tau": seg.tau[ev.candidate], "serving_tau": seg.tau[serving],
                   "delta": [ci.delta, ci.low, ci.high], "speedup": speeds[ev.candidate],
                   "serving_speedup": speeds[serving], "speed_basis": basis}
+
+
+def _lows(candidates: list[Candidate], outcome: SegmentOutcome) -> str:
+    """``: c1 Δτ +0.012 [−0.100, +0.130], ...`` — each candidate's Δτ against the serving
+    version on the segment, for a segment none won."""
+    parts = []
+    for cand in candidates:
+        assert cand.evaluation is not None
+        seg = next((s for s in cand.evaluation.segments if s.segment == outcome.segment), None)
+        if seg is not None and (ci := seg.deltas.get(outcome.serving)) is not None:
+            parts.append(f"{cand.version} Δτ {ci.delta:+.3f} [{ci.low:+.3f}, {ci.high:+.3f}]")
+    return f": {', '.join(parts)}" if parts else ""
 
 
 def _reason(o: SegmentOutcome, min_gain: float, level: float) -> str:

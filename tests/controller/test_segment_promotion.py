@@ -119,6 +119,7 @@ def test_a_segment_with_its_own_pointer_is_judged_against_it(engine, tmp_path: P
     # c2 beats the deployment's inc on json, but not json's own version, old
     assert outcomes["json"].serving == "old" and outcomes["json"].own_pointer
     assert outcomes["json"].action == "kept" and outcomes["json"].version is None
+    assert "c2 Δτ " in outcomes["json"].reason  # how far it fell short, against old
     assert outcomes["chat"].action == "kept" and outcomes["chat"].serving == "inc"
 
 
