@@ -5,8 +5,10 @@
   promote), idempotent per window and crash-consistent;
 - :mod:`~autospec.controller.candidates` — a cycle's candidates and which passing one wins;
 - :mod:`~autospec.controller.result` — what a cycle reports (``CycleResult``, exit codes);
+- :mod:`~autospec.controller.segment_promotion` — after the gate, a segment's own pointer
+  to the candidate that wins on that segment;
 - :mod:`~autospec.controller.watch` — canary watch after a promotion (automatic rollback)
-  and the drift trigger;
+  and the drift trigger, per segment through :mod:`~autospec.controller.segment_watch`;
 - :mod:`~autospec.controller.scheduler` — APScheduler wiring (``autospec controller run``);
 - :mod:`~autospec.controller.records` — what the controller records in the audit log;
 - :mod:`~autospec.controller.lease` — holding the single-flight lease;

@@ -5,6 +5,10 @@ cycle, or a registered base evaluated as it is (``training.evaluate_base``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autospec.evaluate.compare import Evaluation
 
 
 @dataclass
@@ -19,6 +23,9 @@ class Candidate:
     incumbent_speedup_measured: float | None = None
     promote: bool = False
     reasons: list[str] = field(default_factory=list)
+    #: the whole shadow evaluation (per-segment τ, CIs and speedups), for per-segment
+    #: promotion (:mod:`autospec.controller.segment_promotion`); None: it failed
+    evaluation: Evaluation | None = None
 
     @property
     def is_base(self) -> bool:

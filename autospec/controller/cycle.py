@@ -4,37 +4,31 @@
 
 1. takes the deployment's lease (:mod:`autospec.controller.lease`); held by another
    controller → outcome ``busy``, nothing done;
-2. closes cycles a dead controller left unfinished (``interrupted``; their training runs
-   still ``running`` are closed ``failed``; their candidates stay unpromoted);
+2. closes cycles a dead controller left unfinished (``interrupted``; their ``running``
+   training runs are closed ``failed``; their candidates stay unpromoted);
 3. counts usable requests newer than the last consumed window; fewer than the policy's
    ``window.min_fresh_requests`` → ``nothing_to_do``;
 4. snapshots the window: the newest ``max_requests`` usable requests up to the newest one
-   now (``until`` pinned, so traffic arriving meanwhile is not mixed in), split by time
-   into train and held-out parts. Its key ``<deployment>/<newest id>/<size>`` is recorded
-   with a ``cycle_start`` note; a window whose key was already consumed → ``nothing_to_do``;
-5. trains one candidate per kind of ``training.kinds`` (:func:`autospec.train.run.train_candidate`,
-   each registered as a ``candidate``; its training ends early, keeping what it learnt, when
-   ``training.time_budget`` is used up; it is stopped, registering nothing, when the lease
-   is lost or it overruns the budget by half); a kind that fails is recorded and skipped.
-   A candidate warm-started from a *base* head (``autospec pretrain``; the live version is
-   not of its kind) brings that base along as a candidate of its own, as it is
-   (``training.evaluate_base``), so a fine-tune that came out worse than its base does not
-   hide it; a base is never marked ``rejected`` (it stays the starting point);
+   now (``until`` pinned), split by time into train and held-out parts. Its key
+   ``<deployment>/<newest id>/<size>`` is recorded with a ``cycle_start`` note; a window
+   whose key was already consumed → ``nothing_to_do``;
+5. trains one ``candidate`` per kind of ``training.kinds`` (ending early, keeping what it
+   learnt, when ``training.time_budget`` is used up; stopped, registering nothing, when the
+   lease is lost or it overruns by half); a kind that fails is recorded and skipped.
+   A candidate warm-started from a *base* head (``autospec pretrain``) brings that base
+   along as a candidate of its own (``training.evaluate_base``); a base is never ``rejected``;
 6. shadow-evaluates each candidate against the incumbent (the live version, or the built-in
-   one) on the held-out part (:func:`autospec.evaluate.run.evaluate_versions`, recorded);
+   one) and the segment pointers' versions, on the held-out part (recorded);
 7. in **one transaction**: checks the fencing token and that the pointer still names the
    incumbent, moves the pointer to the best passing candidate (highest **measured**
-   speedup — :mod:`autospec.evaluate.speed`, or the estimated one when the policy turns
-   measurement off — then highest shadow τ: of two candidates that both accept better, the
-   one that decodes faster on this machine wins; reason names the evaluation and both
-   speedups), marks failing candidates
-   ``rejected``, and writes the ``cycle`` record.
-   So a crash anywhere leaves either nothing or everything of the promotion: a registered
-   candidate is never live without its evaluation and cycle record.
+   speedup, else the estimated one; then shadow τ; the reason names the evaluation and both
+   speedups), moves each segment's own pointer to the candidate that wins on it
+   (:mod:`autospec.controller.segment_promotion`), marks failing candidates that won nothing
+   ``rejected``, writes the ``cycle`` record: a crash leaves all of the promotion or none.
 
-Outcomes and :attr:`CycleResult.exit_code`: ``promoted`` / ``nothing_to_do`` / ``busy`` → 0,
-``rejected`` → 3, ``failed`` → 2. ``promoted`` and ``rejected`` consume the window (a second
-run over it does nothing); ``failed`` does not (the next run retries it).
+Outcomes (:attr:`CycleResult.exit_code`): ``promoted`` (a deployment or segment pointer
+moved) / ``nothing_to_do`` / ``busy`` → 0, ``rejected`` → 3, ``failed`` → 2. ``promoted`` and
+``rejected`` consume the window (a rerun does nothing); ``failed`` does not (it is retried).
 """
 
 from __future__ import annotations
@@ -50,7 +44,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 
 from autospec import numerics, store
-from autospec.controller import records
+from autospec.controller import records, segment_promotion
 from autospec.controller.candidates import Candidate, best_candidate, speed_text
 from autospec.controller.lease import HeldLease, LeaseLost, holder_name, try_acquire
 from autospec.controller.operations import ensure_pointer
@@ -356,9 +350,11 @@ class Controller:
 
         served = numerics.served(self.engine, deployment=self.deployment)
         speed = self.policy.evaluation.speed
+        versions = segment_promotion.with_segment_versions(self.engine, self.policy,
+                                                           [cand.version, incumbent])
         try:
             report = evaluate_versions(
-                db=self.engine, target=target, versions=[cand.version, incumbent],
+                db=self.engine, target=target, versions=versions,
                 examples=snap.window.heldout, k=self.policy.evaluation.k,
                 policy=self.policy.gate, record=True, training_run_id=cand.run_id,
                 speed=speed, synthetic_heldout=self.policy.training.synthetic.heldout_sequences,
@@ -369,7 +365,7 @@ class Controller:
             cand.reasons = [f"evaluation failed: {exc}"]
             return
         assert report.decision is not None
-        cand.evaluation_id = report.evaluation_id
+        cand.evaluation_id, cand.evaluation = report.evaluation_id, report.evaluation
         cand.tau = report.evaluation.tau[cand.version]
         ev = report.evaluation
         cand.speedup = ev.gate_speedup.get(cand.version)
@@ -390,13 +386,17 @@ class Controller:
                            for c in candidates for r in c.reasons]
         with store.session_scope(self.engine) as session:
             lease.fence(session)
+            segments = segment_promotion.plan(session, policy=self.policy,
+                                              candidates=candidates, best=best)
             if best is not None:
                 self._promote(session, lease, best, incumbent, result)
                 self._hook("promoted")
-            for cand in failing:
+            moved = segment_promotion.apply(session, segments, policy=self.policy,
+                                            actor=self.holder, result=result, token=lease.token)
+            for cand in (c for c in failing if c.version not in moved):
                 store.set_state(session, version=cand.version, state="rejected",
                                 actor=self.holder, reason="; ".join(cand.reasons)[:2000])
-            result.outcome = "promoted" if best else "rejected"
+            result.outcome = "promoted" if best or moved else "rejected"
             result.promoted = best.version if best else None
             if best is not None:
                 result.promoted_speedup = {"measured": best.speedup_measured,
@@ -433,7 +433,7 @@ class Controller:
                      cycle_id=result.cycle_id, outcome=result.outcome,
                      window_key=result.window_key, newest_id=newest_id,
                      candidates=result.candidates, bases=result.bases,
-                     evaluations=result.evaluations,
+                     evaluations=result.evaluations, segments=result.segments,
                      promoted=result.promoted, incumbent=result.incumbent,
                      reasons=result.reasons[-50:])
 

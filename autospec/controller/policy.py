@@ -2,7 +2,8 @@
 
 A policy says *when* the controller runs (``schedule``), *which traffic* a cycle uses
 (``window``), *what* it trains (``training``), *how* a candidate is judged (``evaluation``
-and ``gate``, the latter exactly :class:`autospec.evaluate.gate.GatePolicy`), *how* a fresh
+and ``gate``, the latter exactly :class:`autospec.evaluate.gate.GatePolicy`), *where* a
+winner goes live besides the deployment's pointer (``promotion``: per segment), *how* a fresh
 promotion is watched (``canary``) and *when* live acceptance counts as drift (``drift``).
 Every model forbids unknown keys, so a typo is an error, and every error names the file and
 the field (``policies/x.yaml: canary.max_shortfall: Input should be less than 1``).
@@ -202,6 +203,28 @@ class EvaluationSpec(_Strict):
         "vs speculative decodes of held-out prompts (autospec/evaluate/speed.py)")
 
 
+class PerSegment(_Strict):
+    """Promotion per traffic segment (``requests.segment``): after the deployment-wide
+    decision, each segment of the held-out window with enough requests gets the candidate
+    that wins on it, when that is not the version it would be served by anyway
+    (:mod:`autospec.controller.segment_promotion`)."""
+
+    enabled: bool = Field(
+        True, description="move a segment's own live pointer to the candidate that wins on "
+        "that segment's held-out requests (paired Δτ CI low ≥ gate.min_gain against the "
+        "version serving the segment, and a segment speedup that does not fall)")
+    min_requests: int = Field(
+        30, ge=1, description="held-out requests of a segment needed to decide on it; "
+        "smaller segments follow the deployment's pointer (or keep their own)")
+
+
+class Promotion(_Strict):
+    """How a cycle's passing candidates are made live beyond the deployment's pointer."""
+
+    per_segment: PerSegment = Field(default_factory=PerSegment,
+                                    description="a live pointer per traffic segment")
+
+
 class Canary(_Strict):
     """Watch a fresh promotion's live acceptance against its shadow evaluation."""
 
@@ -274,6 +297,8 @@ class Policy(_Strict):
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec,
                                        description="shadow evaluation settings")
     gate: GatePolicy = Field(default_factory=GatePolicy, description="promotion gate")
+    promotion: Promotion = Field(default_factory=Promotion,
+                                 description="per-segment promotion after the gate")
     canary: Canary = Field(default_factory=Canary, description="post-promotion canary watch")
     drift: Drift = Field(default_factory=Drift, description="drift trigger")
     lease: LeaseSpec = Field(default_factory=LeaseSpec, description="single-flight lease")

@@ -7,12 +7,14 @@ The controller keeps no state of its own: everything it must remember lives in t
 - ``cycle_start`` {cycle_id, window_key, newest_id, trigger, token} — a cycle took the
   lease and snapshotted a window;
 - ``cycle`` {cycle_id, window_key, newest_id, outcome, reasons, candidates, evaluations,
-  promoted, ...} — the cycle's end. A window whose key has a ``cycle`` record with a
+  promoted, segments (what per-segment promotion did, one entry per held-out segment), ...}
+  — the cycle's end. A window whose key has a ``cycle`` record with a
   consuming outcome (``promoted``, ``rejected``) is done: a later run over it does nothing;
   ``failed`` and ``interrupted`` cycles do not consume their window;
-- ``canary`` {version, promotion_event, verdict, live_tau, shadow_tau, requests, and when
-  speed was judged speed_ok, realised_gain, expected_gain};
-- ``drift`` {version, live_tau, evaluated_tau} — an early cycle was triggered.
+- ``canary`` {version, promotion_event, verdict, live_tau, shadow_tau, requests, segment
+  (None: the deployment's pointer), and when speed was judged speed_ok, realised_gain,
+  expected_gain};
+- ``drift`` {version, live_tau, evaluated_tau, segment} — an early cycle was triggered.
 
 Fresh traffic is counted by request id: usable requests (not opted out, with token ids)
 of the deployment with an id above the last consumed window's newest id.
@@ -65,7 +67,8 @@ class CycleRecord:
                 "trigger": self.start.get("trigger"), "window_key": self.start.get("window_key"),
                 "window_requests": self.start.get("window_requests"),
                 "candidates": end.get("candidates", []), "promoted": end.get("promoted"),
-                "reasons": end.get("reasons", []), "evaluations": end.get("evaluations", [])}
+                "reasons": end.get("reasons", []), "evaluations": end.get("evaluations", []),
+                "segments": end.get("segments", [])}
 
 
 def runs_of(session: Session, cyc: CycleRecord) -> list[TrainingRun]:

@@ -27,6 +27,9 @@ class CycleResult:
     # the promoted candidate's speedup over target-only as the gate saw it: "measured"
     # (interleaved decodes; None when measurement is off) and "estimated" (the cost model)
     promoted_speedup: dict[str, float | None] | None = None
+    # per segment of the held-out window: what per-segment promotion did
+    # (:class:`autospec.controller.segment_promotion.SegmentOutcome` as a dict)
+    segments: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:

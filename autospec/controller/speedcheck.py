@@ -29,6 +29,10 @@ the replaced version's faster JSON. What still does not cancel is a change of tr
 within a segment (the two versions never serve at the same time): the tolerance is there
 for that (the module compares periods; it has no concurrent target-only baseline).
 
+A segment's promotion (:mod:`autospec.controller.segment_promotion`) is judged on that
+segment's rows alone, against the gain the evaluation projected on the segment (its replayed
+τ over each version's measured step cost).
+
 With no measured speedups in the promotion (measurement off, an override without
 evaluation) or no timed requests on either side, the check is not judged and says why.
 """
@@ -158,8 +162,9 @@ def promotion_speeds(evaluation: Any) -> dict[str, float | None]:
 
 
 def check_speed(session: Session, *, deployment: str, promo: Any, replaced: str | None,
-                max_shortfall: float) -> SpeedVerdict:
-    """Realised vs expected speed gain of the promotion event ``promo`` (see module doc)."""
+                max_shortfall: float, segment: str | None = None) -> SpeedVerdict:
+    """Realised vs expected speed gain of the promotion event ``promo`` (see module doc);
+    ``segment``: of a segment's promotion, on that segment's rows only."""
     expected = expected_gain(promo.details or {})
     if expected is None:
         return SpeedVerdict(False, True, "speed not judged: the promotion carries no measured "
@@ -167,7 +172,7 @@ def check_speed(session: Session, *, deployment: str, promo: Any, replaced: str 
     if replaced is None:
         return SpeedVerdict(False, True, "speed not judged: no replaced version to compare")
     new_rows = timed_rows(session, deployment=deployment, version=promo.version,
-                          since=promo.created_at)
+                          since=promo.created_at, segments=[segment] if segment else None)
     old_rows, traffic = replaced_rows(session, deployment=deployment, replaced=replaced,
                                       before=promo.created_at, new=new_rows)
     new_rows, old_rows, load = matched(new_rows, old_rows)

@@ -2,7 +2,7 @@
 
 :meth:`Watcher.run` (under the controller lease, like a cycle) does:
 
-**Canary.** The newest pointer move of the deployment is a ``promotion`` or ``override``
+**Canary.** The newest move of the deployment's own pointer is a ``promotion`` or ``override``
 of the version now live, with a shadow τ in its details (the controller and
 ``autospec promote`` put it there), and no ``canary`` verdict yet. Once that version has
 served at least ``canary.requests`` requests since the move, its live τ
@@ -23,6 +23,12 @@ evaluated τ (the newest evaluation naming it, as candidate or incumbent) by mor
 ``drift.max_drop`` (relative), a ``drift`` note is written and an early cycle runs at once
 with ``drift.min_fresh_requests`` as its fresh-traffic minimum — at most once per
 ``drift.cooldown``.
+
+**Per segment** (:mod:`autospec.controller.segment_watch`): a segment pointer's promotion
+has a canary of its own, judged on that segment's live rows against its τ on the segment's
+held-out requests, which rolls back the *segment's* pointer; with no canary open, a segment
+whose serving version's live τ there falls below its evaluated τ on the segment drifts
+like the deployment (checked after the deployment's own drift; the cooldown is shared).
 """
 
 from __future__ import annotations
@@ -40,6 +46,15 @@ from autospec.controller.cycle import Controller
 from autospec.controller.lease import HeldLease
 from autospec.controller.policy import Drift
 from autospec.controller.result import CycleResult
+from autospec.controller.segment_watch import (
+    Drifted,
+    canary_open,
+    newest_moves,
+    pending_segment_canaries,
+    roll_back_segment,
+    segment_drift,
+    segment_live,
+)
 from autospec.controller.speedcheck import SpeedVerdict, check_speed
 from autospec.store.models import utcnow
 from autospec.versions import BUILTIN_VERSION
@@ -56,10 +71,11 @@ class WatchResult:
     reasons: list[str] = field(default_factory=list)
     version: str | None = None
     cycle: CycleResult | None = None
+    segment: str | None = None  # the segment whose canary or drift this is (None: deployment)
 
     def as_dict(self) -> dict[str, Any]:
         return {"action": self.action, "reasons": self.reasons, "version": self.version,
-                "cycle": self.cycle.as_dict() if self.cycle else None}
+                "segment": self.segment, "cycle": self.cycle.as_dict() if self.cycle else None}
 
 
 class Watcher:
@@ -89,64 +105,87 @@ class Watcher:
 
     # -- canary -------------------------------------------------------------------------
     def canary(self, lease: HeldLease) -> WatchResult | None:
-        """A canary result, or None when no canary is pending."""
-        cp = self.policy.canary
+        """The first canary verdict (the deployment's promotion, then each segment's), else
+        the first pending one; None when no canary is open."""
         with store.session_scope(self.controller.engine) as session:
-            promo = pending_canary(session, deployment=self.deployment)
-            if promo is None:
-                return None
-            version, shadow = promo.version, float(promo.details["shadow_tau"])
-            stat = _live(session, self.deployment, version, since=promo.created_at)
-            if stat is None or stat.requests < cp.requests or stat.tau is None:
-                seen = stat.requests if stat else 0
-                return WatchResult("canary_pending", [f"{version}: {seen} of {cp.requests} "
-                                   f"canary requests served"], version)
-            limit = shadow * (1 - cp.max_shortfall)
-            tau_ok = stat.tau >= limit
-            reasons = [f"canary of {version}: live τ {stat.tau:.3f} over {stat.requests} "
-                       f"requests vs shadow τ {shadow:.3f} (evaluation "
-                       f"#{promo.details.get('evaluation_id')}); "
-                       f"{'within' if tau_ok else 'below'} the allowed "
-                       f"{cp.max_shortfall:.0%} shortfall (τ ≥ {limit:.3f})"]
-            speed = self._speed(session, promo) if cp.speed_check else None
-            if speed is not None:
-                reasons.append(speed.reason)
-            verdict = "pass" if tau_ok and (speed is None or speed.ok) else "rollback"
-            reason = "; ".join(reasons)
-            if verdict == "rollback" and not self._roll_back(session, lease, promo, reason,
-                                                             stat, shadow, speed):
-                return None
-            records.note(session, type_="canary", actor=self.controller.holder,
-                         deployment=self.deployment, reason=reason, version=version,
-                         verdict=verdict, promotion_event=promo.id, live_tau=stat.tau,
-                         shadow_tau=shadow, requests=stat.requests, **_speed_details(speed))
+            promos = [p for p in [pending_canary(session, deployment=self.deployment)] if p]
+            promos += pending_segment_canaries(session, deployment=self.deployment)
+            pending = None
+            for promo in promos:
+                result = self._judge(session, lease, promo)
+                if result is not None and result.action != "canary_pending":
+                    return result
+                pending = pending or result
+        return pending
+
+    def _judge(self, session: Session, lease: HeldLease, promo: Any) -> WatchResult | None:
+        """Pass, roll back or keep pending one promotion's canary (None: the pointer no
+        longer names its version)."""
+        cp = self.policy.canary
+        version, shadow = promo.version, float(promo.details["shadow_tau"])
+        segment = promo.details.get("segment")
+        where = f" on segment {segment!r}" if segment else ""
+        stat = (segment_live(session, deployment=self.deployment, version=version,
+                             segment=segment, since=promo.created_at) if segment
+                else _live(session, self.deployment, version, since=promo.created_at))
+        if stat is None or stat.requests < cp.requests or stat.tau is None:
+            seen = stat.requests if stat else 0
+            return WatchResult("canary_pending", [f"{version}{where}: {seen} of "
+                               f"{cp.requests} canary requests served"], version, segment=segment)
+        limit = shadow * (1 - cp.max_shortfall)
+        tau_ok = stat.tau >= limit
+        reasons = [f"canary of {version}{where}: live τ {stat.tau:.3f} over {stat.requests} "
+                   f"requests vs shadow τ {shadow:.3f} (evaluation "
+                   f"#{promo.details.get('evaluation_id')}); "
+                   f"{'within' if tau_ok else 'below'} the allowed "
+                   f"{cp.max_shortfall:.0%} shortfall (τ ≥ {limit:.3f})"]
+        speed = self._speed(session, promo) if cp.speed_check else None
+        if speed is not None:
+            reasons.append(speed.reason)
+        verdict = "pass" if tau_ok and (speed is None or speed.ok) else "rollback"
+        reason = "; ".join(reasons)
+        if verdict == "rollback" and not self._roll_back(session, lease, promo, reason,
+                                                         stat, shadow, speed):
+            return None
+        records.note(session, type_="canary", actor=self.controller.holder,
+                     deployment=self.deployment, reason=reason, version=version,
+                     verdict=verdict, promotion_event=promo.id, live_tau=stat.tau,
+                     shadow_tau=shadow, requests=stat.requests, segment=segment,
+                     **_speed_details(speed))
         log.log(logging.WARNING if verdict == "rollback" else logging.INFO, "%s", reason)
         return WatchResult("rolled_back" if verdict == "rollback" else "canary_passed",
-                           reasons, version)
+                           reasons, version, segment=segment)
 
     def _speed(self, session: Session, promo: Any) -> SpeedVerdict:
-        pointer = store.get_live(session, deployment=self.deployment)
+        segment = (promo.details or {}).get("segment")
+        pointer = store.get_live(session, deployment=self.deployment, segment=segment)
         replaced = (promo.details or {}).get("incumbent") or (
             pointer.previous_version if pointer else None)
         return check_speed(session, deployment=self.deployment, promo=promo,
-                           replaced=replaced, max_shortfall=self.policy.canary.max_speed_shortfall)
+                           replaced=replaced, max_shortfall=self.policy.canary.max_speed_shortfall,
+                           segment=segment)
 
     def _roll_back(self, session: Session, lease: HeldLease, promo: Any, reason: str,
                    stat: Any, shadow: float, speed: SpeedVerdict | None) -> bool:
-        """Roll the pointer back from ``promo.version``; False if it no longer names it."""
+        """Roll the pointer (the deployment's, or the promotion's segment's) back from
+        ``promo.version``; False if it no longer names it."""
         lease.fence(session)
+        details = {"type": "canary", "promotion_event": promo.id, "live_tau": stat.tau,
+                   "shadow_tau": shadow, "requests": stat.requests, **_speed_details(speed)}
+        if (promo.details or {}).get("segment"):
+            return roll_back_segment(session, deployment=self.deployment, promo=promo,
+                                     actor=self.controller.holder, reason=reason,
+                                     details=details)
         pointer = store.get_live(session, deployment=self.deployment)
         if pointer is None or pointer.version != promo.version:
             return False
         store.rollback(session, actor=self.controller.holder, reason=reason,
-                       deployment=self.deployment,
-                       details={"type": "canary", "promotion_event": promo.id,
-                                "live_tau": stat.tau, "shadow_tau": shadow,
-                                "requests": stat.requests, **_speed_details(speed)})
+                       deployment=self.deployment, details=details)
         return True
 
     # -- drift --------------------------------------------------------------------------
     def drift(self, lease: HeldLease) -> WatchResult:
+        """The deployment's live version first, then each segment's (segment_watch)."""
         dp = self.policy.drift
         now = utcnow()
         with store.session_scope(self.controller.engine) as session:
@@ -154,24 +193,27 @@ class Watcher:
             evaluated = evaluated_tau(session, version)
             stat = _live(session, self.deployment, version, since=now - dp.window)
             quiet = _no_drift(version, evaluated, stat, dp)
-            if quiet is not None:
-                return WatchResult("none", [quiet], version)
+            found = (Drifted(None, version, stat.tau, evaluated, stat.requests)  # type: ignore[arg-type]
+                     if quiet is None else
+                     segment_drift(session, policy=self.policy, since=now - dp.window))
+            if found is None:
+                return WatchResult("none", [quiet or ""], version)
+            where = f" on segment {found.segment!r}" if found.segment else ""
             recent = [e for e in records.notes(session, deployment=self.deployment,
                                                type_="drift") if e.created_at > now - dp.cooldown]
             if recent:
                 return WatchResult("none", [
-                    f"drift seen (live τ of {version} {stat.tau:.3f} against its evaluated τ "
-                    f"{evaluated:.3f}), but an early cycle ran within the cooldown "
-                    f"{_span(dp.cooldown)}"], version)
-            reason = (f"drift: live τ of {version} is {stat.tau:.3f} over {stat.requests} "
-                      f"requests in the last {_span(dp.window)}, below its evaluated τ "
-                      f"{evaluated:.3f} by more than {dp.max_drop:.0%}; early cycle")
+                    f"drift seen (live τ of {found.version}{where} {found.live_tau:.3f} against "
+                    f"its evaluated τ {found.evaluated_tau:.3f}), but an early cycle ran within "
+                    f"the cooldown {_span(dp.cooldown)}"], found.version, segment=found.segment)
+            reason = found.reason(_span(dp.window), dp.max_drop)
             records.note(session, type_="drift", actor=self.controller.holder,
-                         deployment=self.deployment, reason=reason, version=version,
-                         live_tau=stat.tau, evaluated_tau=evaluated, requests=stat.requests)
+                         deployment=self.deployment, reason=reason, version=found.version,
+                         live_tau=found.live_tau, evaluated_tau=found.evaluated_tau,
+                         requests=found.requests, segment=found.segment)
         log.warning("%s", reason)
         cycle = self.controller.cycle(lease, trigger="drift", min_fresh=dp.min_fresh_requests)
-        return WatchResult("drift", [reason], version, cycle)
+        return WatchResult("drift", [reason], found.version, cycle, segment=found.segment)
 
 
 def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Drift) -> str | None:
@@ -191,20 +233,10 @@ def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Drift) -> st
 
 
 def pending_canary(session: Session, *, deployment: str) -> Any | None:
-    """The promotion event whose canary is still open, or None."""
-    moves = store.list_events(session, kinds=["promotion", "override", "rollback"],
-                              deployment=deployment, limit=1)
-    if not moves or moves[0].kind == "rollback":
-        return None
-    promo = moves[0]
-    if (promo.details or {}).get("shadow_tau") is None:
-        return None
-    pointer = store.get_live(session, deployment=deployment)
-    if pointer is None or pointer.version != promo.version:
-        return None
-    done = any(e.details.get("promotion_event") == promo.id
-               for e in records.notes(session, deployment=deployment, type_="canary"))
-    return None if done else promo
+    """The deployment pointer's promotion event whose canary is still open, or None (its
+    segments' moves do not count: :func:`pending_segment_canaries`)."""
+    promo = newest_moves(session, deployment=deployment).get(None)
+    return promo if canary_open(session, deployment=deployment, move=promo) else None
 
 
 def live_or_builtin(session: Session, deployment: str) -> str:

@@ -23,7 +23,7 @@ to the estimate only when measurement is off (``Evaluation.speed_basis`` says wh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,6 +45,13 @@ class SegmentResult:
     num_requests: int
     tau: dict[str, float | None]  # version -> τ on this segment (None: no step in it)
     delta: Interval | None = None  # candidate vs incumbent, when there are two with a τ
+    #: the candidate (versions[0]) vs each other version on this segment's requests (paired
+    #: CI; None: no τ to compare): what a per-segment promotion compares against the version
+    #: that serves the segment, which need not be the deployment's incumbent
+    deltas: dict[str, Interval | None] = field(default_factory=dict)
+    #: version -> estimated speedup over target-only on this segment's requests (the cost
+    #: model of the module doc, on the segment's replay)
+    speedup: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -187,7 +194,7 @@ def compare(results: dict[str, list[ReplayStats]], segments: Sequence[str], cost
         draft_tokens_per_step={v: drafts_per_step(s) for v, s in results.items()},
         accepted_per_position={v: _position_rates(s) for v, s in results.items()},
         delta=delta,
-        segments=_segments(results, segments, pair, level, resamples, seed),
+        segments=_segments(results, segments, costs, level, resamples, seed),
         speedup={v: estimated_speedup(s, costs) for v, s in results.items()},
         k=k, ci_level=level,
     )
@@ -221,13 +228,19 @@ def _position_rates(stats: Sequence[ReplayStats]) -> list[float]:
     return [float(totals[i + 1] / totals[i]) if totals[i] else 0.0 for i in range(width)]
 
 
-def _segments(results, segments, pair, level, resamples, seed) -> list[SegmentResult]:
+def _segments(results, segments, costs, level, resamples, seed) -> list[SegmentResult]:
+    """Per segment: τ and estimated speedup of each version, and the paired CI of the
+    candidate (the first version) against each other one (``delta``: against the second)."""
+    first, *others = list(results)
     out = []
     for seg in sorted(set(segments)):
         idx = [i for i, s in enumerate(segments) if s == seg]
         sub = {v: [stats[i] for i in idx] for v, stats in results.items()}
-        delta = (paired_bootstrap(sub[pair[0]], sub[pair[1]], level=level,
-                                  resamples=resamples, seed=seed) if pair else None)
+        deltas = {v: paired_bootstrap(sub[first], sub[v], level=level, resamples=resamples,
+                                      seed=seed) for v in others}
         out.append(SegmentResult(segment=seg, num_requests=len(idx),
-                                 tau={v: set_tau(s) for v, s in sub.items()}, delta=delta))
+                                 tau={v: set_tau(s) for v, s in sub.items()},
+                                 delta=deltas[others[0]] if others else None, deltas=deltas,
+                                 speedup={v: estimated_speedup(s, costs)
+                                          for v, s in sub.items()}))
     return out

@@ -291,7 +291,10 @@ def _record(db: Engine, ev: Evaluation, decision: Decision, policy: GatePolicy,
     per_segment = {
         s.segment: {"num_requests": s.num_requests, "tau": s.tau,
                     "delta": s.delta.delta if s.delta else None,
-                    "ci": [s.delta.low, s.delta.high] if s.delta else None}
+                    "ci": [s.delta.low, s.delta.high] if s.delta else None,
+                    "speedup": s.speedup,
+                    "vs": {v: [d.delta, d.low, d.high] if d else None
+                           for v, d in s.deltas.items()}}
         for s in ev.segments
     }
     with store.session_scope(db) as session:

@@ -1,0 +1,144 @@
+"""The canary and the drift check of segment pointers (the watch's per-segment part).
+
+**Canary.** A segment's newest pointer move (an event with ``details.segment``) that is a
+``promotion`` or ``override`` carrying a shadow τ — the controller's per-segment promotions
+put the version's τ *on the segment's held-out requests* there — and no ``canary`` verdict
+yet is pending. Once the version has served ``canary.requests`` requests **of that
+segment** since the move (rows whose ``speculator_version`` is it and ``segment`` the
+segment), their live τ is compared with that shadow τ as the deployment's canary does
+(``live τ < shadow τ × (1 − canary.max_shortfall)`` fails), and with ``canary.speed_check``
+the realised speed gain on the segment's rows against the gain the evaluation projected on
+the segment (:func:`autospec.controller.speedcheck.check_speed` with ``segment``). A
+failure rolls the **segment's** pointer back (``store.rollback(..., segment=S)``); a
+segment that had no pointer of its own before (``previous_version`` empty) is pinned to the
+version that served it before the move (``details.incumbent``), since a pointer cannot be
+removed by a rollback.
+
+**Drift.** A segment whose serving version (its own pointer's, else the deployment's) has
+served ``drift.min_requests`` of its requests in the last ``drift.window`` with a live τ
+below that version's evaluated τ *on the segment* (the newest evaluation recording one) by
+more than ``drift.max_drop`` drifts, as the deployment does. Segments with a pointer of
+their own are always checked; with ``promotion.per_segment`` on, every segment is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from autospec import store
+from autospec.controller import records
+from autospec.controller.policy import Policy
+from autospec.store.queries import TauStat
+from autospec.versions import BUILTIN_VERSION
+
+MOVES = ["promotion", "override", "rollback"]
+_SCAN = 500  # newest pointer moves scanned for a deployment's or its segments' canaries
+
+
+def newest_moves(session: Session, *, deployment: str) -> dict[str | None, Any]:
+    """The newest pointer move of the deployment (key None) and of each segment (its name)."""
+    newest: dict[str | None, Any] = {}
+    for event in store.list_events(session, kinds=MOVES, deployment=deployment, limit=_SCAN):
+        newest.setdefault((event.details or {}).get("segment"), event)
+    return newest
+
+
+def canary_open(session: Session, *, deployment: str, move: Any | None) -> bool:
+    """Is ``move`` a promotion with a shadow τ whose pointer still names its version and
+    that has no canary verdict yet?"""
+    if move is None or move.kind == "rollback" or (move.details or {}).get("shadow_tau") is None:
+        return False
+    pointer = store.get_live(session, deployment=deployment,
+                             segment=(move.details or {}).get("segment"))
+    if pointer is None or pointer.version != move.version:
+        return False
+    return not any(e.details.get("promotion_event") == move.id
+                   for e in records.notes(session, deployment=deployment, type_="canary"))
+
+
+def pending_segment_canaries(session: Session, *, deployment: str) -> list[Any]:
+    """The segments' promotion events whose canary is open, by segment name."""
+    moves = newest_moves(session, deployment=deployment)
+    return [moves[s] for s in sorted(k for k in moves if k is not None)
+            if canary_open(session, deployment=deployment, move=moves[s])]
+
+
+def segment_live(session: Session, *, deployment: str, version: str, segment: str,
+                 since: datetime) -> TauStat | None:
+    """Live τ of ``version`` on ``segment``'s requests since ``since``."""
+    stats = store.live_tau(session, since=since, deployment=deployment, by_segment=True,
+                           versions=[version])
+    return next((s for s in stats if s.segment == segment), None)
+
+
+def roll_back_segment(session: Session, *, deployment: str, promo: Any, actor: str,
+                      reason: str, details: dict[str, Any]) -> bool:
+    """Roll the segment's pointer back from ``promo.version`` (see the module doc); False
+    if it no longer names it."""
+    segment = promo.details["segment"]
+    pointer = store.get_live(session, deployment=deployment, segment=segment)
+    if pointer is None or pointer.version != promo.version:
+        return False
+    if pointer.previous_version is not None:
+        store.rollback(session, actor=actor, reason=reason, deployment=deployment,
+                       segment=segment, details=details)
+        return True
+    before = promo.details.get("incumbent")
+    if not before:
+        return False
+    store.set_live(session, version=before, actor=actor, deployment=deployment,
+                   segment=segment, kind="rollback", details=details,
+                   reason=f"{reason}; the segment had no pointer of its own before: pinned "
+                          f"to {before}, which served it")
+    return True
+
+
+@dataclass(frozen=True)
+class Drifted:
+    """A version whose live τ fell below its evaluated τ (on a segment, or deployment-wide)."""
+
+    segment: str | None
+    version: str
+    live_tau: float
+    evaluated_tau: float
+    requests: int
+
+    def reason(self, span: str, max_drop: float) -> str:
+        where = f" on segment {self.segment!r}" if self.segment else ""
+        return (f"drift: live τ of {self.version}{where} is {self.live_tau:.3f} over "
+                f"{self.requests} requests in the last {span}, below its evaluated τ"
+                f"{where} {self.evaluated_tau:.3f} by more than {max_drop:.0%}; early cycle")
+
+
+def segment_drift(session: Session, *, policy: Policy, since: datetime) -> Drifted | None:
+    """The first segment (by name) that drifts (see the module doc), or None."""
+    dp, deployment = policy.drift, policy.deployment
+    own = {p.segment: p.version for p in store.list_segment_pointers(
+        session, deployment=deployment)}
+    follows = store.serving_version(session, deployment=deployment) or BUILTIN_VERSION
+    evaluations = None
+    for stat in store.live_tau(session, since=since, deployment=deployment, by_segment=True):
+        segment = stat.segment or ""
+        serving = own.get(segment, follows)
+        if (segment not in own and not policy.promotion.per_segment.enabled) \
+                or stat.version != serving or stat.tau is None or stat.requests < dp.min_requests:
+            continue
+        if evaluations is None:
+            evaluations = store.list_evaluations(session, limit=200)
+        evaluated = evaluated_segment_tau(evaluations, stat.version, segment)
+        if evaluated is not None and stat.tau < evaluated * (1 - dp.max_drop):
+            return Drifted(segment, stat.version, stat.tau, evaluated, stat.requests)
+    return None
+
+
+def evaluated_segment_tau(evaluations: list[Any], version: str, segment: str) -> float | None:
+    """``version``'s τ on ``segment`` in the newest of ``evaluations`` that recorded one."""
+    for ev in evaluations:
+        seg = ((ev.per_segment or {}).get("segments") or {}).get(segment) or {}
+        if (value := (seg.get("tau") or {}).get(version)) is not None:
+            return float(value)
+    return None

@@ -1,0 +1,171 @@
+"""Per-segment promotion's decision and its pointer moves, on evaluations built from
+synthetic replay results (no model): a candidate that wins one segment gets that segment's
+pointer; a segment the deployment's winner wins needs none; a segment with its own pointer
+is compared with that pointer's version; too few requests, no winner, a moved pointer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from autospec import store
+from autospec.controller.candidates import Candidate
+from autospec.controller.result import CycleResult
+from autospec.controller.segment_promotion import apply, plan, with_segment_versions
+from autospec.evaluate.compare import Costs, compare
+from autospec.evaluate.replay import ReplayStats
+from tests.store.test_registry import register
+
+from .helpers import fast_policy
+
+K = 4
+COSTS = Costs(step_s=0.05, verify_s={1: 0.05, 5: 0.06})
+
+
+def _stats(rng: np.random.Generator, rate: float, n: int, draft_s: float = 0.001) -> list:
+    """``n`` requests' replay stats, each step accepting a prefix at per-position ``rate``."""
+    out = []
+    for _ in range(n):
+        s = ReplayStats()
+        for _ in range(20):
+            accepted = 0
+            while accepted < K and rng.random() < rate:
+                accepted += 1
+            s.observe(K, [1.0] * accepted)
+        s.draft_s = draft_s * s.steps
+        out.append(s)
+    return out
+
+
+def _candidate(version: str, rates: dict[str, dict[str, float]], sizes: dict[str, int], *,
+               others: tuple[str, ...] = ("inc",), promote: bool = False,
+               slow: float = 0.001, seed: int = 0) -> Candidate:
+    """A candidate evaluated against ``others`` on segments of ``sizes`` requests, each
+    version accepting at ``rates[version][segment]`` (the same seed per version and
+    segment in every candidate's evaluation: the same held-out replay)."""
+    segments = [s for s, n in sizes.items() for _ in range(n)]
+    results = {}
+    for v in (version, *others):
+        stats = []
+        for i, (seg, n) in enumerate(sizes.items()):
+            rng = np.random.default_rng([seed, i, sum(map(ord, v))])
+            stats += _stats(rng, rates[v][seg], n, slow if v == version else 0.001)
+        results[v] = stats
+    ev = compare(results, segments, COSTS, k=K, resamples=500)
+    return Candidate(version, 1, evaluation_id=7, tau=ev.tau[version], promote=promote,
+                     evaluation=ev)
+
+
+RATES = {"inc": {"json": 0.3, "chat": 0.3, "tiny": 0.3},
+         "c1": {"json": 0.3, "chat": 0.8, "tiny": 0.3},   # better on chat
+         "c2": {"json": 0.85, "chat": 0.3, "tiny": 0.9},  # better on json (and tiny)
+         "old": {"json": 0.9, "chat": 0.3, "tiny": 0.3}}  # a segment pointer's version
+SIZES = {"json": 40, "chat": 40, "tiny": 5}
+
+
+def _registered(engine, tmp_path: Path, *versions: str) -> None:  # type: ignore[no-untyped-def]
+    with store.session_scope(engine) as s:
+        for v in versions:
+            register(s, tmp_path, v)
+        store.set_live(s, version="inc", actor="t", reason="deployment")
+
+
+def _by_segment(outcomes) -> dict:  # type: ignore[no-untyped-def]
+    return {o.segment: o for o in outcomes}
+
+
+def test_each_segment_gets_the_candidate_that_wins_on_it(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _registered(engine, tmp_path, "inc", "c1", "c2")
+    policy = fast_policy(promotion={"per_segment": {"enabled": True, "min_requests": 10}})
+    c1 = _candidate("c1", RATES, SIZES, promote=True)
+    c2 = _candidate("c2", RATES, SIZES)
+    result = CycleResult("failed", cycle_id="cyc", window_key="default/9/85")
+    with store.session_scope(engine) as s:
+        outcomes = _by_segment(plan(s, policy=policy, candidates=[c1, c2], best=c1))
+        assert outcomes["chat"].action == "follows" and outcomes["chat"].version == "c1"
+        assert outcomes["json"].action == "promoted" and outcomes["json"].version == "c2"
+        assert outcomes["tiny"].action == "too_few" and outcomes["tiny"].requests == 5
+        json = outcomes["json"]
+        assert json.serving == "inc" and json.delta[1] >= policy.gate.min_gain
+        assert json.tau > json.serving_tau and json.speed_basis == "estimated"
+        moved = apply(s, list(outcomes.values()), policy=policy, actor="ctl", result=result,
+                      token=3)
+    assert moved == {"c2"}
+    assert [d["segment"] for d in result.segments] == ["chat", "json", "tiny"]
+    with store.session_scope(engine, readonly=True) as s:
+        assert store.serving_version(s, segment="json") == "c2"
+        assert store.get_live(s, segment="chat") is None  # follows the deployment's pointer
+        assert store.get_live(s).version == "inc"  # apply never moves the deployment's
+        (event,) = [e for e in store.list_events(s, kinds=["promotion"]) if e.version == "c2"]
+    assert event.details["segment"] == "json" and event.details["incumbent"] == "inc"
+    assert event.details["shadow_tau"] == json.tau and event.details["fencing_token"] == 3
+    assert "segment 'json'" in event.reason and "evaluation #7" in event.reason
+    assert "cost model" in event.reason and "cycle cyc" in event.reason
+
+
+def test_a_segment_with_its_own_pointer_is_judged_against_it(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _registered(engine, tmp_path, "inc", "c2", "old")
+    with store.session_scope(engine) as s:
+        store.set_live(s, version="old", actor="t", reason="json", segment="json")
+    policy = fast_policy(promotion={"per_segment": {"min_requests": 10}})
+    assert with_segment_versions(engine, policy, ["c2", "inc"]) == ["c2", "inc", "old"]
+    off = fast_policy(promotion={"per_segment": {"enabled": False}})
+    assert with_segment_versions(engine, off, ["c2", "inc"]) == ["c2", "inc"]
+    c2 = _candidate("c2", RATES, SIZES, others=("inc", "old"))
+    with store.session_scope(engine) as s:
+        outcomes = _by_segment(plan(s, policy=policy, candidates=[c2], best=None))
+        assert plan(s, policy=off, candidates=[c2], best=None) == []
+    # c2 beats the deployment's inc on json, but not json's own version, old
+    assert outcomes["json"].serving == "old" and outcomes["json"].own_pointer
+    assert outcomes["json"].action == "kept" and outcomes["json"].version is None
+    assert "c2 Δτ " in outcomes["json"].reason  # how far it fell short, against old
+    assert outcomes["chat"].action == "kept" and outcomes["chat"].serving == "inc"
+
+
+def test_the_deployment_winner_takes_a_segment_with_its_own_pointer(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    _registered(engine, tmp_path, "inc", "c2", "x")
+    with store.session_scope(engine) as s:
+        store.set_live(s, version="x", actor="t", reason="json", segment="json")
+    rates = {**RATES, "x": {"json": 0.2, "chat": 0.3, "tiny": 0.3}}
+    c2 = _candidate("c2", rates, SIZES, others=("inc", "x"), promote=True)
+    policy = fast_policy(promotion={"per_segment": {"min_requests": 10}})
+    with store.session_scope(engine) as s:
+        outcomes = _by_segment(plan(s, policy=policy, candidates=[c2], best=c2))
+    # json's own pointer would keep serving x: it moves to the deployment's winner too
+    assert outcomes["json"].action == "promoted" and outcomes["json"].version == "c2"
+
+
+def test_a_pointer_moved_during_the_cycle_is_stale(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _registered(engine, tmp_path, "inc", "c2", "new")
+    c2 = _candidate("c2", RATES, SIZES)  # evaluated before json got its own pointer
+    with store.session_scope(engine) as s:
+        store.set_live(s, version="new", actor="op", reason="by hand", segment="json")
+    policy = fast_policy(promotion={"per_segment": {"min_requests": 10}})
+    with store.session_scope(engine) as s:
+        outcomes = _by_segment(plan(s, policy=policy, candidates=[c2], best=None))
+    assert outcomes["json"].action == "stale" and "new" in outcomes["json"].reason
+    assert outcomes["chat"].action == "kept"
+
+
+def test_a_segment_win_that_decodes_slower_is_not_taken(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _registered(engine, tmp_path, "inc", "c2")
+    slow = _candidate("c2", RATES, SIZES, slow=0.5)  # 0.5 s to propose each step
+    fast = _candidate("c2", RATES, SIZES)
+    json_slow = next(s for s in slow.evaluation.segments if s.segment == "json")
+    assert json_slow.deltas["inc"].low > 0.05  # it does accept better...
+    assert json_slow.speedup["c2"] < json_slow.speedup["inc"]  # ...but decodes slower
+    policy = fast_policy(promotion={"per_segment": {"min_requests": 10}})
+    with store.session_scope(engine) as s:
+        assert _by_segment(plan(s, policy=policy, candidates=[slow], best=None))[
+            "json"].action == "kept"
+        assert _by_segment(plan(s, policy=policy, candidates=[fast], best=None))[
+            "json"].action == "promoted"
+
+
+def test_segment_results_compare_the_candidate_with_every_other_version() -> None:
+    c2 = _candidate("c2", RATES, SIZES, others=("inc", "old"))
+    json = next(s for s in c2.evaluation.segments if s.segment == "json")
+    assert set(json.deltas) == {"inc", "old"} and json.delta == json.deltas["inc"]
+    assert json.deltas["inc"].low > 0 > json.deltas["old"].high  # beats inc, loses to old
+    assert set(json.speedup) == {"c2", "inc", "old"}

@@ -1,0 +1,146 @@
+"""The watch per segment, on the store alone (no model: no cycle here finds fresh traffic):
+a segment promotion's canary is judged on that segment's live rows and rolls back the
+segment's pointer only; a segment move does not hide the deployment's own canary; a
+segment whose live τ falls well below its evaluated τ there triggers an early cycle."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from autospec import store
+from autospec.controller import records
+from autospec.controller.cycle import Controller
+from autospec.controller.watch import Watcher, pending_canary
+from tests.store.test_registry import register
+
+from .helpers import fast_policy
+
+
+def _no_model():  # type: ignore[no-untyped-def]
+    pytest.fail("the watch loaded the target: no cycle here has fresh traffic to train on")
+
+
+def _rows(engine, version: str, segment: str, *, n: int, tau: float) -> None:  # type: ignore[no-untyped-def]
+    """``n`` statistics-only requests of ``segment`` served by ``version`` at acceptance ``tau``."""
+    start = datetime.now(timezone.utc)
+    steps, accepted = 10, round((tau - 1) * 10)
+    store.write_requests(engine, [store.RequestRecord(
+        speculator_version=version, segment=segment, num_drafts=steps,
+        num_draft_tokens=steps * 4, num_accepted_tokens=accepted, opted_out=True,
+        created_at=start + timedelta(milliseconds=i)) for i in range(n)])
+
+
+def _setup(engine, tmp_path: Path, *, json_before: str | None) -> Controller:  # type: ignore[no-untyped-def]
+    """Deployment on ``inc``; segment json on ``seg`` by a controller-like promotion with a
+    segment shadow τ of 3.0 (after ``json_before``, its own earlier pointer, if any)."""
+    with store.session_scope(engine) as s:
+        for v in ("inc", "old", "seg"):
+            register(s, tmp_path, v)
+        store.set_live(s, version="inc", actor="t", reason="deployment")
+        if json_before:
+            store.set_live(s, version=json_before, actor="op", reason="by hand", segment="json")
+        store.set_live(s, version="seg", actor="controller", reason="segment wins",
+                       segment="json", details={"shadow_tau": 3.0, "evaluation_id": 1,
+                                                "incumbent": json_before or "inc"})
+    return Controller(engine, fast_policy(), _no_model)
+
+
+def _json_pointer(engine) -> str | None:  # type: ignore[no-untyped-def]
+    with store.session_scope(engine, readonly=True) as s:
+        pointer = store.get_live(s, segment="json")
+        return pointer.version if pointer else None
+
+
+def test_a_segment_canary_short_of_its_shadow_rolls_the_segment_back(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    controller = _setup(engine, tmp_path, json_before="old")
+    _rows(engine, "seg", "json", n=4, tau=1.5)
+    _rows(engine, "seg", "chat", n=30, tau=3.5)  # another segment's rows do not count
+    pending = Watcher(controller).run()
+    assert pending.action == "canary_pending" and pending.segment == "json"
+    assert "4 of 10" in pending.reasons[0]
+    _rows(engine, "seg", "json", n=6, tau=1.5)
+    result = Watcher(controller).run()
+    assert result.action == "rolled_back" and result.segment == "json", result.reasons
+    assert "on segment 'json'" in result.reasons[0] and "10 requests" in result.reasons[0]
+    assert _json_pointer(engine) == "old"
+    with store.session_scope(engine, readonly=True) as s:
+        assert store.get_live(s).version == "inc"  # the deployment's pointer never moved
+        (rollback,) = store.list_events(s, kinds=["rollback"])
+        (note,) = records.notes(s, deployment="default", type_="canary")
+    assert rollback.details["segment"] == "json" and rollback.from_version == "seg"
+    assert note.details["segment"] == "json" and note.details["verdict"] == "rollback"
+    assert Watcher(controller).run().action == "none"  # concluded; not rolled back twice
+
+
+def test_a_first_segment_pointer_that_fails_is_pinned_to_what_served_it(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    controller = _setup(engine, tmp_path, json_before=None)
+    _rows(engine, "seg", "json", n=10, tau=1.5)
+    assert Watcher(controller).run().action == "rolled_back"
+    assert _json_pointer(engine) == "inc"
+    with store.session_scope(engine, readonly=True) as s:
+        assert store.get_speculator(s, version="seg").state == "rolled_back"
+        (rollback,) = store.list_events(s, kinds=["rollback"])
+    assert "pinned to inc" in rollback.reason
+
+
+def test_a_segment_canary_within_tolerance_passes(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    controller = _setup(engine, tmp_path, json_before="old")
+    _rows(engine, "seg", "json", n=10, tau=2.9)
+    result = Watcher(controller).run()
+    assert result.action == "canary_passed" and result.segment == "json"
+    assert _json_pointer(engine) == "seg"
+
+
+def test_a_segment_move_does_not_hide_the_deployments_canary(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with store.session_scope(engine) as s:
+        for v in ("inc", "seg"):
+            register(s, tmp_path, v)
+        store.set_live(s, version="inc", actor="controller", reason="cycle",
+                       details={"shadow_tau": 2.0})
+        store.set_live(s, version="seg", actor="op", reason="json", segment="json")
+    with store.session_scope(engine, readonly=True) as s:
+        promo = pending_canary(s, deployment="default")
+    assert promo is not None and promo.version == "inc"
+
+
+def _evaluated(engine, per_segment_tau: dict) -> None:  # type: ignore[no-untyped-def]
+    """An evaluation that recorded τ per segment (none deployment-wide)."""
+    with store.session_scope(engine) as s:
+        store.record_evaluation(s, candidate="seg", incumbent="inc", decision="reject",
+                                per_segment={"segments": {
+                                    seg: {"num_requests": 40, "tau": taus}
+                                    for seg, taus in per_segment_tau.items()}})
+
+
+def test_a_segment_drifting_below_its_evaluated_tau_triggers_a_cycle(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    controller = _setup(engine, tmp_path, json_before="old")
+    _rows(engine, "seg", "json", n=10, tau=2.9)
+    assert Watcher(controller).run().action == "canary_passed"
+    _evaluated(engine, {"json": {"seg": 3.0, "inc": 2.0}})
+    _rows(engine, "seg", "json", n=20, tau=1.4)  # json's traffic changed
+    result = Watcher(controller).run()
+    assert result.action == "drift" and result.segment == "json", result.reasons
+    assert "on segment 'json'" in result.reasons[0] and "3.000" in result.reasons[0]
+    assert result.cycle is not None and result.cycle.outcome == "nothing_to_do"
+    with store.session_scope(engine, readonly=True) as s:
+        (note,) = records.notes(s, deployment="default", type_="drift")
+    assert note.details["segment"] == "json" and note.version == "seg"
+    again = Watcher(controller).run()
+    assert again.action == "none" and "cooldown" in again.reasons[0]
+
+
+def test_a_segment_following_the_deployment_drifts_when_per_segment_is_on(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with store.session_scope(engine) as s:
+        for v in ("inc", "seg"):
+            register(s, tmp_path, v)
+        store.set_live(s, version="inc", actor="t", reason="deployment")
+    _evaluated(engine, {"chat": {"inc": 3.0}})
+    _rows(engine, "inc", "chat", n=20, tau=1.4)
+    off = fast_policy(promotion={"per_segment": {"enabled": False}})
+    quiet = Watcher(Controller(engine, off, _no_model)).run()
+    assert quiet.action == "none" and quiet.reasons[0].startswith("no drift check")
+    result = Watcher(Controller(engine, fast_policy(), _no_model)).run()
+    assert result.action == "drift" and result.segment == "chat" and result.version == "inc"
