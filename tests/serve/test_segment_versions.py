@@ -133,3 +133,54 @@ def test_the_vllm_replica_refuses_segment_versions_and_says_so_once(
         r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4},
                         headers={"x-autospec-segment": "alpha"})
     assert r.status_code == 200 and r.headers["x-autospec-speculator"] == "builtin-ngram"
+
+
+def test_vllm_routes_resolve_the_segment_from_headers_and_body_once():
+    """vLLM's routes (autospec's hooks around vLLM's request models, vLLM's handler
+    stood in for): the rules see the parsed body, the header wins, else the route."""
+    pytest.importorskip("vllm")
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+    from pydantic import BaseModel
+
+    from autospec.serve.config import ServeConfig
+    from autospec.serve.vllm_http import add_routes
+    from autospec.serve.vllm_openai import Binding
+
+    class Answer(BaseModel):
+        text: str
+
+    async def handler(req, request):  # type: ignore[no-untyped-def]
+        return Answer(text="ok")
+
+    class Layer:  # what add_routes needs of a replica's VllmLayer
+        config = ServeConfig(segments=RULES)
+        api_args = SimpleNamespace()
+
+        def __init__(self) -> None:
+            self.contexts: list = []
+
+        async def openai_api(self):  # type: ignore[no-untyped-def]
+            return SimpleNamespace(chat=SimpleNamespace(create_chat_completion=handler),
+                                   completion=SimpleNamespace(create_completion=handler))
+
+        def bind(self, ctx):  # type: ignore[no-untyped-def]
+            self.contexts.append(ctx)
+            return Binding(ctx, SimpleNamespace(), SimpleNamespace(name="v"))
+
+        def release(self, binding) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    layer, app = Layer(), FastAPI()
+    add_routes(app, layer)  # type: ignore[arg-type]
+    chat = {"model": "m", "max_tokens": 2,
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"}]}
+    with TestClient(app) as client:
+        for headers in ({}, {"x-autospec-segment": "mine"}):
+            r = client.post("/v1/chat/completions", json=chat, headers=headers)
+            assert r.status_code == 200 and r.headers["x-autospec-speculator"] == "v"
+        assert client.post("/v1/completions", json={"model": "m", "prompt": "p"},
+                           headers={"x-team": "red"}).status_code == 200
+        assert client.post("/v1/completions", json={"model": "m", "prompt": "p"}).status_code == 200
+    assert [c.segment for c in layer.contexts] == ["beta", "mine", "alpha", "completions"]
