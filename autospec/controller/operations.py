@@ -144,11 +144,12 @@ def _evidence(session: Session, version: str, current: str,
     if ev is None:
         return None, {}
     result = segment_result(ev, segment) or {}
-    # the segment's τ is not the deployment's shadow τ: the deployment's canary ignores it
-    return ev, {"evaluation_id": ev.id, "incumbent": current,
-                "segment_tau": (result.get("tau") or {}).get(version),
-                "segment_delta": result.get("delta"),
-                "segment_requests": result.get("num_requests")}
+    tau = result.get("tau") or {}
+    # as the controller's segment promotions record it: the segment's canary compares its
+    # live τ on the segment with this shadow τ (τ on the segment's held-out requests)
+    return ev, {"evaluation_id": ev.id, "shadow_tau": tau.get(version), "incumbent": current,
+                "incumbent_shadow_tau": tau.get(current), "delta": result.get("delta"),
+                "requests": result.get("num_requests")}
 
 
 def _why_not(session: Session, version: str, current: str, segment: str | None = None) -> str:

@@ -89,6 +89,9 @@ def test_status_lists_segment_pointers_and_history_filters_by_segment(cli) -> No
     alpha = json.loads(cli("history", "--segment", "alpha", "--json").stdout)
     assert [(r["event"], r["version"], r["segment"]) for r in alpha] == [
         ("promotion", "v1", "alpha"), ("promotion", BUILTIN, "alpha")]  # then its pinning
+    details = alpha[0]["details"]  # the segment's τ: what its canary compares live τ with
+    assert details["shadow_tau"] == pytest.approx(2.4) and details["incumbent"] == BUILTIN
+    assert details["incumbent_shadow_tau"] == pytest.approx(2.0) and details["requests"] == 30
     beta = json.loads(cli("history", "--segment", "beta", "--json").stdout)
     assert [r["event"] for r in beta] == ["override", "promotion"]
     everything = cli("history")
