@@ -24,6 +24,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autospec.controller.status_view import fmt, print_status
@@ -112,6 +113,10 @@ def status(
 
 
 # -- promote / rollback ---------------------------------------------------------------------
+SEGMENT_HELP = ("move this traffic segment's own pointer instead of the deployment's (its "
+                "requests are then drafted by it on native replicas; docs/segments.md)")
+
+
 def promote(
     version: Annotated[str, typer.Argument(help="the version to make live")],
     force: Annotated[bool, typer.Option(
@@ -119,39 +124,48 @@ def promote(
         "--reason)")] = False,
     reason: Annotated[str, typer.Option(help="why (required with --force)")] = "",
     deployment: Annotated[str, typer.Option(help="the deployment whose pointer moves")] = "default",
+    segment: Annotated[str | None, typer.Option(help=SEGMENT_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Make VERSION live — only with a passing evaluation against the live version, unless
-    --force --reason "..." (exit 0 promoted, 3 refused, 2 error)."""
+    --force --reason "..." (exit 0 promoted, 3 refused, 2 error). With --segment, for that
+    segment: passing there means an evaluation of VERSION against the version drafting the
+    segment now whose per-segment results show the segment with Δτ ≥ 0."""
     from autospec.controller.operations import promote_version
 
     if force and not reason.strip():
         _fail("--force needs --reason \"...\" (it is recorded in the audit log)", EXIT_ERROR)
     with _errors():
         data = promote_version(_db(), version=version, actor=_actor(), force=force,
-                               reason=reason, deployment=deployment)
+                               reason=reason, deployment=deployment, segment=segment)
     if json_out:
         _emit(data)
     else:
-        out.print(f"[green]{data['kind']}:[/] {data['from']} → {data['version']} "
+        out.print(f"[green]{data['kind']}{_on(segment)}:[/] {data['from']} → {data['version']} "
                   f"({data['reason']})", highlight=False)
+
+
+def _on(segment: str | None) -> str:
+    return f" (segment {segment})" if segment else ""
 
 
 def rollback(
     reason: Annotated[str, typer.Option(help="why (recorded)")] = "operator rollback",
     deployment: Annotated[str, typer.Option(help="the deployment whose pointer moves")] = "default",
+    segment: Annotated[str | None, typer.Option(help=SEGMENT_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Point the deployment back at its previous version, in one step (exit 0, 3 nothing
-    to roll back, 2 error)."""
+    """Point the deployment (or --segment's pointer) back at its previous version, in one
+    step (exit 0, 3 nothing to roll back, 2 error)."""
     from autospec.controller.operations import rollback_version
 
     with _errors():
-        data = rollback_version(_db(), actor=_actor(), reason=reason, deployment=deployment)
+        data = rollback_version(_db(), actor=_actor(), reason=reason, deployment=deployment,
+                                segment=segment)
     if json_out:
         _emit(data)
     else:
-        out.print(f"[yellow]rolled back:[/] {data['from']} → {data['version']}",
+        out.print(f"[yellow]rolled back{_on(segment)}:[/] {data['from']} → {data['version']}",
                   highlight=False)
 
 
@@ -225,13 +239,17 @@ def versions_prune(
 def history(
     deployment: Annotated[str, typer.Option(help="the deployment")] = "default",
     limit: Annotated[int, typer.Option(min=1, help="newest N events")] = 30,
+    segment: Annotated[str | None, typer.Option(
+        help="only this traffic segment's events (its pointer's moves, its load "
+        "failures)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """The audit log: promotions, rollbacks, overrides, rejections, failures and cycles."""
+    """The audit log: promotions, rollbacks, overrides, rejections, failures and cycles
+    (a segment's events name it: `promotion [S]`)."""
     from autospec.controller.operations import list_history
 
     with _errors():
-        rows = list_history(_db(), deployment=deployment, limit=limit)
+        rows = list_history(_db(), deployment=deployment, limit=limit, segment=segment)
     if json_out:
         _emit(rows)
         return
@@ -239,7 +257,8 @@ def history(
     for col in ("time", "event", "actor", "version", "from", "reason"):
         table.add_column(col)
     for r in rows:
-        table.add_row(str(r["time"])[:19], r["event"], r["actor"], str(r["version"] or "—"),
+        event = r["event"] + (escape(f" [{r['segment']}]") if r.get("segment") else "")
+        table.add_row(str(r["time"])[:19], event, r["actor"], str(r["version"] or "—"),
                       str(r["from_version"] or "—"), r["reason"])
     out.print(table)
 

@@ -7,6 +7,15 @@
 - :func:`rollback_version` — the pointer back to its previous version, one step.
 - :func:`list_versions`, :func:`list_history` — JSON-able rows.
 
+Each move takes ``segment=``: the pointer of one traffic segment of the deployment moves
+instead (:mod:`autospec.serve.segments`; a segment without a pointer is drafted by the
+deployment's version). For a segment, *passing* means: an evaluation of the version against
+the version drafting that segment now (its pointer's, else the deployment's) whose
+per-segment results have the segment with Δτ ≥ 0 (:func:`passing_segment_evaluation`) — the
+overall decision may be a rejection: that is what a segment's own pointer is for. The first
+move of a segment first pins its pointer at the version drafting it then
+(:func:`ensure_segment_pointer`), so a rollback has somewhere to go.
+
 Refusals raise :class:`Refused`; store errors propagate.
 """
 
@@ -48,6 +57,36 @@ def ensure_pointer(session: Session, *, deployment: str, actor: str) -> None:
                           f"was live")
 
 
+def ensure_segment_pointer(session: Session, *, deployment: str, segment: str,
+                           actor: str) -> None:
+    """With no pointer for ``segment`` yet, pin it at the version drafting it now (the
+    deployment's), so its first move has a previous version to roll back to."""
+    if store.get_live(session, deployment=deployment, segment=segment) is not None:
+        return
+    ensure_pointer(session, deployment=deployment, actor=actor)
+    version = store.serving_version(session, deployment=deployment)
+    if version is not None:
+        store.set_live(session, version=version, actor=actor, deployment=deployment,
+                       segment=segment, reason=f"segment pointer initialised at {version}, "
+                       f"the deployment's version that drafted it")
+
+
+def segment_result(ev: Any, segment: str) -> dict[str, Any] | None:
+    """``segment``'s results in evaluation ``ev`` (requests, τ per version, Δτ, CI), or None."""
+    return ((ev.per_segment or {}).get("segments") or {}).get(segment)
+
+
+def passing_segment_evaluation(session: Session, *, version: str, incumbent: str,
+                               segment: str) -> Any | None:
+    """The newest evaluation of ``version`` against ``incumbent`` in which ``segment`` has a
+    Δτ ≥ 0 (whatever the overall decision)."""
+    for ev in store.list_evaluations(session, candidate=version, limit=200):
+        result = segment_result(ev, segment) if ev.incumbent == incumbent else None
+        if result is not None and result.get("delta") is not None and result["delta"] >= 0:
+            return ev
+    return None
+
+
 def passing_evaluation(session: Session, *, version: str, incumbent: str) -> Any | None:
     """The newest evaluation of ``version`` against ``incumbent`` that decided to promote."""
     for ev in store.list_evaluations(session, candidate=version, limit=200):
@@ -57,52 +96,93 @@ def passing_evaluation(session: Session, *, version: str, incumbent: str) -> Any
 
 
 def promote_version(engine: Engine, *, version: str, actor: str, force: bool = False,
-                    reason: str = "", deployment: str = "default") -> dict[str, Any]:
+                    reason: str = "", deployment: str = "default",
+                    segment: str | None = None) -> dict[str, Any]:
+    """Move the deployment's pointer (or ``segment``'s) to ``version`` if it passed against
+    the version there now (see the module doc), or with ``force``."""
     with store.session_scope(engine) as session:
         store.get_speculator(session, version=version)  # NotFound → exit 2
-        pointer = store.get_live(session, deployment=deployment)
-        current = pointer.version if pointer else BUILTIN_VERSION
-        if current == version:
-            raise _refused(f"{version} is already live for deployment {deployment}")
-        ev = passing_evaluation(session, version=version, incumbent=current)
+        own = store.get_live(session, deployment=deployment, segment=segment)
+        current = store.serving_version(session, deployment=deployment, segment=segment) \
+            or BUILTIN_VERSION
+        where = f"deployment {deployment}" + (f", segment {segment}" if segment else "")
+        if (own.version if own else current if segment is None else None) == version:
+            raise _refused(f"{version} is already live for {where}")
+        ev, details = _evidence(session, version, current, segment)
         if ev is None and not force:
-            raise _refused(_why_not(session, version, current))
-        details: dict[str, Any] = {"forced": force}
-        if ev is not None:
-            details.update(evaluation_id=ev.id, shadow_tau=ev.tau_candidate,
-                           incumbent=current, **promotion_speeds(ev))
-        ensure_pointer(session, deployment=deployment, actor=actor)
+            raise _refused(_why_not(session, version, current, segment))
+        details["forced"] = force
+        if segment is None:
+            ensure_pointer(session, deployment=deployment, actor=actor)
+        else:
+            ensure_segment_pointer(session, deployment=deployment, segment=segment, actor=actor)
+        on = f" on segment {segment}" if segment else ""
         text = reason.strip() or f"operator promotion: evaluation #{ev.id} passed " \
-                                 f"against {current}"  # type: ignore[union-attr]
+                                 f"against {current}{on}"  # type: ignore[union-attr]
         kind = "override" if force else "promotion"
         store.set_live(session, version=version, actor=actor, reason=text,
-                       deployment=deployment, kind=kind, details=details)
+                       deployment=deployment, segment=segment, kind=kind, details=details)
     return {"kind": kind, "version": version, "from": current, "reason": text,
-            "evaluation_id": details.get("evaluation_id"), "deployment": deployment}
+            "evaluation_id": details.get("evaluation_id"), "deployment": deployment,
+            **_named(segment)}
 
 
-def _why_not(session: Session, version: str, current: str) -> str:
+def _named(segment: str | None) -> dict[str, str]:
+    """The ``segment`` key of a move's JSON, when a segment's pointer moved."""
+    return {} if segment is None else {"segment": segment}
+
+
+def _evidence(session: Session, version: str, current: str,
+              segment: str | None) -> tuple[Any | None, dict[str, Any]]:
+    """The passing evaluation (None: none) and what the move records of it."""
+    if segment is None:
+        ev = passing_evaluation(session, version=version, incumbent=current)
+        return ev, {} if ev is None else {"evaluation_id": ev.id, "shadow_tau": ev.tau_candidate,
+                                          "incumbent": current, **promotion_speeds(ev)}
+    ev = passing_segment_evaluation(session, version=version, incumbent=current,
+                                    segment=segment)
+    if ev is None:
+        return None, {}
+    result = segment_result(ev, segment) or {}
+    tau = result.get("tau") or {}
+    # as the controller's segment promotions record it: the segment's canary compares its
+    # live τ on the segment with this shadow τ (τ on the segment's held-out requests)
+    return ev, {"evaluation_id": ev.id, "shadow_tau": tau.get(version), "incumbent": current,
+                "incumbent_shadow_tau": tau.get(current), "delta": result.get("delta"),
+                "requests": result.get("num_requests")}
+
+
+def _why_not(session: Session, version: str, current: str, segment: str | None = None) -> str:
     evaluations = store.list_evaluations(session, candidate=version, limit=20)
     against = [e for e in evaluations if e.incumbent == current]
+    hint = "pass --force --reason \"...\""
     if not against:
         return (f"{version} has no evaluation against the live version {current}; run "
-                f"`autospec evaluate {version} {current}` or pass --force --reason \"...\"")
+                f"`autospec evaluate {version} {current}` or {hint}")
     last = against[0]
+    if segment is not None:
+        result = segment_result(last, segment)
+        found = "has no requests of it" if result is None or result.get("delta") is None \
+            else f"has Δτ {result['delta']:+.3f} on it (a segment passes with Δτ ≥ 0)"
+        return (f"no evaluation of {version} against {current} passes segment {segment}: "
+                f"the newest (#{last.id}) {found}; {hint} to override")
     return (f"the newest evaluation of {version} against {current} (#{last.id}) decided "
-            f"{last.decision}: {'; '.join(last.reasons or [])}; pass --force --reason \"...\" "
-            f"to override")
+            f"{last.decision}: {'; '.join(last.reasons or [])}; {hint} to override")
 
 
-def rollback_version(engine: Engine, *, actor: str, reason: str,
-                     deployment: str = "default") -> dict[str, Any]:
+def rollback_version(engine: Engine, *, actor: str, reason: str, deployment: str = "default",
+                     segment: str | None = None) -> dict[str, Any]:
+    """The deployment's pointer (or ``segment``'s) back to its previous version."""
     with store.session_scope(engine) as session:
-        pointer = store.get_live(session, deployment=deployment)
+        pointer = store.get_live(session, deployment=deployment, segment=segment)
         if pointer is None or pointer.previous_version is None:
-            raise _refused(f"deployment {deployment} has no previous version to roll back to")
+            where = f"deployment {deployment}" + (f", segment {segment}," if segment else "")
+            raise _refused(f"{where} has no previous version to roll back to")
         before = pointer.version
-        moved = store.rollback(session, actor=actor, reason=reason, deployment=deployment)
+        moved = store.rollback(session, actor=actor, reason=reason, deployment=deployment,
+                               segment=segment)
         return {"version": moved.version, "from": before, "reason": reason,
-                "deployment": deployment}
+                "deployment": deployment, **_named(segment)}
 
 
 def list_versions(engine: Engine, *, state: str | None, limit: int) -> list[dict[str, Any]]:
@@ -125,12 +205,19 @@ def list_versions(engine: Engine, *, state: str | None, limit: int) -> list[dict
         return rows
 
 
-def list_history(engine: Engine, *, deployment: str, limit: int) -> list[dict[str, Any]]:
+def list_history(engine: Engine, *, deployment: str, limit: int,
+                 segment: str | None = None) -> list[dict[str, Any]]:
+    """The audit log's moves, failures and cycles, newest first; with ``segment``, only
+    the events of that segment (``details.segment``: its pointer's moves, its load
+    failures)."""
     with store.session_scope(engine, readonly=True) as session:
-        events = store.list_events(session, kinds=list(HISTORY_KINDS), limit=limit * 3)
+        events = store.list_events(session, kinds=list(HISTORY_KINDS),
+                                   limit=limit * (3 if segment is None else 20))
         rows = []
         for e in events:
             if e.deployment not in (None, deployment):
+                continue
+            if segment is not None and (e.details or {}).get("segment") != segment:
                 continue
             kind = e.kind
             if kind == "note":
@@ -140,6 +227,7 @@ def list_history(engine: Engine, *, deployment: str, limit: int) -> list[dict[st
                 if kind == "cycle":
                     kind = f"cycle {(e.details or {}).get('outcome')}"
             rows.append({"time": e.created_at, "event": kind, "actor": e.actor,
+                         "segment": (e.details or {}).get("segment"),
                          "version": e.version, "from_version": e.from_version,
                          "reason": e.reason, "details": e.details})
         return rows[:limit]

@@ -14,6 +14,8 @@ replicas that reported in the last :data:`FRESH_REPORT_S` seconds serve, and whe
 agree with the pointer (a version that failed to load leaves them on the previous one).
 ``numerics`` is the target, revision, dtype and engine the replicas recorded
 (:mod:`autospec.numerics`), with the concurrency bands the controller set (``k_bands``).
+``segments`` lists the deployment's per-segment pointers (segment, version, since, previous:
+``autospec promote VERSION --segment S``); native replicas draft those segments with them.
 ``concurrency`` is the load the replicas served over the last hour: requests in flight per
 replica as the traffic rows recorded it (p50, p90, max, mean; None before any row did).
 """
@@ -73,8 +75,18 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy,
             "canary": _canary(session, deployment, policy),
             "failures": _failures(session, deployment, now - timedelta(days=1)),
             "concurrency": _concurrency(session, deployment, now - timedelta(hours=1)),
+            "segments": segment_pointers(session, deployment),
             **_served(session, deployment, version, now),
         }
+
+
+def segment_pointers(session, deployment: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """The deployment's per-segment pointers (segment, version, since, previous); a segment
+    without one is drafted by the live pointer's version."""
+    return [{"segment": p.segment, "version": p.version, "since": p.updated_at,
+             "previous_version": p.previous_version, "updated_by": p.updated_by,
+             "generation": p.generation}
+            for p in store.list_segment_pointers(session, deployment=deployment)]
 
 
 def evaluated_speedup(session, version: str) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]

@@ -1,5 +1,6 @@
 """``autospec status`` as rich tables: the live version, τ shadow and live, speed, the
-policy in force, traffic, schedule, lease, canary, recent cycles and failures. Reads the
+policy in force, traffic, schedule, lease, canary, segment pointers, recent cycles and
+failures. Reads the
 dictionary :func:`autospec.controller.status.collect_status` builds; queries nothing."""
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def print_status(data: dict[str, Any], out: Console) -> None:
                   + ("" if canary.get("expected_speed_gain") is None else
                      f"; measured speed gain {canary['expected_speed_gain']:.2f}×"))
     out.print(table)
+    if data.get("segments"):
+        out.print(_segments(data["segments"]))
     out.print(_cycles(data["cycles"]))
     if data["failures"]:
         fails = Table(title="recent failures")
@@ -113,6 +116,16 @@ def _served_text(served: dict[str, Any], pointer: str) -> str:
     if not served["agrees"]:
         text += f" [red]— not the pointer's {pointer}: see recent failures[/]"
     return text
+
+
+def _segments(segments: list[dict[str, Any]]) -> Table:
+    table = Table(title="segment pointers (other segments: the live pointer's version)")
+    for col in ("segment", "version", "since", "previous", "by"):
+        table.add_column(col)
+    for s in segments:
+        table.add_row(s["segment"], s["version"], str(s["since"])[:19],
+                      str(s["previous_version"] or "—"), s["updated_by"])
+    return table
 
 
 def _cycles(cycles: list[dict[str, Any]]) -> Table:

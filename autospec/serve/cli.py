@@ -48,7 +48,8 @@ CONFIG_ONLY = {
 }
 #: fields whose option has another name (and shape: KEY=VALUE pairs, Ray's resources)
 OPTION_OF = {"vllm_options": "vllm_option", "vllm_api_options": "vllm_api_option",
-             "ray_actor_options": "num_cpus", "startup_timeout_s": "startup_timeout"}
+             "ray_actor_options": "num_cpus", "startup_timeout_s": "startup_timeout",
+             "segments": "segment_rules"}
 
 
 def serve(
@@ -113,6 +114,10 @@ def serve(
     docs: Annotated[bool, typer.Option(
         help="serve the interactive API docs at /docs (Swagger UI, which loads its scripts "
         "from a CDN); /openapi.json is served either way")] = False,
+    segment_rules: Annotated[Path | None, typer.Option(
+        help="a YAML file of segment rules (a list, or `segments:` and a list; first match "
+        "wins; docs/segments.md): which traffic segment each request belongs to, and so "
+        "which segment pointer's version drafts it")] = None,
 ) -> None:
     """Serve the target with speculative decoding over an OpenAI-compatible HTTP API."""
     from pydantic import ValidationError
@@ -133,6 +138,7 @@ def serve(
             vllm_api_options=_engine_options(vllm_api_option or [], "--vllm-api-option"),
             database_url=None, log_traffic=log_traffic, ray_actor_options=actor_options,
             startup_timeout_s=startup_timeout, api_key=api_key or None, docs=docs,
+            segments=_segment_rules(segment_rules),
             api_key_file=api_key_file.resolve() if api_key_file else None))
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -152,6 +158,24 @@ def serve(
     finally:
         if not detach:
             shut_down(local=address is None)
+
+
+def _segment_rules(path: Path | None) -> list[Any]:
+    """The rules of ``--segment-rules`` as data (ServeConfig checks each rule)."""
+    import yaml
+
+    if path is None:
+        return []
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise typer.BadParameter(f"{path}: {exc}", param_hint="--segment-rules") from None
+    if isinstance(data, dict) and set(data) == {"segments"}:
+        data = data["segments"]
+    if not isinstance(data, list):
+        raise typer.BadParameter(f"{path}: expected a list of rules (or `segments:` and a "
+                                 "list)", param_hint="--segment-rules")
+    return data
 
 
 def _check_key_file(path: Path | None) -> None:

@@ -27,6 +27,7 @@ from pydantic import (
 
 from autospec.engine.choice import ENGINE_HELP
 from autospec.serve.bands import MAX_K, KBands, parse_bands
+from autospec.serve.segments import SegmentRule
 
 # the version name served while no version is live (the training-free n-gram speculator);
 # defined with the shared version resolver so evaluation and serving agree on it
@@ -70,6 +71,11 @@ class ServeConfig(BaseModel):
         "batch size of a step, on the native engine the requests in flight when one starts; "
         "`autospec bench serve --engine vllm --concurrency 1,4,8` shows where speculation "
         "stops paying")
+    segments: list[SegmentRule] = Field(
+        default_factory=list, description="segment rules, first match wins: each names a "
+        "`segment` and matches by `model`, `system_sha256` (hex prefix) and/or `header` + "
+        "`value`; a request's x-autospec-segment header wins over them, no match: the route "
+        "(docs/segments.md)")
     database_url: str | None = Field(
         None, description="traffic store URL (default: AUTOSPEC_DATABASE_URL or the data dir)")
     log_traffic: bool = Field(True, description="log every request to the traffic store")

@@ -54,12 +54,13 @@ from autospec.serve.http_io import (
     client_gone,
     context,
     parse_replica,
-    read_json,
+    read_object,
     unless_disconnected,
     usage,
+    validated,
     version_headers,
 )
-from autospec.serve.requests import PositionLogprobs, Prepared, Served
+from autospec.serve.requests import PositionLogprobs, Prepared, RequestContext, Served
 from autospec.serve.schemas import (
     AssistantMessage,
     AutospecInfo,
@@ -131,8 +132,8 @@ def _completion_routes(app: FastAPI, server: LLMServer) -> None:
     @app.post("/v1/completions", openapi_extra=body_schema(CompletionRequest),
               response_model=CompletionResponse)
     async def completions(request: Request) -> Response:
-        req = await read_json(request, CompletionRequest, server.config.max_body_bytes)
-        prepared = await server.prepare_completion(req, context(request, "completions"))
+        req, ctx = await _read(request, server, CompletionRequest, "completions")
+        prepared = await server.prepare_completion(req, ctx)
         if req.stream:
             return _stream(server, prepared, chat=False)
         served = await unless_disconnected(request, server.generate(prepared))
@@ -144,8 +145,8 @@ def _completion_routes(app: FastAPI, server: LLMServer) -> None:
     @app.post("/v1/chat/completions", openapi_extra=body_schema(ChatCompletionRequest),
               response_model=ChatCompletionResponse)
     async def chat_completions(request: Request) -> Response:
-        req = await read_json(request, ChatCompletionRequest, server.config.max_body_bytes)
-        prepared = await server.prepare_chat(req, context(request, "chat"))
+        req, ctx = await _read(request, server, ChatCompletionRequest, "chat")
+        prepared = await server.prepare_chat(req, ctx)
         if req.stream:
             return _stream(server, prepared, chat=True)
         served = await unless_disconnected(request, server.generate(prepared))
@@ -153,6 +154,14 @@ def _completion_routes(app: FastAPI, server: LLMServer) -> None:
             return client_gone()
         body = chat_body(server, served, prepared)
         return JSONResponse(body.model_dump(), headers=version_headers(served))
+
+
+async def _read(request: Request, server: LLMServer, model: type[M],
+                route: str) -> tuple[M, RequestContext]:
+    """The body as ``model`` and the request's context: its segment resolved once, from
+    the headers and the body (the serve config's rules, :mod:`autospec.serve.segments`)."""
+    data = await read_object(request, server.config.max_body_bytes)
+    return validated(data, model), context(request, route, data, server.config.segments)
 
 
 def _text(server: LLMServer, result: GenerationResult) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -23,10 +23,10 @@ from autospec.engine.stats import RequestStats
 from autospec.serve.errors import APIError, validation_error
 from autospec.serve.requests import Prepared, RequestContext, Served, Streamed
 from autospec.serve.schemas import AutospecInfo, Usage
+from autospec.serve.segments import SEGMENT_HEADER, SegmentRule, rule_segment
 
 VERSION_HEADER = "x-autospec-speculator"
 DRAFTED_BY_HEADER = "x-autospec-drafted-by"
-SEGMENT_HEADER = "x-autospec-segment"
 LOG_HEADER = "x-autospec-log"
 REPLICA_HEADER = "x-autospec-replica"
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
@@ -112,9 +112,15 @@ class AbandoningStream(StreamingResponse):
 # -- reading requests ---------------------------------------------------------------------
 
 
-def context(request: Request, route: str) -> RequestContext:
-    """Segment and logging choice from the request headers."""
-    segment = request.headers.get(SEGMENT_HEADER, route).strip()
+def context(request: Request, route: str, body: Mapping[str, Any] | None = None,
+            rules: Sequence[SegmentRule] = ()) -> RequestContext:
+    """The request's segment and logging choice, resolved once: the ``x-autospec-segment``
+    header if sent, else the first of ``rules`` matching the headers and ``body`` (the
+    parsed JSON), else ``route`` (:mod:`autospec.serve.segments`)."""
+    segment = request.headers.get(SEGMENT_HEADER)
+    if segment is None:
+        segment = rule_segment(rules, headers=request.headers, body=body or {}) or route
+    segment = segment.strip()
     if not _SEGMENT.match(segment):
         raise APIError(400, f"{SEGMENT_HEADER} must be 1-64 letters, digits or ._:/- "
                        f"starting with a letter or digit", param=SEGMENT_HEADER,
@@ -123,9 +129,8 @@ def context(request: Request, route: str) -> RequestContext:
     return RequestContext(route=route, segment=segment, log_text=log_text)
 
 
-async def read_json(request: Request, model: type[M], limit: int) -> M:
-    """The body as ``model``, or an :class:`APIError` saying what is wrong with it."""
-    data = await read_object(request, limit)
+def validated(data: dict[str, Any], model: type[M]) -> M:
+    """``data`` as ``model``, or an :class:`APIError` saying what is wrong with it."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -10,9 +10,11 @@ decoder (``decoder``: the native engine's decode thread or vLLM's batching,
 - **Admission.** At most ``max_pending_requests`` requests may be admitted (waiting or
   decoding); the next one gets a fast 503 (``Retry-After``). Tokenization runs in the
   default thread pool.
-- **Versions.** A request reads :attr:`VersionManager.current` once, when admitted, and
-  decodes with that version's engine to the end (see :mod:`autospec.serve.versions`). After
-  a swap to another engine the old one is retired (it closes when its requests end).
+- **Versions.** A request reads its version once, when admitted: its segment's
+  (:meth:`VersionManager.for_segment`: the segment pointer's version, else
+  :attr:`VersionManager.current`), and decodes with that version's engine to the end (see
+  :mod:`autospec.serve.versions`). After a swap to another engine the old one is retired
+  (it closes when its requests end) unless a segment still drafts with it.
 - **Reporting.** When a request finishes, its :class:`RequestStats` go to the metrics
   (:mod:`autospec.serve.metrics`) and, unless traffic logging is off, one
   :class:`~autospec.store.RequestRecord` per choice goes to the traffic writer, whose
@@ -145,8 +147,9 @@ class LLMServer:
 
     def _on_swap(self, old: ServedVersion, new: ServedVersion) -> None:
         self.metrics.set_version(new.name, new.kind, old.name, old.kind)
-        if old.engine is not new.engine:  # another engine: retire the old one
-            old.engine.retire()  # it closes once its running requests have ended
+        if old.engine is not new.engine and not self.versions.holds(old.engine):
+            old.engine.retire()  # another engine no segment drafts with: it closes once its
+            # running requests have ended
 
     # -- health ------------------------------------------------------------------------------
 
@@ -164,6 +167,8 @@ class LLMServer:
                 "kind": cur.kind, "engine": cur.engine.name, "pending": self._pending,
                 "live_pointer_error": self.versions.last_poll_error,
                 "load_failures": self.versions.load_failures,
+                "segments": self.versions.segments,
+                "segment_versions": self.versions.segment_memory(),
                 "traffic": self.writer.counters.as_dict() if self.writer else None}
 
     # -- preparing requests ------------------------------------------------------------------
@@ -207,7 +212,8 @@ class LLMServer:
     def _bind(self, ctx: RequestContext, ids: list[int], text: str | None, req: _Request,
               max_tokens: int | None) -> Prepared:
         self.check_features(req)
-        version = self.versions.current  # the version this request is served by, to the end
+        # the version this request is served by, to the end: its segment's, else the live one
+        version = self.versions.for_segment(ctx.segment)
         params = self._params(req, max_tokens, len(ids), version)
         version.engine.check_request(ids, params)  # RequestError -> 400
         return Prepared(ctx, ids, text, params, version, n=req.n, logprobs=req.wanted_logprobs)

@@ -31,6 +31,18 @@ version name :data:`~autospec.serve.config.BUILTIN_VERSION` (``builtin-ngram``);
 speculation off it serves target-only decoding as :data:`~autospec.serve.config.OFF_VERSION`.
 If the pointer is removed the replica keeps serving what it has.
 
+**Segments.** With the pointer the watcher reads the deployment's segment pointers
+(``autospec promote VERSION --segment S``) and holds one loaded version per version they
+name (a version named by several segments, or by the deployment too, is loaded once; one no
+pointer names any more is freed). A request drafts with its segment's version
+(:meth:`VersionManager.for_segment`; the segment is resolved once per request,
+:mod:`autospec.serve.segments`), else with :attr:`~VersionManager.current`. A segment's
+version that fails to load is refused and audited as the deployment's is (event
+``failure``, ``details.segment``); its segment is drafted by the deployment's version
+meanwhile. The replica report names the deployment's version; the segments' are in
+``/health`` (``segments``: segment -> version, ``segment_versions``: name -> speculator
+bytes) and in the log.
+
 **Bands.** With the pointer the watcher reads the deployment's concurrency bands
 (``deployments.k_bands``, set by the controller from its policy's ``serving.k_bands``,
 :mod:`autospec.serve.bands`): :attr:`VersionManager.policy_bands`, which the server drafts by
@@ -53,6 +65,7 @@ from autospec.engine.interface import Engine as DecodingEngine
 from autospec.engine.target import Target
 from autospec.serve.bands import MAX_K, BandsError, KBands, parse_bands
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION
+from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.registry import new_speculator
 from autospec.store.models import utcnow
 from autospec.versions import VersionLoadError, load_speculator_version
@@ -121,6 +134,11 @@ class VersionManager:
         #: the replica's own then), read with the pointer
         self.policy_bands: KBands | None = None
         self._bad_bands: str | None = None  # bands text refused (not logged again)
+        #: segment -> the version loaded for its pointer (replaced whole, never mutated)
+        self._by_segment: dict[str, ServedVersion] = {}
+        self._segments_wanted: dict[str, tuple[str, int]] = {}  # as last read
+        self._segment_failed: dict[str, tuple[str, int]] = {}  # refused (no retry)
+        self._sizes: dict[str, int | None] = {}  # version -> speculator bytes, counted
 
     def _initial(self, speculation: bool) -> ServedVersion | None:
         """What the replica serves before (or without) following the pointer (None: nothing
@@ -138,6 +156,30 @@ class VersionManager:
         if self._current is None:
             raise RuntimeError("no version is loaded yet: start() loads the first")
         return self._current
+
+    def for_segment(self, segment: str | None) -> ServedVersion:
+        """The version that drafts ``segment``'s requests: its segment pointer's, loaded,
+        else :attr:`current` (read it once per request)."""
+        held = self._by_segment.get(segment) if segment is not None else None
+        return held if held is not None else self.current
+
+    @property
+    def segments(self) -> dict[str, str]:
+        """Segment -> the version drafting it, for the segments with a version of their own."""
+        return {segment: v.name for segment, v in sorted(self._by_segment.items())}
+
+    def holds(self, engine: DecodingEngine) -> bool:
+        """True if a segment still drafts with ``engine`` (a swap must not retire it)."""
+        return any(v.engine is engine for v in self._by_segment.values())
+
+    def segment_memory(self) -> dict[str, int | None]:
+        """Each version held for segments: the bytes of its speculator's tensors (None:
+        not a tensor speculator)."""
+        sizes = self._sizes
+        for v in self._by_segment.values():
+            if v.name not in sizes:  # counted once per version: /health asks often
+                sizes[v.name] = speculator_bytes(v)
+        return {v.name: sizes[v.name] for v in self._by_segment.values()}
 
     def start(self) -> None:
         """Load the live version now (blocking), report it, then follow the pointer (and
@@ -190,7 +232,8 @@ class VersionManager:
                 log.exception("live-pointer poll failed; will retry")
 
     def poll_once(self) -> bool:
-        """Read the pointer; load and swap if it names another version. True if swapped."""
+        """Read the pointers; load and swap if the deployment's names another version, and
+        follow the segments' (:meth:`_follow_segments`). True if the deployment's swapped."""
         assert self.db is not None
         try:
             with store.session_scope(self.db, readonly=True) as session:
@@ -198,6 +241,8 @@ class VersionManager:
                 wanted = (pointer.version, pointer.generation) if pointer else None
                 row = store.get_deployment(session, name=self.deployment)
                 bands = row.k_bands if row is not None else None
+                segments = {p.segment: (p.version, p.generation) for p in
+                            store.list_segment_pointers(session, deployment=self.deployment)}
         except store.StoreError as exc:  # database down: keep serving what we have
             self._note_poll_error(str(exc))
             return False
@@ -208,9 +253,37 @@ class VersionManager:
         if bands != (str(self.policy_bands) if self.policy_bands else None) and \
                 (bands is None or bands != self._bad_bands):
             self._follow_bands(bands, wanted)
-        if wanted is None or wanted[0] == self.current.name or wanted == self._failed:
-            return False
-        return self._swap_to(*wanted)
+        swapped = False
+        if wanted is not None and wanted[0] != self.current.name and wanted != self._failed:
+            swapped = self._swap_to(*wanted)
+        if segments != self._segments_wanted:
+            self._follow_segments(segments)
+        return swapped
+
+    def _follow_segments(self, wanted: dict[str, tuple[str, int]]) -> None:
+        """Hold one loaded version per version the segment pointers name (reusing those
+        loaded, the deployment's included), then free those no pointer names any more."""
+        loaded = {v.name: v for v in (*self._by_segment.values(), self.current)}
+        held: dict[str, ServedVersion] = {}
+        for segment, (version, generation) in sorted(wanted.items()):
+            if version not in loaded and self._segment_failed.get(segment) != (version,
+                                                                               generation):
+                try:
+                    loaded[version] = self._load(version)
+                    log.info("segment %s: loaded %s", segment, version)
+                except VersionLoadError as exc:
+                    self._refused(version, generation, exc, segment=segment)
+            if version in loaded:
+                held[segment] = loaded[version]
+        old, self._by_segment = self._by_segment, held  # one reference assignment
+        self._segments_wanted = dict(wanted)
+        for version in {id(v): v for v in old.values()}.values():
+            if version.engine is not self.current.engine and not self.holds(version.engine):
+                version.engine.retire()  # it closes once its running requests have ended
+                log.info("freed %s: no segment pointer names it any more", version.name)
+        log.info("drafting by segment: %s (others: %s)",
+                 ", ".join(f"{s}={v}" for s, v in self.segments.items()) or "none",
+                 self.current.name)
 
     @property
     def serving_bands(self) -> KBands | None:
@@ -240,8 +313,9 @@ class VersionManager:
 
     def _swap_to(self, version: str, generation: int) -> bool:
         started = time.perf_counter()
+        held = {v.name: v for v in self._by_segment.values()}
         try:
-            new = self._load(version)
+            new = held[version] if version in held else self._load(version)
         except VersionLoadError as exc:
             self._refused(version, generation, exc)
             return False
@@ -254,23 +328,41 @@ class VersionManager:
             self.on_swap(old, new)
         return True
 
-    def _refused(self, version: str, generation: int, exc: VersionLoadError) -> None:
-        """``version`` failed to load: remember it (no retry until the pointer moves),
-        log it, audit it."""
-        self._failed = (version, generation)
+    def _refused(self, version: str, generation: int, exc: VersionLoadError, *,
+                 segment: str | None = None) -> None:
+        """``version`` failed to load (for ``segment``'s pointer, or the deployment's):
+        remember it (no retry until that pointer moves), log it, audit it."""
+        staying = self._current.name if self._current else None
+        if segment is None:
+            self._failed = (version, generation)
+            log.error("staying on %s: %s", staying, exc)
+        else:
+            self._segment_failed[segment] = (version, generation)
+            log.error("segment %s is drafted by the deployment's %s: %s", segment, staying, exc)
         self.load_failures += 1
-        log.error("staying on %s: %s", self._current.name if self._current else None, exc)
         if not exc.audited:
-            self._record_failure(version, str(exc))
+            self._record_failure(version, str(exc), segment)
         if self.on_failure is not None:
             self.on_failure(version, str(exc))
 
-    def _record_failure(self, version: str, reason: str) -> None:
+    def _record_failure(self, version: str, reason: str, segment: str | None = None) -> None:
+        details = {"what": "speculator load", "replica": self.actor}
+        if segment is not None:
+            details["segment"] = segment
         try:
             with store.session_scope(self.db) as session:
                 store.record_event(session, kind="failure", actor=self.actor, reason=reason,
                                    deployment=self.deployment, version=version,
                                    from_version=self._current.name if self._current else None,
-                                   details={"what": "speculator load", "replica": self.actor})
+                                   details=details)
         except Exception:  # the audit log is best effort here; the replica keeps serving
             log.exception("could not record the load failure of %s", version)
+
+
+def speculator_bytes(version: ServedVersion) -> int | None:
+    """The bytes of ``version``'s speculator tensors on a native engine (None: none to
+    count, e.g. on vLLM or with speculation off)."""
+    speculator = getattr(version.engine, "speculator", None)
+    if not isinstance(speculator, SavableSpeculator):
+        return None
+    return sum(t.numel() * t.element_size() for t in speculator.state_tensors().values())

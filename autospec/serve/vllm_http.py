@@ -117,7 +117,7 @@ class VllmLayer:
         and bind it to the live version; it is in flight until :meth:`release`."""
         job = self.server.admit()
         self.server.begin(job)  # vLLM batches every admitted request: no queue of autospec's
-        return Binding(ctx, job, self.versions.current)
+        return Binding(ctx, job, self.versions.for_segment(ctx.segment))
 
     def release(self, binding: Binding) -> None:
         """The request's answer has ended (idempotent)."""
@@ -162,10 +162,12 @@ def _route(app: FastAPI, server: Replica, path: str, route: str, model: type[Bas
 
     @app.post(path)
     async def answer(request: Request) -> Response:
-        req = parse(await read_object(request, server.config.max_body_bytes), model)
+        data = await read_object(request, server.config.max_body_bytes)
+        req = parse(data, model)
         if isinstance(req, ValidationError):
             return await _invalid(request, req)
-        return await serve(server, request, route, handler(await server.openai_api()), req)
+        ctx = context(request, route, data, server.config.segments)  # the segment, once
+        return await serve(server, request, ctx, handler(await server.openai_api()), req)
 
 
 async def _invalid(request: Request, exc: ValidationError) -> Response:
@@ -197,11 +199,11 @@ def parse(data: dict[str, Any], model: type[BaseModel]) -> Any:
         return exc
 
 
-async def serve(server: Replica, request: Request, route: str,
+async def serve(server: Replica, request: Request, ctx: RequestContext,
                 handler: Callable[..., Any], req: Any) -> Response:
     """Admit the request, run vLLM's ``handler`` on it, and answer with autospec's
     header and ``autospec`` object."""
-    binding = server.bind(context(request, route))
+    binding = server.bind(ctx)
     try:
         with binding:  # the engine proxy reads it when vLLM's handler calls generate
             result = await unless_disconnected(request, handler(req, request))

@@ -28,6 +28,10 @@ Every swap is audited (event ``swap``: ``in-place`` or ``new engine`` and why). 
 that fails (refused kind, load error, vLLM failing to start) leaves the replica serving what
 it had and is audited once (``failure`` event), exactly as on the native path.
 
+**Segments.** Per-segment versions (``autospec promote VERSION --segment S``) are refused
+here: one engine drafts with one version, so the replica drafts every segment with the
+deployment's version, and says so once (log and audit event ``note``).
+
 :func:`~autospec.speculators.registry.vllm_refusal` says why a version cannot be served on
 vLLM, as its kind declares it (e.g. an ``eagle3`` version that drafts
 trees or consults its traffic suffix index, which vLLM would silently run as plain chains of
@@ -75,6 +79,7 @@ class VllmVersionManager(VersionManager):
         self.options = options
         self.model_dir = target_dir(self.target)
         self.export_root = get_settings().data_dir / "vllm-exports"
+        self._segments_noted = False  # segment pointers refused: said once
 
     def _initial(self, speculation: bool) -> ServedVersion | None:
         return None  # an engine starts in prime(), not here
@@ -159,6 +164,29 @@ class VllmVersionManager(VersionManager):
         current = self._current
         if current is not None and self._bands_refusal(current) is not None:
             self._swap_to(current.name, wanted[1] if wanted else 0)
+
+    def _follow_segments(self, wanted: dict[str, tuple[str, int]]) -> None:
+        """Segment pointers are not followed on vLLM: one engine has one drafter, so every
+        segment is drafted by the deployment's version. Said once per replica, in the log
+        and the audit log (event ``note``), the first time segment pointers are seen."""
+        self._segments_wanted = dict(wanted)
+        if not wanted or self._segments_noted:
+            return
+        self._segments_noted = True
+        names = ", ".join(f"{s}={v}" for s, (v, _) in sorted(wanted.items()))
+        reason = (f"segment pointers ({names}) are not followed on the vLLM engine: one engine "
+                  "drafts with one version, so this replica drafts every segment with the "
+                  "deployment's version (`autospec serve --engine native` follows them)")
+        log.warning("%s", reason)
+        try:
+            with store.session_scope(self.db) as session:
+                store.record_event(session, kind="note", actor=self.actor, reason=reason,
+                                   deployment=self.deployment,
+                                   details={"type": "segments_unsupported", "engine": "vllm",
+                                            "replica": self.actor,
+                                            "segments": {s: v for s, (v, _) in wanted.items()}})
+        except Exception:  # the audit log is best effort here; the replica keeps serving
+            log.exception("could not record that segment pointers are not followed")
 
     def _export(self, version: str, spec: Any) -> tuple[Path, Any]:
         """``spec`` exported for vLLM into a fresh directory under the export root."""

@@ -1,0 +1,98 @@
+"""Operators move segment pointers: ``promote VERSION --segment S`` (passing there: the
+version's evaluation has S with Δτ ≥ 0, whatever the overall decision; else --force),
+``rollback --segment S``, ``status`` listing the segment pointers and ``history --segment S``
+— on SQLite and PostgreSQL (the ``engine`` fixture)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autospec import store
+from autospec.cli import app
+
+runner = CliRunner()
+BUILTIN = "builtin-ngram"
+
+
+def _segment(delta: float, requests: int = 30) -> dict:
+    return {"num_requests": requests, "tau": {"v1": 2.0 + delta, BUILTIN: 2.0},
+            "delta": delta, "ci": [delta - 0.1, delta + 0.1]}
+
+
+@pytest.fixture
+def cli(engine, db_url, monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", db_url)
+    with store.session_scope(engine) as session:
+        for version in ("v1", "v2"):
+            store.register_speculator(session, version=version, kind="ngram", target_id="t",
+                                      artifact_uri=f"/nowhere/{version}", sha256="0" * 64,
+                                      verify=False)
+        # overall a rejection: alpha gained, beta lost
+        store.record_evaluation(session, candidate="v1", incumbent=BUILTIN, decision="reject",
+                                reasons=["segment 'beta' regressed"], num_requests=60,
+                                tau_candidate=2.1, tau_incumbent=2.05,
+                                per_segment={"segments": {"alpha": _segment(0.4),
+                                                          "beta": _segment(-0.2)}})
+
+    def invoke(*args: str):  # type: ignore[no-untyped-def]
+        return runner.invoke(app, list(args))
+
+    return invoke
+
+
+def test_promote_and_rollback_a_segment(cli) -> None:
+    moved = cli("promote", "v1", "--segment", "alpha", "--json")
+    assert moved.exit_code == 0, moved.output
+    data = json.loads(moved.stdout)
+    assert (data["kind"], data["from"], data["segment"]) == ("promotion", BUILTIN, "alpha")
+    assert "on segment alpha" in data["reason"]
+    again = cli("promote", "v1", "--segment", "alpha")
+    assert again.exit_code == 3 and "already live" in again.output
+
+    lost = cli("promote", "v1", "--segment", "beta")  # Δτ < 0 there
+    assert lost.exit_code == 3 and "-0.200" in lost.output and "--force" in lost.output
+    whole = cli("promote", "v1")  # the deployment's gate decided reject
+    assert whole.exit_code == 3 and "decided reject" in whole.output
+    unseen = cli("promote", "v1", "--segment", "gamma")
+    assert unseen.exit_code == 3 and "no requests of it" in unseen.output
+    untested = cli("promote", "v2", "--segment", "beta")
+    assert untested.exit_code == 3 and "no evaluation" in untested.output
+    forced = cli("promote", "v2", "--segment", "beta", "--force", "--reason", "pin", "--json")
+    assert forced.exit_code == 0 and json.loads(forced.stdout)["kind"] == "override"
+    bad = cli("promote", "v2", "--segment", "a b", "--force", "--reason", "x")
+    assert bad.exit_code == 2 and "invalid segment" in bad.output
+
+    back = cli("rollback", "--segment", "alpha", "--json")
+    assert back.exit_code == 0, back.output
+    assert json.loads(back.stdout) | {"reason": ""} == {
+        "version": BUILTIN, "from": "v1", "reason": "", "deployment": "default",
+        "segment": "alpha"}
+    none = cli("rollback", "--segment", "gamma")
+    assert none.exit_code == 3 and "segment gamma" in none.output
+
+
+def test_status_lists_segment_pointers_and_history_filters_by_segment(cli) -> None:
+    assert cli("promote", "v1", "--segment", "alpha").exit_code == 0
+    assert cli("promote", "v2", "--segment", "beta", "--force", "--reason", "pin").exit_code == 0
+    status = json.loads(cli("status", "--json").stdout)
+    assert status["live"]["version"] == BUILTIN  # the deployment's pointer did not move
+    assert [(s["segment"], s["version"], s["previous_version"]) for s in status["segments"]] \
+        == [("alpha", "v1", BUILTIN), ("beta", "v2", BUILTIN)]
+    assert all(s["since"] for s in status["segments"])
+    table = cli("status")
+    assert table.exit_code == 0 and "segment pointers" in table.stdout
+    assert "alpha" in table.stdout and "v2" in table.stdout
+
+    alpha = json.loads(cli("history", "--segment", "alpha", "--json").stdout)
+    assert [(r["event"], r["version"], r["segment"]) for r in alpha] == [
+        ("promotion", "v1", "alpha"), ("promotion", BUILTIN, "alpha")]  # then its pinning
+    details = alpha[0]["details"]  # the segment's τ: what its canary compares live τ with
+    assert details["shadow_tau"] == pytest.approx(2.4) and details["incumbent"] == BUILTIN
+    assert details["incumbent_shadow_tau"] == pytest.approx(2.0) and details["requests"] == 30
+    beta = json.loads(cli("history", "--segment", "beta", "--json").stdout)
+    assert [r["event"] for r in beta] == ["override", "promotion"]
+    everything = cli("history")
+    assert everything.exit_code == 0 and "[beta]" in everything.stdout

@@ -1,0 +1,89 @@
+"""Segment rules of the serve config (:mod:`autospec.serve.segments`): what a rule may say,
+which segment a request gets (header first, then the first matching rule, then the route),
+and `autospec serve --segment-rules` refusing bad rules before anything starts."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from autospec.serve.config import ServeConfig
+from autospec.serve.segments import SegmentRule, rule_segment, system_prompt
+
+SYSTEM = "You are a terse SQL assistant."
+SYSTEM_SHA = hashlib.sha256(SYSTEM.encode()).hexdigest()
+
+
+def _rules(*rules: dict) -> list[SegmentRule]:
+    return ServeConfig(segments=list(rules)).segments
+
+
+def _chat(system: str | None, model: str | None = None) -> dict:
+    messages = ([{"role": "system", "content": system}] if system is not None else []) + \
+        [{"role": "user", "content": "hi"}]
+    return {"messages": messages, **({"model": model} if model else {})}
+
+
+@pytest.mark.parametrize(("rule", "names"), [
+    ({"segment": "a"}, "matches nothing"),
+    ({"segment": "a", "header": "x-team"}, "`header` and `value` go together"),
+    ({"segment": "a", "value": "red"}, "`header` and `value` go together"),
+    ({"segment": "a", "system_sha256": "abc"}, "8 to 64 hex digits"),
+    ({"segment": "a", "system_sha256": "zz" * 8}, "8 to 64 hex digits"),
+    ({"segment": "a b", "model": "m"}, "segments.0.segment"),
+    ({"segment": "a:b", "model": "m"}, "segments.0.segment"),
+    ({"segment": "a", "header": "x-autospec-segment", "value": "b"}, "always wins"),
+    ({"segment": "a", "header": "bad header", "value": "b"}, "not an HTTP header name"),
+    ({"segment": "a", "model": "m", "modle": "m"}, "modle"),
+])
+def test_a_bad_rule_is_an_error_naming_what_is_wrong(rule, names):
+    with pytest.raises(ValidationError) as caught:
+        ServeConfig(segments=[{"segment": "ok", "model": "m"}, rule])
+    text = str(caught.value)
+    assert "segments.1" in text and names.replace("segments.0", "segments.1") in text
+
+
+def test_first_matching_rule_wins_and_no_match_is_none():
+    rules = _rules({"segment": "red-team", "header": "X-Team", "value": "red"},
+                   {"segment": "sql", "system_sha256": SYSTEM_SHA[:12].upper()},
+                   {"segment": "coder", "model": "coder-1"},
+                   {"segment": "both", "model": "m2", "header": "x-team", "value": "blue"})
+    # header names are case-insensitive; the first rule wins over the second
+    assert rule_segment(rules, headers={"x-team": "red"}, body=_chat(SYSTEM)) == "red-team"
+    assert rule_segment(rules, headers={"X-TEAM": "blue"}, body=_chat(SYSTEM)) == "sql"
+    assert rule_segment(rules, headers={}, body=_chat(SYSTEM + " ")) is None
+    assert rule_segment(rules, headers={}, body=_chat(None, "coder-1")) == "coder"
+    assert rule_segment(rules, headers={}, body={"prompt": "x", "model": "coder-1"}) == "coder"
+    # a rule naming several matches needs them all
+    assert rule_segment(rules, headers={"x-team": "blue"}, body={"model": "m2"}) == "both"
+    assert rule_segment(rules, headers={}, body={"model": "m2"}) is None
+    assert rule_segment([], headers={"x-team": "red"}, body={}) is None
+
+
+def test_the_system_prompt_is_the_first_system_or_developer_message_text():
+    parts = {"messages": [{"role": "user", "content": "q"},
+                          {"role": "developer", "content": [{"type": "text", "text": "You are "},
+                                                            {"type": "text", "text": "terse."}]},
+                          {"role": "system", "content": "later"}]}
+    assert system_prompt(parts) == "You are terse."
+    assert system_prompt({"prompt": "completion"}) is None
+    assert system_prompt({"messages": "not a list"}) is None
+
+
+def test_autospec_serve_refuses_bad_rules_before_starting_anything(tmp_path: Path):
+    from autospec.cli import app
+
+    bad = tmp_path / "rules.yaml"
+    bad.write_text("segments:\n  - segment: sql\n    system_sha256: nothex!\n")
+    result = CliRunner().invoke(app, ["serve", "--segment-rules", str(bad)])
+    assert result.exit_code == 2, result.output
+    assert "segments.0.system_sha256" in result.output and "hex" in result.output
+    bad.write_text("segment: sql\n")
+    result = CliRunner().invoke(app, ["serve", "--segment-rules", str(bad)])
+    assert result.exit_code == 2 and "expected a list of rules" in result.output
+    result = CliRunner().invoke(app, ["serve", "--segment-rules", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2 and "nope.yaml" in result.output
