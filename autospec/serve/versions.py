@@ -43,6 +43,11 @@ meanwhile. The replica report names the deployment's version; the segments' are 
 ``/health`` (``segments``: segment -> version, ``segment_versions``: name -> speculator
 bytes) and in the log.
 
+**Memory.** :data:`TRIM_AFTER_S` after a swap (or a segment's version freed) the watcher
+hands the freed heap back to the OS (:func:`autospec.serve.memory.release_freed_memory`):
+without it glibc keeps the old version's pages and the replica's resident set steps up at
+each swap (the soak's "+75 MiB per eagle3 swap", docs/soak.md).
+
 **Bands.** With the pointer the watcher reads the deployment's concurrency bands
 (``deployments.k_bands``, set by the controller from its policy's ``serving.k_bands``,
 :mod:`autospec.serve.bands`): :attr:`VersionManager.policy_bands`, which the server drafts by
@@ -65,12 +70,17 @@ from autospec.engine.interface import Engine as DecodingEngine
 from autospec.engine.target import Target
 from autospec.serve.bands import MAX_K, BandsError, KBands, parse_bands
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION
+from autospec.serve.memory import release_freed_memory
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.registry import new_speculator
 from autospec.store.models import utcnow
 from autospec.versions import VersionLoadError, load_speculator_version
 
 log = logging.getLogger(__name__)
+
+TRIM_AFTER_S = 30.0
+"""Seconds after a swap before freed memory is handed back: long enough for requests that
+started on the old version to end (a swap never waits for them)."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,7 @@ class VersionManager:
         self._by_segment: dict[str, ServedVersion] = {}
         self._segments_wanted: dict[str, tuple[str, int]] = {}  # as last read
         self._segment_failed: dict[str, tuple[str, int]] = {}  # refused (no retry)
+        self._trim_due: float | None = None  # monotonic time to return freed memory
         self._sizes: dict[str, int | None] = {}  # version -> speculator bytes, counted
 
     def _initial(self, speculation: bool) -> ServedVersion | None:
@@ -228,8 +239,16 @@ class VersionManager:
                 self.poll_once()
                 if time.monotonic() - self._reported >= self.report_interval_s:
                     self.report()
+                self._trim_if_due()
             except Exception:  # the watcher must outlive any one bad poll
                 log.exception("live-pointer poll failed; will retry")
+
+    def _trim_if_due(self) -> None:
+        """A while after a swap (the old version's last requests ended, its engine closed),
+        give its freed memory back (:mod:`autospec.serve.memory`)."""
+        if self._trim_due is not None and time.monotonic() >= self._trim_due:
+            self._trim_due = None
+            release_freed_memory()
 
     def poll_once(self) -> bool:
         """Read the pointers; load and swap if the deployment's names another version, and
@@ -281,6 +300,7 @@ class VersionManager:
             if version.engine is not self.current.engine and not self.holds(version.engine):
                 version.engine.retire()  # it closes once its running requests have ended
                 log.info("freed %s: no segment pointer names it any more", version.name)
+                self._trim_due = time.monotonic() + TRIM_AFTER_S
         log.info("drafting by segment: %s (others: %s)",
                  ", ".join(f"{s}={v}" for s, v in self.segments.items()) or "none",
                  self.current.name)
@@ -326,6 +346,7 @@ class VersionManager:
         self.report()
         if self.on_swap is not None:
             self.on_swap(old, new)
+        self._trim_due = time.monotonic() + TRIM_AFTER_S
         return True
 
     def _refused(self, version: str, generation: int, exc: VersionLoadError, *,

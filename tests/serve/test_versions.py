@@ -133,3 +133,25 @@ def test_a_pointer_moved_back_to_the_builtin_serves_it_again(server, db, tiny_ll
     assert server.versions.poll_once()
     assert server.versions.current.name == BUILTIN_VERSION
     assert server.versions.current.kind == "ngram"
+
+
+@pytest.mark.parametrize("poll_interval_s", [0.05])
+def test_the_watcher_gives_freed_memory_back_after_a_swap(server, db, tiny_llm, tmp_path,
+                                                          monkeypatch):
+    from autospec.serve import versions
+
+    trims = []
+    monkeypatch.setattr(versions, "TRIM_AFTER_S", 0.2)
+    monkeypatch.setattr(versions, "release_freed_memory", lambda: trims.append(time.monotonic()))
+    register_artifact(db, tiny_llm, tmp_path, "v1")
+    time.sleep(0.5)
+    assert trims == []  # nothing swapped, nothing to give back
+    moved = time.monotonic()
+    promote(db, "v1")
+    while not trims:
+        assert time.monotonic() - moved < 5, "no trim after the swap"
+        time.sleep(0.02)
+    assert server.versions.current.name == "v1"
+    assert trims[0] - moved >= 0.2  # not before the old version's requests could end
+    time.sleep(0.5)
+    assert len(trims) == 1  # once per swap, not every poll
