@@ -12,16 +12,15 @@
    now (``until`` pinned, so traffic arriving meanwhile is not mixed in), split by time
    into train and held-out parts. Its key ``<deployment>/<newest id>/<size>`` is recorded
    with a ``cycle_start`` note; a window whose key was already consumed → ``nothing_to_do``;
-5. trains one candidate per kind of ``training.kinds`` (:func:`autospec.train.run.train_candidate`,
-   each registered as a ``candidate``; its training ends early, keeping what it learnt, when
-   ``training.time_budget`` is used up; it is stopped, registering nothing, when the lease
-   is lost or it overruns the budget by half); a kind that fails is recorded and skipped.
-   A candidate warm-started from a *base* head (``autospec pretrain``; the live version is
-   not of its kind) brings that base along as a candidate of its own, as it is
-   (``training.evaluate_base``), so a fine-tune that came out worse than its base does not
-   hide it; a base is never marked ``rejected`` (it stays the starting point);
+5. trains one candidate per kind of ``training.kinds`` (:func:`autospec.train.run.train_candidate`;
+   ends early, keeping what it learnt, when ``training.time_budget`` is used up; stopped,
+   registering nothing, on a lost lease or an overrun of half the budget; a kind that fails is
+   recorded and skipped). A fine-tune of a *base* head (``autospec pretrain``; the live version
+   is not of its kind) brings the base along, as it is (``training.evaluate_base``), so a
+   fine-tune worse than its base does not hide it; a base is never ``rejected``;
 6. shadow-evaluates each candidate against the incumbent (the live version, or the built-in
-   one) on the held-out part (:func:`autospec.evaluate.run.evaluate_versions`, recorded);
+   one) on the held-out part (:func:`autospec.evaluate.run.evaluate_versions`, recorded); the
+   seconds each stage took go into the cycle record (:mod:`autospec.controller.timings`);
 7. in **one transaction**: checks the fencing token and that the pointer still names the
    incumbent, moves the pointer to the best passing candidate (highest **measured**
    speedup — :mod:`autospec.evaluate.speed`, or the estimated one when the policy turns
@@ -50,7 +49,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 
 from autospec import numerics, store
-from autospec.controller import records
+from autospec.controller import records, timings
 from autospec.controller.candidates import Candidate, best_candidate, speed_text
 from autospec.controller.lease import HeldLease, LeaseLost, holder_name, try_acquire
 from autospec.controller.operations import ensure_pointer
@@ -156,8 +155,7 @@ class Controller:
         return CycleResult("busy", [f"the lease is held by {who}"])
 
     def _hook(self, stage: str) -> None:
-        if stage in self.hooks:
-            self.hooks[stage]()
+        self.hooks.get(stage, lambda: None)()
 
     # -- recovery -----------------------------------------------------------------------
     def recover(self) -> list[str]:
@@ -197,11 +195,11 @@ class Controller:
         if fresh < min_fresh:
             return CycleResult("nothing_to_do", [f"{fresh} fresh requests since the last "
                                f"cycle; the policy needs {min_fresh}"], fresh_requests=fresh)
-        snap = self._snapshot()
-        if snap is None:
+        if (snap := self._snapshot()) is None:
             return CycleResult("nothing_to_do", ["no usable traffic"], fresh_requests=fresh)
         result = CycleResult("failed", cycle_id=uuid.uuid4().hex[:12], window_key=snap.key,
                              fresh_requests=fresh, incumbent=incumbent)
+        self.stages = timings.StageTimer()  # per stage, in the cycle note (timings module)
         if not self._start(lease, result, snap, trigger):
             return CycleResult("nothing_to_do", [f"window {snap.key} was already consumed"],
                                fresh_requests=fresh)
@@ -283,7 +281,8 @@ class Controller:
         out = []
         for kind in self.policy.training.kinds:
             try:
-                outcome = self._train(kind, lease, snap, target, serving)
+                with self.stages.training() as lap:
+                    outcome = lap.done(self._train(kind, lease, snap, target, serving))
             except (TrainingError, store.StoreError, VersionLoadError) as exc:
                 self._kind_failed(result, kind, exc)
                 continue
@@ -358,14 +357,15 @@ class Controller:
         served = numerics.served(self.engine, deployment=self.deployment)
         speed = self.policy.evaluation.speed
         try:
-            report = evaluate_versions(
-                db=self.engine, target=target, versions=[cand.version, incumbent],
-                examples=snap.window.heldout, k=self.policy.evaluation.k,
-                policy=self.policy.gate, record=True, training_run_id=cand.run_id,
-                speed=speed, synthetic_heldout=self.policy.training.synthetic.heldout_sequences,
-                threads=served.threads,
-                serving=serving_load(self.engine, deployment=self.deployment,
-                                     engine=served.engine, concurrency=speed.concurrency))
+            with self.stages.evaluation() as marks:
+                report = evaluate_versions(
+                    db=self.engine, target=target, versions=[cand.version, incumbent],
+                    examples=snap.window.heldout, k=self.policy.evaluation.k, speed=speed,
+                    policy=self.policy.gate, record=True, training_run_id=cand.run_id,
+                    synthetic_heldout=self.policy.training.synthetic.heldout_sequences,
+                    progress=marks.replay, speed_progress=marks.speed, threads=served.threads,
+                    serving=serving_load(self.engine, deployment=self.deployment,
+                                         engine=served.engine, concurrency=speed.concurrency))
         except (EvaluationError, VersionLoadError) as exc:
             cand.reasons = [f"evaluation failed: {exc}"]
             return
@@ -436,7 +436,7 @@ class Controller:
                      candidates=result.candidates, bases=result.bases,
                      evaluations=result.evaluations,
                      promoted=result.promoted, incumbent=result.incumbent,
-                     reasons=result.reasons[-50:])
+                     reasons=result.reasons[-50:], stages=self.stages.as_dict())
 
     def _fail(self, result: CycleResult, reason: str) -> CycleResult:
         log.error("cycle %s failed: %s", result.cycle_id, reason)
