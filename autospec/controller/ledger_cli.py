@@ -1,6 +1,6 @@
 """``autospec ledger``: does the loop pay for itself? The decode time speculation saved a
 deployment over a period against the time its controller's cycles spent, per segment and
-in total (:mod:`autospec.controller.ledger`). ``autospec status`` shows the same ledger for
+in total (:mod:`autospec.ledger`). ``autospec status`` shows the same ledger for
 its ``--period``; this command is for a deployment and period of one's choosing, or a
 script (``--json``)."""
 
@@ -37,8 +37,8 @@ def ledger(
     measured, minus the decode time the requests took) against the time the controller's
     cycles spent (features, training, shadow evaluation, speed measurement), and the net,
     per segment and in total. See docs/ledger.md."""
-    from autospec.controller.ledger import ledger_for
     from autospec.controller.ledger_view import ledger_table
+    from autospec.ledger import ledger_for
     from autospec.store.cli import parse_duration
 
     span = parse_duration(period)

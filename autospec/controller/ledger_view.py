@@ -1,4 +1,4 @@
-"""The ledger (:mod:`autospec.controller.ledger`) drawn: a rich table for ``autospec
+"""The ledger (:mod:`autospec.ledger`) drawn: a rich table for ``autospec
 status`` and ``autospec ledger``, markdown lines for the demo's report. Queries nothing."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ its live τ from the requests it served in the last hour and day; its speedup ov
 target-only, estimated and measured side by side, from that same newest evaluation; fresh
 requests are counted past the last consumed window; the next scheduled cycle is the
 schedule lease's expiry. ``ledger``: decode time saved by speculation against the loop's
-time over the last ``period`` (:mod:`autospec.controller.ledger`).
+time over the last ``period`` (:mod:`autospec.ledger`).
 
 The pointer says what replicas *should* serve; ``served`` says what they *do*, from their own
 reports (``replica_reports``, refreshed every few seconds by each replica): the versions the
@@ -28,11 +28,11 @@ from sqlalchemy import Engine
 
 from autospec import store
 from autospec.controller import records
-from autospec.controller.ledger import collect_ledger
 from autospec.controller.operations import cycle_rows
 from autospec.controller.policy import Policy
 from autospec.controller.speedcheck import expected_gain
 from autospec.controller.watch import evaluated_tau, pending_canary
+from autospec.ledger import collect_ledger
 from autospec.store.models import utcnow
 from autospec.versions import BUILTIN_VERSION
 

@@ -1,6 +1,6 @@
 """Where a cycle's time goes: wall seconds per stage, recorded in its ``cycle`` note.
 
-The ledger (:mod:`autospec.controller.ledger`) sets the time the loop spent against the
+The ledger (:mod:`autospec.ledger`) sets the time the loop spent against the
 decode time speculation saved; this is the spent side. A :class:`StageTimer` lives for one
 cycle; the cycle times its training of each kind and its evaluation of each candidate,
 and its ``cycle`` note carries :meth:`StageTimer.as_dict` under ``stages``:
@@ -25,8 +25,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from autospec.ledger import STAGES
+
 T = TypeVar("T")
-STAGES = ("features", "training", "shadow", "speed")
 
 
 class EvaluationMarks:

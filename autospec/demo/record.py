@@ -100,12 +100,12 @@ class DemoResult:
 
 def demo_ledger(store_engine: Any, *, took_s: float,
                 strict: bool = True) -> dict[str, Any] | None:
-    """The ledger (:mod:`autospec.controller.ledger`) of the demo's own period, the last
+    """The ledger (:mod:`autospec.ledger`) of the demo's own period, the last
     ``took_s`` seconds; for a partial report (``strict=False``) None if it cannot be read."""
     from datetime import timedelta
 
-    from autospec.controller.ledger import ledger_for
     from autospec.demo.serving import DEPLOYMENT
+    from autospec.ledger import ledger_for
 
     if store_engine is None:
         return None

@@ -1,4 +1,4 @@
-"""The ledger (:mod:`autospec.controller.ledger`) as Prometheus gauges on a replica's
+"""The ledger (:mod:`autospec.ledger`) as Prometheus gauges on a replica's
 ``/metrics``.
 
 The controller serves no HTTP, and the replicas' ``/metrics`` is what operators already
@@ -55,7 +55,7 @@ class LedgerCollector:
     def ledger(self) -> dict[str, Any] | None:
         """The cached ledger, recomputed when older than ``refresh_s`` (the last one is
         kept when the store cannot be read)."""
-        from autospec.controller.ledger import ledger_for
+        from autospec.ledger import ledger_for
         from autospec.store.errors import StoreError
 
         with self._lock:

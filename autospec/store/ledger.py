@@ -1,4 +1,4 @@
-"""What the ledger (:mod:`autospec.controller.ledger`) reads from the store, for one
+"""What the ledger (:mod:`autospec.ledger`) reads from the store, for one
 deployment and one period: the decode time its requests took, the target-only decode rates
 its cycles' evaluations measured, and its cycles' notes.
 

@@ -11,7 +11,9 @@ from typing import ClassVar
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from autospec.controller.ledger import (
+from autospec.controller.ledger_view import ledger_markdown, summary
+from autospec.controller.timings import StageTimer
+from autospec.ledger import (
     RATE_EVALUATIONS,
     Loop,
     account,
@@ -21,8 +23,6 @@ from autospec.controller.ledger import (
     settle,
     tally,
 )
-from autospec.controller.ledger_view import ledger_markdown, summary
-from autospec.controller.timings import StageTimer
 from autospec.store.ledger import DecodeRow, TargetRate
 
 T = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -143,7 +143,7 @@ def test_the_ledger_as_prometheus_gauges(monkeypatch) -> None:
         calls.append((db, deployment, period))
         return _ledger()
 
-    monkeypatch.setattr("autospec.controller.ledger.ledger_for", fake_ledger_for)
+    monkeypatch.setattr("autospec.ledger.ledger_for", fake_ledger_for)
     registry = CollectorRegistry()
     metrics_ledger.register_ledger(registry, "db", deployment="default")
     text = generate_latest(registry).decode()

@@ -22,9 +22,9 @@ import torch
 from autospec import store
 from autospec.controller import records
 from autospec.controller.cycle import Controller
-from autospec.controller.ledger import ledger_for
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.sampling import SamplingParams
+from autospec.ledger import ledger_for
 from autospec.store.models import utcnow
 from autospec.versions import load_speculator_version
 

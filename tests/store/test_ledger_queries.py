@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from autospec import store
 from autospec.cli import app
-from autospec.controller.ledger import collect_ledger
+from autospec.ledger import collect_ledger
 from autospec.store.ledger import cycle_notes, decode_rows, target_rates
 from autospec.store.models import Evaluation
 

@@ -1,6 +1,8 @@
 """The ledger: does the loop pay for itself? For one deployment and one period, the decode
 time speculation saved against the time the controller's cycles spent, per segment and in
-total.
+total. Pure arithmetic over what :mod:`autospec.store.ledger` reads; a top-level module
+because both the controller (``status``, ``autospec ledger``) and the replicas (their
+Prometheus gauges, :mod:`autospec.serve.metrics_ledger`) compute it.
 
 **Saved.** A timed request (:func:`autospec.store.ledger.decode_rows`) decoded ``tokens``
 output tokens after its first in ``decode_s`` = latency − TTFT seconds (queueing and
@@ -37,10 +39,11 @@ from typing import Any
 from sqlalchemy import Engine
 
 from autospec import store
-from autospec.controller.timings import STAGES
 from autospec.store.ledger import DecodeRow, TargetRate, cycle_notes, decode_rows, target_rates
 from autospec.store.models import utcnow
 
+#: the stages a cycle times (:mod:`autospec.controller.timings` writes them)
+STAGES = ("features", "training", "shadow", "speed")
 RATE_EVALUATIONS = 5  # newest evaluations whose target-only rates R is the median of
 TOTAL = "(all)"  # the total line's name (kept apart from the segments' lines)
 
