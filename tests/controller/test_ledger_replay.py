@@ -70,7 +70,8 @@ def test_the_ledger_agrees_with_a_target_only_replay_and_charges_the_cycle(
         db, tiny, traffic) -> None:
     torch.set_num_threads(1)
     log_traffic(db, traffic)
-    policy = fast_policy(evaluation={"k": 4, "speed": {"prompts": 4, "repeats": 4}})
+    policy = fast_policy(evaluation={"k": 4, "speed": {"prompts": 4, "repeats": 4}},
+                         lease={"ttl": "60s"})  # a loaded machine must not lose the lease
     result = Controller(db, policy, tiny).run_cycle()
     assert result.outcome == "promoted", result.reasons
     with store.session_scope(db, readonly=True) as session:
