@@ -10,6 +10,7 @@ import typer
 
 from autospec.bench.cli import bench_app
 from autospec.controller import cli as controller_cli
+from autospec.controller.ledger_cli import ledger
 from autospec.demo.cli import demo
 from autospec.evaluate.cli import evaluate
 from autospec.interop import cli as interop_cli
@@ -33,6 +34,7 @@ app.add_typer(controller_cli.controller_app, name="controller")
 for _name in ("status", "promote", "rollback", "history"):
     app.command(_name)(getattr(controller_cli, _name))
 app.add_typer(controller_cli.versions_app, name="versions")  # lists; `versions prune`
+app.command("ledger")(ledger)
 app.command("train")(train)
 app.command("synth")(synth)
 app.command("pretrain")(pretrain)

@@ -91,20 +91,24 @@ def status(
         "one the deployment's controller recorded when it started, else the shipped "
         "default)")] = None,
     cycles: Annotated[int, typer.Option(min=1, help="how many recent cycles to show")] = 5,
+    period: Annotated[str, typer.Option(help="the ledger's period (decode time saved vs the "
+                                        "loop's time): a duration such as 24h, 7d")] = "24h",
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
 ) -> None:
     """Live pointer, the versions replicas actually serve (their reports) and their target /
     dtype, τ (shadow; live over the last hour and day), speedup over target-only (estimated
     and measured), traffic, fresh requests since the last cycle, recent cycles, next
-    scheduled run, lease, failures."""
+    scheduled run, lease, failures, and the ledger over --period (docs/ledger.md)."""
     from autospec.controller.policy_record import policy_in_force
     from autospec.controller.status import collect_status
+    from autospec.store.cli import parse_duration
 
     with _errors():
         given = policy_in_force(None, deployment=deployment, given=policy) if policy else None
         db = _db()
         in_force = given or policy_in_force(db, deployment=deployment)
-        data = collect_status(db, deployment=deployment, policy=in_force.policy, cycles=cycles)
+        data = collect_status(db, deployment=deployment, policy=in_force.policy, cycles=cycles,
+                              period=parse_duration(period))
         data["policy_in_force"] = in_force.as_dict()
     if json_out:
         _emit(data)

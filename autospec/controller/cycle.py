@@ -18,7 +18,8 @@
    A candidate warm-started from a *base* head (``autospec pretrain``) brings that base
    along as a candidate of its own (``training.evaluate_base``); a base is never ``rejected``;
 6. shadow-evaluates each candidate against the incumbent (the live version, or the built-in
-   one) and the segment pointers' versions, on the held-out part (recorded);
+   one) and the segment pointers' versions, on the held-out part (recorded; the seconds each
+   stage took go into the cycle record: :mod:`autospec.controller.timings`);
 7. in **one transaction**: checks the fencing token and that the pointer still names the
    incumbent, moves the pointer to the best passing candidate (highest **measured**
    speedup, else the estimated one; then shadow τ; the reason names the evaluation and both
@@ -44,7 +45,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 
 from autospec import numerics, store
-from autospec.controller import records, segment_promotion
+from autospec.controller import records, segment_promotion, timings
 from autospec.controller.candidates import Candidate, best_candidate, speed_text
 from autospec.controller.lease import HeldLease, LeaseLost, holder_name, try_acquire
 from autospec.controller.operations import ensure_pointer
@@ -92,8 +93,7 @@ class Controller:
     def __init__(self, engine: Engine, policy: Policy,
                  target: Target | Callable[[], Target], *, holder: str | None = None,
                  hooks: Mapping[str, Callable[[], None]] | None = None) -> None:
-        unknown = set(hooks or {}) - set(HOOK_STAGES)
-        if unknown:
+        if unknown := set(hooks or {}) - set(HOOK_STAGES):
             raise ValueError(f"unknown hook stages {sorted(unknown)}; known: {HOOK_STAGES}")
         self.engine = engine
         self.policy = policy
@@ -106,8 +106,7 @@ class Controller:
     # -- entry points -------------------------------------------------------------------
     def run_cycle(self, *, trigger: str = "manual") -> CycleResult:
         """One cycle now (see the module docstring)."""
-        lease = self._acquire()
-        if lease is None:
+        if (lease := self._acquire()) is None:
             return self._busy()
         try:
             self.recover()
@@ -150,8 +149,7 @@ class Controller:
         return CycleResult("busy", [f"the lease is held by {who}"])
 
     def _hook(self, stage: str) -> None:
-        if stage in self.hooks:
-            self.hooks[stage]()
+        self.hooks.get(stage, lambda: None)()
 
     # -- recovery -----------------------------------------------------------------------
     def recover(self) -> list[str]:
@@ -190,11 +188,11 @@ class Controller:
         if fresh < min_fresh:
             return CycleResult("nothing_to_do", [f"{fresh} fresh requests since the last "
                                f"cycle; the policy needs {min_fresh}"], fresh_requests=fresh)
-        snap = self._snapshot()
-        if snap is None:
+        if (snap := self._snapshot()) is None:
             return CycleResult("nothing_to_do", ["no usable traffic"], fresh_requests=fresh)
         result = CycleResult("failed", cycle_id=uuid.uuid4().hex[:12], window_key=snap.key,
                              fresh_requests=fresh, incumbent=incumbent)
+        self.stages = timings.StageTimer()  # per stage, in the cycle note (timings module)
         if not self._start(lease, result, snap, trigger):
             return CycleResult("nothing_to_do", [f"window {snap.key} was already consumed"],
                                fresh_requests=fresh)
@@ -276,7 +274,9 @@ class Controller:
         out = []
         for kind in self.policy.training.kinds:
             try:
-                outcome = self._train(kind, lease, snap, target, serving, result.cycle_id)
+                with self.stages.training() as lap:
+                    outcome = lap.done(
+                        self._train(kind, lease, snap, target, serving, result.cycle_id))
             except (TrainingError, store.StoreError, VersionLoadError) as exc:
                 self._kind_failed(result, kind, exc)
                 continue
@@ -353,14 +353,15 @@ class Controller:
         versions = segment_promotion.with_segment_versions(self.engine, self.policy,
                                                            [cand.version, incumbent])
         try:
-            report = evaluate_versions(
-                db=self.engine, target=target, versions=versions,
-                examples=snap.window.heldout, k=self.policy.evaluation.k,
-                policy=self.policy.gate, record=True, training_run_id=cand.run_id,
-                speed=speed, synthetic_heldout=self.policy.training.synthetic.heldout_sequences,
-                threads=served.threads,
-                serving=serving_load(self.engine, deployment=self.deployment,
-                                     engine=served.engine, concurrency=speed.concurrency))
+            with self.stages.evaluation() as marks:
+                report = evaluate_versions(
+                    db=self.engine, target=target, versions=versions,
+                    examples=snap.window.heldout, k=self.policy.evaluation.k, speed=speed,
+                    policy=self.policy.gate, record=True, training_run_id=cand.run_id,
+                    synthetic_heldout=self.policy.training.synthetic.heldout_sequences,
+                    progress=marks.replay, speed_progress=marks.speed, threads=served.threads,
+                    serving=serving_load(self.engine, deployment=self.deployment,
+                                         engine=served.engine, concurrency=speed.concurrency))
         except (EvaluationError, VersionLoadError) as exc:
             cand.reasons = [f"evaluation failed: {exc}"]
             return
@@ -435,7 +436,7 @@ class Controller:
                      candidates=result.candidates, bases=result.bases,
                      evaluations=result.evaluations, segments=result.segments,
                      promoted=result.promoted, incumbent=result.incumbent,
-                     reasons=result.reasons[-50:])
+                     reasons=result.reasons[-50:], stages=self.stages.as_dict())
 
     def _fail(self, result: CycleResult, reason: str) -> CycleResult:
         log.error("cycle %s failed: %s", result.cycle_id, reason)

@@ -6,7 +6,8 @@ when nothing was ever promoted), its shadow τ comes from the newest evaluation 
 its live τ from the requests it served in the last hour and day; its speedup over
 target-only, estimated and measured side by side, from that same newest evaluation; fresh
 requests are counted past the last consumed window; the next scheduled cycle is the
-schedule lease's expiry.
+schedule lease's expiry. ``ledger``: decode time saved by speculation against the loop's
+time over the last ``period`` (:mod:`autospec.ledger`).
 
 The pointer says what replicas *should* serve; ``served`` says what they *do*, from their own
 reports (``replica_reports``, refreshed every few seconds by each replica): the versions the
@@ -33,14 +34,15 @@ from autospec.controller.operations import cycle_rows
 from autospec.controller.policy import Policy
 from autospec.controller.speedcheck import expected_gain
 from autospec.controller.watch import evaluated_tau, pending_canary
+from autospec.ledger import collect_ledger
 from autospec.store.models import utcnow
 from autospec.versions import BUILTIN_VERSION
 
 FRESH_REPORT_S = 60.0  # a replica report older than this is stale (the replica is gone?)
 
 
-def collect_status(engine: Engine, *, deployment: str, policy: Policy,
-                   cycles: int = 5) -> dict[str, Any]:
+def collect_status(engine: Engine, *, deployment: str, policy: Policy, cycles: int = 5,
+                   period: timedelta = timedelta(days=1)) -> dict[str, Any]:
     now = utcnow()
     with store.session_scope(engine, readonly=True) as session:
         pointer = store.get_live(session, deployment=deployment)
@@ -76,6 +78,8 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy,
             "failures": _failures(session, deployment, now - timedelta(days=1)),
             "concurrency": _concurrency(session, deployment, now - timedelta(hours=1)),
             "segments": segment_pointers(session, deployment),
+            "ledger": collect_ledger(session, deployment=deployment, since=now - period,
+                                     until=now),
             **_served(session, deployment, version, now),
         }
 

@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from autospec.controller.ledger_view import ledger_table
+
 
 def fmt(value: float | None, digits: int = 3) -> str:
     """A figure with ``digits`` decimals, or ``—`` where there is none."""
@@ -67,6 +69,8 @@ def print_status(data: dict[str, Any], out: Console) -> None:
     if data.get("segments"):
         out.print(_segments(data["segments"]))
     out.print(_cycles(data["cycles"]))
+    if data.get("ledger"):
+        out.print(ledger_table(data["ledger"]))
     if data["failures"]:
         fails = Table(title="recent failures")
         for col in ("time", "actor", "version", "reason"):

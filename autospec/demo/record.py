@@ -4,8 +4,9 @@
 
 :class:`Timeline` is the run's record while it runs (the clock, samples, finished phases,
 decisions, how many live responses the store should hold); the phase, controller and
-serving units write to it, :class:`~autospec.demo.run.Demo` turns it into the result.
-:class:`Reporter` receives progress. This module measures nothing and starts nothing.
+serving units write to it, :class:`~autospec.demo.run.Demo` turns it into the result, with
+the run's ledger read back from the store (:func:`demo_ledger`). :class:`Reporter` receives
+progress. This module measures nothing and starts nothing.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class DemoResult:
     events: list[dict[str, Any]]
     partial: str | None = None  # why the run ended early; None: it ran to the end
     base: str | None = None  # the base eagle3 head the candidates warm-started from
+    ledger: dict[str, Any] | None = None  # the run's ledger (:func:`demo_ledger`)
 
     def as_dict(self) -> dict[str, Any]:
         return {"plan": self.plan, "target": self.target, "data_dir": self.data_dir,
@@ -92,8 +94,29 @@ class DemoResult:
                 "partial": self.partial, "base": self.base,
                 "phases": [dict(asdict(p), live_version=p.live_version) for p in self.phases],
                 "decisions": [asdict(d) for d in self.decisions],
-                "speed_checks": speed_checks(self),
+                "speed_checks": speed_checks(self), "ledger": self.ledger,
                 "events": self.events, "samples": [asdict(s) for s in self.samples]}
+
+
+def demo_ledger(store_engine: Any, *, took_s: float,
+                strict: bool = True) -> dict[str, Any] | None:
+    """The ledger (:mod:`autospec.ledger`) of the demo's own period, the last
+    ``took_s`` seconds; for a partial report (``strict=False``) None if it cannot be read."""
+    from datetime import timedelta
+
+    from autospec.demo.serving import DEPLOYMENT
+    from autospec.ledger import ledger_for
+
+    if store_engine is None:
+        return None
+    try:
+        return ledger_for(store_engine, deployment=DEPLOYMENT,
+                          period=timedelta(seconds=took_s + 1.0))
+    except Exception as exc:
+        if strict:
+            raise
+        log.warning("the ledger could not be read for the partial report: %s", exc)
+        return None
 
 
 class DemoStopped(Exception):

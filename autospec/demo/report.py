@@ -24,6 +24,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from autospec.controller.ledger_view import ledger_markdown
 from autospec.demo.record import DemoResult, PhaseFigures, fmt
 from autospec.demo.speed_checks import TOLERANCE, speed_checks
 
@@ -152,7 +153,7 @@ def write_markdown(result: DemoResult, path: Path, chart: Path | None) -> None:
         lines += ["", "## Speed: the gate's figure against the realised one", "",
                   "| " + " | ".join(SPEED_COLUMNS) + " |", "|" + "---|" * len(SPEED_COLUMNS)]
         lines += ["| " + " | ".join(row) + " |" for row in speed]
-    lines += swap_lines(result.events)
+    lines += swap_lines(result.events) + ledger_markdown(result.ledger)
     lines += ["", "## Audit log (pointer moves and notes)", ""]
     lines += [f"- {e['at']} {e['kind']} {e['version'] or ''} by {e['actor']}: {e['reason']}"
               for e in result.events]

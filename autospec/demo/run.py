@@ -58,6 +58,7 @@ from autospec.demo.record import (
     Reporter,
     Sample,
     Timeline,
+    demo_ledger,
 )
 from autospec.demo.serving import start_serving, stop_serving, swap_timeout, wait_for_version
 from autospec.loadgen.source import DomainSource
@@ -142,7 +143,8 @@ class Demo:
                           data_dir=str(self.data_dir), took_s=t.now(), phases=list(t.phases),
                           decisions=list(t.decisions), samples=list(t.samples),
                           events=audit_events(self.engine, strict=not partial),
-                          partial=partial, base=self.base_version)
+                          partial=partial, base=self.base_version,
+                          ledger=demo_ledger(self.engine, took_s=t.now(), strict=not partial))
 
     # -- the story ----------------------------------------------------------------------
     def _story(self) -> None:

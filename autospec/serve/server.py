@@ -54,6 +54,7 @@ from autospec.serve.engines import DEFAULT_DEVICE, engine_parts
 from autospec.serve.errors import APIError
 from autospec.serve.load import InFlight
 from autospec.serve.metrics import ServeMetrics
+from autospec.serve.metrics_ledger import register_ledger
 from autospec.serve.requests import (
     Job,
     Overloaded,
@@ -123,6 +124,8 @@ class LLMServer:
         parts = engine_parts(engine, config, target=target, db=db, actor=actor)
         server = cls(target, parts.versions, config=config, writer=writer,
                      decoder=parts.decoder)
+        if db is not None:  # the deployment's ledger as gauges (serve/metrics_ledger.py)
+            register_ledger(server.metrics.registry, db, deployment=config.deployment)
         server.api = parts.api(server) if parts.api is not None else None
         server.start()
         return server

@@ -1,0 +1,52 @@
+"""``autospec ledger``: does the loop pay for itself? The decode time speculation saved a
+deployment over a period against the time its controller's cycles spent, per segment and
+in total (:mod:`autospec.ledger`). ``autospec status`` shows the same ledger for
+its ``--period``; this command is for a deployment and period of one's choosing, or a
+script (``--json``)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated
+
+import typer
+
+from autospec.controller.cli import _db, _emit, _errors, _fail, out
+
+
+def _until(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not an ISO time like 2026-12-03T16:00") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def ledger(
+    deployment: Annotated[str, typer.Option(help="the deployment to account for")] = "default",
+    period: Annotated[str, typer.Option(
+        help="how far back from --until: a duration such as 24h, 90m, 7d")] = "24h",
+    until: Annotated[str | None, typer.Option(
+        help="the period's end, an ISO time (UTC unless it says otherwise; default: now)")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+) -> None:
+    """Decode time saved by speculation (tokens served ÷ the target-only rate the gate
+    measured, minus the decode time the requests took) against the time the controller's
+    cycles spent (features, training, shadow evaluation, speed measurement), and the net,
+    per segment and in total. See docs/ledger.md."""
+    from autospec.controller.ledger_view import ledger_table
+    from autospec.ledger import ledger_for
+    from autospec.store.cli import parse_duration
+
+    span = parse_duration(period)
+    if span.total_seconds() <= 0:
+        _fail("--period must be longer than 0", 2)
+    with _errors():
+        data = ledger_for(_db(), deployment=deployment, period=span, until=_until(until))
+    if json_out:
+        _emit(data)
+    else:
+        out.print(ledger_table(data))

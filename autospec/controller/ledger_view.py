@@ -1,0 +1,60 @@
+"""The ledger (:mod:`autospec.ledger`) drawn: a rich table for ``autospec
+status`` and ``autospec ledger``, markdown lines for the demo's report. Queries nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+COLUMNS = ("segment", "requests", "tokens", "decode s", "target-only s", "saved s",
+           "loop s", "net s")
+
+
+def _s(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.1f}"
+
+
+def _row(line: dict[str, Any]) -> list[str]:
+    return [str(line["segment"]), str(line["requests"]), str(line["tokens"]),
+            _s(line["decode_s"]), _s(line["baseline_s"]), _s(line["saved_s"]),
+            _s(line["loop_s"]), _s(line["net_s"])]
+
+
+def rows(ledger: dict[str, Any]) -> list[list[str]]:
+    """One row per segment, then the total."""
+    return [_row(line) for line in ledger["segments"]] + [_row(ledger["total"])]
+
+
+def summary(ledger: dict[str, Any]) -> str:
+    """One line: the period, R, the loop's cycles and stages, whether it paid."""
+    rate, loop = ledger["target_only"], ledger["loop"]
+    hours = ledger["period_s"] / 3600
+    stages = ", ".join(f"{k} {v:,.0f}" for k, v in loop["stages"].items() if v)
+    paid = {None: "not known", True: "yes", False: "no"}[ledger["pays"]]
+    rate_text = ("target-only rate not measured" if rate is None else
+                 f"target-only {rate['tokens_per_s']:.1f} tokens/s ({rate['engine']}, "
+                 f"evaluations {', '.join(f'#{i}' for i in rate['evaluations'])})")
+    return (f"last {hours:g} h; {rate_text}; loop: {loop['cycles']} cycles, "
+            f"{loop['seconds']:,.0f} s ({stages or 'no stage timings'}); "
+            f"paid for itself: {paid}" + (f" — {ledger['note']}" if ledger["note"] else ""))
+
+
+def ledger_table(ledger: dict[str, Any]) -> Table:
+    """The ledger as a rich table, its summary as the caption."""
+    table = Table(title=f"ledger of {ledger.get('deployment', '')}: decode time saved by "
+                  "speculation vs the loop's time", caption=summary(ledger))
+    for col in COLUMNS:
+        table.add_column(col, justify="left" if col == "segment" else "right")
+    for row in rows(ledger):
+        table.add_row(*row)
+    return table
+
+
+def ledger_markdown(ledger: dict[str, Any] | None) -> list[str]:
+    """The ledger as a markdown section (none: no lines)."""
+    if not ledger:
+        return []
+    lines = ["", "## Ledger: did the loop pay for itself?", "", summary(ledger) + ".", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows(ledger)]

@@ -1,0 +1,101 @@
+"""Where a cycle's time goes: wall seconds per stage, recorded in its ``cycle`` note.
+
+The ledger (:mod:`autospec.ledger`) sets the time the loop spent against the
+decode time speculation saved; this is the spent side. A :class:`StageTimer` lives for one
+cycle; the cycle times its training of each kind and its evaluation of each candidate,
+and its ``cycle`` note carries :meth:`StageTimer.as_dict` under ``stages``:
+
+- ``features``: target feature extraction, the ``feature_s`` the training run measured
+  (gradient kinds; carved out of the training stage's wall time);
+- ``training``: the rest of each kind's training, registration included;
+- ``shadow``: evaluation other than the speed measurement — the shadow replay, the cost
+  model, the paired comparison, the synthetic replay;
+- ``speed``: the speed measurement's decodes, from the end of the shadow replay to its last
+  decoded round (read off the evaluation's progress callbacks; it takes in the cost model's
+  few target forwards, which run between them).
+
+The cycle's own wall time (start to end note) holds these and the rest (window snapshot,
+lease, conclusion); the ledger reports that rest as ``other``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from autospec.ledger import STAGES
+
+T = TypeVar("T")
+
+
+class EvaluationMarks:
+    """When one evaluation's replay and speed rounds last reported (progress callbacks)."""
+
+    def __init__(self) -> None:
+        self.replayed: float | None = None  # perf_counter of the last replay report
+        self.decoded: float | None = None  # ... and of the last speed round
+
+    def replay(self, done: int, total: int) -> None:
+        self.replayed = time.perf_counter()
+
+    def speed(self, done: int, total: int) -> None:
+        self.decoded = time.perf_counter()
+
+    def speed_s(self, started: float) -> float:
+        """Seconds of the speed measurement: last replay report (else the start) to the
+        last speed round; 0 when no round was decoded."""
+        if self.decoded is None:
+            return 0.0
+        return max(0.0, self.decoded - (self.replayed or started))
+
+
+class TrainingLap:
+    """One kind's training as timed: the run's metrics once it is done."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, Any] = {}
+
+    def done(self, outcome: T) -> T:
+        """Keep ``outcome.metrics`` (a training run's) and hand ``outcome`` back."""
+        self.metrics = dict(getattr(outcome, "metrics", None) or {})
+        return outcome
+
+
+class StageTimer:
+    """Wall seconds per stage of :data:`STAGES` for one cycle."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(STAGES, 0.0)
+
+    @contextmanager
+    def training(self) -> Iterator[TrainingLap]:
+        """Time one kind's training; hand its outcome to the lap's ``done`` so the run's
+        ``feature_s`` moves to ``features``."""
+        lap = TrainingLap()
+        started = time.perf_counter()
+        try:
+            yield lap
+        finally:
+            wall = time.perf_counter() - started
+            features = min(float(lap.metrics.get("feature_s") or 0.0), wall)
+            self.seconds["features"] += features
+            self.seconds["training"] += wall - features
+
+    @contextmanager
+    def evaluation(self) -> Iterator[EvaluationMarks]:
+        """Time one candidate's evaluation; pass the marks' ``replay`` / ``speed`` as
+        the evaluation's progress callbacks so the speed measurement is split out."""
+        marks = EvaluationMarks()
+        started = time.perf_counter()
+        try:
+            yield marks
+        finally:
+            wall = time.perf_counter() - started
+            speed = min(marks.speed_s(started), wall)
+            self.seconds["speed"] += speed
+            self.seconds["shadow"] += wall - speed
+
+    def as_dict(self) -> dict[str, float]:
+        return {stage: round(s, 3) for stage, s in self.seconds.items()}

@@ -1,0 +1,169 @@
+"""The ledger's arithmetic (pure functions over rows the store would hand back), the cycle's
+stage timer, and the ledger drawn: in a table, in the demo's markdown, as Prometheus
+gauges."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+from typing import ClassVar
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from autospec.controller.ledger_view import ledger_markdown, summary
+from autospec.controller.timings import StageTimer
+from autospec.ledger import (
+    RATE_EVALUATIONS,
+    Loop,
+    account,
+    loop_cost,
+    pick_rate,
+    replica_seconds,
+    settle,
+    tally,
+)
+from autospec.store.ledger import DecodeRow, TargetRate
+
+T = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _rate(i: int, tps: float, minutes: int, engine: str = "native") -> TargetRate:
+    return TargetRate(evaluation_id=i, created_at=T + timedelta(minutes=minutes),
+                      tokens_per_s=tps, engine=engine, concurrency=1 if engine == "native" else 4)
+
+
+def _rows() -> list[DecodeRow]:
+    return [DecodeRow("a", "v", 20, 0.5, None), DecodeRow("a", "v", 10, 0.5, None),
+            DecodeRow("b", "v", 10, 0.5, None)]
+
+
+def test_the_rate_is_the_median_of_the_newest_before_the_end_else_the_first_after() -> None:
+    rates = [_rate(i, float(i), i) for i in range(1, 9)]
+    chosen = pick_rate(rates, T + timedelta(minutes=7, seconds=30))
+    assert chosen is not None and chosen.evaluations == [3, 4, 5, 6, 7]
+    assert len(chosen.evaluations) == RATE_EVALUATIONS and chosen.tokens_per_s == 5.0
+    after = pick_rate(rates, T)
+    assert after is not None and after.evaluations == [1] and after.tokens_per_s == 1.0
+    assert pick_rate([], T) is None
+
+
+def test_vllm_rows_count_their_share_of_the_replica() -> None:
+    row = DecodeRow("a", "v", 10, 2.0, 4.0)
+    assert replica_seconds(row, "native") == 2.0
+    assert replica_seconds(row, "vllm") == 0.5
+    assert replica_seconds(DecodeRow("a", "v", 10, 2.0, None), "vllm") == 2.0
+    assert replica_seconds(DecodeRow("a", "v", 10, 2.0, 0.5), "vllm") == 2.0  # never inflated
+
+
+def test_saved_is_tokens_over_the_target_only_rate_minus_decode_time() -> None:
+    rate = pick_rate([_rate(1, 10.0, 0)], T + timedelta(hours=1))
+    total, (a, b) = tally(_rows(), rate)
+    assert (total.requests, total.tokens, total.decode_s) == (3, 40, 1.5)
+    assert (a.baseline_s, a.saved_s) == (3.0, 2.0)  # 30 tokens at 10/s, decoded in 1 s
+    assert (b.baseline_s, b.saved_s) == (1.0, 0.5)
+    loop = Loop(cycles=1, seconds=2.0)
+    settle(total, [a, b], loop)
+    assert (a.loop_s, b.loop_s, total.loop_s) == (1.5, 0.5, 2.0)  # shares of the tokens
+    assert (a.net_s, b.net_s, total.net_s) == (0.5, 0.0, 0.5)
+
+
+def test_without_a_rate_nothing_is_saved_or_netted() -> None:
+    total, lines = tally(_rows(), None)
+    settle(total, lines, Loop(cycles=1, seconds=2.0))
+    assert total.saved_s is None and total.net_s is None and total.loop_s == 2.0
+    ledger = account(_rows(), [], [], since=T, until=T + timedelta(hours=1))
+    assert ledger["pays"] is None and "no target-only rate" in ledger["note"]
+
+
+def test_the_loop_is_the_cycles_that_ended_in_the_period() -> None:
+    since = T + timedelta(minutes=10)
+    notes = [
+        (T, {"type": "cycle_start", "cycle_id": "old"}),
+        (T + timedelta(minutes=5), {"type": "cycle", "cycle_id": "old"}),
+        (T + timedelta(minutes=8), {"type": "cycle_start", "cycle_id": "across"}),
+        (T + timedelta(minutes=12), {"type": "cycle", "cycle_id": "across",
+                                     "stages": {"training": 100.0, "speed": 40.0}}),
+        (T + timedelta(minutes=20), {"type": "cycle_start", "cycle_id": "running"}),
+        (T + timedelta(minutes=21), {"type": "cycle", "cycle_id": "orphan"}),
+    ]
+    loop = loop_cost(notes, since)
+    assert loop.cycles == 1 and loop.seconds == 240.0
+    assert loop.stages == {"features": 0.0, "training": 100.0, "shadow": 0.0, "speed": 40.0,
+                           "other": 100.0}
+
+
+def test_the_stage_timer_splits_features_and_speed_out() -> None:
+    class Outcome:
+        metrics: ClassVar[dict] = {"feature_s": 0.01}
+
+    timer = StageTimer()
+    with timer.training() as lap:
+        time.sleep(0.03)
+        assert lap.done(Outcome) is Outcome
+    with timer.evaluation() as marks:
+        time.sleep(0.02)
+        marks.replay(1, 1)
+        time.sleep(0.04)
+        marks.speed(1, 1)
+    with timer.evaluation():  # a failed evaluation: all shadow, no speed
+        time.sleep(0.01)
+    s = timer.seconds
+    assert s["features"] == pytest.approx(0.01)
+    assert 0.02 <= s["training"] < 0.2 and 0.04 <= s["speed"] < 0.2
+    assert 0.03 <= s["shadow"] < 0.2
+    assert set(timer.as_dict()) == {"features", "training", "shadow", "speed"}
+
+
+def _ledger() -> dict:
+    notes = [(T, {"type": "cycle_start", "cycle_id": "c"}),
+             (T + timedelta(seconds=1), {"type": "cycle", "cycle_id": "c",
+                                         "stages": {"training": 0.5}})]
+    return {"deployment": "default", **account(_rows(), [_rate(7, 10.0, 0)], notes, since=T,
+                                               until=T + timedelta(hours=2))}
+
+
+def test_the_ledger_in_words_and_markdown() -> None:
+    ledger = _ledger()
+    text = summary(ledger)
+    assert "last 2 h" in text and "10.0 tokens/s" in text and "#7" in text
+    assert "1 cycles" in text and "paid for itself: yes" in text
+    lines = ledger_markdown(ledger)
+    assert lines[1].startswith("## Ledger")
+    assert lines[-1].startswith("| (all) | 3 | 40 | 1.5 | 4.0 | 2.5 | 1.0 | 1.5 |")
+    assert ledger_markdown(None) == []
+
+
+def test_the_ledger_as_prometheus_gauges(monkeypatch) -> None:
+    from autospec.serve import metrics_ledger
+
+    calls = []
+
+    def fake_ledger_for(db, *, deployment, period):  # type: ignore[no-untyped-def]
+        calls.append((db, deployment, period))
+        return _ledger()
+
+    monkeypatch.setattr("autospec.ledger.ledger_for", fake_ledger_for)
+    registry = CollectorRegistry()
+    metrics_ledger.register_ledger(registry, "db", deployment="default")
+    text = generate_latest(registry).decode()
+    generate_latest(registry)
+    assert len(calls) == 1  # cached for REFRESH_S
+    assert 'autospec:ledger_saved_seconds{segment="(all)"} 2.5' in text
+    assert 'autospec:ledger_net_seconds{segment="a"}' in text
+    assert "autospec:ledger_target_only_tokens_per_second 10.0" in text
+    assert "autospec:ledger_period_seconds 7200.0" in text
+
+
+def test_the_gauges_from_a_real_store_leave_out_what_is_not_known(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from autospec import store
+    from autospec.serve.metrics_ledger import register_ledger
+
+    engine = store.open_store(f"sqlite:///{tmp_path / 'a.db'}", upgrade=True)
+    registry = CollectorRegistry()
+    register_ledger(registry, engine, deployment="default")
+    text = generate_latest(registry).decode()
+    assert "autospec:ledger_period_seconds 86400.0" in text
+    assert 'autospec:ledger_decode_seconds{segment="(all)"} 0.0' in text
+    assert "autospec:ledger_saved_seconds{" not in text  # no target-only rate measured
+    assert "autospec:ledger_target_only_tokens_per_second" not in text
