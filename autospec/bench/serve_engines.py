@@ -100,14 +100,14 @@ def _figures(answers: list[Answer], wall_s: float) -> dict[str, Any]:
 def _deploy(engines: list[str], modes: list[str], target: str, dtype: str, url: str,
             deployment: str, data_dir: Path, k: int, k_bands: str | None,
             vllm_options: dict[str, Any]) -> dict[str, str]:
-    import ray
     from ray import serve
 
+    from autospec.raylocal import start_local
     from autospec.serve.app import build_app
 
     port = _free_port()
-    ray.init(address="local", num_cpus=2 * len(engines) * len(modes), include_dashboard=False,
-             log_to_driver=False, namespace="autospec-bench-engines")
+    start_local(num_cpus=2 * len(engines) * len(modes), log_to_driver=False,
+                namespace="autospec-bench-engines")  # on loopback: autospec.raylocal
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     env = {"AUTOSPEC_DATA_DIR": str(data_dir)}
     urls = {}

@@ -52,13 +52,13 @@ def _free_port() -> int:
 def start_serving(plan: DemoPlan, *, data_dir: Path, target: str, dtype: str,
                   db_url: str) -> Apps:
     """Start a local Ray, Serve, and the ``live`` and ``target`` applications."""
-    import ray
     from ray import serve
 
+    from autospec.raylocal import start_local
     from autospec.serve.app import build_app
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
-             namespace=f"autospec-demo-{uuid.uuid4().hex[:8]}", configure_logging=False)
+    start_local(num_cpus=4, log_to_driver=False,  # on loopback: autospec.raylocal
+                namespace=f"autospec-demo-{uuid.uuid4().hex[:8]}", configure_logging=False)
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     env = {"AUTOSPEC_DATA_DIR": str(data_dir)}

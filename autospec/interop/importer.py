@@ -43,6 +43,7 @@ from autospec.speculators.eagle3.export import SIDECAR_DIR
 from autospec.speculators.files import refuse_pickles
 from autospec.speculators.speculators_format import FormatError, embed_table, from_speculators
 from autospec.speculators.suffix import SuffixSpeculator
+from autospec.store.artifacts import inside
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ def import_head(directory: str | Path, *, target: Target, engine: Engine,
         sha = save_speculator(spec, tmp)
         with store.session_scope(engine) as session:
             version = name or store.next_version(session, kind=EAGLE3.name)
-            final = root / version
+            final = inside(root, version)
             if final.exists():
                 raise store.Conflict(f"artifact directory {final} already exists")
             tmp.rename(final)

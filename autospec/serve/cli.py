@@ -68,6 +68,11 @@ def serve(
     address: Annotated[str | None, typer.Option(
         help="join this Ray cluster (e.g. 'auto' or ray://host:10001); default: start a local "
         "Ray")] = None,
+    expose_ray: Annotated[bool, typer.Option(
+        envvar="AUTOSPEC_EXPOSE_RAY", show_envvar=True,
+        help="the local Ray's ports (GCS, raylet, object manager, workers, agents) listen on "
+        "the machine's address, not loopback only (for nodes that join it); without "
+        "--address only; the HTTP API's address is --host")] = False,
     speculator_k: Annotated[int, typer.Option(
         min=1, max=16, help="draft tokens per verification step")] = 5,
     k_bands: Annotated[str | None, typer.Option(
@@ -126,6 +131,9 @@ def serve(
 
     if detach and address is None:
         raise typer.BadParameter("--detach needs --address (a local Ray ends with this command)")
+    if expose_ray and address is not None:
+        raise typer.BadParameter("--expose-ray is for the local Ray; a joined cluster's "
+                                 "addresses are its own", param_hint="--expose-ray")
     actor_options: dict[str, float] = {"num_cpus": num_cpus}
     if num_gpus:
         actor_options["num_gpus"] = num_gpus
@@ -147,7 +155,7 @@ def serve(
     config = config.model_copy(update={"database_url": _prepare_database(database_url)})
     _signals_interrupt()  # SIGTERM as Ctrl-C, from here on: start-up included
     try:
-        endpoint = deploy(config, host=host, port=port, address=address)
+        endpoint = deploy(config, host=host, port=port, address=address, expose_ray=expose_ray)
         typer.echo(f"autospec is serving {target} at {endpoint}  (OpenAI API: {endpoint}/v1)")
         if detach:
             return
@@ -231,16 +239,22 @@ def _prepare_database(database_url: str | None) -> str:
     return url
 
 
-def deploy(config: ServeConfig, *, host: str, port: int, address: str | None) -> str:
-    """Start or join Ray, run the application, wait (bounded) until ready; return its URL."""
+def deploy(config: ServeConfig, *, host: str, port: int, address: str | None,
+           expose_ray: bool = False) -> str:
+    """Start (on loopback unless ``expose_ray``: :mod:`autospec.raylocal`) or join Ray, run
+    the application, wait (bounded) until ready; return its URL."""
     import ray
     from ray import serve
 
+    from autospec.raylocal import start_local
     from autospec.serve.app import APP_NAME, build_app
 
-    # address None: "local" starts a new Ray (None would join one found on the machine)
-    ray.init(address=address or "local", namespace="autospec", ignore_reinit_error=True,
-             include_dashboard=False)
+    # address None: a new local Ray (ray.init(None) would join one found on the machine)
+    if address is None:
+        start_local(expose=expose_ray, namespace="autospec", ignore_reinit_error=True)
+    else:
+        ray.init(address=address, namespace="autospec", ignore_reinit_error=True,
+                 include_dashboard=False)
     _signals_interrupt()  # ray.init installs its own SIGTERM handler (sys.exit): ours again
     serve.start(http_options={"host": host, "port": port})
     with ThreadPoolExecutor(max_workers=1) as pool:

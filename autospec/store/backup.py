@@ -49,7 +49,7 @@ from sqlalchemy import (
     text,
 )
 
-from autospec.store.artifacts import artifact_sha256, local_path
+from autospec.store.artifacts import artifact_sha256, inside, local_path, without_links
 from autospec.store.db import describe, ping, writer_engine
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated, StoreError
 from autospec.store.models import BUILTIN_VERSION, metadata, utcnow
@@ -328,7 +328,7 @@ def _plan_artifacts(source: Path, root: Path, artifacts: dict[str, dict[str, str
     """Check every artifact of the backup; {version: copy it (False: already there)}."""
     plan: dict[str, bool] = {}
     for version, entry in artifacts.items():
-        kept = source / entry["path"]
+        kept = _kept(source, version, entry)
         try:
             actual = artifact_sha256(kept)
         except ArtifactError as exc:
@@ -336,7 +336,7 @@ def _plan_artifacts(source: Path, root: Path, artifacts: dict[str, dict[str, str
         if actual != entry["sha256"]:
             raise ArtifactError(f"backup {source}: artifact of {version!r} has SHA-256 "
                                 f"{actual[:12]}…, the registry recorded {entry['sha256'][:12]}…")
-        dest = root / version
+        dest = inside(root, version)
         if not dest.exists():
             plan[version] = True
             continue
@@ -351,6 +351,17 @@ def _plan_artifacts(source: Path, root: Path, artifacts: dict[str, dict[str, str
     return plan
 
 
+def _kept(source: Path, version: str, entry: dict[str, str]) -> Path:
+    """Where the backup keeps ``version``'s artifact: ``artifacts/<version>`` inside it, a
+    plain directory (an index naming another path, or a name or link reaching out of the
+    backup or the artifact directory, is refused)."""
+    kept = inside(source / "artifacts", version, what=f"backup {source}: version")
+    if entry.get("path", f"artifacts/{version}") != f"artifacts/{version}":
+        raise ArtifactError(f"backup {source}: artifact of {version!r} is listed at "
+                            f"{entry['path']!r}, not artifacts/{version}: refused")
+    return without_links(kept, what=f"backup {source}: artifact of {version!r}")
+
+
 def _copy_artifacts(source: Path, root: Path, plan: dict[str, bool]) -> list[str]:
     root.mkdir(parents=True, exist_ok=True)
     for version, copy in plan.items():
@@ -359,7 +370,7 @@ def _copy_artifacts(source: Path, root: Path, plan: dict[str, bool]) -> list[str
         partial = root / f".partial-{uuid.uuid4().hex}"
         shutil.copytree(source / "artifacts" / version, partial)
         artifact_sha256(partial)  # checked again where it now lives
-        dest = root / version
+        dest = inside(root, version)
         if dest.exists():
             shutil.rmtree(dest)
         partial.rename(dest)

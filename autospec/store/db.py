@@ -20,6 +20,7 @@ This module knows nothing of the tables; see :mod:`autospec.store.models`.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 _BEGIN_OPTION = "autospec_sqlite_begin"
+# scheme://user:PASSWORD@ in any text (greedy to the last '@' of the word: a password may
+# hold '@' or '/'); what redact() masks where SQLAlchemy's own parser cannot be used
+_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):[^\s]*@")
 
 
 def parse_url(url: str | URL) -> URL:
@@ -45,15 +49,22 @@ def parse_url(url: str | URL) -> URL:
     try:
         return make_url(url)
     except (ArgumentError, ValueError) as exc:
-        raise BadDatabaseURL(f"malformed database URL {url!r}: {exc}") from None
+        raise BadDatabaseURL(
+            f"malformed database URL {redact(url)!r}: {redact(str(exc))}") from None
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@`` in it shown as
+    ``***``: for a URL SQLAlchemy cannot parse, and for messages that quote one."""
+    return _CREDENTIALS.sub(r"\g<head>:***@", text)
 
 
 def describe(url: str | URL) -> str:
-    """The URL with its password hidden, for messages and logs."""
+    """The URL with its password hidden, for messages and logs (a malformed one too)."""
     try:
         return parse_url(url).render_as_string(hide_password=True)
     except BadDatabaseURL:
-        return repr(url)
+        return repr(redact(str(url)))
 
 
 def make_engine(

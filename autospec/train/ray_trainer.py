@@ -55,8 +55,9 @@ def connect_ray(*, address: str | None = None, workers: int = 2) -> str:
         return "existing"
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None or address == "local":
-        ray.init(address="local", num_cpus=max(2, workers), include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        from autospec.raylocal import start_local  # loopback unless AUTOSPEC_EXPOSE_RAY
+
+        start_local(num_cpus=max(2, workers), log_to_driver=False, configure_logging=False)
         return "started"
     try:  # an existing cluster: its resources are its own (no num_cpus here)
         ray.init(address=address, log_to_driver=False, configure_logging=False)

@@ -97,22 +97,10 @@ def make_tokenizer_model_dir(out: Path, *, seed: int = 0) -> Path:
 
     Unlike the serving tests' tiny model its embeddings are untied: the tied one answers
     every prompt with one repeated token, on which every speculator is perfect and no
-    candidate can beat the incumbent.
+    candidate can beat the incumbent. The soak's writer with 512 positions.
     """
-    import shutil
-
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    from autospec.bench.soak.target import write_tiny_target
     from autospec.engine.target import _resolve
 
-    src, _ = _resolve("smollm2-135m")
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=512, eos_token_id=2, bos_token_id=1,
-                      tie_word_embeddings=False)
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    for f in src.iterdir():
-        if f.name.startswith(("tokenizer", "special_tokens", "chat_template")):
-            shutil.copy(f, out / f.name)
-    return out
+    return write_tiny_target(out, seed=seed, tied=False, max_positions=512,
+                             tokenizer_dir=_resolve("smollm2-135m")[0])

@@ -3,14 +3,11 @@ speculator artifacts registered in a store, and an in-process server."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-
 from autospec import store
+from autospec.bench.soak.target import write_tiny_target
 from autospec.engine.target import Target, _resolve
 from autospec.serve.config import ServeConfig
 from autospec.serve.server import LLMServer
@@ -18,22 +15,12 @@ from autospec.serve.versions import VersionManager
 from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.registry import new_speculator
 
-TOKENIZER_PREFIXES = ("tokenizer", "special_tokens", "chat_template")
-
 
 def make_tiny_model_dir(out: Path, *, layers: int = 2, seed: int = 0) -> Path:
-    """A 2-layer, 32-wide random-init Llama with SmolLM2's vocabulary and tokenizer files."""
-    src, _ = _resolve("smollm2-135m")
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=512, eos_token_id=2, bos_token_id=1,
-                      tie_word_embeddings=True)
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    for f in src.iterdir():
-        if f.name.startswith(TOKENIZER_PREFIXES):
-            shutil.copy(f, out / f.name)
-    return out
+    """A 2-layer, 32-wide random-init Llama with SmolLM2's vocabulary and tokenizer files
+    (tied embeddings, 512 positions): the soak's writer with the serving tests' settings."""
+    return write_tiny_target(out, seed=seed, layers=layers, tied=True, max_positions=512,
+                             tokenizer_dir=_resolve("smollm2-135m")[0])
 
 
 def register_artifact(engine: Any, target: Target, root: Path, version: str,

@@ -33,19 +33,23 @@ def cached_tokenizer_dir() -> Path:
     return found[0]
 
 
-def write_tiny_target(out: Path, *, seed: int = 0) -> Path:
-    """Write the tiny target to ``out`` (once; an existing one is kept) and return it."""
+def write_tiny_target(out: Path, *, seed: int = 0, layers: int = 2, tied: bool = False,
+                      max_positions: int = 1024, tokenizer_dir: Path | None = None) -> Path:
+    """Write a tiny random-init Llama (``layers`` layers, 32 wide, SmolLM2's vocabulary) with
+    the tokenizer files of ``tokenizer_dir`` (default: :func:`cached_tokenizer_dir`) to
+    ``out`` (once; an existing one is kept) and return it. The soak's is untied with 1024
+    positions; ``tied`` embeddings make a model that repeats one token (the serving tests')."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if (out / "config.json").is_file():
         return out
-    src = cached_tokenizer_dir()
+    src = tokenizer_dir if tokenizer_dir is not None else cached_tokenizer_dir()
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=1024, eos_token_id=2, bos_token_id=1,
-                      tie_word_embeddings=False)
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=max_positions, eos_token_id=2, bos_token_id=1,
+                      tie_word_embeddings=tied)
     LlamaForCausalLM(cfg).save_pretrained(out)
     for f in src.iterdir():
         if f.name.startswith(TOKENIZER_PREFIXES):
