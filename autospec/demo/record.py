@@ -85,6 +85,7 @@ class DemoResult:
     events: list[dict[str, Any]]
     partial: str | None = None  # why the run ended early; None: it ran to the end
     base: str | None = None  # the base eagle3 head the candidates warm-started from
+    concurrency: dict[str, Any] | None = None  # vLLM: demo/concurrency.py's table
 
     def as_dict(self) -> dict[str, Any]:
         return {"plan": self.plan, "target": self.target, "data_dir": self.data_dir,
@@ -92,7 +93,7 @@ class DemoResult:
                 "partial": self.partial, "base": self.base,
                 "phases": [dict(asdict(p), live_version=p.live_version) for p in self.phases],
                 "decisions": [asdict(d) for d in self.decisions],
-                "speed_checks": speed_checks(self),
+                "speed_checks": speed_checks(self), "concurrency": self.concurrency,
                 "events": self.events, "samples": [asdict(s) for s in self.samples]}
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from autospec.demo.concurrency import concurrency_lines
 from autospec.demo.record import DemoResult, PhaseFigures, fmt
 from autospec.demo.speed_checks import TOLERANCE, speed_checks
 
@@ -153,6 +154,7 @@ def write_markdown(result: DemoResult, path: Path, chart: Path | None) -> None:
                   "| " + " | ".join(SPEED_COLUMNS) + " |", "|" + "---|" * len(SPEED_COLUMNS)]
         lines += ["| " + " | ".join(row) + " |" for row in speed]
     lines += swap_lines(result.events)
+    lines += concurrency_lines(result.concurrency)
     lines += ["", "## Audit log (pointer moves and notes)", ""]
     lines += [f"- {e['at']} {e['kind']} {e['version'] or ''} by {e['actor']}: {e['reason']}"
               for e in result.events]
