@@ -161,9 +161,9 @@ def serve(
                          vllm_options=_engine_options(vllm_option or []), builtin=builtin,
                          vllm_suffix=_checked_vllm_suffix(vllm_suffix, names))
         return
-    if k_bands is not None or vllm_option or builtin or vllm_suffix:
-        raise typer.BadParameter("--k-bands, --vllm-option, --builtin and --vllm-suffix: "
-                                 "need --engine")
+    if k_bands is not None or vllm_option or builtin:
+        raise typer.BadParameter("--k-bands, --vllm-option and --builtin: need --engine")
+    _checked_vllm_suffix(vllm_suffix, [])
     counts = _client_counts(concurrency or "2")
     if len(counts) != 1:
         raise typer.BadParameter("--concurrency: one value without --engine")
@@ -179,11 +179,10 @@ def _checked_vllm_suffix(wanted: bool, engines: list[str]) -> bool:
     if not wanted:
         return False
     if "vllm" not in engines:
-        raise typer.BadParameter("--vllm-suffix: vLLM's suffix method needs --engine vllm")
-    if importlib.util.find_spec("arctic_inference") is None:
-        raise typer.BadParameter("--vllm-suffix: vLLM's suffix method needs the "
-                                 "arctic-inference package, which is not installed (see "
-                                 "docs/vllm.md for how to build it)")
+        raise typer.BadParameter("--vllm-suffix: needs --engine vllm")
+    if importlib.util.find_spec("arctic_inference") is None:  # vLLM's suffix method needs it
+        raise typer.BadParameter("--vllm-suffix: arctic-inference is not installed "
+                                 "(docs/vllm.md)")
     return True
 
 
