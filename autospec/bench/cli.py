@@ -122,6 +122,9 @@ def serve(
     builtin: Annotated[bool, typer.Option(
         help="--engine: also serve builtin-ngram (on vLLM its own ngram method, what a vLLM "
         "user switches on) beside the live version, and give live over builtin")] = False,
+    vllm_suffix: Annotated[bool, typer.Option(
+        help="--engine vllm: also serve vLLM's own suffix method (needs the arctic-inference "
+        "package, see docs/vllm.md) and give the live version over it")] = False,
     vllm_option: Annotated[list[str] | None, typer.Option(
         help="--engine vllm: a vLLM engine argument as KEY=VALUE, as `autospec serve` takes "
         "it (e.g. enforce_eager=true: engines start in seconds, not minutes, on a CPU); "
@@ -155,16 +158,32 @@ def serve(
                          rounds=rounds, clients=_client_counts(concurrency or "1,4,8"), k=k,
                          database_url=database_url, deployment=deployment, json_path=json_path,
                          k_bands=_checked_bands(k_bands, k), prompts=_bench_prompts(domain),
-                         vllm_options=_engine_options(vllm_option or []), builtin=builtin)
+                         vllm_options=_engine_options(vllm_option or []), builtin=builtin,
+                         vllm_suffix=_checked_vllm_suffix(vllm_suffix, names))
         return
     if k_bands is not None or vllm_option or builtin:
         raise typer.BadParameter("--k-bands, --vllm-option and --builtin: need --engine")
+    _checked_vllm_suffix(vllm_suffix, [])
     counts = _client_counts(concurrency or "2")
     if len(counts) != 1:
         raise typer.BadParameter("--concurrency: one value without --engine")
     run_serve_bench(target=target, max_tokens=max_tokens, rounds=rounds,
                     concurrency=counts[0], short_requests=short_requests, k=k,
                     json_path=json_path)
+
+
+def _checked_vllm_suffix(wanted: bool, engines: list[str]) -> bool:
+    """``--vllm-suffix``: refused without the vLLM engine or without arctic-inference."""
+    import importlib.util
+
+    if not wanted:
+        return False
+    if "vllm" not in engines:
+        raise typer.BadParameter("--vllm-suffix: needs --engine vllm")
+    if importlib.util.find_spec("arctic_inference") is None:  # vLLM's suffix method needs it
+        raise typer.BadParameter("--vllm-suffix: arctic-inference is not installed "
+                                 "(docs/vllm.md)")
+    return True
 
 
 def _client_counts(text: str) -> list[int]:

@@ -7,7 +7,10 @@ one with a promoted head: both engines then serve that same version) and ``<engi
 (speculation off); with ``--k-bands``, ``<engine>/banded``: the same version drafting by
 those concurrency bands (:mod:`autospec.serve.bands`); with ``--builtin``,
 ``<engine>/builtin``: builtin-ngram (on vLLM its own ``ngram`` method: what a vLLM user
-switches on). Traffic logging is off in every application (this measures decoding). The same
+switches on); with ``vllm_suffix``, ``vllm/arctic``: vLLM's own ``suffix`` method (Arctic
+Inference's suffix decoding, which needs the ``arctic-inference`` package; vLLM's defaults:
+trees 24 deep, and a cache of the responses it served, so it also learns from the bench's
+own earlier answers). Traffic logging is off in every application (this measures decoding). The same
 greedy chat prompts go to every application, in interleaved rounds that rotate the order, so
 drift on a shared machine hits all alike; read the ratios.
 
@@ -40,10 +43,24 @@ from autospec.bench.serve import _batch, _free_port
 from autospec.engine.stats import tau
 from autospec.settings import api_key
 
-MODES = {"spec": "live", "off": "off", "banded": "live", "builtin": "live"}
-#: the deployment a ``builtin`` application follows: one no version is promoted in, so its
-#: replica serves builtin-ngram (on vLLM, vLLM's own ``ngram`` method)
+MODES = {"spec": "live", "off": "off", "banded": "live", "builtin": "live", "arctic": "live"}
+#: the deployment ``builtin`` and ``arctic`` applications follow: one no version is promoted
+#: in, so its replica serves builtin-ngram (on vLLM, vLLM's own ``ngram`` method)
 BUILTIN_DEPLOYMENT = "autospec-bench-builtin"
+#: what the ``arctic`` application's rows name as their version (its replica reports
+#: builtin-ngram: vLLM's speculative config replaces that version's, engine-wide)
+ARCTIC_LABEL = "vllm suffix (arctic-inference)"
+
+
+def arctic_options(k: int) -> dict[str, Any]:
+    """vLLM engine arguments that make a builtin replica draft with vLLM's own ``suffix``
+    method (k: the most tokens it drafts per step; vLLM's other suffix defaults)."""
+    return {"speculative_config": {"method": "suffix", "num_speculative_tokens": k}}
+
+
+def engine_modes(engine: str, modes: list[str]) -> list[str]:
+    """The applications of ``engine``: ``arctic`` is vLLM's method, served on vLLM only."""
+    return [m for m in modes if m != "arctic" or engine == "vllm"]
 
 
 @dataclass(frozen=True)
@@ -83,7 +100,25 @@ def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int, clie
             wall[name] += took
             progress.done(f"{label} round {r + 1}/{rounds} {name}: {len(got)} requests, "
                           f"{sum(a.tokens for a in got) / took:.1f} tok/s")
-    return {n: _figures(answers[n], wall[n]) for n in names}
+    figures = {n: _figures(answers[n], wall[n]) for n in names}
+    for name in names:
+        if name.endswith("/arctic"):
+            figures[name]["versions"] = [ARCTIC_LABEL]
+    return figures
+
+
+def measure_loads(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int,
+                  clients: list[int], progress: BenchProgress) -> dict[int, dict[str, Any]]:
+    """One phase per concurrency in ``clients`` over the applications at ``urls`` (name →
+    URL, e.g. ``vllm/spec``, ``vllm/off``): ``rounds`` interleaved rounds of ``bodies`` each;
+    per application its figures (:func:`_figures`), kept in ``progress``'s report as they
+    come. ``autospec bench serve --engine`` and the demo on vLLM both measure with it."""
+    phases: dict[int, dict[str, Any]] = {}
+    for c in clients:
+        with progress.stage(f"{c} client{'s' * (c > 1)}: {rounds} rounds"):
+            phases[c] = _phase(urls, bodies, rounds, c, progress, f"{c} clients")
+            progress.report.setdefault("phases", {})[str(c)] = phases[c]
+    return phases
 
 
 def _figures(answers: list[Answer], wall_s: float) -> dict[str, Any]:
@@ -112,14 +147,16 @@ def _deploy(engines: list[str], modes: list[str], target: str, dtype: str, url: 
     env = {"AUTOSPEC_DATA_DIR": str(data_dir)}
     urls = {}
     for engine in engines:
-        for mode in modes:
+        for mode in engine_modes(engine, modes):
             route = f"{engine}-{mode}"
+            options = {**vllm_options, **(arctic_options(k) if mode == "arctic" else {})}
             serve.run(build_app({
                 "target": target, "dtype": dtype, "database_url": url, "speculator_k": k,
-                "deployment": BUILTIN_DEPLOYMENT if mode == "builtin" else deployment,
+                "deployment": BUILTIN_DEPLOYMENT if mode in ("builtin", "arctic")
+                else deployment,
                 "engine": engine, "speculation": MODES[mode],
                 "k_bands": k_bands if mode == "banded" else None,
-                "log_traffic": False, "vllm_options": vllm_options, "api_key": api_key(),
+                "log_traffic": False, "vllm_options": options, "api_key": api_key(),
                 "ray_actor_options": {"num_cpus": 1, "runtime_env": {"env_vars": env}}}),
                 name=route, route_prefix=f"/{route}")
             urls[f"{engine}/{mode}"] = f"http://127.0.0.1:{port}/{route}"
@@ -131,24 +168,27 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
                      deployment: str, json_path: Path | None, k_bands: str | None = None,
                      prompts: list[list[dict[str, str]]] | None = None,
                      vllm_options: dict[str, Any] | None = None,
-                     builtin: bool = False) -> dict[str, Any]:
-    """Deploy every engine × {spec, off[, banded][, builtin]}, measure one phase per concurrency in
-    ``clients``, print, write the JSON; ``prompts``: the chats sent (default: the generic
-    benchmark prompts); ``vllm_options``: vLLM engine arguments (max_model_len 2048 unless
-    set); ``builtin``: also an application serving builtin-ngram (vLLM's ``ngram``), what a
-    vLLM user gets by switching on a built-in method."""
+                     builtin: bool = False, vllm_suffix: bool = False) -> dict[str, Any]:
+    """Deploy every engine × {spec, off[, banded][, builtin][, arctic]}, measure one phase
+    per concurrency in ``clients``, print, write the JSON; ``prompts``: the chats sent
+    (default: the generic benchmark prompts); ``vllm_options``: vLLM engine arguments
+    (max_model_len 2048 unless set); ``builtin``: also an application serving builtin-ngram
+    (vLLM's ``ngram``), what a vLLM user gets by switching on a built-in method;
+    ``vllm_suffix``: also, on vLLM, vLLM's own ``suffix`` method (needs arctic-inference)."""
     from ray import serve
 
     from autospec import store
 
-    modes = ["spec", "off"] + (["banded"] if k_bands else []) + (["builtin"] if builtin else [])
+    modes = ["spec", "off"] + (["banded"] if k_bands else []) + (["builtin"] if builtin else []) \
+        + (["arctic"] if vllm_suffix else [])
     partial: dict[str, Any] = {"target": target, "engines": engines, "clients": clients}
     progress = BenchProgress("bench serve --engine", partial, json_path)
     with tempfile.TemporaryDirectory(prefix="autospec-bench-engines-") as tmp:
         url = database_url or f"sqlite:///{Path(tmp) / 'autospec.db'}"
         if database_url is None:
             store.open_store(url, upgrade=True).dispose()
-        with progress.stage(f"deploying {len(engines) * len(modes)} applications of {target}"):
+        apps = sum(len(engine_modes(e, modes)) for e in engines)
+        with progress.stage(f"deploying {apps} applications of {target}"):
             urls = _deploy(engines, modes, target, dtype, url, deployment, Path(tmp), k, k_bands,
                            {"max_model_len": 2048, **(vllm_options or {})})
         try:
@@ -156,11 +196,7 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
                       for m in (prompts or BENCH_PROMPTS)]
             with progress.stage("warm-up"):
                 _phase(urls, bodies[:2], 1, 1, progress, "warm-up")
-            phases = {}
-            for c in clients:
-                with progress.stage(f"{c} client{'s' * (c > 1)}: {rounds} rounds"):
-                    phases[c] = _phase(urls, bodies, rounds, c, progress, f"{c} clients")
-                    partial.setdefault("phases", {})[str(c)] = phases[c]
+            phases = measure_loads(urls, bodies, rounds, clients, progress)
         finally:
             serve.shutdown()
     result = _summarize(engines, modes, target, dtype, max_tokens, k, k_bands, phases)
@@ -182,7 +218,7 @@ def _summarize(engines: list[str], modes: list[str], target: str, dtype: str, ma
         for c, phase in phases.items():
             off = phase[f"{e}/off"]["throughput_tok_s"]
             ratios[e][str(c)] = {m: phase[f"{e}/{m}"]["throughput_tok_s"] / off
-                                 for m in modes if m != "off"}
+                                 for m in engine_modes(e, modes) if m != "off"}
     stops = {e: next((int(c) for c, r in ratios[e].items() if r["spec"] < 1.0), None)
              for e in engines}
     result: dict[str, Any] = {
@@ -197,10 +233,13 @@ def _summarize(engines: list[str], modes: list[str], target: str, dtype: str, ma
     if "builtin" in modes:
         result["live_over_builtin"] = {
             e: {c: r["spec"] / r["builtin"] for c, r in ratios[e].items()} for e in engines}
+    if "arctic" in modes and "vllm" in engines:
+        result["live_over_vllm_suffix"] = {
+            c: r["spec"] / r["arctic"] for c, r in ratios["vllm"].items()}
     if {"vllm", "native"} <= set(engines):
         result["vllm_over_native"] = {
             str(c): {m: p[f"vllm/{m}"]["throughput_tok_s"] / p[f"native/{m}"]["throughput_tok_s"]
-                     for m in modes} for c, p in phases.items()}
+                     for m in engine_modes("native", modes)} for c, p in phases.items()}
     return result
 
 
@@ -229,6 +268,9 @@ def _print(result: dict[str, Any]) -> None:
     for engine, by_c in result.get("live_over_builtin", {}).items():
         console.print(f"{engine}: the live version over builtin-ngram: " + ", ".join(
             f"{r:.2f}× at {c}" for c, r in by_c.items()))
+    if "live_over_vllm_suffix" in result:
+        console.print("vllm: the live version over vLLM's suffix (arctic-inference): " + ", ".join(
+            f"{r:.2f}× at {c}" for c, r in result["live_over_vllm_suffix"].items()))
     for engine, ok in result.get("banded_never_slower", {}).items():
         console.print(f"{engine}: with bands {result['k_bands']} the deployment is "
                       + ("never slower than target-only" if ok else

@@ -145,6 +145,10 @@ def _report(result, out: Path, json_path: Path | None, console) -> None:  # type
         console.print(decision_table(result))
     if speed_rows(result):
         console.print(speed_table(result))
+    if result.concurrency:
+        from autospec.demo.concurrency import concurrency_table
+
+        console.print(concurrency_table(result.concurrency))
     console.print(f"chart: {chart}\nreport: {out / 'report.md'}\nfigures: "
                   f"{json_path or out / 'demo.json'}")
 

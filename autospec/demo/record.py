@@ -87,6 +87,7 @@ class DemoResult:
     partial: str | None = None  # why the run ended early; None: it ran to the end
     base: str | None = None  # the base eagle3 head the candidates warm-started from
     ledger: dict[str, Any] | None = None  # the run's ledger (:func:`demo_ledger`)
+    concurrency: dict[str, Any] | None = None  # vLLM: demo/concurrency.py's table
 
     def as_dict(self) -> dict[str, Any]:
         return {"plan": self.plan, "target": self.target, "data_dir": self.data_dir,
@@ -95,6 +96,7 @@ class DemoResult:
                 "phases": [dict(asdict(p), live_version=p.live_version) for p in self.phases],
                 "decisions": [asdict(d) for d in self.decisions],
                 "speed_checks": speed_checks(self), "ledger": self.ledger,
+                "concurrency": self.concurrency,
                 "events": self.events, "samples": [asdict(s) for s in self.samples]}
 
 

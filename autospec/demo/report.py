@@ -25,6 +25,7 @@ from pathlib import Path
 from rich.table import Table
 
 from autospec.controller.ledger_view import ledger_markdown
+from autospec.demo.concurrency import concurrency_lines
 from autospec.demo.record import DemoResult, PhaseFigures, fmt
 from autospec.demo.speed_checks import TOLERANCE, speed_checks
 
@@ -153,7 +154,8 @@ def write_markdown(result: DemoResult, path: Path, chart: Path | None) -> None:
         lines += ["", "## Speed: the gate's figure against the realised one", "",
                   "| " + " | ".join(SPEED_COLUMNS) + " |", "|" + "---|" * len(SPEED_COLUMNS)]
         lines += ["| " + " | ".join(row) + " |" for row in speed]
-    lines += swap_lines(result.events) + ledger_markdown(result.ledger)
+    lines += swap_lines(result.events) + concurrency_lines(result.concurrency)
+    lines += ledger_markdown(result.ledger)
     lines += ["", "## Audit log (pointer moves and notes)", ""]
     lines += [f"- {e['at']} {e['kind']} {e['version'] or ''} by {e['actor']}: {e['reason']}"
               for e in result.events]

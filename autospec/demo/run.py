@@ -86,6 +86,7 @@ class Demo:
         self.live: Any = None  # the live and target-only apps' clients
         self.baseline: Any = None
         self.stage = "setting up"  # what the run is doing, for a partial report
+        self.concurrency: dict[str, Any] | None = None  # vLLM: spec on/off per load, at the end
         self.control = ControllerSteps(
             timeline=self.timeline, say=self.say, controller=lambda w: self._controller(w),
             wait_logged=lambda: self._wait_logged(), stage=self._stage,
@@ -143,7 +144,7 @@ class Demo:
                           data_dir=str(self.data_dir), took_s=t.now(), phases=list(t.phases),
                           decisions=list(t.decisions), samples=list(t.samples),
                           events=audit_events(self.engine, strict=not partial),
-                          partial=partial, base=self.base_version,
+                          partial=partial, base=self.base_version, concurrency=self.concurrency,
                           ledger=demo_ledger(self.engine, took_s=t.now(), strict=not partial))
 
     # -- the story ----------------------------------------------------------------------
@@ -166,6 +167,9 @@ class Demo:
             self._cycle("B1")
             self._phase("B2", f"{b} traffic, after the scheduled cycle", b, n)
         self._watch("B2", window)
+        if plan.engine == "vllm":  # the native replica decodes one request at a time
+            with self._stage("the concurrency table"):
+                self.concurrency = self._concurrency()
 
     def _phase(self, name: str, title: str, domain: str, n: int,
                stop_when: Callable[[int], bool] | None = None) -> PhaseFigures:
@@ -222,6 +226,15 @@ class Demo:
 
     def _stop_serving(self) -> None:
         stop_serving()
+
+    def _concurrency(self) -> dict[str, Any]:
+        from autospec.demo.concurrency import CLIENTS, ROUNDS, measure_concurrency
+
+        return measure_concurrency(
+            live_url=self.live.url, baseline_url=self.baseline.url, domain=self.plan.domain_b,
+            clients=CLIENTS.get(self.plan.mode, CLIENTS["quick"]),
+            rounds=ROUNDS.get(self.plan.mode, ROUNDS["quick"]),
+            max_tokens=self.plan.max_tokens, model="demo", say=self.say)
 
     def _load_target(self) -> None:
         from autospec.engine.target import load_target

@@ -1,0 +1,63 @@
+"""``autospec bench serve --engine vllm --vllm-suffix``: vLLM's own ``suffix`` method
+(arctic-inference) served beside the live version; its options, its summary (no engine is
+started here; the real run is recorded in docs/vllm.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from typer.testing import CliRunner
+
+from autospec.bench.serve_engines import ARCTIC_LABEL, _summarize, arctic_options, engine_modes
+from autospec.cli import app
+
+
+def _row(tok_s: float) -> dict:
+    return {"requests": 4, "per_request_tok_s": tok_s / 2, "throughput_tok_s": tok_s,
+            "versions": ["v"], "tau": 1.5}
+
+
+def test_vllm_suffix_is_served_on_vllm_only_with_vllms_suffix_method() -> None:
+    modes = ["spec", "off", "builtin", "arctic"]
+    assert engine_modes("vllm", modes) == modes
+    assert engine_modes("native", modes) == ["spec", "off", "builtin"]
+    assert arctic_options(5) == {"speculative_config": {"method": "suffix",
+                                                        "num_speculative_tokens": 5}}
+
+
+def test_the_summary_gives_the_live_version_over_vllms_suffix_and_ngram() -> None:
+    phases = {1: {"vllm/spec": _row(30), "vllm/off": _row(20), "vllm/builtin": _row(25),
+                  "vllm/arctic": _row(24), "native/spec": _row(10), "native/off": _row(8),
+                  "native/builtin": _row(9)},
+              4: {"vllm/spec": _row(60), "vllm/off": _row(50), "vllm/builtin": _row(50),
+                  "vllm/arctic": _row(75), "native/spec": _row(12), "native/off": _row(10),
+                  "native/builtin": _row(11)}}
+    got = _summarize(["vllm", "native"], ["spec", "off", "builtin", "arctic"], "t", "float32",
+                     32, 5, None, phases)
+    assert got["live_over_vllm_suffix"] == {"1": pytest.approx(1.25), "4": pytest.approx(0.8)}
+    assert got["live_over_builtin"]["vllm"] == {"1": pytest.approx(1.2), "4": pytest.approx(1.2)}
+    assert "arctic" not in got["ratios"]["native"]["1"]
+    assert set(got["vllm_over_native"]["1"]) == {"spec", "off", "builtin"}
+    assert "live_over_vllm_suffix" not in _summarize(
+        ["vllm"], ["spec", "off"], "t", "float32", 32, 5, None,
+        {1: {"vllm/spec": _row(30), "vllm/off": _row(20)}})
+    assert "arctic" in ARCTIC_LABEL
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--vllm-suffix"], "needs --engine vllm"),
+    (["--engine", "native", "--vllm-suffix"], "needs --engine vllm"),
+])
+def test_vllm_suffix_without_the_vllm_engine_is_refused(args, message) -> None:  # type: ignore[no-untyped-def]
+    done = CliRunner().invoke(app, ["bench", "serve", *args])
+    assert done.exit_code == 2 and message in done.output
+
+
+def test_vllm_suffix_without_arctic_inference_says_what_to_install(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "arctic_inference" else real(name, *a))
+    done = CliRunner().invoke(app, ["bench", "serve", "--engine", "vllm", "--vllm-suffix"])
+    assert done.exit_code == 2 and "arctic-inference is not installed" in done.output
+    assert "docs/vllm.md" in done.output
