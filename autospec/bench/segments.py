@@ -29,6 +29,7 @@ The tables are :mod:`autospec.bench.segments_print`'s.
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -54,7 +55,8 @@ def run_segments_bench(bench: SegmentsBenchRequest) -> dict:
     from autospec.evaluate.speed import torch_threads
 
     report: dict = {"target": bench.target, **bench.model_dump(
-        mode="json", exclude={"target", "workdir", "json_path", "output"})}
+        mode="json", exclude={"target", "workdir", "json_path", "output"}),
+        "loadavg_1min": {"start": os.getloadavg()[0]}}
     progress = BenchProgress("bench segments", report, bench.json_path)
     with progress.stage(f"loading {bench.target} ({bench.dtype})"):
         target = load_target(bench.target, dtype=bench.dtype)
@@ -76,6 +78,7 @@ def run_segments_bench(bench: SegmentsBenchRequest) -> dict:
         report["measured"] = measure_arms(target, specs, report["picks"], evals, k=bench.k,
                                           max_tokens=bench.max_new_tokens, progress=progress)
     report["goal"] = _goal(report["measured"])
+    report["loadavg_1min"]["end"] = os.getloadavg()[0]
     progress.finish()
     print_report(report)
     if bench.output is not None:
