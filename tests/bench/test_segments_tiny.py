@@ -112,3 +112,34 @@ def test_every_field_has_its_option_and_every_option_its_field() -> None:
         assert options[name].default == (",".join(default) if isinstance(default, tuple)
                                           else default), name
         assert options[name].help == field.description, name
+
+
+def test_figures_sum_tokens_and_seconds_over_the_rounds() -> None:
+    from autospec.bench.segments_measure import figures
+
+    def rnd(tokens: dict[str, int], seconds: dict[str, float], steps: dict[str, int],
+            accepted: dict[str, int]) -> dict:
+        return {"segment": "json", "tokens": tokens, "seconds": seconds, "steps": steps,
+                "accepted": accepted, "identical": {GLOBAL: True, SEGMENT: False},
+                "version": {TARGET_ONLY: TARGET_ONLY, GLOBAL: "global/suffix",
+                            SEGMENT: "json/eagle3"}}
+
+    rounds = [rnd({TARGET_ONLY: 10, GLOBAL: 10, SEGMENT: 10}, {TARGET_ONLY: 1.0, GLOBAL: 0.5,
+                                                                SEGMENT: 0.25},
+                  {TARGET_ONLY: 10, GLOBAL: 4, SEGMENT: 2}, {TARGET_ONLY: 0, GLOBAL: 6,
+                                                             SEGMENT: 8}),
+              rnd({TARGET_ONLY: 30, GLOBAL: 30, SEGMENT: 30}, {TARGET_ONLY: 3.0, GLOBAL: 1.5,
+                                                                SEGMENT: 1.75},
+                  {TARGET_ONLY: 30, GLOBAL: 10, SEGMENT: 10}, {TARGET_ONLY: 0, GLOBAL: 20,
+                                                               SEGMENT: 20})]
+    out = figures(rounds)
+    arms = out["arms"]
+    assert out["requests"] == 2
+    assert arms[TARGET_ONLY]["tokens_per_s"] == pytest.approx(10.0)  # 40 tokens in 4 s
+    assert arms[GLOBAL]["tokens_per_s"] == pytest.approx(20.0)  # 40 in 2 s, not a mean of rates
+    assert arms[SEGMENT]["speedup"] == pytest.approx(2.0)
+    assert out["segment_over_global"] == pytest.approx(1.0)
+    assert arms[GLOBAL]["tau"] == pytest.approx((26 + 14) / 14)
+    assert arms[TARGET_ONLY]["tau"] == pytest.approx(1.0)
+    assert (arms[GLOBAL]["identical"], arms[SEGMENT]["identical"]) == (2, 0)
+    assert arms[SEGMENT]["versions"] == ["json/eagle3"]
