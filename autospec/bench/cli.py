@@ -294,6 +294,68 @@ def train(
 
 
 
+@bench_app.command("segments")
+def segments(
+    target: Annotated[str, typer.Option(
+        help="target: a name or a model directory")] = "smollm2-135m",
+    domains: Annotated[str, typer.Option(
+        help="workload domains mixed, one segment each (two or three of support, coding, "
+        "json)")] = "json,support,coding",
+    requests: Annotated[int, typer.Option(
+        min=20, help="logged requests per domain (cached traffic)")] = 120,
+    max_new_tokens: Annotated[int, typer.Option(
+        min=8, help="output tokens per logged request and per measured decode")] = 64,
+    kinds: Annotated[str, typer.Option(
+        help="kinds trained globally and per segment")] = "suffix,eagle3",
+    k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
+    epochs: Annotated[int, typer.Option(min=1, help="training epochs (gradient kinds)")] = 8,
+    select_requests: Annotated[int, typer.Option(
+        min=1, help="held-out requests per domain decoded to pick the versions (the gate's "
+        "measurement)")] = 4,
+    eval_requests: Annotated[int, typer.Option(
+        min=1, help="other held-out requests per domain decoded by both arms")] = 8,
+    draft_vocab_size: Annotated[int, typer.Option(min=2, help="eagle3 reduced vocabulary")] = 4096,
+    ttt_steps: Annotated[int, typer.Option(min=1, help="eagle3 training-time-test depth")] = 3,
+    dtype: Annotated[str, typer.Option(help="target dtype")] = "bfloat16",
+    feature_noise: Annotated[float, typer.Option(
+        min=0.0, help="eagle3 training feature noise")] = 0.2,
+    heldout_fraction: Annotated[float, typer.Option(
+        help="newest share of each domain's logged requests held out: never trained on, "
+        "decoded to pick and to measure")] = 0.2,
+    seed: Annotated[int, typer.Option(help="seed of the prompts and of training")] = 0,
+    threads: Annotated[int | None, typer.Option(
+        min=1, help="torch threads the decodes run on (default: this process's)")] = None,
+    workdir: Annotated[Path | None, typer.Option(
+        help="where the scratch store and artifacts go")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    output: Annotated[Path | None, typer.Option(
+        help="write the tables here as markdown")] = None,
+) -> None:
+    """Domains mixed: one global version against a version per segment, the same held-out
+    requests decoded by both; τ and speedup per segment and over the mix."""
+    from pydantic import ValidationError
+
+    from autospec.bench.segments import run_segments_bench
+    from autospec.bench.segments_request import HeldoutTooSmall, SegmentsBenchRequest
+    from autospec.bench.train_request import first_error
+
+    try:  # one field per option, same names (tests/bench/test_segments_request.py)
+        request = SegmentsBenchRequest(
+            target=target, domains=domains, requests=requests, max_new_tokens=max_new_tokens,
+            kinds=kinds, k=k, epochs=epochs, select_requests=select_requests,
+            eval_requests=eval_requests, draft_vocab_size=draft_vocab_size,
+            ttt_steps=ttt_steps, dtype=dtype, feature_noise=feature_noise,
+            heldout_fraction=heldout_fraction, seed=seed, threads=threads, workdir=workdir,
+            json_path=json_path, output=output)
+    except ValidationError as exc:
+        raise typer.BadParameter(first_error(exc)) from None
+    try:
+        run_segments_bench(request)
+    except HeldoutTooSmall as exc:
+        typer.echo(f"bench segments: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 @bench_app.command("soak")
 def soak(
     duration: Annotated[float, typer.Option(min=1, help="minutes of traffic")] = 30.0,
