@@ -124,6 +124,8 @@ def _status(engine) -> dict:  # type: ignore[no-untyped-def]
 
     data = collect_status(engine, deployment="default", policy=load_policy("default"))
     data.pop("time")
+    for key in ("since", "until"):  # the ledger's period ends now
+        data["ledger"].pop(key)
     return data
 
 
