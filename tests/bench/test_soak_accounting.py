@@ -77,3 +77,16 @@ def test_the_schedule_names_known_faults_and_the_policy_parses() -> None:
     policy = parse_policy(policy_yaml(SoakConfig(cycle_interval_s=45)), source="soak.yaml")
     assert policy.schedule.interval is not None
     assert policy.schedule.interval.total_seconds() == 45
+
+
+def test_an_operator_move_too_late_to_be_seen_is_skipped_not_failed() -> None:
+    """Near the end of a run there is no traffic left to show the two swaps: the fault says
+    so instead of failing (and moves no pointer)."""
+    import time
+    from types import SimpleNamespace
+
+    from autospec.bench.soak.faults import OPERATOR_WINDOW_S, operator_promote_rollback
+
+    ctx = SimpleNamespace(deadline=time.time() + OPERATOR_WINDOW_S / 4)
+    rec = operator_promote_rollback(ctx)  # type: ignore[arg-type]
+    assert not rec.ok and "s of traffic left" in rec.skipped and rec.at == 0.0

@@ -30,8 +30,8 @@ SHORT_SCHEDULE: list[tuple[float, str, dict[str, float]]] = [
     (0.25, "db_locked", {"hold_s": 20.0}),
     (0.38, "controller_sigkill_training", {}),
     (0.50, "bad_version", {}),
-    (0.62, "artifacts_read_only", {}),
-    (0.75, "operator_promote_rollback", {}),
+    (0.62, "operator_promote_rollback", {}),  # before the read-only fault, which waits for
+    (0.75, "artifacts_read_only", {}),        # a cycle to save (a minute or more)
 ]
 
 
