@@ -1,9 +1,9 @@
 """Expand-then-contract: code at revision N runs against a schema at N+1 when the migration
 to N+1 is marked ``backward_compatible`` (only expands), and refuses it, clearly, otherwise.
 
-The newer release is simulated for real: a copy of the shipped migrations plus a 0008 that
-adds a column, applied by pointing Alembic at the copy; then this code (head 0007, which has
-never heard of 0008) opens the store."""
+The newer release is simulated for real: a copy of the shipped migrations plus the next
+revision, which adds a column, applied by pointing Alembic at the copy; then this code
+(which has never heard of that revision) opens the store."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ NEXT = '''"""a newer release's migration (test)"""
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
+revision = {rev!r}
 down_revision = {down!r}
 branch_labels = None
 depends_on = None
@@ -41,12 +41,15 @@ def downgrade() -> None:
 '''
 
 
+NEWER = f"{int(migrate.head_revision()) + 1:04d}"  # the next release's revision
+
+
 def _newer_release(tmp_path: Path, *, compatible: bool) -> Path:
     scripts = tmp_path / "newer-migrations"
     shutil.copytree(migrate.script_location(), scripts,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0008_newer.py").write_text(
-        NEXT.format(down=migrate.head_revision(), compatible=compatible))
+    (scripts / "versions" / f"{NEWER}_newer.py").write_text(
+        NEXT.format(rev=NEWER, down=migrate.head_revision(), compatible=compatible))
     return scripts
 
 
@@ -56,7 +59,7 @@ def _upgrade_with_newer_release(url: str, scripts: Path,
         m.setattr(migrate, "script_location", lambda: str(scripts))
         engine = db.make_engine(url)
         migrate.upgrade(engine)  # what the newer release's `autospec db upgrade` does
-        assert migrate.current_revision(engine) == "0008"
+        assert migrate.current_revision(engine) == NEWER
         engine.dispose()
 
 
@@ -68,8 +71,11 @@ def test_the_migrations_declare_whether_they_only_expand() -> None:
         assert isinstance(getattr(script.module, "backward_compatible", None), bool), \
             f"migration {script.revision} must declare backward_compatible = True/False"
     head = migrate.head_revision()
-    assert migrate.is_backward_compatible(scripts.get_revision(head))  # 0007: a table only
-    assert migrate.min_reader(head) == scripts.get_revision(head).down_revision
+    assert migrate.is_backward_compatible(scripts.get_revision(head))  # a table only
+    oldest, script = head, scripts.get_revision(head)  # back over the expand-only ones
+    while migrate.is_backward_compatible(script) and script.down_revision:
+        oldest, script = script.down_revision, scripts.get_revision(script.down_revision)
+    assert migrate.min_reader(head) == oldest
 
 
 def test_the_database_records_its_min_reader(db_url: str) -> None:
@@ -88,10 +94,10 @@ def test_previous_code_runs_against_a_backward_compatible_next_schema(
         db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     head = migrate.head_revision()
     _upgrade_with_newer_release(db_url, _newer_release(tmp_path, compatible=True), monkeypatch)
-    engine = migrate.open_store(db_url)  # this code (head 0007) accepts 0008
-    assert migrate.check_schema(engine) == "0008"
-    assert migrate.schema_state(engine) == ("ahead-compatible", "0008")
-    assert migrate.recorded_compat(engine) == ("0008", migrate.min_reader(head))
+    engine = migrate.open_store(db_url)  # this code accepts the next release's schema
+    assert migrate.check_schema(engine) == NEWER
+    assert migrate.schema_state(engine) == ("ahead-compatible", NEWER)
+    assert migrate.recorded_compat(engine) == (NEWER, migrate.min_reader(head))
     with store.session_scope(engine) as session:  # and really works against it
         store.record_event(session, kind="note", actor="old-code", reason="still here")
         assert store.list_speculators(session)[0].version == "builtin-ngram"
@@ -110,8 +116,8 @@ def test_previous_code_refuses_a_contracting_next_schema(
     _upgrade_with_newer_release(sqlite_url, _newer_release(tmp_path, compatible=False),
                                 monkeypatch)
     with pytest.raises(UnknownRevision,
-                       match=r"'0008', which this autospec does not know.*code at revision "
-                             r"'0008' or later.*Upgrade autospec"):
+                       match=rf"'{NEWER}', which this autospec does not know.*code at "
+                             rf"revision '{NEWER}' or later.*Upgrade autospec"):
         migrate.open_store(sqlite_url)
     result = CliRunner().invoke(_app(), ["db", "current", "--url", sqlite_url, "--json"])
     assert result.exit_code == 1
@@ -146,8 +152,8 @@ def test_a_stale_record_is_not_trusted(sqlite_url: str) -> None:
     engine = db.make_engine(sqlite_url)
     migrate.upgrade(engine)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE alembic_version SET version_num = '0009'"))
-    with pytest.raises(UnknownRevision, match="'0009'"):
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    with pytest.raises(UnknownRevision, match="'0099'"):
         migrate.check_schema(engine)
     engine.dispose()
 
