@@ -83,7 +83,8 @@ def measure_arms(target: Target, specs: Mapping, picks: dict,
     for engine in engines.values():  # warm-up, untimed
         engine.generate(rounds[0][1], SamplingParams(max_new_tokens=min(8, max_tokens)))
     records = [{"segment": s, "prompt_tokens": len(p), "version": {}, "tokens": {},
-                "seconds": {}, "steps": {}, "accepted": {}, "output": {}} for s, p in rounds]
+                "seconds": {}, "ttft": {}, "steps": {}, "accepted": {}, "output": {}}
+               for s, p in rounds]
 
     def decode(r: int, arm: str) -> tuple[float, float | None]:
         segment, prompt = rounds[r]
@@ -94,6 +95,7 @@ def measure_arms(target: Target, specs: Mapping, picks: dict,
         stats = result.stats
         rec["version"][arm], rec["tokens"][arm], rec["seconds"][arm] = (
             version, stats.output_tokens, seconds)
+        rec["ttft"][arm] = stats.ttft_s
         rec["steps"][arm], rec["accepted"][arm] = stats.num_drafts, stats.num_accepted_tokens
         rec["output"][arm] = result.token_ids
         return stats.output_tokens / seconds if seconds > 0 else 0.0, stats.tau

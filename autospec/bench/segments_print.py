@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from autospec.bench.segments_ledger import ledger_text
 from autospec.bench.segments_measure import GLOBAL, SEGMENT, TARGET_ONLY
 from autospec.bench.train_print import tau_text
 
@@ -74,6 +75,7 @@ def print_report(report: dict) -> None:
             table.add_row(*row)
         console.print(table)
     console.print(verdict(report))
+    console.print(ledger_text(report["ledger_check"]))
 
 
 def _title(report: dict) -> str:
@@ -86,6 +88,7 @@ def markdown(report: dict) -> str:
     """The tables as markdown, with the verdict."""
     lines = [f"# bench segments: {report['target']}", "", _title(report) + ":", "",
              *_md_table(HEAD, arm_rows(report)), "", verdict(report), "",
+             ledger_text(report["ledger_check"]), "",
              "Versions picked (the gate's measurement, on other held-out requests):", "",
              *_md_table(PICK_HEAD, pick_rows(report)), ""]
     return "\n".join(lines)

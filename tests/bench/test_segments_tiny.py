@@ -6,6 +6,7 @@ shape — and the checks of its input."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,14 @@ def test_both_arms_decode_the_same_requests_and_ratios_come_from_them_tiny(
     assert goal["worst_segment_ratio"] == pytest.approx(worst)
     assert goal["reached"] == (measured["overall"]["segment_over_global"] >= 1.10
                                and worst >= 1.0)
+    check, rate = report["ledger_check"], statistics.median(
+        p["tokens_per_s"][TARGET_ONLY] for p in picks["segments"].values())
+    spent = {a: sum(r["seconds"][a] - r["ttft"][a] for r in rounds) for a in ARMS}
+    tokens = sum(r["tokens"][SEGMENT] - 1 for r in rounds)
+    assert check["rate_tokens_per_s"] == pytest.approx(rate)
+    assert check["ledger_saved_s"] == pytest.approx(tokens / rate - spent[SEGMENT])
+    assert check["replay_saved_s"] == pytest.approx(spent[TARGET_ONLY] - spent[SEGMENT])
+    assert "ledger check" in result.output
     assert "picked" in result.output and "(4/4)" in result.output  # progress lines
     text = (tmp_path / "s.md").read_text()
     assert "| mix | 4 |" in text and "| json | 2 |" in text and "goal (segment" in text
