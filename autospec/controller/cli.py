@@ -157,17 +157,29 @@ def rollback(
     reason: Annotated[str, typer.Option(help="why (recorded)")] = "operator rollback",
     deployment: Annotated[str, typer.Option(help="the deployment whose pointer moves")] = "default",
     segment: Annotated[str | None, typer.Option(help=SEGMENT_HELP)] = None,
+    unpin: Annotated[bool, typer.Option(
+        "--unpin", help="with --segment: drop the segment's own pointer instead, so the "
+        "deployment's version drafts it again (an `unpin` event)")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Point the deployment (or --segment's pointer) back at its previous version, in one
-    step (exit 0, 3 nothing to roll back, 2 error)."""
-    from autospec.controller.operations import rollback_version
+    step (exit 0, 3 nothing to roll back, 2 error). `--segment S --unpin`: S follows the
+    deployment's version again."""
+    from autospec.controller.operations import rollback_version, unpin_segment
 
+    if unpin and segment is None:
+        raise typer.BadParameter("--unpin needs --segment (the deployment's pointer cannot be "
+                                 "unpinned)", param_hint="--unpin")
     with _errors():
-        data = rollback_version(_db(), actor=_actor(), reason=reason, deployment=deployment,
-                                segment=segment)
+        data = (unpin_segment(_db(), actor=_actor(), reason=reason, deployment=deployment,
+                              segment=segment) if unpin and segment is not None else
+                rollback_version(_db(), actor=_actor(), reason=reason, deployment=deployment,
+                                 segment=segment))
     if json_out:
         _emit(data)
+    elif unpin:
+        out.print(f"[yellow]unpinned{_on(segment)}:[/] {data['from']} → the deployment's "
+                  f"{data['version']}", highlight=False)
     else:
         out.print(f"[yellow]rolled back{_on(segment)}:[/] {data['from']} → {data['version']}",
                   highlight=False)

@@ -31,7 +31,7 @@ from autospec.controller import records
 from autospec.controller.speedcheck import promotion_speeds
 from autospec.versions import BUILTIN_VERSION
 
-HISTORY_KINDS = ("promotion", "rollback", "override", "rejection", "failure", "note")
+HISTORY_KINDS = ("promotion", "rollback", "override", "unpin", "rejection", "failure", "note")
 
 
 class Refused(Exception):
@@ -183,6 +183,20 @@ def rollback_version(engine: Engine, *, actor: str, reason: str, deployment: str
                                segment=segment)
         return {"version": moved.version, "from": before, "reason": reason,
                 "deployment": deployment, **_named(segment)}
+
+
+def unpin_segment(engine: Engine, *, actor: str, reason: str, deployment: str = "default",
+                  segment: str) -> dict[str, Any]:
+    """Drop ``segment``'s own pointer: the deployment's version drafts it again."""
+    with store.session_scope(engine) as session:
+        try:
+            before = store.clear_segment(session, segment=segment, actor=actor, reason=reason,
+                                         deployment=deployment)
+        except store.NotFound as exc:
+            raise _refused(str(exc)) from exc
+        now = store.serving_version(session, deployment=deployment)
+        return {"version": now, "from": before, "reason": reason, "deployment": deployment,
+                "segment": segment, "unpinned": True}
 
 
 def list_versions(engine: Engine, *, state: str | None, limit: int) -> list[dict[str, Any]]:

@@ -76,6 +76,7 @@ from autospec.store.queries import (
     traffic_window,
 )
 from autospec.store.registry import (
+    clear_segment,
     get_live,
     get_speculator,
     list_events,
@@ -126,6 +127,7 @@ __all__ = [
     "add_synthetic",
     "artifact_sha256",
     "check_schema",
+    "clear_segment",
     "count_synthetic",
     "current_revision",
     "finish_training_run",

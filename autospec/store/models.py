@@ -65,6 +65,7 @@ EVENT_KINDS = (
     "import",
     "swap",
     "policy",
+    "unpin",
 )
 """Event kinds :func:`autospec.store.registry.record_event` accepts (checked in Python, not by a
 CHECK constraint, so adding a kind needs no migration)."""

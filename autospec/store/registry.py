@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -307,6 +307,31 @@ def rollback(
         raise Conflict(f"{key} has no previous version to roll back to")
     return _move(session, key, to=pointer.previous_version, actor=actor,
                  reason=reason, kind="rollback", details=details)
+
+
+def clear_segment(session: Session, *, segment: str, actor: str, reason: str,
+                  deployment: str = DEFAULT_DEPLOYMENT) -> str:
+    """Drop ``segment``'s own pointer: its requests are drafted by the deployment's version
+    again. Returns the version the segment had (retired unless another pointer names it);
+    the ``unpin`` event names it and the version drafting the segment now."""
+    key = _Key(deployment, segment)
+    lock_pointers(session)
+    pointer = get_live(session, deployment=deployment, segment=segment)
+    if pointer is None:
+        raise NotFound(f"{key} has no pointer of its own (it follows the deployment's)")
+    deleted = session.execute(
+        key.where(delete(SegmentPointer)).where(SegmentPointer.generation == pointer.generation)
+        .execution_options(synchronize_session=False))
+    if deleted.rowcount != 1:
+        raise Conflict(f"live pointer of {key} changed meanwhile; try again")
+    old = pointer.version
+    now_serving = serving_version(session, deployment=deployment)
+    _update_states(session, new=now_serving or old, old=old, rolled_back=False)
+    record_event(session, kind="unpin", actor=actor, reason=reason, deployment=deployment,
+                 version=now_serving, from_version=old, details={"segment": segment})
+    log.info("unpin: segment %r of %r no longer drafted by %s (%s)", segment, deployment,
+             old, actor)
+    return old
 
 
 @dataclass(frozen=True)

@@ -96,3 +96,33 @@ def test_status_lists_segment_pointers_and_history_filters_by_segment(cli) -> No
     assert [r["event"] for r in beta] == ["override", "promotion"]
     everything = cli("history")
     assert everything.exit_code == 0 and "[beta]" in everything.stdout
+
+
+def test_unpin_drops_a_segments_pointer_and_the_deployments_version_drafts_it(cli,
+                                                                               engine) -> None:
+    assert cli("promote", "v1", "--segment", "alpha").exit_code == 0
+    unpinned = cli("rollback", "--segment", "alpha", "--unpin", "--reason", "done", "--json")
+    assert unpinned.exit_code == 0, unpinned.output
+    assert json.loads(unpinned.stdout) == {
+        "version": BUILTIN, "from": "v1", "reason": "done", "deployment": "default",
+        "segment": "alpha", "unpinned": True}
+    with store.session_scope(engine, readonly=True) as session:
+        assert store.list_segment_pointers(session, deployment="default") == []
+        assert store.serving_version(session, segment="alpha") == BUILTIN
+        assert store.get_speculator(session, version="v1").state == "retired"
+    history = json.loads(cli("history", "--segment", "alpha", "--json").stdout)
+    assert history[0]["event"] == "unpin" and history[0]["version"] == BUILTIN
+    again = cli("rollback", "--segment", "alpha", "--unpin")
+    assert again.exit_code == 3 and "no pointer of its own" in again.output
+    whole = cli("rollback", "--unpin")
+    assert whole.exit_code == 2 and "--segment" in whole.output
+
+
+def test_unpin_keeps_a_version_live_that_another_pointer_names(cli, engine) -> None:
+    assert cli("promote", "v1", "--segment", "alpha").exit_code == 0
+    assert cli("promote", "v1", "--segment", "beta", "--force", "--reason", "x").exit_code == 0
+    assert cli("rollback", "--segment", "alpha", "--unpin").exit_code == 0
+    with store.session_scope(engine, readonly=True) as session:
+        assert [p.segment for p in store.list_segment_pointers(session, deployment="default")] \
+            == ["beta"]
+        assert store.get_speculator(session, version="v1").state == "live"
