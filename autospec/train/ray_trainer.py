@@ -107,6 +107,8 @@ def ray_fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
         raise TrainingError(f"Ray Train run {name} failed: {_root_cause(exc)}") from exc
     if result.checkpoint is None:
         raise TrainingError(f"Ray Train run {name} finished without a checkpoint")
+    log.info("Ray Train run %s: rank 0 trained on %s torch threads", name,
+             (result.metrics or {}).get("threads"))
     with result.checkpoint.as_directory() as directory:
         return _read_checkpoint(Path(directory))
 
@@ -142,7 +144,7 @@ def _worker(cfg: dict[str, Any]) -> None:
     loop = LoopConfig(**spec["loop"])
 
     def report(state: LoopState) -> None:
-        metrics = {"epoch": state.epoch, "step": state.step,
+        metrics = {"epoch": state.epoch, "step": state.step, "threads": torch.get_num_threads(),
                    "loss": state.loss_curve[-1][1] if state.loss_curve else float("nan")}
         if rank != 0:
             ray.train.report(metrics, checkpoint=None)
