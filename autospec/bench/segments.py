@@ -56,7 +56,7 @@ def run_segments_bench(bench: SegmentsBenchRequest) -> dict:
     from autospec.bench.segments_measure import measure_arms, pick_versions
     from autospec.bench.segments_print import print_report, write_markdown
     from autospec.engine.target import load_target
-    from autospec.evaluate.speed import torch_threads
+    from autospec.threads import torch_threads
 
     report: dict = {"target": bench.target, **bench.model_dump(
         mode="json", exclude={"target", "workdir", "json_path", "output"}),

@@ -281,7 +281,7 @@ def history(
 
 # -- controller run / once / watch ----------------------------------------------------------
 def _controller(policy: str, target: str | None, dtype: str | None,  # type: ignore[no-untyped-def]
-                address: str | None = None):
+                address: str | None = None, threads: int | None = None):
     from autospec import numerics
     from autospec.controller.cycle import Controller
     from autospec.controller.policy import parse_policy, policy_text
@@ -303,7 +303,10 @@ def _controller(policy: str, target: str | None, dtype: str | None,  # type: ign
                   "--address is not used", highlight=False)
 
     controller = Controller(db, pol, lambda: numerics.load_served_target(
-        db, deployment=pol.deployment, target=target, dtype=dtype))
+        db, deployment=pol.deployment, target=target, dtype=dtype), threads=threads)
+    logging.getLogger(__name__).info(
+        "a cycle's torch work runs on %d threads (%s)", controller.threads,
+        f"--threads {threads}" if threads else f"policy threads: {pol.threads}")
     record_policy(db, policy=pol, text=text, source=source, actor=controller.holder)
     return controller
 
@@ -312,6 +315,10 @@ TARGET_OPT = typer.Option(help="the served target: a name, directory or .gguf (d
                           "what the deployment's replicas serve, else smollm2-135m)")
 DTYPE_OPT = typer.Option(help="target dtype for training and replay (default: the "
                          "deployment's, as its replicas recorded it; another one is refused)")
+THREADS_OPT = typer.Option(
+    min=1, help="torch CPU threads of a cycle's work in this process (and, shared out, of its "
+    "Ray Train workers); default: the policy's `threads` (auto in the shipped policies: the "
+    "CPUs less one, so a replica on the same machine keeps one; autospec/threads.py)")
 ADDRESS_OPT = typer.Option(
     "--address", help="Ray cluster for the policy's Ray Train runs (training.workers > 0): "
     "host:port, 'auto' or ray://host:10001; default RAY_ADDRESS, else a new local Ray")
@@ -323,12 +330,13 @@ def once(
     target: Annotated[str | None, TARGET_OPT] = None,
     dtype: Annotated[str | None, DTYPE_OPT] = None,
     address: Annotated[str | None, ADDRESS_OPT] = None,
+    threads: Annotated[int | None, THREADS_OPT] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Run one cycle now (cron-friendly). Exit 0: promoted, nothing to do or busy;
     3: every candidate rejected; 2: error."""
     with _errors():
-        result = _controller(policy, target, dtype, address).run_cycle(trigger="once")
+        result = _controller(policy, target, dtype, address, threads).run_cycle(trigger="once")
     if json_out:
         _emit(result.as_dict())
     else:
@@ -346,13 +354,14 @@ def watch(
     target: Annotated[str | None, TARGET_OPT] = None,
     dtype: Annotated[str | None, DTYPE_OPT] = None,
     address: Annotated[str | None, ADDRESS_OPT] = None,
+    threads: Annotated[int | None, THREADS_OPT] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """One canary/drift check now (rolls back on a canary shortfall; drift runs a cycle)."""
     from autospec.controller.watch import Watcher
 
     with _errors():
-        result = Watcher(_controller(policy, target, dtype, address)).run()
+        result = Watcher(_controller(policy, target, dtype, address, threads)).run()
     if json_out:
         _emit(result.as_dict())
     else:
@@ -369,6 +378,7 @@ def run(
     target: Annotated[str | None, TARGET_OPT] = None,
     dtype: Annotated[str | None, DTYPE_OPT] = None,
     address: Annotated[str | None, ADDRESS_OPT] = None,
+    threads: Annotated[int | None, THREADS_OPT] = None,
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
 ) -> None:
     """Run the scheduler in the foreground: cycles on the policy's schedule, the canary /
@@ -380,7 +390,7 @@ def run(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         with _errors():
-            run_forever(_controller(policy, target, dtype, address))
+            run_forever(_controller(policy, target, dtype, address, threads))
     except KeyboardInterrupt:
         err.print("stopped")
 

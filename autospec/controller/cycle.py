@@ -54,6 +54,7 @@ from autospec.controller.result import CycleFailed, CycleResult
 from autospec.engine.target import Target
 from autospec.numerics import NumericsMismatch
 from autospec.store.models import utcnow
+from autospec.threads import ThreadSetting, resolve_threads, torch_threads, within
 from autospec.versions import BUILTIN_VERSION, VersionLoadError
 
 log = logging.getLogger(__name__)
@@ -72,27 +73,20 @@ class Snapshot:
     key: str
 
 
-def _mix(synthetic):  # type: ignore[no-untyped-def]
-    """The policy's ``training.synthetic`` as a training mix (None when its share is 0)."""
-    from autospec.train.data import SyntheticMix
-
-    if synthetic.share == 0.0:
-        return None
-    return SyntheticMix(share=synthetic.share, max_sequences=synthetic.max_sequences,
-                        sources=tuple(synthetic.sources) if synthetic.sources else None)
-
-
 class Controller:
     """Runs cycles (and the canary/drift watch) for one deployment under one policy.
 
     ``target`` is the target model or a zero-argument callable that loads it (called at most
     once, only when a cycle has a window to train on). ``hooks`` maps a stage of
     :data:`HOOK_STAGES` to a callable run at that point (crash drills and tests).
+    ``threads`` caps the torch threads of a cycle's work (None: the policy's ``threads``;
+    :mod:`autospec.threads`): ``self.threads`` in this process, shared out to Ray workers.
     """
 
     def __init__(self, engine: Engine, policy: Policy,
                  target: Target | Callable[[], Target], *, holder: str | None = None,
-                 hooks: Mapping[str, Callable[[], None]] | None = None) -> None:
+                 hooks: Mapping[str, Callable[[], None]] | None = None,
+                 threads: ThreadSetting | None = None) -> None:
         if unknown := set(hooks or {}) - set(HOOK_STAGES):
             raise ValueError(f"unknown hook stages {sorted(unknown)}; known: {HOOK_STAGES}")
         self.engine = engine
@@ -102,6 +96,8 @@ class Controller:
         self._target = target
         self.deployment = policy.deployment
         self._turn = threading.Lock()  # one cycle or watch of this controller at a time
+        self.threads_setting = policy.threads if threads is None else threads
+        self.threads = resolve_threads(self.threads_setting)
 
     # -- entry points -------------------------------------------------------------------
     def run_cycle(self, *, trigger: str = "manual") -> CycleResult:
@@ -197,7 +193,8 @@ class Controller:
             return CycleResult("nothing_to_do", [f"window {snap.key} was already consumed"],
                                fresh_requests=fresh)
         try:
-            return self._run(lease, result, snap, incumbent)
+            with torch_threads(self.threads):  # the cap on this controller's torch work
+                return self._run(lease, result, snap, incumbent)
         except (CycleFailed, LeaseLost, store.StoreError, VersionLoadError,
                 NumericsMismatch) as exc:
             return self._fail(result, str(exc))
@@ -320,7 +317,8 @@ class Controller:
                                min_requests=tp.min_train_requests, seed=self.policy.seed,
                                batch_size=tp.batch_size, time_budget_s=budget,
                                overrides=tp.overrides(kind, serving),
-                               synthetic=_mix(tp.synthetic), cycle_id=cycle_id)
+                               synthetic=tp.synthetic.mix(), cycle_id=cycle_id,
+                               threads=self.threads_setting)
 
         def should_stop() -> bool:
             return lease.lost or time.monotonic() > deadline
@@ -349,7 +347,7 @@ class Controller:
         from autospec.evaluate.run import EvaluationError, evaluate_versions, serving_load
 
         served = numerics.served(self.engine, deployment=self.deployment)
-        speed = self.policy.evaluation.speed
+        speed = self.policy.evaluation.speed.within(self.threads)
         versions = segment_promotion.with_segment_versions(self.engine, self.policy,
                                                            [cand.version, incumbent])
         try:
@@ -359,7 +357,8 @@ class Controller:
                     examples=snap.window.heldout, k=self.policy.evaluation.k, speed=speed,
                     policy=self.policy.gate, record=True, training_run_id=cand.run_id,
                     synthetic_heldout=self.policy.training.synthetic.heldout_sequences,
-                    progress=marks.replay, speed_progress=marks.speed, threads=served.threads,
+                    progress=marks.replay, speed_progress=marks.speed,
+                    threads=within(served.threads, self.threads),
                     serving=serving_load(self.engine, deployment=self.deployment,
                                          engine=served.engine, concurrency=speed.concurrency))
         except (EvaluationError, VersionLoadError) as exc:

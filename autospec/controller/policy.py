@@ -41,6 +41,7 @@ from autospec.evaluate.gate import GatePolicy
 from autospec.evaluate.speed import SpeedSettings
 from autospec.shipped import shipped_dir
 from autospec.speculators.registry import trainable_kinds, vllm_overrides
+from autospec.threads import AUTO, ThreadSetting, resolve_threads
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -77,6 +78,16 @@ def _trainable(name: str) -> str:
 
 #: a kind the registry can train (:func:`autospec.speculators.registry.trainable_kinds`)
 TrainableKind = Annotated[str, AfterValidator(_trainable)]
+
+
+def _thread_setting(value: Any) -> ThreadSetting:
+    if value != AUTO:
+        resolve_threads(value)  # a count of at least 1, else a ValueError naming the value
+    return value
+
+
+#: ``auto`` or a count of torch threads (:mod:`autospec.threads`)
+Threads = Annotated[ThreadSetting, BeforeValidator(_thread_setting)]
 
 
 class _Strict(BaseModel):
@@ -149,6 +160,16 @@ class Synthetic(_Strict):
             if source != "resampled" and not source.startswith("domain:"):
                 raise ValueError(f"{source!r} is not a source: resampled or domain:<name>")
         return value
+
+    def mix(self):  # type: ignore[no-untyped-def]
+        """This section as a training mix (:class:`~autospec.train.data.SyntheticMix`);
+        None when its share is 0."""
+        from autospec.train.data import SyntheticMix
+
+        if self.share == 0.0:
+            return None
+        return SyntheticMix(share=self.share, max_sequences=self.max_sequences,
+                            sources=tuple(self.sources) if self.sources else None)
 
 
 class Training(_Strict):
@@ -290,6 +311,12 @@ class Policy(_Strict):
     deployment: str = Field("default", description="the deployment whose traffic and live "
                             "pointer the controller manages")
     seed: int = Field(0, description="training seed")
+    threads: Threads = Field(
+        AUTO, description="torch CPU threads of a cycle's work in the controller (target "
+        "load, features, in-process training, shadow replay, speed measurement) and, shared "
+        "out per node, of its Ray Train workers; auto: the CPUs less one (at most torch's "
+        "own count), leaving one to a replica on the same machine (autospec/threads.py); "
+        "`controller --threads` overrides it")
     schedule: Schedule = Field(default_factory=lambda: Schedule(interval=timedelta(hours=6)),
                                description="when cycles run")
     window: Window = Field(default_factory=Window, description="which traffic a cycle uses")
@@ -304,6 +331,14 @@ class Policy(_Strict):
     lease: LeaseSpec = Field(default_factory=LeaseSpec, description="single-flight lease")
     serving: Serving = Field(default_factory=Serving, description="what the replicas follow "
                              "besides the live pointer")
+
+    @model_validator(mode="after")
+    def _speed_within_threads(self) -> Policy:
+        speed = self.evaluation.speed.threads
+        if isinstance(self.threads, int) and speed is not None and speed > self.threads:
+            raise ValueError(f"evaluation.speed.threads ({speed}) exceeds threads "
+                             f"({self.threads}), the cap on the controller's torch work")
+        return self
 
     def summary(self) -> dict[str, Any]:
         """JSON-able view (durations in seconds), recorded with each cycle."""

@@ -46,10 +46,10 @@ from autospec.evaluate.speed import (
     SpeedSettings,
     measure_speedups,
     spread_prompts,
-    torch_threads,
 )
 from autospec.store.models import utcnow
 from autospec.store.queries import TrafficExample
+from autospec.threads import torch_threads
 from autospec.versions import load_speculator_version
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,9 @@ the controller's: a verify of k+1 tokens is compute-bound where a 1-token step i
 memory-bound, so the step cost depends on the thread count (the demo's SmolLM2 float32
 versions read 4–8 % faster against target-only on 2 threads than on the replicas' 1, and
 with another process busy on one of the 2 cores an eagle3 head read 0.99× on 2 threads
-against 0.81× on 1).
+against 0.81× on 1). A controller runs them within its cap on torch threads
+(:mod:`autospec.threads`; :meth:`SpeedSettings.within`): on fewer threads than the replicas
+when they record more than the cap, and the measurement records the count it ran on.
 
 Knows nothing of the store or the gate: it takes a target, speculators and token ids.
 """
@@ -39,8 +41,7 @@ Knows nothing of the store or the gate: it takes a target, speculators and token
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -80,6 +81,13 @@ class SpeedSettings(BaseModel):
         "one engine per version, batched at the served concurrency); native: autospec's "
         "engine, one request at a time, whatever the replicas run (cheaper, and blind to load)")
 
+    def within(self, cap: int) -> SpeedSettings:
+        """These settings with ``threads`` at most ``cap`` (the controller's cap on its torch
+        threads, :mod:`autospec.threads`)."""
+        if self.threads is None or self.threads <= cap:
+            return self
+        return self.model_copy(update={"threads": cap})
+
 
 @dataclass
 class SpeedMeasurement:
@@ -109,20 +117,6 @@ class SpeedMeasurement:
         τ was replayed (None)."""
         return {v: t / c if (c := self.step_cost.get(v)) and (t := tau[v]) is not None
                 else self.speedup[v] for v in self.speedup}
-
-
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[int]:
-    """Run the block on ``n`` torch threads (None: as it is); the count it ran on."""
-    before = torch.get_num_threads()
-    if n is None or n == before:
-        yield before
-        return
-    torch.set_num_threads(n)
-    try:
-        yield torch.get_num_threads()
-    finally:
-        torch.set_num_threads(before)
 
 
 def spread_prompts(prompts: Sequence[list[int]], n: int) -> list[list[int]]:

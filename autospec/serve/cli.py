@@ -63,6 +63,12 @@ def serve(
         "max_pending_requests)")] = None,
     max_pending_requests: Annotated[int, typer.Option(
         min=1, help="requests waiting or decoding per replica; more get a fast 503")] = 32,
+    max_queue_wait_s: Annotated[float, typer.Option(
+        min=0, help="seconds a request may wait in a replica's queue without starting to "
+        "decode; past it, it gets the same 503 (Retry-After) and is never decoded, so a "
+        "client waiting longer than this plus its decode (the openai client: 600 s) hears "
+        "overload, not a timeout (0: no bound; native engine: vLLM schedules its own "
+        "queue)")] = 60.0,
     host: Annotated[str, typer.Option(help="HTTP host to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP port")] = 8000,
     address: Annotated[str | None, typer.Option(
@@ -140,8 +146,9 @@ def serve(
     try:
         config = ServeConfig.model_validate(dict(  # the options' strings, checked by it
             target=target, replicas=replicas, max_ongoing_requests=max_ongoing_requests,
-            max_pending_requests=max_pending_requests, speculator_k=speculator_k,
-            k_bands=k_bands, speculation=speculation, deployment=deployment, dtype=dtype,
+            max_pending_requests=max_pending_requests, max_queue_wait_s=max_queue_wait_s,
+            speculator_k=speculator_k, k_bands=k_bands, speculation=speculation,
+            deployment=deployment, dtype=dtype,
             engine=engine, vllm_options=_engine_options(vllm_option or []),
             vllm_api_options=_engine_options(vllm_api_option or [], "--vllm-api-option"),
             database_url=None, log_traffic=log_traffic, ray_actor_options=actor_options,

@@ -88,6 +88,12 @@ class ServeConfig(BaseModel):
     default_max_tokens: int = Field(256, ge=1, description="max_tokens when a chat omits it")
     max_pending_requests: int = Field(
         32, ge=1, description="requests waiting or decoding per replica; more get a fast 503")
+    max_queue_wait_s: float = Field(
+        60.0, ge=0, description="seconds a request may wait in a replica's queue without "
+        "starting to decode; past it, it gets the same 503 (Retry-After) and is never "
+        "decoded, so a client waiting longer than this plus its decode (the openai client: "
+        "600 s) hears overload, not a timeout (0: no bound; native engine: vLLM schedules "
+        "its own queue)")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body accepted")
     replicas: int = Field(1, ge=1, description="Serve replicas (each its own target and "
                           "engine)")

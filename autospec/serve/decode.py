@@ -4,7 +4,9 @@
 - :class:`ThreadDecoder` (``native``): the engine decodes one request at a time,
   synchronously, on the CPU or GPU. The decoder owns one decode thread (a single-worker
   executor); requests queue for it while the event loop stays free for other requests,
-  health checks and metrics. A request whose client goes stops after its current step.
+  health checks and metrics. A request whose client goes stops after its current step; one
+  still queued when the replica's ``max_queue_wait_s`` passes is shed (a 503, never
+  decoded: :func:`within_queue_bound`).
 - :class:`~autospec.serve.vllm_decode.VllmDecoder` (``vllm``): vLLM batches every admitted
   request; its outputs come back on the event loop.
 
@@ -18,17 +20,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.interface import Engine
 from autospec.serve.metrics import ServeMetrics
-from autospec.serve.requests import Job, Prepared, Served, Streamed
+from autospec.serve.requests import Job, Overloaded, Prepared, Served, Streamed
 from autospec.serve.versions import ServedVersion
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Replica(Protocol):
@@ -39,6 +43,10 @@ class Replica(Protocol):
     def admit(self) -> Job: ...
 
     def begin(self, job: Job) -> bool: ...
+
+    def queue_wait_left(self, job: Job) -> float | None: ...
+
+    def shed(self, job: Job) -> Overloaded | None: ...
 
     def end(self, job: Job) -> None: ...
 
@@ -80,6 +88,24 @@ class Decoder(Protocol):
         ...
 
 
+async def within_queue_bound(replica: Replica, job: Job, work: Awaitable[T]) -> T:
+    """``work``'s result (what ``job`` yields first); if ``job`` is still waiting to start
+    when the replica's queue bound passes, it is shed now — :class:`Overloaded` raised, its
+    client answered a 503 while the decode thread is still busy — and never decoded."""
+    left = replica.queue_wait_left(job)
+    if left is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, left))
+        if not done and (refusal := replica.shed(job)) is not None:
+            raise refusal
+        return await task  # it started in time: it finishes as it would have
+    finally:
+        if not task.done():  # shed, or the caller was cancelled (client gone)
+            task.cancel()
+
+
 def native_engine(engine: Engine) -> SpeculativeEngine:
     """``engine`` as the native engine a :class:`ThreadDecoder` runs (a clear error if a
     replica was put together with another engine's versions)."""
@@ -108,9 +134,9 @@ class ThreadDecoder:
     async def generate(self, replica: Replica, p: Prepared) -> Served:
         job = replica.admit()
         loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(self._thread, self._decode, replica, p, job, None)
         try:
-            served = await loop.run_in_executor(self._thread, self._decode, replica, p, job,
-                                                None)
+            served = await within_queue_bound(replica, job, work)
         except asyncio.CancelledError:
             replica.abandon(job)
             raise
@@ -140,9 +166,12 @@ class ThreadDecoder:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         loop.run_in_executor(self._thread, work)
+        started = False
         try:
             while True:
-                item = await queue.get()
+                item = await (queue.get() if started else
+                              within_queue_bound(replica, job, queue.get()))
+                started = True
                 if isinstance(item, BaseException):
                     raise item
                 if item is None:  # abandoned

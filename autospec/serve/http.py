@@ -24,6 +24,10 @@ A client that disconnects before its answer abandons the request: a non-stream h
 the decode against the disconnect (:func:`unless_disconnected`), a stream frees its request
 when its response ends; see :meth:`~autospec.serve.server.LLMServer.abandon`.
 
+Overload is a 503 with ``Retry-After`` before any byte of the answer, streamed or not: at
+admission (the pending limit) and after the queue bound (``max_queue_wait_s``) — a stream's
+``200`` is sent with its first decoded tokens, not while it waits in the replica's queue.
+
 Bodies, headers and disconnects are handled by :mod:`autospec.serve.http_io`, which vLLM's
 layer (:mod:`autospec.serve.vllm_http`) shares.
 """
@@ -37,7 +41,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
@@ -135,7 +139,7 @@ def _completion_routes(app: FastAPI, server: LLMServer) -> None:
         req, ctx = await _read(request, server, CompletionRequest, "completions")
         prepared = await server.prepare_completion(req, ctx)
         if req.stream:
-            return _stream(server, prepared, chat=False)
+            return await _stream(request, server, prepared, chat=False)
         served = await unless_disconnected(request, server.generate(prepared))
         if served is None:
             return client_gone()
@@ -148,7 +152,7 @@ def _completion_routes(app: FastAPI, server: LLMServer) -> None:
         req, ctx = await _read(request, server, ChatCompletionRequest, "chat")
         prepared = await server.prepare_chat(req, ctx)
         if req.stream:
-            return _stream(server, prepared, chat=True)
+            return await _stream(request, server, prepared, chat=True)
         served = await unless_disconnected(request, server.generate(prepared))
         if served is None:
             return client_gone()
@@ -233,12 +237,26 @@ def _piece(server: LLMServer) -> Callable[[int], str]:
 # -- streaming ----------------------------------------------------------------------------
 
 
-def _stream(server: LLMServer, prepared: Prepared, *, chat: bool) -> StreamingResponse:
+async def _stream(request: Request, server: LLMServer, prepared: Prepared, *,
+                  chat: bool) -> Response:
     steps = server.stream(prepared)  # admits now: an overload is a 503 before any byte
-    events = _sse(server, prepared, steps, chat=chat)
+    # and waits for the first tokens before the 200: a request shed in the queue is a 503 too
+    first = await unless_disconnected(request, anext(steps, None))
+    if first is None:  # the client left while it waited (or it was abandoned)
+        steps.abandon()
+        return client_gone()
+    events = _sse(server, prepared, _after(first, steps), chat=chat)
     return AbandoningStream(steps, events, media_type="text/event-stream",
-                             headers={VERSION_HEADER: prepared.version.name,
-                                      "Cache-Control": "no-cache"})
+                            headers={VERSION_HEADER: prepared.version.name,
+                                     "Cache-Control": "no-cache"})
+
+
+async def _after(first: list[int] | Served,
+                 rest: AsyncIterable[list[int] | Served]) -> AsyncIterator[list[int] | Served]:
+    """``first``, then ``rest``."""
+    yield first
+    async for item in rest:
+        yield item
 
 
 async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterable[list[int] | Served],

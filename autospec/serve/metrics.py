@@ -21,7 +21,7 @@ each series labelled ``replica``, names unchanged (see ``ops/README-serve.md``).
 | ``autospec:request_generation_tokens_per_second`` | histogram | output tokens / decode time |
 | ``autospec:generation_tokens_total`` / ``autospec:prompt_tokens_total`` | counter | tokens |
 | ``autospec:request_success_total{finish_reason}`` | counter | finished requests |
-| ``autospec:request_rejected_total{reason}`` | counter | refused for overload |
+| ``autospec:request_rejected_total{reason}`` | counter | 503: ``pending_limit``/``queue_wait`` |
 | ``autospec:request_abandoned_total{stage}`` | counter | client gone: ``waiting``/``decoding`` |
 | ``autospec:num_requests_running`` / ``..._waiting`` | gauge | decode thread |
 | ``autospec:speculator_info{version,kind}`` | gauge | 1 for the version serving now |

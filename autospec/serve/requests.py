@@ -85,11 +85,13 @@ class Served:
 
 class Job:
     """One admitted request's place on the decode thread: ``waiting`` -> ``running`` ->
-    ``done``, or ``abandoned`` while waiting. Its admission is released exactly once, by
+    ``done``, or ``abandoned`` (its client left) or ``shed`` (it waited past the replica's
+    ``max_queue_wait_s``) while waiting. Its admission is released exactly once, by
     whichever path ends it; ``cancel`` is the flag the decode thread reads after each step."""
 
     def __init__(self) -> None:
         self.state = "waiting"
+        self.admitted = time.monotonic()  # when it joined the replica's queue
         self.cancel = threading.Event()
         self.steps = 0  # decode steps completed (read by logs and tests)
         self.mark: Mark | None = None  # where it entered the replica's load
@@ -112,7 +114,19 @@ class Streamed:
 
 
 class Overloaded(APIError):
-    def __init__(self, limit: int) -> None:
-        super().__init__(503, f"server overloaded: {limit} requests already pending on this "
-                         "replica; retry shortly", type="overloaded_error", code="overloaded",
+    """Declared overload: a 503 in the OpenAI shape with ``Retry-After``, for a request the
+    replica refuses without decoding (:meth:`pending_limit`, :meth:`queued_too_long`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(503, message, type="overloaded_error", code="overloaded",
                          headers={"Retry-After": "1"})
+
+    @classmethod
+    def pending_limit(cls, limit: int) -> Overloaded:
+        return cls(f"server overloaded: {limit} requests already pending on this replica; "
+                   "retry shortly")
+
+    @classmethod
+    def queued_too_long(cls, waited_s: float, bound_s: float) -> Overloaded:
+        return cls(f"server overloaded: the request waited {waited_s:.1f}s in this replica's "
+                   f"queue without starting (max_queue_wait_s {bound_s:g}); retry shortly")

@@ -10,6 +10,11 @@ decoder (``decoder``: the native engine's decode thread or vLLM's batching,
 - **Admission.** At most ``max_pending_requests`` requests may be admitted (waiting or
   decoding); the next one gets a fast 503 (``Retry-After``). Tokenization runs in the
   default thread pool.
+- **Shedding.** A request that has waited ``max_queue_wait_s`` in the replica's queue
+  without starting to decode is refused with the same 503 (:meth:`LLMServer.shed`: when the
+  bound passes, by its decoder; :meth:`LLMServer.begin`: if the decode thread reaches it
+  later) and never decoded; a request that has started is never shed. Both refusals count
+  in ``autospec:request_rejected_total{reason}`` (``pending_limit``, ``queue_wait``).
 - **Versions.** A request reads its version once, when admitted: its segment's
   (:meth:`VersionManager.for_segment`: the segment pointer's version, else
   :attr:`VersionManager.current`), and decodes with that version's engine to the end (see
@@ -272,22 +277,50 @@ class LLMServer:
         with self._lock:
             if self._pending >= self.config.max_pending_requests:
                 self.metrics.rejected.labels("pending_limit").inc()
-                raise Overloaded(self.config.max_pending_requests)
+                raise Overloaded.pending_limit(self.config.max_pending_requests)
             self.metrics.waiting.inc()
             job = Job()
             job.mark = self._load.enter()
         return job
 
     def begin(self, job: Job) -> bool:
-        """``job`` starts decoding; False if it was abandoned while waiting."""
+        """``job`` starts decoding; False if it left the queue while waiting (abandoned or
+        shed). A job that has waited past ``max_queue_wait_s`` is shed here instead
+        (:class:`Overloaded` raised)."""
         with self._lock:
             if job.state != "waiting":
                 return False
-            job.state = "running"
-            job.in_flight = self._load.count
-            self.metrics.waiting.dec()
-            self.metrics.running.inc()
-            return True
+            left = self.queue_wait_left(job)
+            if left is None or left > 0:
+                job.state = "running"
+                job.in_flight = self._load.count
+                self.metrics.waiting.dec()
+                self.metrics.running.inc()
+                return True
+            refusal = self._shed(job)
+        raise refusal
+
+    def queue_wait_left(self, job: Job) -> float | None:
+        """Seconds ``job`` may still wait to start decoding (None: no bound)."""
+        bound = self.config.max_queue_wait_s
+        return bound - (time.monotonic() - job.admitted) if bound else None
+
+    def shed(self, job: Job) -> Overloaded | None:
+        """``job`` has waited ``max_queue_wait_s``: if it is still waiting it leaves the
+        queue, refused — the :class:`Overloaded` to answer it with; None once it has started
+        (or ended), which it then finishes as it would have."""
+        with self._lock:
+            return self._shed(job) if job.state == "waiting" else None
+
+    def _shed(self, job: Job) -> Overloaded:
+        """(Under ``_lock``, ``job`` waiting.)"""
+        job.state = "shed"
+        self.metrics.waiting.dec()
+        self._load.leave()
+        self.metrics.rejected.labels("queue_wait").inc()
+        waited = time.monotonic() - job.admitted
+        log.info("request shed after %.1fs in the queue without starting", waited)
+        return Overloaded.queued_too_long(waited, self.config.max_queue_wait_s)
 
     def end(self, job: Job) -> None:
         """``job`` has stopped decoding (finished or stopped)."""

@@ -34,6 +34,7 @@ from typing import Any
 import safetensors.torch
 import torch
 
+from autospec.threads import ThreadSetting, worker_threads
 from autospec.train.errors import TrainingError
 from autospec.train.features import FeatureCache
 from autospec.train.kinds import TraineeOptions, recipe
@@ -72,11 +73,13 @@ def ray_fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
             shared: dict[str, torch.Tensor], opts: TraineeOptions, cache: FeatureCache,
             loop: LoopConfig, workers: int, storage_path: Path, name: str,
             use_gpu: bool = False, max_failures: int = 1,
-            fail_at_step: int | None = None,
-            address: str | None = None) -> tuple[dict[str, torch.Tensor], LoopState]:
+            fail_at_step: int | None = None, address: str | None = None,
+            threads: ThreadSetting | None = None) -> tuple[dict[str, torch.Tensor], LoopState]:
     """Train on ``workers`` Ray workers; the final trainee state and loop state.
     ``address``: the Ray cluster to join when this process is not a driver yet (else
-    ``RAY_ADDRESS``, else a new local Ray; see :func:`connect_ray`)."""
+    ``RAY_ADDRESS``, else a new local Ray; see :func:`connect_ray`). ``threads``: the cap on
+    torch threads, shared out among the workers of each node in the worker itself
+    (:func:`~autospec.threads.worker_threads`; None: the node's CPUs shared out)."""
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -92,7 +95,7 @@ def ray_fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
         "fault_marker": str(job / "fault-injected")}))
     connect_ray(address=address, workers=workers)
     trainer = TorchTrainer(
-        _worker, train_loop_config={"job": str(job)},
+        _worker, train_loop_config={"job": str(job), "threads": threads},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu,
                                      resources_per_worker={"CPU": 1}),
         run_config=RunConfig(name=name, storage_path=str(Path(storage_path).resolve()),
@@ -104,6 +107,8 @@ def ray_fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
         raise TrainingError(f"Ray Train run {name} failed: {_root_cause(exc)}") from exc
     if result.checkpoint is None:
         raise TrainingError(f"Ray Train run {name} finished without a checkpoint")
+    log.info("Ray Train run %s: rank 0 trained on %s torch threads", name,
+             (result.metrics or {}).get("threads"))
     with result.checkpoint.as_directory() as directory:
         return _read_checkpoint(Path(directory))
 
@@ -119,7 +124,7 @@ def _worker(cfg: dict[str, Any]) -> None:
     spec = json.loads((job / "job.json").read_text())
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(1, ctx.get_local_world_size())))
+    torch.set_num_threads(worker_threads(cfg.get("threads"), ctx.get_local_world_size()))
     fit = recipe(spec["kind"])
     opts = TraineeOptions(**{**spec["opts"], "eos_ids": tuple(spec["opts"]["eos_ids"])})
     trainee = fit.trainee_from_tensors(
@@ -139,7 +144,7 @@ def _worker(cfg: dict[str, Any]) -> None:
     loop = LoopConfig(**spec["loop"])
 
     def report(state: LoopState) -> None:
-        metrics = {"epoch": state.epoch, "step": state.step,
+        metrics = {"epoch": state.epoch, "step": state.step, "threads": torch.get_num_threads(),
                    "loss": state.loss_curve[-1][1] if state.loss_curve else float("nan")}
         if rank != 0:
             ray.train.report(metrics, checkpoint=None)

@@ -55,6 +55,7 @@ from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.kind import FitTraining
 from autospec.speculators.registry import build_speculator, new_speculator
+from autospec.threads import ThreadSetting, resolve_threads, torch_threads
 from autospec.train.data import (
     SyntheticMix,
     TrainingData,
@@ -100,6 +101,9 @@ class TrainRequest:
     feature_noise: float = 0.2  # eagle3: training noise on target features (x layer RMS)
     synthetic: SyntheticMix | None = None  # synthetic sequences mixed into the train part
     cycle_id: str | None = None  # the controller cycle asking (its recovery closes its runs)
+    #: cap on torch CPU threads (autospec/threads.py: a count or "auto") of the fit in this
+    #: process and, shared out per node, of its Ray workers; None: no cap
+    threads: ThreadSetting | None = None
 
 
 @dataclass
@@ -155,7 +159,9 @@ def train_on(request: TrainRequest, data: TrainingData, *, engine: Engine, targe
             window_end=data.end, train_requests=len(data.train) - data.synthetic,
             heldout_requests=len(data.heldout), config=_jsonable(request)).id
     try:
-        spec, metrics = fit(request, data, target, incumbent, progress, should_stop)
+        cap = None if request.threads is None else resolve_threads(request.threads)
+        with torch_threads(cap):
+            spec, metrics = fit(request, data, target, incumbent, progress, should_stop)
         metrics = {**metrics, "window": data.describe(), "parent": parent}
         return _register(engine, request, spec, target, metrics, run_id, parent, meta or {})
     except BaseException as exc:
@@ -337,7 +343,8 @@ def _fit_on_ray(request: TrainRequest, recipe, spec: SavableSpeculator, trainee,
         shared=recipe.shared(spec), opts=opts, cache=cache, loop=loop,
         workers=request.workers, storage_path=storage,
         name=f"{request.kind}-{uuid.uuid4().hex[:8]}", use_gpu=request.use_gpu,
-        max_failures=request.max_failures, fail_at_step=request.fail_at_step)
+        max_failures=request.max_failures, fail_at_step=request.fail_at_step,
+        threads=request.threads)
     recipe.load_state(trainee, state_tensors)
     return state
 

@@ -2,7 +2,6 @@
 
 import pytest
 
-from autospec.controller.cycle import _mix
 from autospec.controller.policy import SHIPPED, PolicyError, load_policy, parse_policy
 
 
@@ -10,13 +9,13 @@ from autospec.controller.policy import SHIPPED, PolicyError, load_policy, parse_
 def test_shipped_policies_keep_synthetic_data_off(name):
     syn = load_policy(name).training.synthetic
     assert syn.share == 0.0 and syn.heldout_sequences == 64
-    assert _mix(syn) is None
+    assert syn.mix() is None
 
 
 def test_a_share_becomes_the_training_mix():
     policy = parse_policy("training:\n  synthetic: {share: 0.3, sources: [resampled, "
                           "domain:coding], max_sequences: 500}\n")
-    mix = _mix(policy.training.synthetic)
+    mix = policy.training.synthetic.mix()
     assert (mix.share, mix.sources, mix.max_sequences) == (0.3, ("resampled", "domain:coding"),
                                                            500)
     assert mix.wanted(70) == 30

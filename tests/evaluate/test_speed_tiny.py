@@ -12,6 +12,7 @@ from autospec.engine.protocol import Proposal
 from autospec.engine.reference import OracleSpeculator, RandomSpeculator
 from autospec.evaluate import speed
 from autospec.evaluate.speed import TARGET_ONLY, measure_speedups, spread_prompts
+from autospec.threads import torch_threads
 
 K = 4
 PROMPTS = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10], [11, 12, 13, 14, 15], [3, 1, 4, 1, 5, 9, 2]]
@@ -108,22 +109,8 @@ def test_decode_rate_times_a_real_decode_tiny_random_init(tiny) -> None:
     assert tau > 2  # every draft accepted: k + 1 a step, but for the last, shorter steps
 
 
-def test_torch_threads_runs_the_block_on_n_threads_and_restores_them() -> None:
-    import torch
-
-    before = torch.get_num_threads()
-    with speed.torch_threads(None) as n:
-        assert n == before == torch.get_num_threads()
-    with speed.torch_threads(1) as n:
-        assert n == 1 == torch.get_num_threads()
-    assert torch.get_num_threads() == before
-    with pytest.raises(RuntimeError), speed.torch_threads(1):
-        raise RuntimeError("a failed measurement still gives the threads back")
-    assert torch.get_num_threads() == before
-
-
 def test_the_measurement_records_the_threads_it_ran_on_tiny_random_init(tiny) -> None:
-    with speed.torch_threads(1):
+    with torch_threads(1):
         m = measure_speedups(tiny, {"r": RandomSpeculator(64)}, PROMPTS[:1], k=K,
                              max_tokens=6, repeats=1)
     assert m.threads == 1

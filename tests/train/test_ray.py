@@ -69,3 +69,23 @@ def test_ray_two_workers_tiny_random_init_are_deterministic_through_a_worker_dea
     b = load_speculator(resumed.artifact, tiny).state_tensors()
     for name, tensor in a.items():
         torch.testing.assert_close(tensor, b[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("threads", [1, None], ids=["cap-1", "no-cap"])
+def test_a_ray_worker_trains_on_its_share_of_the_thread_cap_tiny_random_init(
+        ray_local, db_with_traffic, tiny, tmp_path, caplog, threads) -> None:
+    """The cap travels in the train loop config and the worker applies it on its node (Ray
+    starts workers with OMP_NUM_THREADS=1, so the uncapped run shows the worker sets its own
+    count); what rank 0 ran on is in its reports."""
+    from autospec.threads import worker_threads
+
+    if worker_threads(1, 1) == worker_threads(None, 1):
+        pytest.skip("one CPU: a cap of 1 and no cap are the same here")
+    caplog.set_level("INFO", logger="autospec.train.ray_trainer")
+    train_candidate(TrainRequest(kind="eagle3", epochs=1, workers=1, threads=threads,
+                                 window=WindowSpec(heldout_fraction=0.2),
+                                 overrides={"draft_vocab_size": 40},
+                                 storage_path=tmp_path / "ray"),
+                    engine=db_with_traffic, target=tiny)
+    expected = worker_threads(threads, 1)
+    assert f"rank 0 trained on {expected} torch threads" in caplog.text
