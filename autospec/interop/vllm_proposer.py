@@ -24,6 +24,17 @@ The index comes from a directory as autospec exports it (:mod:`autospec.interop.
   environment variable :data:`INDEX_ENV` when the proposer is built (checksums from the
   export's ``manifest.json``).
 
+**The end of a request.** vLLM drafts k tokens at every step, even past ``max_tokens`` or
+past a stop token, and counts in its per-request metrics the drafts the target would have
+accepted there, which it then cuts from the output; autospec's engine and replay draft at
+most ``max_tokens - generated - 1`` tokens and count a draft accepted only if it was emitted.
+Once attached to the model runner (:meth:`SuffixIndexProposer.attach`, which autospec's worker
+extension does when it loads an index) the proposer reads each row's request and drafts as
+autospec does: no further than ``max_tokens``, and nothing after a draft that is a stop token
+(the EOS or ``stop_token_ids``; one that ends the request once ``min_tokens`` are out), so
+vLLM's counts are the emitted ones and equal replay's request by request. Unattached (``vllm
+serve`` on an export) it drafts k tokens whatever is left, as vLLM's own proposers do.
+
 Until an index is loaded the proposer drafts from each request's own n-grams only. With a
 per-batch-size schedule (``num_speculative_tokens_per_batch_size``: the deployment's
 concurrency bands) it drafts the schedule's k for the step's batch size, as vLLM's own
@@ -35,6 +46,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +105,24 @@ class _Row:
             self.n = len(tokens)
 
 
+@dataclass(frozen=True)
+class _End:
+    """How a row's request can end: ``left`` drafts before ``max_tokens`` (its last token is
+    the step's own); a draft in ``stops`` at index ``>= stops_from`` (``min_tokens`` out)
+    ends it."""
+
+    left: int
+    stops: frozenset[int]
+    stops_from: int
+
+    def cut(self, draft: list[int]) -> list[int]:
+        """``draft`` up to its first token that would end the request, that one kept."""
+        for j in range(self.stops_from, len(draft)):
+            if draft[j] in self.stops:
+                return draft[: j + 1]
+        return draft
+
+
 def _k_by_batch(vllm_config: Any, k: int) -> list[int] | None:
     """k per batch size from ``num_speculative_tokens_per_batch_size`` (the deployment's
     concurrency bands, :mod:`autospec.serve.bands`), as vLLM's scheduler reads it; None
@@ -122,6 +152,7 @@ class SuffixIndexProposer:
             SuffixConfig(target_id="vllm", target_revision="none"))
         self.version: str | None = None
         self._rows: dict[int, _Row] = {}
+        self._runner: Any = None  # vLLM's model runner, once attached
         directory = os.environ.get(INDEX_ENV)
         if directory:
             manifest = json.loads((Path(directory) / "manifest.json").read_text())
@@ -136,10 +167,17 @@ class SuffixIndexProposer:
                  index.corpus_tokens)
         return {"corpus_tokens": index.corpus_tokens, "version": version}
 
+    def attach(self, runner: Any) -> None:
+        """Read each row's request from vLLM's model runner (``input_batch.req_ids`` and
+        ``requests``: its sampling parameters and prompt length), to draft no further than
+        the request can go (module doc)."""
+        self._runner = runner
+
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
                 token_ids_cpu: np.ndarray, slot_mappings: Any = None) -> list[list[int]]:
         """Each row's drafts (up to k tokens — fewer where the engine's per-batch-size
-        schedule says so; none for a row that sampled nothing)."""
+        schedule says so, or near the request's end once attached; none for a row that
+        sampled nothing)."""
         drafts: list[list[int]] = []
         k = self.k_by_batch[min(len(sampled_token_ids), len(self.k_by_batch) - 1)] \
             if self.k_by_batch else self.k
@@ -148,8 +186,25 @@ class SuffixIndexProposer:
             if not sampled or n >= self.max_model_len:
                 drafts.append([])
                 continue
-            drafts.append(self._row(i, token_ids_cpu[i, :n]).draft(k) if k else [])
+            end = self._request_end(i, n)
+            row_k = k if end is None else min(k, end.left)
+            draft = self._row(i, token_ids_cpu[i, :n]).draft(row_k) if row_k > 0 else []
+            drafts.append(draft if end is None else end.cut(draft))
         return drafts
+
+    def _request_end(self, i: int, n: int) -> _End | None:
+        """Where row ``i``'s request (``n`` tokens so far) can end; None unattached."""
+        if self._runner is None:
+            return None
+        req_ids = self._runner.input_batch.req_ids
+        state = self._runner.requests.get(req_ids[i]) if i < len(req_ids) else None
+        params = getattr(state, "sampling_params", None)
+        if params is None:
+            return None
+        generated = n - int(state.num_prompt_tokens)
+        left = self.k if params.max_tokens is None else params.max_tokens - generated - 1
+        return _End(left=left, stops=frozenset(params.all_stop_token_ids),
+                    stops_from=max(0, int(params.min_tokens) - generated))
 
     def _row(self, i: int, tokens: np.ndarray) -> Any:
         row = self._rows.get(i)

@@ -15,7 +15,8 @@ so no forward pass sees a half-loaded speculator). Two moves, one per kind of dr
   draft vocabulary is the target's) are never written: an incoming one must equal the
   target's, else the swap is refused and nothing is changed.
 - :meth:`~AutospecWorkerExtension.autospec_load_index`: a new traffic index for autospec's
-  custom proposer (:class:`autospec.interop.vllm_proposer.SuffixIndexProposer`).
+  custom proposer (:class:`autospec.interop.vllm_proposer.SuffixIndexProposer`), which it
+  also attaches to the model runner (each row's request, so drafts stop at its end).
 
 Every file is read from safetensors after its SHA-256 is checked against the one autospec
 computed when it exported the version; nothing is unpickled. Each method returns a small
@@ -128,5 +129,8 @@ class AutospecWorkerExtension:
         if load is None:
             raise RuntimeError(f"the drafter {type(drafter).__name__} is not autospec's "
                                "custom proposer: no index to load")
+        attach = getattr(drafter, "attach", None)
+        if attach is not None:  # each row's request: drafts stop where the request can end
+            attach(self.model_runner)
         info = load(directory, sha256, version)
         return {**info, "seconds": time.perf_counter() - started}

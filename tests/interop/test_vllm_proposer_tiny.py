@@ -106,3 +106,45 @@ def test_a_per_batch_size_schedule_sets_k_for_the_step(tmp_path) -> None:
     assert one == unbanded[:2]
     n, ids = _rows([seq, seq, seq])
     assert proposer.propose([[1], [1], [1]], n, ids) == [[], [], []]
+
+
+def _runner(rows: list[tuple[int, int, int, set[int]]]) -> SimpleNamespace:
+    """vLLM's model runner as the proposer reads it: per row (prompt tokens, max_tokens,
+    min_tokens, stop token ids)."""
+    ids = [f"r{i}" for i in range(len(rows))]
+    return SimpleNamespace(
+        input_batch=SimpleNamespace(req_ids=ids),
+        requests={rid: SimpleNamespace(num_prompt_tokens=prompt, sampling_params=SimpleNamespace(
+            max_tokens=max_tokens, min_tokens=min_tokens, all_stop_token_ids=stops))
+            for rid, (prompt, max_tokens, min_tokens, stops) in zip(ids, rows, strict=True)})
+
+
+def test_attached_it_drafts_no_further_than_the_request_can_go(tmp_path) -> None:
+    """vLLM drafts k tokens even past ``max_tokens`` or a stop token and counts those the
+    target would have accepted (then cuts them from the output); replay and autospec's engine
+    draft ``min(k, max_tokens - generated - 1)`` and count only emitted tokens. Attached to
+    the runner, the proposer drafts as they do, so vLLM's counts equal replay's."""
+    from autospec.interop.vllm_worker import AutospecWorkerExtension
+
+    spec = suffix_from_documents(_config(), DOCS)
+    proposer = _proposer()
+    seq = [5, 1, 2, 3, 4, 5]  # the index drafts 1 2 3 4
+    n, ids = _rows([seq] * 5)
+    sampled = [[1]] * 5
+    sums = _export(tmp_path, spec)
+    proposer.load_index(str(tmp_path), sums)
+    unattached = proposer.propose(sampled, n, ids)
+    assert unattached == [[1, 2, 3, 4]] * 5  # vLLM's own proposers: k whatever is left
+    runner = _runner([
+        (2, 7, 0, set()),  # 4 generated of 7: 2 drafts, the step's own token the 7th
+        (2, 5, 0, set()),  # the next token is the last: no drafts
+        (2, 40, 0, {2}),  # a stop token among the drafts: kept, nothing after it
+        (2, 40, 6, {2}),  # ... unless min_tokens are not out by then
+        (2, 40, 0, {0}),  # max_tokens far, no stop drafted: all k
+    ])
+    worker = SimpleNamespace(model_runner=SimpleNamespace(drafter=proposer))
+    worker.model_runner.input_batch, worker.model_runner.requests = \
+        runner.input_batch, runner.requests
+    AutospecWorkerExtension.autospec_load_index(worker, str(tmp_path), sums)  # attaches
+    assert proposer.propose(sampled, n, ids) == [[1, 2], [], [1, 2], [1, 2, 3, 4],
+                                                 [1, 2, 3, 4]]

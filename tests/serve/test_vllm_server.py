@@ -618,3 +618,15 @@ def test_from_config_puts_a_vllm_replica_together(fake_engines, tiny_llm, sqlite
     finally:
         server.close()
         get_settings.cache_clear()
+
+
+def test_vllm_stats_keep_a_stop_token_accepted_as_a_draft():
+    # 3 steps at k=3, each drafting: 3 accepted, 1, then 2 with the second the EOS (replay
+    # counts it accepted); emitted 1 + 4 + 2 + 2 = 9 tokens: the last step has no bonus
+    metrics = FakeSpecMetrics([0, 1, 1, 1], 9)
+    stats = vllm_stats(_completion(list(range(9)), "stop", metrics), prompt_tokens=4, k=3,
+                       ttft_s=0.1, total_s=1.0)
+    assert stats.num_accepted_tokens == 6 and stats.accepted_per_position == [3, 2, 1]
+    cut = vllm_stats(_completion(list(range(9)), "length", metrics), prompt_tokens=4, k=3,
+                     ttft_s=0.1, total_s=1.0)
+    assert cut.num_accepted_tokens == 5  # at max_tokens the last step's bonus was emitted

@@ -7,8 +7,12 @@ drafts per verify step that had drafts; autospec's per-position counts follow fr
 (position i accepted in every step that accepted more than i drafts), and its step count
 (every verify step, drafts or not, as autospec's engine and replay count) from the output
 length. vLLM counts a last step's drafts accepted past ``max_tokens`` or EOS and then cuts
-them from the output; autospec counts only what was emitted, so the accepted count is
-clipped to what the emitted tokens allow (see docs/vllm.md, "Same proposals").
+them from the output; autospec counts only what was emitted (a stop token accepted as a draft
+included), so the accepted count is clipped to what the emitted tokens allow (see
+docs/vllm.md, "Same proposals"). The clip is exact when every step drafted (an EAGLE head's);
+with steps that drafted nothing (an n-gram that found no match) it is only a bound, which is
+why autospec's suffix proposer drafts no further than the request can go
+(:mod:`autospec.interop.vllm_proposer`): its counts need no clip.
 """
 
 from __future__ import annotations
@@ -54,7 +58,10 @@ def vllm_stats(output: Any, *, prompt_tokens: int, k: int, ttft_s: float,
     histogram = list(metrics.histogram)
     drafted_steps = sum(histogram)
     reported = sum(j * count for j, count in enumerate(histogram))
-    accepted = min(reported, max(0, n_out - 1 - drafted_steps))  # drafts cut from the output
+    # each drafted step emits its accepted drafts + 1, but a stop token accepted as a draft
+    # ends the request without that one: a stop allows one more
+    stopped = int(getattr(output, "finish_reason", None) == "stop")
+    accepted = min(reported, max(0, n_out - 1 - drafted_steps + stopped))  # cut from output
     excess = reported - accepted
     per_position = [sum(histogram[j] for j in range(i + 1, len(histogram))) for i in range(k)]
     while excess > 0 and any(per_position):  # take the excess from the deepest first
