@@ -33,7 +33,7 @@ class SlowRandomSpeculator(RandomSpeculator):
 
 
 def test_slow_speculator_reads_below_one_times_tiny_random_init(tiny) -> None:
-    m = measure_speedups(tiny, {"slow": SlowRandomSpeculator(64, delay=0.004)},
+    m = measure_speedups(tiny, {"slow": SlowRandomSpeculator(64, delay=0.02)},
                          PROMPTS[:2], k=K, max_tokens=12, repeats=2)
     assert m.rounds == 4 and len(m.ratios["slow"]) == 4
     assert m.speedup["slow"] < 0.8, m.ratios
@@ -48,7 +48,7 @@ def test_a_fast_speculator_beats_a_slow_one_in_the_same_rounds_tiny_random_init(
 
     out = SpeculativeEngine(tiny).generate(prompt, SamplingParams(max_new_tokens=24)).token_ids
     m = measure_speedups(tiny, {"oracle": OracleSpeculator(out),
-                                "slow": SlowRandomSpeculator(64, delay=0.004)},
+                                "slow": SlowRandomSpeculator(64, delay=0.02)},
                          [prompt], k=K, max_tokens=24, repeats=3)
     assert m.speedup["oracle"] > m.speedup["slow"], m.ratios
     assert m.speedup["oracle"] > 1.0, m.ratios
