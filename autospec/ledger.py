@@ -9,8 +9,11 @@ output tokens after its first in ``decode_s`` = latency − TTFT seconds (queuei
 prefill, which speculation does not change, left out — the canary's speed check reads the
 same rows the same way). Target-only, the same tokens would have taken ``tokens ÷ R``
 seconds, where **R** is the target-only tokens/s the gate's speed measurement decoded
-(:mod:`autospec.evaluate.speed`, recorded with each evaluation as
-``speed.tokens_per_s["target-only"]``): the median of the newest
+(:mod:`autospec.evaluate.speed`, recorded with each evaluation): its target-only rate after
+the first token (``speed.decode_tokens_per_s``, timed as the rows are: prefill left out;
+whole decodes, ``speed.tokens_per_s["target-only"]``, where that was not recorded, as on
+vLLM or before 2026-12-03 — about 9 % lower on the default target's prompts, which would
+overstate the saving): the median of the newest
 :data:`RATE_EVALUATIONS` evaluations of the deployment's cycles recorded before the
 period's end (none before: the first after it). ``saved = Σ tokens ÷ R − Σ decode_s``.
 On vLLM the measurement decodes ``concurrency`` requests at once and R is their joint

@@ -6,9 +6,10 @@ The *period* is the segment arm's decodes (each request drafted by its segment's
 as a replica with per-segment pointers serves it). The ledger's arithmetic
 (:func:`autospec.ledger.tally`) is run on them as the store would hold them — output tokens
 after the first, seconds after the first token — with **R** measured as the gate measures
-it (:func:`autospec.evaluate.speed.measure_speedups`' target-only tokens/s, here the median
-over the segments' picking measurements). The replay is the target-only arm: the same
-requests, decoded in the same rounds, timed the same way. Measures nothing itself."""
+it (:func:`autospec.evaluate.speed.measure_speedups`' target-only tokens/s after the first
+token, here the median over the segments' picking measurements). The replay is the
+target-only arm: the same requests, decoded in the same rounds, timed the same way.
+Measures nothing itself."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ def decode_seconds(rec: dict, arm: str) -> float:
 
 
 def gate_rate(picks: dict) -> float:
-    """R: the median of the target-only tokens/s each segment's picking measurement
-    decoded (the gate's measurement, on other held-out prompts than the period's)."""
-    return statistics.median(p["tokens_per_s"][TARGET_ONLY]
+    """R: the median of the target-only tokens/s after the first token each segment's
+    picking measurement decoded (the gate's measurement, on other held-out prompts than the
+    period's), as the ledger reads it from an evaluation."""
+    return statistics.median(p.get("decode_tokens_per_s") or p["tokens_per_s"][TARGET_ONLY]
                              for p in picks["segments"].values())
 
 

@@ -47,7 +47,8 @@ def pick_versions(target: Target, specs: Mapping, select: Mapping[str, list[list
             ratios[v] += m.ratios[v]
         pick = max(pool, key=lambda v: m.speedup[v])
         segments[segment] = {"version": pick, "prompts": len(prompts), "speedup": m.speedup,
-                             "tokens_per_s": m.tokens_per_s}
+                             "tokens_per_s": m.tokens_per_s,
+                             "decode_tokens_per_s": m.decode_tokens_per_s}
         progress.done(f"{segment}: picked {pick} (" + ", ".join(
             f"{v} {m.speedup[v]:.2f}×" for v in pool) + ")")
     speedup = {v: statistics.median(r) for v, r in ratios.items()}

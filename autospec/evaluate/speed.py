@@ -110,6 +110,10 @@ class SpeedMeasurement:
     #: vLLM with ``concurrency`` requests decoded at once (:mod:`autospec.evaluate.speed_vllm`)
     engine: str = "native"
     concurrency: int = 1
+    #: target-only tokens/s after the first token (median over rounds of (tokens − 1) ÷
+    #: (seconds − TTFT)): the rate the ledger divides by, since the rows it accounts are
+    #: timed the same way (None: not measured, as on vLLM)
+    decode_tokens_per_s: float | None = None
 
     def projected(self, tau: Mapping[str, float | None]) -> dict[str, float]:
         """Speedup per version from ``tau`` (replayed over every held-out request) and the
@@ -128,16 +132,21 @@ def spread_prompts(prompts: Sequence[list[int]], n: int) -> list[list[int]]:
     return [usable[int(i * step)] for i in range(n)]
 
 
-def _decode_rate(engine: SpeculativeEngine, prompt: list[int],
-                 params: SamplingParams) -> tuple[float, float | None]:
-    """Output tokens per second of one greedy decode, timed to the device's end, and its τ
-    (``RequestStats.tau``: 1 for the target alone, None for a decode without a step)."""
+def _decode_rates(engine: SpeculativeEngine, prompt: list[int],
+                  params: SamplingParams) -> tuple[float, float | None, float | None]:
+    """Output tokens per second of one greedy decode, timed to the device's end; its τ
+    (``RequestStats.tau``: 1 for the target alone, None for a decode without a step); and
+    its tokens per second after the first token (None with fewer than two tokens)."""
     device = engine.target.device
     started = clock(device)
     result = engine.generate(prompt, params)
     seconds = clock(device) - started
-    rate = result.stats.output_tokens / seconds if seconds > 0 else 0.0
-    return rate, result.stats.tau
+    stats = result.stats
+    rate = stats.output_tokens / seconds if seconds > 0 else 0.0
+    decoding = seconds - stats.ttft_s
+    after = ((stats.output_tokens - 1) / decoding
+             if stats.output_tokens > 1 and decoding > 0 else None)
+    return rate, stats.tau, after
 
 
 def _quartiles(values: list[float]) -> list[float]:
@@ -165,12 +174,20 @@ def measure_speedups(target: Target, speculators: Mapping[str, Speculator],
     for engine in engines.values():  # warm-up, untimed
         engine.generate(prompts[0], SamplingParams(max_new_tokens=min(8, max_tokens)))
     total = len(prompts) * repeats
-    rates, taus = interleaved(
-        list(engines), total,
-        lambda r, name: _decode_rate(engines[name], prompts[r % len(prompts)], params), progress)
+    after_first: list[float] = []  # target-only tokens/s after the first token, per round
+
+    def decode(r: int, name: str) -> tuple[float, float | None]:
+        rate, tau, after = _decode_rates(engines[name], prompts[r % len(prompts)], params)
+        if name == TARGET_ONLY and after is not None:
+            after_first.append(after)
+        return rate, tau
+
+    rates, taus = interleaved(list(engines), total, decode, progress)
     return summarize(rates, taus, list(speculators), rounds=total, prompts=len(prompts),
                      repeats=repeats, max_tokens=max_tokens, k=k,
-                     threads=torch.get_num_threads())
+                     threads=torch.get_num_threads(),
+                     decode_tokens_per_s=statistics.median(after_first) if after_first
+                     else None)
 
 
 def interleaved(names: list[str], total: int,

@@ -71,7 +71,9 @@ def target_rates(session: Session, *, evaluation_ids: Iterable[int]) -> list[Tar
     out = []
     for ev in rows:
         speed = (ev.per_segment or {}).get("speed") or {}
-        rate = (speed.get("tokens_per_s") or {}).get(TARGET_ONLY)
+        # after the first token where measured (as the rows are timed), else whole decodes
+        rate = speed.get("decode_tokens_per_s") or (speed.get("tokens_per_s") or {}).get(
+            TARGET_ONLY)
         if rate:
             out.append(TargetRate(evaluation_id=ev.id, created_at=ev.created_at,
                                   tokens_per_s=float(rate),

@@ -67,7 +67,7 @@ def _replay_target_only(tiny, prompts: list[list[int]], n: int) -> float:  # typ
 def _gate_rate(db) -> float:  # type: ignore[no-untyped-def]
     """The target-only tokens/s the cycle's evaluations measured (their median)."""
     with store.session_scope(db, readonly=True) as session:
-        rates = [e.per_segment["speed"]["tokens_per_s"]["target-only"]
+        rates = [e.per_segment["speed"]["decode_tokens_per_s"]  # after the first token
                  for e in session.scalars(select(Evaluation))
                  if (e.per_segment or {}).get("speed")]
     assert rates, "the cycle measured no target-only rate"

@@ -68,12 +68,13 @@ def test_rounds_interleave_and_reverse_order_and_take_the_median_of_ratios(
         name = names[id(engine.speculator)]
         if params.max_new_tokens == 9:  # timed decodes only
             calls.append(name)
-            return next(script[name]), (2.0 if name == "a" else 1.0)
-        return 1.0, 1.0
+            rate = next(script[name])
+            return rate, (2.0 if name == "a" else 1.0), rate * 1.25  # prefill left out
+        return 1.0, 1.0, None
 
     spec = RandomSpeculator(64)
     names.update({id(None): TARGET_ONLY, id(spec): "a"})
-    monkeypatch.setattr(speed, "_decode_rate", fake_rate)
+    monkeypatch.setattr(speed, "_decode_rates", fake_rate)
     m = measure_speedups(tiny, {"a": spec}, PROMPTS[:3], k=K, max_tokens=9, repeats=2)
     assert calls == [TARGET_ONLY, "a", "a", TARGET_ONLY] * 3  # back to back, order reversed
     assert m.ratios["a"] == [1.5, 1.5, 15.0, 1.5, 1.5, 1.5]
@@ -82,6 +83,7 @@ def test_rounds_interleave_and_reverse_order_and_take_the_median_of_ratios(
     assert m.step_cost["a"] == pytest.approx(2.0 / 1.5)
     assert m.projected({"a": 2.4}) == {"a": pytest.approx(2.4 / (2.0 / 1.5))}
     assert m.tokens_per_s[TARGET_ONLY] == 100.0
+    assert m.decode_tokens_per_s == pytest.approx(125.0)  # target-only's, after the first
 
 
 def test_prompts_are_spread_over_the_heldout_set() -> None:
@@ -100,12 +102,13 @@ def test_decode_rate_times_a_real_decode_tiny_random_init(tiny) -> None:
     from autospec.engine.generate import SpeculativeEngine
     from autospec.engine.sampling import SamplingParams
 
-    rate, tau = speed._decode_rate(SpeculativeEngine(tiny), PROMPTS[0],
-                                   SamplingParams(max_new_tokens=8))
+    rate, tau, after = speed._decode_rates(SpeculativeEngine(tiny), PROMPTS[0],
+                                           SamplingParams(max_new_tokens=8))
     assert 0 < rate < float("inf") and tau == 1.0  # the target alone: one token a step
+    assert after is not None and 0 < after < float("inf")  # 7 tokens after the first
     out = SpeculativeEngine(tiny).generate(PROMPTS[0], SamplingParams(max_new_tokens=12))
-    _, tau = speed._decode_rate(SpeculativeEngine(tiny, OracleSpeculator(out.token_ids), K),
-                                PROMPTS[0], SamplingParams(max_new_tokens=12))
+    _, tau, _ = speed._decode_rates(SpeculativeEngine(tiny, OracleSpeculator(out.token_ids), K),
+                                    PROMPTS[0], SamplingParams(max_new_tokens=12))
     assert tau > 2  # every draft accepted: k + 1 a step, but for the last, shorter steps
 
 
