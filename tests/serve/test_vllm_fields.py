@@ -212,3 +212,34 @@ class _HoldsRoot(BaseModel):
 def test_a_root_model_is_walked_as_its_root():
     assert unknown_keys({"wrapped": [{"text": "a", "txt": "b"}]}, _HoldsRoot) == \
         ["wrapped.0.txt"]
+
+
+def test_the_route_answers_an_openai_shaped_400_before_vllms_handler_runs():
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from autospec.serve.config import ServeConfig
+    from autospec.serve.errors import install_handlers
+    from autospec.serve.vllm_http import add_routes
+
+    called = []
+
+    class Layer:  # what add_routes needs of a replica's VllmLayer, up to the handler
+        config, api_args = ServeConfig(), SimpleNamespace()
+
+        async def openai_api(self):  # type: ignore[no-untyped-def]
+            called.append(True)
+
+    app = FastAPI()
+    install_handlers(app)
+    add_routes(app, Layer())  # type: ignore[arg-type]
+    body = {"messages": [{"role": "user", "content": "hi", "nmae": "bob"}], "max_tokens": 2}
+    with TestClient(app) as client:
+        r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and not called
+    error = r.json()["error"]
+    assert (error["param"], error["code"], error["type"]) == \
+        ("messages.0.nmae", "unknown_field", "invalid_request_error")
+    assert "vLLM's OpenAI server would ignore it" in error["message"]
