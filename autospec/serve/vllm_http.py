@@ -6,9 +6,10 @@ request models and answer with vLLM's ``OpenAIServingChat`` / ``OpenAIServingCom
 errors. Around them, autospec's own:
 
 - the body is read as everywhere (:func:`autospec.serve.http_io.read_object`: size, UTF-8,
-  JSON, NaN, surrogates), and a field vLLM's models do not declare is a 400 naming it —
-  vLLM's server would log it and go on; here no field is ignored silently; what vLLM's
-  models refuse is answered by vLLM's own handler;
+  JSON, NaN, surrogates); what vLLM's models refuse is answered by vLLM's own handler, and
+  a key vLLM's types do not declare, at any level (``temprature``, ``messages.0.nmae``,
+  ``tools.0.function.descripton``), is a 400 naming its path — vLLM's server would ignore
+  it; here no field is ignored silently (:mod:`autospec.serve.vllm_fields`);
 - ``use_beam_search`` is a 400 (beam search runs no speculator);
 - admission: a request beyond ``max_pending_requests`` is a 503 before vLLM sees it, and the
   request is bound to the live version until its answer ends;
@@ -47,9 +48,9 @@ from autospec.serve.http_io import (
     version_headers,
 )
 from autospec.serve.requests import Prepared, RequestContext, Served
-from autospec.serve.schemas import known_fields
 from autospec.serve.versions import VersionManager
 from autospec.serve.vllm_decode import vllm_served
+from autospec.serve.vllm_fields import unknown_keys
 from autospec.serve.vllm_openai import (
     Binding,
     Replica,
@@ -182,21 +183,25 @@ async def _invalid(request: Request, exc: ValidationError) -> Response:
 
 def parse(data: dict[str, Any], model: type[BaseModel]) -> Any:
     """``data`` as vLLM's request ``model`` (or the ``ValidationError`` vLLM's server would
-    answer); a 400 for a field it does not declare (vLLM would ignore it) and beam search."""
-    unknown = sorted(set(data) - known_fields(model))
-    if unknown:
-        raise APIError(400, f"unknown field{'s' if len(unknown) > 1 else ''} "
-                       f"{', '.join(map(repr, unknown))}: vLLM's OpenAI server does not take "
-                       f"{'them' if len(unknown) > 1 else 'it'}", param=unknown[0],
-                       code="unknown_field")
+    answer); a 400 for beam search, and for a key at any level that vLLM's types do not
+    declare (:func:`~autospec.serve.vllm_fields.unknown_keys`: vLLM would ignore it). The
+    keys are read after vLLM's own validators have run on ``data``: they rename in place
+    what vLLM still takes under an old name (a message's ``reasoning_content``)."""
     if data.get("use_beam_search"):
         raise APIError(400, "use_beam_search: beam search decodes without a speculator; "
                        "autospec does not serve it", param="use_beam_search",
                        code="unsupported_value")
     try:
-        return model.model_validate(data)
+        req = model.model_validate(data)
     except ValidationError as exc:
         return exc
+    unknown = unknown_keys(data, model)
+    if unknown:
+        many = len(unknown) > 1
+        raise APIError(400, f"unknown field{'s' if many else ''} "
+                       f"{', '.join(map(repr, unknown))}: vLLM's OpenAI server would ignore "
+                       f"{'them' if many else 'it'}", param=unknown[0], code="unknown_field")
+    return req
 
 
 async def serve(server: Replica, request: Request, ctx: RequestContext,
