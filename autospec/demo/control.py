@@ -37,15 +37,16 @@ class ControllerSteps:
         self.timeline, self.say, self.controller = timeline, say, controller
         self.wait_logged, self.wait_for_version, self.stage = wait_logged, wait_for_version, stage
 
-    def cycle(self, after: str) -> None:
+    def cycle(self, after: str) -> CycleResult:
         """A scheduled cycle after phase ``after``: window → train → shadow-evaluate → gate
-        → promote; then the replica serves the promoted version."""
+        → promote; then the replica serves the promoted version. Returns the result."""
         with self.stage(f"the controller cycle after {after}"):
             self.wait_logged()
             self.say("controller: scheduled cycle (train candidates, shadow-evaluate, gate)...")
             started = self.timeline.now()
             result = self.controller(3600.0).run_cycle(trigger="schedule")
             self._note_cycle(after, result, started)
+            return result
 
     def watch(self, after: str, window_s: float, *, quiet: bool = False) -> WatchResult:
         """One watch with a drift window of ``window_s``; ``quiet``: nothing noted or said
