@@ -173,7 +173,8 @@ def mix_table(mix: dict[str, Any]) -> Table:
     table = Table(title=f"mixed traffic ({mix['phase']}): per-segment versions against one "
                   f"(deployment: {mix['deployment_version'] or '—'})", caption=mix["note"])
     for col in MIX_COLUMNS:
-        table.add_column(col, justify="left" if col in MIX_COLUMNS[:3] else "right")
+        table.add_column(col, justify="left" if col in MIX_COLUMNS[:3] else "right",
+                         overflow="fold")
     for row in mix_rows(mix):
         table.add_row(*row)
     return table
