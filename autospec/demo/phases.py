@@ -130,23 +130,27 @@ def shadow_tau(store_engine: Any, target: Any, plan: DemoPlan, phase: PhaseFigur
                *, wait: Callable[[], None]) -> float | None:
     """τ of the phase's version replayed on the phase's logged requests (the last ``n``
     logged, at most ``plan.shadow_sample`` of them; ``wait()`` until the store holds them);
-    None without any."""
+    None without any. A mixed phase, whose segments may be served by different versions:
+    each row replayed with the version that served it."""
     from autospec.evaluate.replay import replay
     from autospec.evaluate.run import select_requests, to_replay_request
     from autospec.versions import load_speculator_version
 
-    version = phase.live_version
-    if version is None or n == 0:
+    versions = set(phase.versions) if phase.segments else {phase.live_version}
+    if phase.live_version is None or n == 0:
         return None
     wait()
     examples = [ex for ex in select_requests(store_engine, last=n, deployment=DEPLOYMENT)
-                if ex.speculator_version == version][-plan.shadow_sample:]
-    if not examples:
-        return None
-    _, spec = load_speculator_version(store_engine, target, version)
-    stats = replay(target, {version: spec}, [to_replay_request(e) for e in examples],
-                   plan.k)[version]
-    return tau(sum(s.accepted for s in stats), sum(s.steps for s in stats))
+                if ex.speculator_version in versions][-plan.shadow_sample:]
+    accepted = steps = 0
+    for version in dict.fromkeys(ex.speculator_version for ex in examples):
+        assert version is not None
+        _, spec = load_speculator_version(store_engine, target, version)
+        mine = [to_replay_request(e) for e in examples if e.speculator_version == version]
+        stats = replay(target, {version: spec}, mine, plan.k)[version]
+        accepted += sum(s.accepted for s in stats)
+        steps += sum(s.steps for s in stats)
+    return tau(accepted, steps) if examples else None
 
 
 def wait_logged(store_engine: Any, logged: int, timeout_s: float = 30.0) -> None:
