@@ -72,14 +72,16 @@ class ControllerSteps:
 
     def _note_cycle(self, after: str, result: CycleResult, started: float) -> None:
         now = self.timeline.now()
+        moved = [o["reason"] for o in result.segments if o.get("action") == "promoted"]
         self.timeline.decisions.append(DecisionNote(
-            now, after, "cycle", result.outcome, result.promoted, list(result.reasons),
-            result.promoted_speedup))
+            now, after, "cycle", result.outcome, result.promoted,
+            [*result.reasons, *moved], result.promoted_speedup))
         colour = "green" if result.outcome == "promoted" else "yellow"
         named = f" {result.promoted}" if result.promoted else ""
         self.say(f"controller: cycle [{colour}]{result.outcome}[/]{named} "
                  f"after {now - started:.0f}s — "
-                 + "; ".join(headline_reasons(result.reasons, result.promoted)))
+                 + "; ".join(moved if moved and not result.promoted
+                             else headline_reasons(result.reasons, result.promoted)))
         if result.promoted:
             self.wait_for_version(result.promoted)
 

@@ -187,3 +187,35 @@ def test_the_demo_story_ends_with_the_mixed_phases_and_their_comparison(
     with store.session_scope(store.open_store(f"sqlite:///{tmp_path / 'data' / 'autospec.db'}",
                                               upgrade=False), readonly=True) as session:
         assert store.list_segment_pointers(session) == []  # the fakes moved none
+
+
+def test_a_cycle_that_moved_only_a_segment_pointer_is_noted_with_that_segment_reason() -> None:
+    """Outcome ``promoted`` with no deployment version: the decision carries the segment's
+    reason (the candidates' own reasons are all failures of the deployment-wide gate)."""
+    from autospec.demo.control import ControllerSteps
+    from autospec.demo.record import Timeline
+
+    result = CycleResult("promoted", reasons=["s-3: Δτ CI low < +0.05"], segments=[
+        {"segment": "json", "action": "kept", "reason": "no candidate beats v-1"},
+        {"segment": "support", "action": "promoted", "version": "s-3",
+         "reason": "segment 'support': s-3 wins on its 8 held-out requests"}])
+    said: list[str] = []
+    waited: list[str | None] = []
+    timeline = Timeline()
+    steps = ControllerSteps(
+        timeline=timeline, say=said.append, wait_logged=lambda: None,
+        controller=lambda w: SimpleNamespace(run_cycle=lambda trigger: result),
+        wait_for_version=waited.append, stage=lambda name: _nothing())
+    assert steps.cycle("M1") is result
+    note = timeline.decisions[-1]
+    assert note.outcome == "promoted" and note.version is None
+    assert note.reasons == ["s-3: Δτ CI low < +0.05",
+                            "segment 'support': s-3 wins on its 8 held-out requests"]
+    assert said[-1].endswith("— segment 'support': s-3 wins on its 8 held-out requests")
+    assert waited == []  # the deployment's pointer did not move
+
+
+def _nothing():  # type: ignore[no-untyped-def]
+    from contextlib import nullcontext
+
+    return nullcontext()
