@@ -60,7 +60,8 @@ def demo(
         "one), none (from scratch) or a version name in your store")] = "auto",
 ) -> None:
     """Serve, send traffic, let the controller retrain and promote, shift the traffic, show
-    τ drop, the drift trigger, the retrain and the recovery; report what was measured."""
+    τ drop, the drift trigger, the retrain and the recovery, then mix both domains on
+    per-segment versions; report what was measured."""
     from rich.console import Console
 
     from autospec.demo.plan import plan_for
@@ -145,6 +146,10 @@ def _report(result, out: Path, json_path: Path | None, console) -> None:  # type
         console.print(decision_table(result))
     if speed_rows(result):
         console.print(speed_table(result))
+    if result.mix:
+        from autospec.demo.mix import mix_table
+
+        console.print(mix_table(result.mix))
     if result.concurrency:
         from autospec.demo.concurrency import concurrency_table
 

@@ -37,15 +37,16 @@ class ControllerSteps:
         self.timeline, self.say, self.controller = timeline, say, controller
         self.wait_logged, self.wait_for_version, self.stage = wait_logged, wait_for_version, stage
 
-    def cycle(self, after: str) -> None:
+    def cycle(self, after: str) -> CycleResult:
         """A scheduled cycle after phase ``after``: window → train → shadow-evaluate → gate
-        → promote; then the replica serves the promoted version."""
+        → promote; then the replica serves the promoted version. Returns the result."""
         with self.stage(f"the controller cycle after {after}"):
             self.wait_logged()
             self.say("controller: scheduled cycle (train candidates, shadow-evaluate, gate)...")
             started = self.timeline.now()
             result = self.controller(3600.0).run_cycle(trigger="schedule")
             self._note_cycle(after, result, started)
+            return result
 
     def watch(self, after: str, window_s: float, *, quiet: bool = False) -> WatchResult:
         """One watch with a drift window of ``window_s``; ``quiet``: nothing noted or said
@@ -71,14 +72,16 @@ class ControllerSteps:
 
     def _note_cycle(self, after: str, result: CycleResult, started: float) -> None:
         now = self.timeline.now()
+        moved = [o["reason"] for o in result.segments if o.get("action") == "promoted"]
         self.timeline.decisions.append(DecisionNote(
-            now, after, "cycle", result.outcome, result.promoted, list(result.reasons),
-            result.promoted_speedup))
+            now, after, "cycle", result.outcome, result.promoted,
+            [*result.reasons, *moved], result.promoted_speedup))
         colour = "green" if result.outcome == "promoted" else "yellow"
         named = f" {result.promoted}" if result.promoted else ""
         self.say(f"controller: cycle [{colour}]{result.outcome}[/]{named} "
                  f"after {now - started:.0f}s — "
-                 + "; ".join(headline_reasons(result.reasons, result.promoted)))
+                 + "; ".join(moved if moved and not result.promoted
+                             else headline_reasons(result.reasons, result.promoted)))
         if result.promoted:
             self.wait_for_version(result.promoted)
 

@@ -9,6 +9,7 @@ thousands, seconds instead of hours). Nothing here runs anything.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -92,6 +93,9 @@ def demo_policy(plan: DemoPlan, *, drift_window_s: float = 3600.0) -> Policy:
         "evaluation": base.evaluation.model_copy(update={"k": plan.k}),
         "gate": base.gate.model_copy(update={
             "min_heldout": heldout, "min_segment_requests": max(heldout // 2, 2)}),
+        "promotion": base.promotion.model_copy(update={
+            "per_segment": base.promotion.per_segment.model_copy(update={
+                "enabled": True, "min_requests": segment_heldout(plan)})}),
         "canary": base.canary.model_copy(update={
             "requests": min(plan.canary_requests, max(n // 2, 1)), "max_shortfall": 0.2}),
         "drift": base.drift.model_copy(update={
@@ -107,3 +111,24 @@ def drift_requests(plan: DemoPlan) -> int:
     phase): enough that the early cycle's window holds them in its train part as well as
     in its held-out part, so the retrain sees the traffic that drifted."""
     return max(2, min(plan.drift_min_requests, plan.requests_per_phase * 2 // 3))
+
+
+def heldout_rows(plan: DemoPlan) -> int:
+    """Held-out requests of a full window (one phase's worth: ``requests_per_phase``)."""
+    return math.ceil(plan.requests_per_phase * plan.heldout_fraction)
+
+
+def segment_heldout(plan: DemoPlan) -> int:
+    """``promotion.per_segment.min_requests`` of the demo's policy: what each of two
+    alternating segments has in a full window's held-out part (the smaller half), so the
+    cycle after the first mixed phase can decide each segment on its own."""
+    return max(2, heldout_rows(plan) // 2)
+
+
+def mix_sizes(plan: DemoPlan) -> tuple[int, int]:
+    """Requests of the two mixed phases, one phase's worth together: M1 (before the
+    per-segment cycle) at least fills the window's held-out part, so that part holds both
+    domains alternating; M2 (after it) the rest, at least two (one of each domain)."""
+    n = plan.requests_per_phase
+    before = max(heldout_rows(plan), n // 2)
+    return before, max(n - before, 2)

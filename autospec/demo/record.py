@@ -37,6 +37,25 @@ class Sample:
 
 
 @dataclass
+class SegmentFigures:
+    """One traffic segment's share of a mixed phase, from its responses."""
+
+    segment: str
+    requests: int = 0
+    versions: dict[str, int] = field(default_factory=dict)  # from x-autospec-speculator
+    tau_live: float | None = None
+    tokens_per_s: float | None = None
+    paired_prompts: int = 0
+    target_tokens_per_s: float | None = None
+    speedup: float | None = None
+
+    @property
+    def served_by(self) -> str | None:
+        """The version that answered most of the segment's live requests."""
+        return max(self.versions, key=self.versions.__getitem__) if self.versions else None
+
+
+@dataclass
 class PhaseFigures:
     name: str
     title: str
@@ -53,6 +72,7 @@ class PhaseFigures:
     paired_spec_tokens_per_s: float | None = None
     target_tokens_per_s: float | None = None
     speedup: float | None = None
+    segments: dict[str, SegmentFigures] = field(default_factory=dict)  # a mixed phase's
 
     @property
     def live_version(self) -> str | None:
@@ -88,16 +108,24 @@ class DemoResult:
     base: str | None = None  # the base eagle3 head the candidates warm-started from
     ledger: dict[str, Any] | None = None  # the run's ledger (:func:`demo_ledger`)
     concurrency: dict[str, Any] | None = None  # vLLM: demo/concurrency.py's table
+    mix: dict[str, Any] | None = None  # per-segment versions against one (demo/mix.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {"plan": self.plan, "target": self.target, "data_dir": self.data_dir,
                 "took_s": self.took_s, "complete": self.partial is None,
                 "partial": self.partial, "base": self.base,
-                "phases": [dict(asdict(p), live_version=p.live_version) for p in self.phases],
+                "phases": [_phase_dict(p) for p in self.phases],
                 "decisions": [asdict(d) for d in self.decisions],
                 "speed_checks": speed_checks(self), "ledger": self.ledger,
-                "concurrency": self.concurrency,
+                "concurrency": self.concurrency, "mix": self.mix,
                 "events": self.events, "samples": [asdict(s) for s in self.samples]}
+
+
+def _phase_dict(p: PhaseFigures) -> dict[str, Any]:
+    out = dict(asdict(p), live_version=p.live_version)
+    for name, seg in p.segments.items():
+        out["segments"][name]["served_by"] = seg.served_by
+    return out
 
 
 def demo_ledger(store_engine: Any, *, took_s: float,

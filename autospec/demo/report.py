@@ -7,8 +7,11 @@
   marked (matplotlib, Agg backend: no display needed);
 - :func:`speed_table` — each promotion's speedup as the gate expected it (measured and
   estimated) against what the next phase realised, and whether it is within 25 %;
-- :func:`write_json` — the phase figures, decisions, speed checks, audit events and every
-  sample;
+- :func:`~autospec.demo.mix.mix_lines` — the mixed phase after the per-segment cycle: per
+  segment the version that served it, live τ, speedup, and the shadow τ of that version
+  against the deployment's single one on the same rows; the segment pointers and why;
+- :func:`write_json` — the phase figures, decisions, speed checks, the mixed phase's
+  comparison (``mix``), audit events and every sample;
 - :func:`write_markdown` — the same tables as ``report.md`` next to the chart.
 
 A partial result (the run was interrupted or failed: ``result.partial`` says why) is
@@ -26,6 +29,7 @@ from rich.table import Table
 
 from autospec.controller.ledger_view import ledger_markdown
 from autospec.demo.concurrency import concurrency_lines
+from autospec.demo.mix import mix_lines
 from autospec.demo.record import DemoResult, PhaseFigures, fmt
 from autospec.demo.speed_checks import TOLERANCE, speed_checks
 
@@ -154,6 +158,7 @@ def write_markdown(result: DemoResult, path: Path, chart: Path | None) -> None:
         lines += ["", "## Speed: the gate's figure against the realised one", "",
                   "| " + " | ".join(SPEED_COLUMNS) + " |", "|" + "---|" * len(SPEED_COLUMNS)]
         lines += ["| " + " | ".join(row) + " |" for row in speed]
+    lines += mix_lines(result.mix)
     lines += swap_lines(result.events) + concurrency_lines(result.concurrency)
     lines += ledger_markdown(result.ledger)
     lines += ["", "## Audit log (pointer moves and notes)", ""]

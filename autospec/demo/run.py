@@ -1,5 +1,6 @@
 """The demo run: serve, send domain-A traffic, let the controller retrain and promote, shift
-to domain B, watch live τ drop, the drift trigger, the retrain and the recovery.
+to domain B, watch live τ drop, the drift trigger, the retrain and the recovery; then mix
+the two domains, each served by its segment's version.
 
 :func:`run_demo` does, in a fresh data directory (SQLite store and artifacts):
 
@@ -16,7 +17,11 @@ to domain B, watch live τ drop, the drift trigger, the retrain and the recovery
    ``A2`` domain A on the promoted version, then a **watch** (canary verdict); ``B1``
    domain B, with a watch every ``watch_every`` requests until the **drift** trigger fires
    and its early cycle promotes (or the phase's request budget runs out); ``B2`` domain B
-   on the recovered version, then a last watch;
+   on the recovered version, then a watch; then **mixed traffic** (:mod:`autospec.demo.mix`):
+   ``M1`` domains A and B alternating (each request's segment is its domain) on the one
+   live version, a cycle whose per-segment promotion may give a segment its own version,
+   and ``M2`` the same mix, each segment drafted by its own version — compared, per
+   segment, with the one deployment-wide version on the same rows;
 3. per phase measures, from the responses: live τ (the ``autospec`` objects), output
    tokens/s per request, and — on every ``baseline_every``-th prompt, sent to both apps
    back to back — the **speedup over target-only** on the same prompts; and, after the
@@ -48,8 +53,9 @@ from pathlib import Path
 from typing import Any
 
 from autospec.demo.control import ControllerSteps, audit_events
+from autospec.demo.mix import compare, read_pointers, segment_moves, segment_shadow
 from autospec.demo.phases import TrafficPhase, shadow_tau, wait_logged
-from autospec.demo.plan import DemoPlan, demo_policy, drift_requests
+from autospec.demo.plan import DemoPlan, demo_policy, drift_requests, mix_sizes
 from autospec.demo.record import (
     DecisionNote,
     DemoResult,
@@ -60,7 +66,13 @@ from autospec.demo.record import (
     Timeline,
     demo_ledger,
 )
-from autospec.demo.serving import start_serving, stop_serving, swap_timeout, wait_for_version
+from autospec.demo.serving import (
+    start_serving,
+    stop_serving,
+    swap_timeout,
+    wait_for_segments,
+    wait_for_version,
+)
 from autospec.loadgen.source import DomainSource
 
 
@@ -87,6 +99,7 @@ class Demo:
         self.baseline: Any = None
         self.stage = "setting up"  # what the run is doing, for a partial report
         self.concurrency: dict[str, Any] | None = None  # vLLM: spec on/off per load, at the end
+        self.mix: dict[str, Any] | None = None  # the mixed phase against one version
         self.control = ControllerSteps(
             timeline=self.timeline, say=self.say, controller=lambda w: self._controller(w),
             wait_logged=lambda: self._wait_logged(), stage=self._stage,
@@ -145,11 +158,13 @@ class Demo:
                           decisions=list(t.decisions), samples=list(t.samples),
                           events=audit_events(self.engine, strict=not partial),
                           partial=partial, base=self.base_version, concurrency=self.concurrency,
+                          mix=self.mix,
                           ledger=demo_ledger(self.engine, took_s=t.now(), strict=not partial))
 
     # -- the story ----------------------------------------------------------------------
     def _story(self) -> None:
-        """A1, a cycle, A2, a watch; B1 watched for drift; B2 on what recovered; a watch."""
+        """A1, a cycle, A2, a watch; B1 watched for drift; B2 on what recovered; a watch;
+        the mixed phases (M1, a per-segment cycle, M2)."""
         plan = self.plan
         a, b = plan.domain_a, plan.domain_b
         n = plan.requests_per_phase
@@ -167,12 +182,34 @@ class Demo:
             self._cycle("B1")
             self._phase("B2", f"{b} traffic, after the scheduled cycle", b, n)
         self._watch("B2", window)
+        self._mixed(a, b)
         if plan.engine == "vllm":  # the native replica decodes one request at a time
             with self._stage("the concurrency table"):
                 self.concurrency = self._concurrency()
 
+    def _mixed(self, a: str, b: str) -> None:
+        """M1: both domains alternating on one version; a cycle that may give each segment
+        its own; M2: the same mix on what serves each segment, compared "against one"."""
+        before, after = mix_sizes(self.plan)
+        self._phase("M1", f"{a} and {b} alternating, one live version", f"{a}+{b}", before,
+                    mix=(a, b))
+        cycle = self._cycle("M1")
+        with self._stage("waiting for the segments' versions"):
+            self._wait_for_segments()
+        m2 = self._phase("M2", f"{a} and {b} alternating, per-segment versions", f"{a}+{b}",
+                         after, mix=(a, b))
+        with self._stage("the per-segment comparison"):
+            live, pointers = read_pointers(self.engine)
+            served = {s: list(dict.fromkeys(v for v in (f.served_by, live) if v))
+                      for s, f in m2.segments.items()}
+            self.mix = compare(m2, deployment_version=live, pointers=pointers,
+                               moves=segment_moves(audit_events(self.engine)), cycle=cycle,
+                               shadow=self._segment_shadow(m2, served))
+        self.say(f"mixed traffic: {self.mix['note']}")
+
     def _phase(self, name: str, title: str, domain: str, n: int,
-               stop_when: Callable[[int], bool] | None = None) -> PhaseFigures:
+               stop_when: Callable[[int], bool] | None = None,
+               mix: tuple[str, ...] = ()) -> PhaseFigures:
         """One traffic phase, measured and kept (a phase counts once its figures are)."""
         with self._stage(f"phase {name}"):
             figures = PhaseFigures(name=name, title=title, domain=domain,
@@ -181,7 +218,7 @@ class Demo:
                      f"{self.plan.max_tokens} tokens each")
             phase = TrafficPhase(figures, plan=self.plan, source=self.source, live=self.live,
                                  baseline=self.baseline, timeline=self.timeline,
-                                 reporter=self.reporter)
+                                 reporter=self.reporter, mix=mix)
             phase.send_all(n, stop_when)
             phase.measure(self._shadow_tau)
             self.timeline.phases.append(figures)
@@ -209,8 +246,8 @@ class Demo:
                      "scheduled cycle runs instead[/]")
         return bool(fired)
 
-    def _cycle(self, after: str) -> None:
-        self.control.cycle(after)
+    def _cycle(self, after: str) -> Any:
+        return self.control.cycle(after)
 
     def _watch(self, after: str, window_s: float, *, quiet: bool = False) -> Any:
         return self.control.watch(after, window_s, quiet=quiet)
@@ -259,6 +296,14 @@ class Demo:
     def _shadow_tau(self, phase: PhaseFigures, n: int) -> float | None:
         return shadow_tau(self.engine, self.target, self.plan, phase, n,
                           wait=lambda: self._wait_logged())
+
+    def _segment_shadow(self, phase: PhaseFigures,
+                        versions: dict[str, list[str]]) -> dict[str, Any]:
+        return segment_shadow(self.engine, self.target, self.plan, phase, versions,
+                              wait=lambda: self._wait_logged())
+
+    def _wait_for_segments(self) -> None:
+        wait_for_segments(self.engine, self.live.url, swap_timeout(self.plan.engine), self.say)
 
     def _wait_logged(self, timeout_s: float = 30.0) -> None:
         wait_logged(self.engine, self.timeline.logged, timeout_s)

@@ -119,3 +119,28 @@ def wait_for_version(store_engine: Any, live_url: str, version: str | None,
             return
         time.sleep(0.2)
     log.warning("the replica did not report %s within %.0fs", version, timeout_s)
+
+
+def wait_for_segments(store_engine: Any, live_url: str, timeout_s: float,
+                      say: Callable[[str], None]) -> None:
+    """Until the live app's replica drafts each segment that has a pointer of its own with
+    that pointer's version (``/health``'s ``segments``)."""
+    from autospec import store
+
+    with store.session_scope(store_engine, readonly=True) as session:
+        wanted = {p.segment: p.version
+                  for p in store.list_segment_pointers(session, deployment=DEPLOYMENT)}
+    if not wanted:
+        return
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        try:
+            got = http.get(f"{live_url}/health", timeout=10).json().get("segments") or {}
+        except (http.RequestException, ValueError):
+            got = {}
+        if all(got.get(s) == v for s, v in wanted.items()):
+            say(f"replica drafts segments {wanted} "
+                f"{time.monotonic() - started:.1f}s after the pointers moved")
+            return
+        time.sleep(0.2)
+    log.warning("the replica did not draft segments %s within %.0fs", wanted, timeout_s)

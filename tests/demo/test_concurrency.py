@@ -115,6 +115,8 @@ def story_without_serving(monkeypatch):  # type: ignore[no-untyped-def]
     monkeypatch.setattr(Demo, "_shadow_tau", lambda self, phase, n: None)
     monkeypatch.setattr(Demo, "_wait_logged", lambda self, timeout_s=30.0: None)
     monkeypatch.setattr(Demo, "_cycle", lambda self, after: None)
+    monkeypatch.setattr(Demo, "_wait_for_segments", lambda self: None)
+    monkeypatch.setattr(Demo, "_segment_shadow", lambda self, phase, versions: {})
     monkeypatch.setattr(Demo, "_watch", lambda self, after, window_s, quiet=False:
                         SimpleNamespace(action="none"))
 

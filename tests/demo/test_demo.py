@@ -29,7 +29,7 @@ def test_quick_demo_on_a_tiny_target_writes_report_chart_and_json(tmp_path: Path
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     data = json.loads(figures.read_text())
     names = [p["name"] for p in data["phases"]]
-    assert names == ["A1", "A2", "B1", "B2"]
+    assert names == ["A1", "A2", "B1", "B2", "M1", "M2"]
     for phase in data["phases"]:
         assert phase["requests"] >= 1 and phase["errors"] == 0
         assert phase["live_version"] is not None and phase["tau_live"] is not None
@@ -37,9 +37,17 @@ def test_quick_demo_on_a_tiny_target_writes_report_chart_and_json(tmp_path: Path
         assert phase["speedup"] > 0
     assert data["phases"][0]["live_version"] == "builtin-ngram"
     assert data["decisions"] and data["decisions"][0]["kind"] == "cycle"
+    for phase in data["phases"][-2:]:  # the mixed phases: both segments, each measured
+        assert set(phase["segments"]) == {"json", "support"}
+        assert all(s["served_by"] for s in phase["segments"].values())
+    mix = data["mix"]
+    assert mix["phase"] == "M2" and {r["segment"] for r in mix["segments"]} == \
+        {"json", "support"}
+    assert mix["note"] and all(r["shadow_one"] is not None for r in mix["segments"])
     assert {s["app"] for s in data["samples"]} == {"live", "target"}
     chart = out / "tau.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
     report = (out / "report.md").read_text()
     assert "| A1 |" in report and "Controller decisions" in report
+    assert "## Mixed traffic (M2): per-segment versions against one" in report
     assert "τ live" in proc.stdout and (out / "data" / "autospec.db").exists()
