@@ -38,6 +38,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _grad_mode_restored(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test starts with autograd on; one that leaves it off is named in a warning (a
+    test that did so broke every later test that trains, in CI on 2026-12-03)."""
+    import warnings
+
+    import torch
+
+    torch.set_grad_enabled(True)
+    yield
+    if not torch.is_grad_enabled():
+        torch.set_grad_enabled(True)
+        warnings.warn(f"{request.node.nodeid} left autograd disabled", stacklevel=1)
+
+
+@pytest.fixture(autouse=True)
 def _isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     from autospec.settings import get_settings
 

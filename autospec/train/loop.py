@@ -99,6 +99,7 @@ def epoch_batches(lengths: torch.Tensor, batch_size: int, seed: int, epoch: int)
     return [batches[i] for i in shuffle]
 
 
+@torch.enable_grad()  # whatever grad mode the caller's thread was left in
 def train_loop(
     trainee: nn.Module,
     cache: FeatureCache,
