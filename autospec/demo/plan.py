@@ -10,11 +10,11 @@ thousands, seconds instead of hours). Nothing here runs anything.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from autospec.controller.policy import Policy, load_policy
+from autospec.threads import usable_cpus
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def demo_policy(plan: DemoPlan, *, drift_window_s: float = 3600.0) -> Policy:
         "description": "the default policy scaled to demo-sized traffic",
         "seed": plan.seed,
         # the demo sends no traffic while a cycle runs: its cycles may use every core
-        "threads": max(1, os.cpu_count() or 1),
+        "threads": usable_cpus(),
         "window": base.window.model_copy(update={
             "min_fresh_requests": max(n * 3 // 4, 4),
             "max_requests": n,
