@@ -130,8 +130,12 @@ class Controller:
         threads under one holder name, and the lease alone would let the second in."""
         if not self._turn.acquire(blocking=False):
             return None
-        lease = try_acquire(self.engine, name=records.lease_name(self.deployment),
-                            holder=self.holder, ttl=self.policy.lease.ttl)
+        try:  # a store that cannot answer (locked, down) must not keep the turn taken
+            lease = try_acquire(self.engine, name=records.lease_name(self.deployment),
+                                holder=self.holder, ttl=self.policy.lease.ttl)
+        except BaseException:
+            self._turn.release()
+            raise
         if lease is None:
             self._turn.release()
             return None
@@ -141,8 +145,11 @@ class Controller:
     def _busy(self) -> CycleResult:
         with store.session_scope(self.engine, readonly=True) as session:
             lease = store.get_lease(session, name=records.lease_name(self.deployment))
-            who = lease.holder if lease else "another controller"
-        return CycleResult("busy", [f"the lease is held by {who}"])
+            holder = lease.holder if lease else None
+        if holder is None or holder == self.holder:
+            return CycleResult("busy", ["another job of this controller (a cycle or the "
+                                        "watch) is running"])
+        return CycleResult("busy", [f"the lease is held by {holder}"])
 
     def _hook(self, stage: str) -> None:
         self.hooks.get(stage, lambda: None)()
