@@ -66,6 +66,25 @@ def test_per_minute_latency_and_tau_and_memory_growth_after_warmup() -> None:
     assert mem["replica[1]"]["growth_after_warmup_pct"] == 33.3  # floor 120 → 160 MiB
     assert mem["controller[2]"]["growth_after_warmup_pct"] == 0.0  # a saw-tooth, no leak
     assert mem["replica[3]"]["growth_after_warmup_pct"] == 0.0  # its rise was its warm-up
+    # a controller loads its target at its first cycle (minute 4) and keeps it: from there on
+    kept = [(m * 60.0, "controller[4]", (500 if m < 4 else 1500) << 20) for m in range(12)]
+    assert acc.memory(kept, t0=0.0, warmup_s=120.0)["controller[4]"][
+        "growth_after_warmup_pct"] == 200.0
+    mem = acc.memory(kept, t0=0.0, warmup_s=120.0, warm_from={"controller[4]": 230.0})
+    assert mem["controller[4]"]["growth_after_warmup_pct"] == 0.0
+
+
+def test_a_controllers_warm_up_ends_with_its_first_cycle_that_trained() -> None:
+    from autospec.bench.soak.figures import controller_warm
+
+    def note(at: float, actor: str, outcome: str) -> dict[str, object]:
+        return {"kind": "note", "at": at, "actor": actor,
+                "details": {"type": "cycle", "outcome": outcome}}
+
+    events = [note(50.0, "vm:7:ab", "nothing_to_do"), note(90.0, "vm:7:ab", "promoted"),
+              note(300.0, "vm:7:ab", "rejected"), note(120.0, "vm:8:cd", "interrupted"),
+              {"kind": "promotion", "at": 91.0, "actor": "vm:9:ef", "details": {}}]
+    assert controller_warm(events) == {"controller[7]": 90.0}
 
 
 def test_the_schedule_names_known_faults_and_the_policy_parses() -> None:

@@ -129,12 +129,15 @@ def rows_vs_answers(outcomes: list[Outcome], rows: list[Row]) -> dict[str, Any]:
             "other_rows": sum(1 for r in rows if r.seed is None or r.seed not in by_n)}
 
 
-def memory(samples: list[tuple[float, str, int]], t0: float, warmup_s: float) -> dict[str, Any]:
+def memory(samples: list[tuple[float, str, int]], t0: float, warmup_s: float,
+           warm_from: dict[str, float] | None = None) -> dict[str, Any]:
     """Per process: RSS (MiB) per minute (the largest sample), and the growth of its floor
     after warm-up: the lowest minute of the last third against the lowest of the first
     third, counted from the run's warm-up or the process's own (a process started late, a
-    restarted replica, warms up too). A leak raises the floor; a controller's saw-tooth
-    (a target loaded for each cycle, then freed) does not."""
+    restarted replica, warms up too), and for a process named in ``warm_from`` not before
+    that time (a controller loads its target at its first cycle and keeps it: its warm-up
+    ends with that cycle). A leak raises the floor; a saw-tooth does not."""
+    warm_from = warm_from or {}
     per: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for t, name, rss in samples:
         per[name][int((t - t0) // 60)].append(rss)
@@ -142,7 +145,8 @@ def memory(samples: list[tuple[float, str, int]], t0: float, warmup_s: float) ->
     warm = math.ceil(warmup_s / 60)
     for name, minutes in sorted(per.items()):
         mib = {m: max(v) / 2**20 for m, v in sorted(minutes.items())}
-        after = [mib[m] for m in mib if m >= max(warm, min(mib) + warm)]
+        own = math.ceil((warm_from[name] - t0) / 60) if name in warm_from else 0
+        after = [mib[m] for m in mib if m >= max(warm, min(mib) + warm, own)]
         growth = None
         if len(after) >= 3:
             third = len(after) // 3

@@ -38,7 +38,7 @@ def figures(*, cfg: SoakConfig, t0: float, ended: float, startup_s: float,
         "rows": {**acc.rows_vs_answers(outcomes, rows), "spill_files_left": spill_files},
         "not_live": acc.not_live(outcomes, timeline, cfg.swap_grace_s),
         "per_minute": acc.per_minute(outcomes, rows, t0),
-        "memory": acc.memory(samples, t0, cfg.warmup_s),
+        "memory": acc.memory(samples, t0, cfg.warmup_s, controller_warm(events)),
         "faults": [f.as_dict() | {"at_s": round(f.at - t0, 1) if f.at else None} for f in faults],
         "pointer_moves": [{"at_s": round(m["at"] - t0, 1), "kind": m["kind"],
                            "version": m["version"], "from": m["from_version"],
@@ -51,6 +51,24 @@ def figures(*, cfg: SoakConfig, t0: float, ended: float, startup_s: float,
     }
     result["verdict"] = verdict(result)
     return result
+
+
+def controller_warm(events: list[dict[str, Any]]) -> dict[str, float]:
+    """``controller[PID]`` → when its first cycle that got as far as training ended (its
+    cycle record, whose actor is ``vm:PID:…``): the controller loads its target then and
+    keeps it, so its memory is judged from there on. An ``interrupted`` record is another
+    controller's verdict on a dead one's cycle and says nothing of the recorder's memory."""
+    out: dict[str, float] = {}
+    for e in events:
+        if e["kind"] != "note" or e["details"].get("type") != "cycle":
+            continue
+        if e["details"].get("outcome") not in ("promoted", "rejected", "failed"):
+            continue
+        parts = str(e["actor"]).split(":")
+        if len(parts) >= 2 and parts[1].isdigit():
+            name = f"controller[{parts[1]}]"
+            out[name] = min(out.get(name, e["at"]), e["at"])
+    return out
 
 
 def _cpus() -> int:
