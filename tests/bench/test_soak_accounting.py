@@ -41,6 +41,21 @@ def test_a_version_is_allowed_from_its_move_and_a_refused_one_never() -> None:
     assert [b["n"] for b in bad] == [2, 4]
 
 
+def test_the_version_before_is_allowed_until_a_new_engine_swap_is_done() -> None:
+    # vLLM: a change of kind starts a second engine; the old one serves until it is up
+    timeline = acc.allowed_timeline([{"at": 100.0, "version": "v1"},
+                                     {"at": 200.0, "version": "builtin-ngram"}], refused=())
+    swaps = [{"at": 130.0, "version": "v1", "details": {"mode": "new engine"}},
+             {"at": 205.0, "version": "builtin-ngram", "details": {"mode": "in-place"}}]
+    starts = acc.engine_starts(timeline, swaps)
+    assert starts == [(100.0, 130.0, "builtin-ngram")]
+    outcomes = [_o(0, 125, 126, version="builtin-ngram"),  # the new engine not up yet
+                _o(1, 150, 151, version="builtin-ngram"),  # after the swap: not live
+                _o(2, 230, 231, version="v1")]  # an in-place swap gets no more than the grace
+    assert [b["n"] for b in acc.not_live(outcomes, timeline, 15.0, starts)] == [1, 2]
+    assert [b["n"] for b in acc.not_live(outcomes, timeline, 15.0)] == [0, 1, 2]
+
+
 def test_rows_are_matched_to_answers_by_request_number() -> None:
     outcomes = [_o(0, 0, 1), _o(1, 1, 2), _o(2, 2, 3, "disconnected"), _o(3, 3, 4)]
     rows = [Row(0, "builtin-ngram", 1, 5, 3), Row(1, "v1", 2, 5, 3), Row(1, "v1", 2, 5, 3),

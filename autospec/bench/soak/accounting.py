@@ -94,11 +94,31 @@ def allowed_timeline(moves: list[dict[str, Any]],
     return timeline
 
 
+def engine_starts(timeline: list[tuple[float, str]],
+                  swaps: list[dict[str, Any]]) -> list[tuple[float, float, str]]:
+    """(from, until, version): after a pointer move that a replica carried out by starting a
+    second engine beside the first (a ``swap`` event with ``mode`` ``new engine``: vLLM, a
+    change of kind or shape), the version before keeps serving until that engine is up —
+    by design, not a stale version — so it stays allowed until the swap event."""
+    spans = []
+    for i in range(1, len(timeline)):
+        at, version = timeline[i]
+        before = timeline[i - 1][1]
+        until = timeline[i + 1][0] if i + 1 < len(timeline) else math.inf
+        done = [e["at"] for e in swaps if e.get("version") == version and at <= e["at"] < until
+                and (e.get("details") or {}).get("mode") == "new engine"]
+        if done and before != version:
+            spans.append((at, min(done), before))
+    return spans
+
+
 def not_live(outcomes: list[Outcome], timeline: list[tuple[float, str]],
-             swap_grace_s: float) -> list[dict[str, Any]]:
+             swap_grace_s: float,
+             starts: Iterable[tuple[float, float, str]] = ()) -> list[dict[str, Any]]:
     """Answered requests whose ``x-autospec-speculator`` names a version not allowed at any
     moment from ``swap_grace_s`` before it was sent (replicas swap between requests, after
-    their next poll) until its answer."""
+    their next poll) until its answer; ``starts``: :func:`engine_starts`."""
+    starts = list(starts)
     bad = []
     for o in outcomes:
         if o.version is None:  # no answer named a version (an error before serving)
@@ -106,6 +126,7 @@ def not_live(outcomes: list[Outcome], timeline: list[tuple[float, str]],
         lo = o.start - swap_grace_s
         ok = {v for t, v in timeline if lo < t <= o.end}
         ok.add(max((e for e in timeline if e[0] <= lo), key=lambda e: e[0])[1])
+        ok |= {v for a, b, v in starts if a <= o.end and lo <= b}
         if o.version not in ok:
             bad.append({"n": o.n, "version": o.version, "start": round(o.start, 2),
                         "allowed": sorted(ok)})
