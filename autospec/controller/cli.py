@@ -382,15 +382,19 @@ def run(
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
 ) -> None:
     """Run the scheduler in the foreground: cycles on the policy's schedule, the canary /
-    drift watch in between. Ctrl-C stops it (a running cycle is recorded as interrupted
-    by the next controller)."""
+    drift watch in between. Ctrl-C or SIGTERM stops it at once, with the processes it
+    started (vLLM engines of a speed measurement); a running cycle is recorded as
+    interrupted by the next controller."""
     from autospec.controller.scheduler import run_forever
+    from autospec.controller.stop import exit_on_sigterm, stop_now
 
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    exit_on_sigterm()
     try:
         with _errors():
             run_forever(_controller(policy, target, dtype, address, threads))
     except KeyboardInterrupt:
         err.print("stopped")
+        stop_now(130)
 

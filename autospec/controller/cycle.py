@@ -47,7 +47,7 @@ from sqlalchemy import Engine
 from autospec import numerics, store
 from autospec.controller import records, segment_promotion, timings
 from autospec.controller.candidates import Candidate, best_candidate, speed_text
-from autospec.controller.lease import HeldLease, LeaseLost, holder_name, try_acquire
+from autospec.controller.lease import HeldLease, LeaseLost, acquire_with_turn, holder_name
 from autospec.controller.operations import ensure_pointer
 from autospec.controller.policy import Policy
 from autospec.controller.result import CycleFailed, CycleResult
@@ -125,31 +125,19 @@ class Controller:
         return self._target
 
     def _acquire(self) -> HeldLease | None:
-        """The deployment's lease, or None while another controller holds it — or another
-        job of this one: ``controller run``'s cycle and watch jobs run on two scheduler
-        threads under one holder name, and the lease alone would let the second in."""
-        if not self._turn.acquire(blocking=False):
-            return None
-        try:  # a store that cannot answer (locked, down) must not keep the turn taken
-            lease = try_acquire(self.engine, name=records.lease_name(self.deployment),
-                                holder=self.holder, ttl=self.policy.lease.ttl)
-        except BaseException:
-            self._turn.release()
-            raise
-        if lease is None:
-            self._turn.release()
-            return None
-        lease.on_release(self._turn.release)
-        return lease
+        """The deployment's lease, or None while another controller or another job of this
+        one holds it (:func:`~autospec.controller.lease.acquire_with_turn`)."""
+        return acquire_with_turn(self._turn, self.engine, holder=self.holder,
+                                 name=records.lease_name(self.deployment),
+                                 ttl=self.policy.lease.ttl)
 
     def _busy(self) -> CycleResult:
         with store.session_scope(self.engine, readonly=True) as session:
             lease = store.get_lease(session, name=records.lease_name(self.deployment))
             holder = lease.holder if lease else None
-        if holder is None or holder == self.holder:
-            return CycleResult("busy", ["another job of this controller (a cycle or the "
-                                        "watch) is running"])
-        return CycleResult("busy", [f"the lease is held by {holder}"])
+        return CycleResult("busy", [
+            "another job of this controller (a cycle or the watch) is running"
+            if holder in (None, self.holder) else f"the lease is held by {holder}"])
 
     def _hook(self, stage: str) -> None:
         self.hooks.get(stage, lambda: None)()

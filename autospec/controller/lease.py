@@ -125,3 +125,23 @@ def try_acquire(engine: Engine, *, name: str, holder: str, ttl: timedelta) -> He
         return None
     log.debug("lease %s acquired by %s (token %d)", name, holder, grant.token)
     return HeldLease(engine, grant, ttl)
+
+
+def acquire_with_turn(turn: threading.Lock, engine: Engine, *, name: str, holder: str,
+                      ttl: timedelta) -> HeldLease | None:
+    """The lease, taken under ``turn`` — a process-local lock held with it and given back
+    when it is released: ``controller run``'s cycle and watch jobs run on two threads under
+    one holder name, and the (re-entrant) lease alone would let the second in. None, with
+    the turn given back, while another job or holder has it; a store error (locked, down)
+    gives it back too, so the controller runs again once the store answers."""
+    if not turn.acquire(blocking=False):
+        return None
+    lease = None
+    try:
+        lease = try_acquire(engine, name=name, holder=holder, ttl=ttl)
+        return lease
+    finally:
+        if lease is None:
+            turn.release()
+        else:
+            lease.on_release(turn.release)
