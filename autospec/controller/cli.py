@@ -386,7 +386,7 @@ def run(
     started (vLLM engines of a speed measurement); a running cycle is recorded as
     interrupted by the next controller."""
     from autospec.controller.scheduler import run_forever
-    from autospec.controller.stop import exit_on_sigterm, stop_now
+    from autospec.stopping import exit_on_sigterm, stop_now
 
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -11,6 +11,11 @@ from pydantic import ValidationError
 
 from autospec.bench.soak.config import SoakConfig
 from autospec.bench.soak.faults import FAULTS
+from autospec.stopping import exit_on_sigterm, stop_now
+
+#: seconds an interrupted soak gives ``autospec serve`` to shut its Ray down before killing
+#: what is left below it
+STOP_GRACE_S = 30.0
 
 
 def run_soak(*, duration_min: float, rate: float, engine: str, target: str, dtype: str,
@@ -35,7 +40,12 @@ def run_soak(*, duration_min: float, rate: float, engine: str, target: str, dtyp
     def say(line: str) -> None:
         typer.echo(f"{time.strftime('%H:%M:%S')} {line}")
 
-    result = Soak(cfg, say).run()
+    exit_on_sigterm(grace_s=STOP_GRACE_S)
+    try:
+        result = Soak(cfg, say).run()
+    except KeyboardInterrupt:
+        say("interrupted: stopping autospec serve and the controllers (no report)")
+        stop_now(130, STOP_GRACE_S)
     say(f"report: {cfg.out / 'soak.md'}")
     for line in result["verdict"]:
         say(f"MISSED: {line}")

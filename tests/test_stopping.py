@@ -14,7 +14,7 @@ import psutil
 
 SCRIPT = textwrap.dedent("""
     import subprocess, sys, time
-    from autospec.controller.stop import exit_on_sigterm
+    from autospec.stopping import exit_on_sigterm
     exit_on_sigterm(grace_s=1.0)
     polite = subprocess.Popen(["sleep", "600"])
     stubborn = subprocess.Popen([sys.executable, "-c",
@@ -39,6 +39,39 @@ def test_sigterm_takes_every_child_down_and_exits_143() -> None:
         assert proc.stdout is not None
         pids = [int(p) for p in proc.stdout.readline().split()]
         assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(_gone(p) for p in pids), [p for p in pids if not _gone(p)]
+    finally:
+        proc.kill()
+
+
+GRANDCHILD = textwrap.dedent("""
+    import subprocess, sys, time
+    from autospec.stopping import exit_on_sigterm
+    exit_on_sigterm(grace_s=1.0)
+    # a child that exits on SIGTERM but leaves behind a grandchild that ignores it
+    child = subprocess.Popen([sys.executable, "-c",
+        "import signal, subprocess, sys, time; "
+        "g = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)']); "
+        "print(g.pid, flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    grandchild = int(child.stdout.readline())
+    print(child.pid, grandchild, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_sigterm_kills_a_grandchild_its_parent_left_behind() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", GRANDCHILD], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        time.sleep(0.5)  # the grandchild's SIG_IGN in place
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
         deadline = time.monotonic() + 10

@@ -1,0 +1,71 @@
+"""How a long-running command stops on SIGTERM (a process manager, Kubernetes, the soak) or
+Ctrl-C: it takes every process below it down with it and exits at once.
+
+Used by ``autospec controller run`` — a cycle on the vLLM engine measures speed in vLLM
+engines it starts (an ``EngineCore`` process and its worker); a controller that died without
+closing them left them running (the 20-minute vLLM soak, issue 28, found two engines up
+after the run) — and by ``autospec bench soak``, whose ``autospec serve`` (a local Ray) and
+controllers outlived an interrupted soak. The direct children are asked first (SIGTERM: a
+``serve`` shuts its Ray down, an ``EngineCore`` its worker); whatever is still running below
+after the grace period is killed. A controller's running cycle is left to the lease, as
+after a crash: the next controller records it interrupted, and nothing half-promoted stays
+behind (promotion is one transaction).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+from types import FrameType
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+
+def reap_children(grace_s: float = 5.0) -> list[int]:
+    """SIGTERM the direct children, then SIGKILL every process below this one still running
+    after ``grace_s``; the pids of all that were below."""
+    me = psutil.Process()
+    everyone = me.children(recursive=True)
+    direct = me.children()
+    for proc in direct:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    psutil.wait_procs(direct, timeout=grace_s)
+    left = [p for p in everyone if _running(p)]
+    for proc in left:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(left, timeout=grace_s)
+    return [p.pid for p in everyone]
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def stop_now(code: int, grace_s: float = 5.0) -> None:
+    """Take the children down and exit with ``code`` without waiting for running jobs."""
+    pids = reap_children(grace_s)
+    if pids:
+        log.warning("stopping: took down %d process(es) below this one: %s", len(pids), pids)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
+def exit_on_sigterm(grace_s: float = 5.0) -> None:
+    """SIGTERM stops this process as :func:`stop_now` (exit status 143)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop_now(128 + signum, grace_s)
+
+    signal.signal(signal.SIGTERM, handler)
