@@ -24,16 +24,13 @@ The index comes from a directory as autospec exports it (:mod:`autospec.interop.
   environment variable :data:`INDEX_ENV` when the proposer is built (checksums from the
   export's ``manifest.json``).
 
-**The end of a request.** vLLM drafts k tokens at every step, even past ``max_tokens`` or
-past a stop token, and counts in its per-request metrics the drafts the target would have
-accepted there, which it then cuts from the output; autospec's engine and replay draft at
-most ``max_tokens - generated - 1`` tokens and count a draft accepted only if it was emitted.
-Once attached to the model runner (:meth:`SuffixIndexProposer.attach`, which autospec's worker
-extension does when it loads an index) the proposer reads each row's request and drafts as
-autospec does: no further than ``max_tokens``, and nothing after a draft that is a stop token
-(the EOS or ``stop_token_ids``; one that ends the request once ``min_tokens`` are out), so
-vLLM's counts are the emitted ones and equal replay's request by request. Unattached (``vllm
-serve`` on an export) it drafts k tokens whatever is left, as vLLM's own proposers do.
+**The end of a request.** Once attached to the model runner
+(:meth:`SuffixIndexProposer.attach`, which autospec's worker extension does when it loads an
+index) the proposer reads each row's request and drafts no further than the request can go
+(:mod:`autospec.interop.vllm_request_end`, the rule the engine applies to every proposer),
+so vLLM's counts are the emitted ones and equal replay's request by request. Unattached
+(``vllm serve`` on an export) it drafts k tokens whatever is left, as vLLM's own proposers
+do.
 
 Until an index is loaded the proposer drafts from each request's own n-grams only. With a
 per-batch-size schedule (``num_speculative_tokens_per_batch_size``: the deployment's
@@ -46,12 +43,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from autospec.interop.vllm_request_end import RequestEnd, request_end
 from autospec.speculators.suffix import VLLM_INDEX_ENV, VLLM_PROPOSER
 
 log = logging.getLogger(__name__)
@@ -103,24 +100,6 @@ class _Row:
             self.spec.extend(new.tolist())
             self.tokens[self.n : len(tokens)] = new
             self.n = len(tokens)
-
-
-@dataclass(frozen=True)
-class _End:
-    """How a row's request can end: ``left`` drafts before ``max_tokens`` (its last token is
-    the step's own); a draft in ``stops`` at index ``>= stops_from`` (``min_tokens`` out)
-    ends it."""
-
-    left: int
-    stops: frozenset[int]
-    stops_from: int
-
-    def cut(self, draft: list[int]) -> list[int]:
-        """``draft`` up to its first token that would end the request, that one kept."""
-        for j in range(self.stops_from, len(draft)):
-            if draft[j] in self.stops:
-                return draft[: j + 1]
-        return draft
 
 
 def _k_by_batch(vllm_config: Any, k: int) -> list[int] | None:
@@ -192,19 +171,9 @@ class SuffixIndexProposer:
             drafts.append(draft if end is None else end.cut(draft))
         return drafts
 
-    def _request_end(self, i: int, n: int) -> _End | None:
+    def _request_end(self, i: int, n: int) -> RequestEnd | None:
         """Where row ``i``'s request (``n`` tokens so far) can end; None unattached."""
-        if self._runner is None:
-            return None
-        req_ids = self._runner.input_batch.req_ids
-        state = self._runner.requests.get(req_ids[i]) if i < len(req_ids) else None
-        params = getattr(state, "sampling_params", None)
-        if params is None:
-            return None
-        generated = n - int(state.num_prompt_tokens)
-        left = self.k if params.max_tokens is None else params.max_tokens - generated - 1
-        return _End(left=left, stops=frozenset(params.all_stop_token_ids),
-                    stops_from=max(0, int(params.min_tokens) - generated))
+        return None if self._runner is None else request_end(self._runner, i, n, self.k)
 
     def _row(self, i: int, tokens: np.ndarray) -> Any:
         row = self._rows.get(i)

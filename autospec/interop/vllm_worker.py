@@ -18,6 +18,10 @@ so no forward pass sees a half-loaded speculator). Two moves, one per kind of dr
   custom proposer (:class:`autospec.interop.vllm_proposer.SuffixIndexProposer`), which it
   also attaches to the model runner (each row's request, so drafts stop at its end).
 
+And one call at the engine's start, :meth:`~AutospecWorkerExtension.autospec_cap_drafts`:
+whatever proposer drafts, its drafts stop where the request can end, so vLLM's per-request
+counts are the emitted ones (:mod:`autospec.interop.vllm_request_end`).
+
 Every file is read from safetensors after its SHA-256 is checked against the one autospec
 computed when it exported the version; nothing is unpickled. Each method returns a small
 dict (it crosses vLLM's msgpack boundary) and raises with a message that names what is wrong.
@@ -119,6 +123,16 @@ class AutospecWorkerExtension:
                        is_checkpoint_format=True)
         return {"loaded": sorted(tensors), "shared_skipped": skipped,
                 "seconds": time.perf_counter() - started}
+
+    def autospec_cap_drafts(self) -> dict[str, Any]:
+        """Cut every proposer's drafts where each request can end (synchronous scheduling;
+        see :mod:`autospec.interop.vllm_request_end`)."""
+        from autospec.interop.vllm_request_end import cap_drafts
+
+        if self.vllm_config.scheduler_config.async_scheduling:
+            return {"capped": False, "why": "asynchronous scheduling: vLLM verifies drafts "
+                    "on the device and reports every step"}
+        return {"capped": True, "new": cap_drafts(self.model_runner)}
 
     def autospec_load_index(self, directory: str, sha256: dict[str, str],
                             version: str | None = None) -> dict[str, Any]:

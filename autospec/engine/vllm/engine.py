@@ -125,6 +125,21 @@ class VllmEngine:
             loop.stop()
             raise
         self._init_lifecycle(cleanup, loop)
+        if speculative_config:
+            self._cap_drafts()
+
+    def _cap_drafts(self) -> None:
+        """Drafts stop where each request can end, so vLLM counts only emitted ones
+        (:mod:`autospec.interop.vllm_request_end`); a vLLM whose runner moved what that reads
+        keeps its own counting, with a warning (tests/interop/test_vllm_request_end.py pins
+        it)."""
+        try:
+            reports = self.rpc("autospec_cap_drafts")
+        except Exception as exc:  # the exactness of counts is at stake, not serving
+            log.warning("vLLM drafts are not cut at each request's end (%s): acceptance "
+                        "counts may include drafts past max_tokens", exc)
+            return
+        log.debug("draft cap: %s", reports)
 
     def _init_lifecycle(self, cleanup: Path | None = None,
                         loop: EngineLoop | None = None) -> None:

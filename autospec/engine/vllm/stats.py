@@ -10,9 +10,10 @@ length. vLLM counts a last step's drafts accepted past ``max_tokens`` or EOS and
 them from the output; autospec counts only what was emitted (a stop token accepted as a draft
 included), so the accepted count is clipped to what the emitted tokens allow (see
 docs/vllm.md, "Same proposals"). The clip is exact when every step drafted (an EAGLE head's);
-with steps that drafted nothing (an n-gram that found no match) it is only a bound, which is
-why autospec's suffix proposer drafts no further than the request can go
-(:mod:`autospec.interop.vllm_proposer`): its counts need no clip.
+with steps that drafted nothing (an n-gram that found no match, or a grammar that refused a
+step's first draft) it is only a bound, which is why the engines autospec starts draft no
+further than the request can go (:mod:`autospec.interop.vllm_request_end`): their counts
+need no clip.
 """
 
 from __future__ import annotations
