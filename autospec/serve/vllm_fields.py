@@ -24,6 +24,12 @@ vLLM upgrade adds is known without a change:
   ``chat_template_kwargs``, ``vllm_xargs``...) and any type not understood here: free-form,
   not walked.
 
+One kind of undeclared key is vLLM's to read: a content part's (``cache_control``, say),
+which vLLM passes to a chat template that iterates over content parts (the "openai" content
+format) and drops for one that renders content as a string. :func:`is_content_part_key`
+names them; the route takes them when the request's template reads them
+(:func:`autospec.serve.vllm_http.parse`).
+
 A shape is computed once per class and per path of types the bodies reach (cached), so a
 request costs a walk over its own keys.
 """
@@ -34,7 +40,7 @@ import dataclasses
 import enum
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
@@ -184,27 +190,40 @@ def request_shape(model: type[BaseModel]) -> Shape:
     return Shape([model])
 
 
-def unknown_keys(data: Any, model: type[BaseModel]) -> list[str]:
+def unknown_keys(data: Any, model: type[BaseModel],
+                 taken: Callable[[str], bool] | None = None) -> list[str]:
     """The dotted paths of ``data``'s keys that vLLM's ``model`` (and the types inside it)
-    do not declare, in the body's order; at most :data:`MAX_REPORTED`."""
+    do not declare, in the body's order, but those ``taken`` says are read anyway; at most
+    :data:`MAX_REPORTED`."""
     found: list[str] = []
-    _walk(data, request_shape(model), "", found)
+    _walk(data, request_shape(model), "", found, taken or (lambda path: False))
     return found
 
 
-def _walk(value: Any, shape: Shape, path: str, found: list[str]) -> None:
+def _walk(value: Any, shape: Shape, path: str, found: list[str],
+          taken: Callable[[str], bool]) -> None:
     if shape.free or len(found) >= MAX_REPORTED:
         return
     if isinstance(value, dict):
         for key, item in value.items():
             where = f"{path}{key}"
             if shape.objects and key not in shape.fields and not shape.values:
-                found.append(where)
+                if not taken(where):
+                    found.append(where)
                 if len(found) >= MAX_REPORTED:
                     return
             elif key in shape.fields or shape.values:
-                _walk(item, shape.child(key), f"{where}.", found)
+                _walk(item, shape.child(key), f"{where}.", found, taken)
     elif isinstance(value, list) and shape.items:
         item_shape = shape.item()
         for index, item in enumerate(value):
-            _walk(item, item_shape, f"{path}{index}.", found)
+            _walk(item, item_shape, f"{path}{index}.", found, taken)
+
+
+def is_content_part_key(path: str) -> bool:
+    """Whether ``path`` is a key of a message's content part (``messages.2.content.1.x``):
+    vLLM hands such a key to a chat template of the "openai" content format (its
+    ``_collect_extra_fields``) and drops it for one that renders content as a string."""
+    parts = path.split(".")
+    return (len(parts) == 5 and parts[0] == "messages" and parts[2] == "content"
+            and parts[1].isdigit() and parts[3].isdigit())

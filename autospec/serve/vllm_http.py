@@ -50,12 +50,13 @@ from autospec.serve.http_io import (
 from autospec.serve.requests import Prepared, RequestContext, Served
 from autospec.serve.versions import VersionManager
 from autospec.serve.vllm_decode import vllm_served
-from autospec.serve.vllm_fields import unknown_keys
+from autospec.serve.vllm_fields import is_content_part_key, unknown_keys
 from autospec.serve.vllm_openai import (
     Binding,
     Replica,
     VllmApi,
     autospec_params,
+    chat_content_format,
     unreplayable,
     vllm_settings,
 )
@@ -164,11 +165,16 @@ def _route(app: FastAPI, server: Replica, path: str, route: str, model: type[Bas
     @app.post(path)
     async def answer(request: Request) -> Response:
         data = await read_object(request, server.config.max_body_bytes)
-        req = parse(data, model)
+        api = None  # vLLM's handlers, built at the first request that gets that far
+        if route == "chat" and any(map(is_content_part_key, unknown_keys(data, model))):
+            api = await server.openai_api()  # its template decides whether they are read
+        req = parse(data, model, content_format=None if api is None else
+                    lambda req: chat_content_format(api.chat, req))
         if isinstance(req, ValidationError):
             return await _invalid(request, req)
         ctx = context(request, route, data, server.config.segments)  # the segment, once
-        return await serve(server, request, ctx, handler(await server.openai_api()), req)
+        api = api or await server.openai_api()
+        return await serve(server, request, ctx, handler(api), req)
 
 
 async def _invalid(request: Request, exc: ValidationError) -> Response:
@@ -181,12 +187,15 @@ async def _invalid(request: Request, exc: ValidationError) -> Response:
     return await validation_exception_handler(request, RequestValidationError(exc.errors()))
 
 
-def parse(data: dict[str, Any], model: type[BaseModel]) -> Any:
+def parse(data: dict[str, Any], model: type[BaseModel],
+          content_format: Callable[[Any], str | None] | None = None) -> Any:
     """``data`` as vLLM's request ``model`` (or the ``ValidationError`` vLLM's server would
     answer); a 400 for beam search, and for a key at any level that vLLM's types do not
-    declare (:func:`~autospec.serve.vllm_fields.unknown_keys`: vLLM would ignore it). The
-    keys are read after vLLM's own validators have run on ``data``: they rename in place
-    what vLLM still takes under an old name (a message's ``reasoning_content``)."""
+    declare (:func:`~autospec.serve.vllm_fields.unknown_keys`: vLLM would ignore it) —
+    but a content part's undeclared key when ``content_format(request)`` is ``"openai"``:
+    vLLM hands it to that chat template. The keys are read after vLLM's own validators have
+    run on ``data``: they rename in place what vLLM still takes under an old name (a
+    message's ``reasoning_content``)."""
     if data.get("use_beam_search"):
         raise APIError(400, "use_beam_search: beam search decodes without a speculator; "
                        "autospec does not serve it", param="use_beam_search",
@@ -196,11 +205,18 @@ def parse(data: dict[str, Any], model: type[BaseModel]) -> Any:
     except ValidationError as exc:
         return exc
     unknown = unknown_keys(data, model)
+    parts = any(is_content_part_key(k) for k in unknown)
+    if parts and content_format is not None and content_format(req) == "openai":
+        unknown = unknown_keys(data, model, taken=is_content_part_key)
     if unknown:
         many = len(unknown) > 1
+        why = " (a content part's key reaches only a chat template of the \"openai\" " \
+            "content format; this request's template renders content as a string)" \
+            if parts else ""
         raise APIError(400, f"unknown field{'s' if many else ''} "
                        f"{', '.join(map(repr, unknown))}: vLLM's OpenAI server would ignore "
-                       f"{'them' if many else 'it'}", param=unknown[0], code="unknown_field")
+                       f"{'them' if many else 'it'}{why}", param=unknown[0],
+                       code="unknown_field")
     return req
 
 

@@ -302,6 +302,26 @@ def api_args(model_dir: str, served_model_name: str,
                              f"(exit {exc.code}; see the log above)") from None
 
 
+def chat_content_format(chat: Any, req: Any) -> str | None:
+    """How the chat template vLLM's ``chat`` handler renders ``req`` with takes message
+    content: ``"openai"`` (a list of parts, each part's keys passed through) or ``"string"``
+    — vLLM's own resolution (the server's ``--chat-template-content-format``, else detected
+    from the request's or the server's template); None for a renderer other than vLLM's
+    Hugging Face one (a model-specific renderer fixes its own)."""
+    from vllm.renderers.hf import HfRenderer, resolve_chat_template_content_format
+
+    online = chat.online_renderer
+    renderer = online.renderer
+    if not isinstance(renderer, HfRenderer):
+        return None
+    params = req.build_chat_params(online.chat_template, online.chat_template_content_format)
+    tools = None if not req.tools else [tool.model_dump() for tool in req.tools]
+    return resolve_chat_template_content_format(
+        chat_template=params.chat_template, tools=tools,
+        given_format=params.chat_template_content_format, tokenizer=renderer.get_tokenizer(),
+        model_config=renderer.model_config)
+
+
 def _json(value: Any) -> str:
     import json
 

@@ -243,3 +243,40 @@ def test_the_route_answers_an_openai_shaped_400_before_vllms_handler_runs():
     assert (error["param"], error["code"], error["type"]) == \
         ("messages.0.nmae", "unknown_field", "invalid_request_error")
     assert "vLLM's OpenAI server would ignore it" in error["message"]
+
+
+PART = [{"role": "user", "content": [{"type": "text", "text": "hi",
+                                      "cache_control": {"type": "ephemeral"}}]}]
+
+
+@pytest.mark.parametrize("fmt", [None, "string"])
+def test_a_content_parts_key_is_refused_where_the_template_drops_it(fmt):
+    with pytest.raises(APIError) as refused:
+        parse({"messages": PART}, ChatCompletionRequest, content_format=lambda req: fmt)
+    assert refused.value.param == "messages.0.content.0.cache_control"
+    assert "openai" in refused.value.message
+
+
+def test_a_content_parts_key_is_taken_where_the_template_reads_it():
+    asked = []
+
+    def fmt(req: Any) -> str:
+        asked.append(req)
+        return "openai"
+
+    req = parse({"messages": PART}, ChatCompletionRequest, content_format=fmt)
+    assert isinstance(req, ChatCompletionRequest) and len(asked) == 1
+    # only a content part's keys: a misspelt key elsewhere is still refused
+    err = _refused({"messages": [{**PART[0], "nmae": "x"}]}, ChatCompletionRequest)
+    assert err.param == "messages.0.content.0.cache_control"
+    with pytest.raises(APIError) as refused:
+        parse({"messages": [{**PART[0], "nmae": "x"}]}, ChatCompletionRequest,
+              content_format=fmt)
+    assert refused.value.param == "messages.0.nmae"
+
+
+def test_the_format_is_not_asked_without_a_content_parts_key():
+    def fmt(req: Any) -> str:
+        raise AssertionError("asked")
+
+    parse({"messages": USER}, ChatCompletionRequest, content_format=fmt)

@@ -252,3 +252,27 @@ def test_every_answer_is_logged_with_its_settings_and_what_replay_cannot_apply(s
     penalized = [r for r in rows if "presence_penalty" in r]
     assert penalized and "unreplayable" not in penalized[0]
     db.dispose()
+
+
+#: a content part with a key vLLM's types do not declare, and a chat template that iterates
+#: over content parts (vLLM's "openai" content format), where vLLM hands such keys on
+PART = [{"role": "user", "content": [{"type": "text", "text": "Say hi.",
+                                      "cache_control": {"type": "ephemeral"}}]}]
+PARTS_TEMPLATE = ("{% for m in messages %}{% for p in m['content'] %}{{ p['text'] }}"
+                  "{% endfor %}{% endfor %}")
+
+
+def test_a_content_parts_key_is_refused_only_where_the_template_drops_it(servers):
+    body = {"messages": PART, "max_tokens": 4, "temperature": 0}
+    # the default target's template renders content as a string: vLLM drops the key
+    assert _post(servers, "vllm", "chat", body).status_code == 200
+    refused = _post(servers, "autospec", "chat", body)
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["param"] == "messages.0.content.0.cache_control" and "openai" in error["message"]
+    # a request naming a template that reads parts: the key is taken, and both servers give
+    # vLLM's own answer (a request's template needs --trust-request-chat-template)
+    body = {**body, "chat_template": PARTS_TEMPLATE}
+    theirs, mine = _post(servers, "vllm", "chat", body), _post(servers, "autospec", "chat", body)
+    assert (mine.status_code, mine.json()["error"]["message"]) == \
+        (theirs.status_code, theirs.json()["error"]["message"]), (mine.text, theirs.text)
