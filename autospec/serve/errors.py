@@ -43,9 +43,13 @@ def error_response(status: int, message: str, *, type: str = "invalid_request_er
 
 
 def validation_error(exc: ValidationError | RequestValidationError) -> APIError:
-    """The first problem of a pydantic validation error, as a 400 naming the field."""
+    """The first problem of a pydantic validation error, as a 400 naming the field. A key
+    no model declares goes first: across a union (a message's content, a string or a list
+    of parts) the other members' complaints (``Input should be a valid string``) would hide
+    the key's name."""
     errors = exc.errors()
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    extra = [e for e in errors if e.get("type") == "extra_forbidden"]
+    first = (extra or errors or [{"loc": (), "msg": "invalid request"}])[0]
     loc = [str(p) for p in first.get("loc", ()) if not _is_union_tag(p)]
     param = ".".join(loc) or None
     msg = str(first.get("msg", "invalid request"))

@@ -139,7 +139,8 @@ def _completion_routes(app: FastAPI, server: LLMServer) -> None:
         req, ctx = await _read(request, server, CompletionRequest, "completions")
         prepared = await server.prepare_completion(req, ctx)
         if req.stream:
-            return await _stream(request, server, prepared, chat=False)
+            return await _stream(request, server, prepared, chat=False,
+                                     usage_chunk=req.include_usage)
         served = await unless_disconnected(request, server.generate(prepared))
         if served is None:
             return client_gone()
@@ -152,7 +153,8 @@ def _completion_routes(app: FastAPI, server: LLMServer) -> None:
         req, ctx = await _read(request, server, ChatCompletionRequest, "chat")
         prepared = await server.prepare_chat(req, ctx)
         if req.stream:
-            return await _stream(request, server, prepared, chat=True)
+            return await _stream(request, server, prepared, chat=True,
+                                     usage_chunk=req.include_usage)
         served = await unless_disconnected(request, server.generate(prepared))
         if served is None:
             return client_gone()
@@ -238,14 +240,16 @@ def _piece(server: LLMServer) -> Callable[[int], str]:
 
 
 async def _stream(request: Request, server: LLMServer, prepared: Prepared, *,
-                  chat: bool) -> Response:
+                  chat: bool, usage_chunk: bool) -> Response:
+    """An SSE answer; the last chunk carries ``usage`` when ``usage_chunk``
+    (``stream_options.include_usage``), and the ``autospec`` object always."""
     steps = server.stream(prepared)  # admits now: an overload is a 503 before any byte
     # and waits for the first tokens before the 200: a request shed in the queue is a 503 too
     first = await unless_disconnected(request, anext(steps, None))
     if first is None:  # the client left while it waited (or it was abandoned)
         steps.abandon()
         return client_gone()
-    events = _sse(server, prepared, _after(first, steps), chat=chat)
+    events = _sse(server, prepared, _after(first, steps), chat=chat, usage_chunk=usage_chunk)
     return AbandoningStream(steps, events, media_type="text/event-stream",
                             headers={VERSION_HEADER: prepared.version.name,
                                      "Cache-Control": "no-cache"})
@@ -260,7 +264,7 @@ async def _after(first: list[int] | Served,
 
 
 async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterable[list[int] | Served],
-               *, chat: bool) -> AsyncIterator[str]:
+               *, chat: bool, usage_chunk: bool) -> AsyncIterator[str]:
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     chunk = _ChunkMaker(rid, server.model_name, chat)
     text = TextStream(server.target.tokenizer, prepared.params.stop)
@@ -273,7 +277,8 @@ async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterable[list[
                 if rest:
                     yield chunk.event(DeltaMessage(content=rest) if chat else rest)
                 yield chunk.event(DeltaMessage() if chat else "", item.result.finish_reason,
-                                  info=autospec_info(item), usage=usage(item, prepared))
+                                  info=autospec_info(item),
+                                  usage=usage(item, prepared) if usage_chunk else None)
             else:
                 delta = text.push(item)
                 if delta:

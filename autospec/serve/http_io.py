@@ -116,7 +116,7 @@ def context(request: Request, route: str, body: Mapping[str, Any] | None = None,
             rules: Sequence[SegmentRule] = ()) -> RequestContext:
     """The request's segment and logging choice, resolved once: the ``x-autospec-segment``
     header if sent, else the first of ``rules`` matching the headers and ``body`` (the
-    parsed JSON), else ``route`` (:mod:`autospec.serve.segments`)."""
+    parsed JSON), else ``route`` (:mod:`autospec.serve.segments`); and the body's ``user``."""
     segment = request.headers.get(SEGMENT_HEADER)
     if segment is None:
         segment = rule_segment(rules, headers=request.headers, body=body or {}) or route
@@ -126,7 +126,9 @@ def context(request: Request, route: str, body: Mapping[str, Any] | None = None,
                        f"starting with a letter or digit", param=SEGMENT_HEADER,
                        code="invalid_header")
     log_text = request.headers.get(LOG_HEADER, "on").strip().lower() not in _OFF
-    return RequestContext(route=route, segment=segment, log_text=log_text)
+    user = (body or {}).get("user")
+    return RequestContext(route=route, segment=segment, log_text=log_text,
+                          user=user if isinstance(user, str) and user else None)
 
 
 def validated(data: dict[str, Any], model: type[M]) -> M:

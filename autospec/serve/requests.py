@@ -29,6 +29,7 @@ class RequestContext:
     route: str  # "completions" or "chat"
     segment: str
     log_text: bool = True
+    user: str | None = None  # the body's ``user`` (OpenAI's end-user id), kept in the row
     arrived: float = field(default_factory=time.perf_counter)
 
 

@@ -20,7 +20,7 @@ version that served it and its acceptance figures (τ as defined in
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -48,16 +48,21 @@ _SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
 
 
 #: fields of OpenAI's and vLLM's chat and completion requests that the vLLM engine serves and
-#: this (native) layer does not declare (a test checks vLLM's request models take each)
-VLLM_FIELDS = frozenset({
-    "tools", "tool_choice", "parallel_tool_calls", "response_format",
-    "repetition_penalty", "min_p", "min_tokens", "stop_token_ids", "structured_outputs",
-    "echo", "suffix", "prompt_logprobs", "include_stop_str_in_output",
-    "skip_special_tokens", "bad_words", "allowed_token_ids", "chat_template",
-    "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "documents",
-    "priority", "request_id", "truncate_prompt_tokens", "length_penalty", "reasoning_effort",
-    "add_special_tokens", "return_tokens_as_token_ids", "spaces_between_special_tokens",
+#: this (native) layer does not declare, per route (a test checks vLLM's request model for
+#: the route takes each)
+_VLLM_BOTH = frozenset({
+    "response_format", "repetition_penalty", "min_p", "min_tokens", "stop_token_ids",
+    "structured_outputs", "echo", "prompt_logprobs", "include_stop_str_in_output",
+    "skip_special_tokens", "bad_words", "allowed_token_ids", "priority", "request_id",
+    "truncate_prompt_tokens", "length_penalty", "add_special_tokens",
+    "return_tokens_as_token_ids", "spaces_between_special_tokens",
 })
+VLLM_FIELDS = {
+    "chat": _VLLM_BOTH | {"tools", "tool_choice", "parallel_tool_calls", "chat_template",
+                          "chat_template_kwargs", "add_generation_prompt",
+                          "continue_final_message", "documents", "reasoning_effort"},
+    "completions": _VLLM_BOTH | {"suffix"},
+}
 
 
 def known_fields(model: type[BaseModel]) -> set[str]:
@@ -73,6 +78,7 @@ def known_fields(model: type[BaseModel]) -> set[str]:
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    route: ClassVar[str] = "chat"  # which of vLLM's request models a refusal's hint reads
 
     @model_validator(mode="before")
     @classmethod
@@ -84,7 +90,7 @@ class _Request(BaseModel):
         unknown = sorted(set(data) - known_fields(cls))
         if unknown:
             name = unknown[0]
-            if name in VLLM_FIELDS:
+            if name in VLLM_FIELDS[cls.route]:
                 raise APIError(400, f"{name}: the native engine does not serve it; `autospec "
                                "serve --engine vllm` does", param=name, code="unsupported_field")
             raise APIError(400, f"{name}: no such field", param=name, code="unknown_field")
@@ -100,12 +106,13 @@ class _Request(BaseModel):
                          description="choices to generate (engine vllm; the native engine: 1)")
     stream: StrictBool = False
     stream_options: dict[str, Any] | None = Field(
-        None, description="accepted; usage is always sent in the last chunk")
+        None, description="include_usage: true sends usage in the last chunk of a stream")
     ignore_eos: StrictBool = Field(False, description="extension: decode past EOS")
     presence_penalty: StrictFloat = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
     frequency_penalty: StrictFloat = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
     logit_bias: dict[str, Any] | None = None
-    user: str | None = None
+    user: str | None = Field(None, description="the end user's id: kept in the traffic row "
+                             "(not when opted out) and matched by segment rules")
 
     @field_validator("temperature", "top_p", "top_k", "n", "stream", "ignore_eos",
                      "presence_penalty", "frequency_penalty", mode="before")
@@ -124,7 +131,14 @@ class _Request(BaseModel):
             raise ValueError(f"{unknown[0]!r}: the native engine streams usage in the last "
                              "chunk only (include_usage); `autospec serve --engine vllm` "
                              "takes vLLM's stream options")
+        if value and not isinstance(value.get("include_usage", False), bool | None):
+            raise ValueError("include_usage: must be a boolean")
         return value
+
+    @property
+    def include_usage(self) -> bool:
+        """A stream's last chunk carries usage (``stream_options.include_usage``)."""
+        return bool((self.stream_options or {}).get("include_usage"))
 
     @field_validator("stop")
     @classmethod
@@ -136,8 +150,10 @@ class _Request(BaseModel):
     @model_validator(mode="after")
     def _unsupported(self) -> _Request:
         if self.stream and (self.n != 1 or self.wanted_logprobs is not None):
-            raise ValueError("stream: n > 1 and logprobs are not streamed by the native engine; "
-                             "`autospec serve --engine vllm` streams them")
+            name = "n" if self.n != 1 else "logprobs"
+            raise APIError(400, f"{name}: n > 1 and logprobs are not streamed by the native "
+                           "engine; `autospec serve --engine vllm` streams them", param=name,
+                           code="unsupported_value")
         return self
 
     @field_validator("logit_bias")
@@ -171,6 +187,8 @@ class _Request(BaseModel):
 class CompletionRequest(_Request):
     """``POST /v1/completions``: ``prompt`` is a string, a one-string list or token ids."""
 
+    route: ClassVar[str] = "completions"
+
     prompt: str | list[str] | list[StrictInt] = Field(
         ..., description="text, [text] or token ids")
     max_tokens: StrictInt | None = Field(
@@ -199,8 +217,12 @@ class CompletionRequest(_Request):
 
     @model_validator(mode="after")
     def _completion_only(self) -> CompletionRequest:
-        if self.echo or (self.best_of or 1) != 1 or self.suffix:
-            raise ValueError("echo, best_of and suffix are not served by the native engine")
+        for name in ("echo", "best_of", "suffix"):
+            value = getattr(self, name)
+            if value and not (name == "best_of" and value == 1):
+                hint = "; `autospec serve --engine vllm` serves it" if name == "echo" else ""
+                raise APIError(400, f"{name}: not served by the native engine{hint}",
+                               param=name, code="unsupported_value")
         if isinstance(self.prompt, list) and not self.prompt:
             raise ValueError("prompt: must not be empty")
         if isinstance(self.prompt, list) and isinstance(self.prompt[0], str) \
@@ -252,8 +274,9 @@ class ChatCompletionRequest(_Request):
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs: needs logprobs true")
         if self.tools:
-            raise ValueError("tools: the native engine does not serve tool calls; "
-                             "`autospec serve --engine vllm` does")
+            raise APIError(400, "tools: the native engine does not serve tool calls; "
+                           "`autospec serve --engine vllm` does", param="tools",
+                           code="unsupported_field")
         return self
 
     @property

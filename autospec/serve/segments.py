@@ -45,6 +45,8 @@ class SegmentRule(BaseModel):
                          "belongs to (1-64 letters, digits, '.', '_' or '-')")
     model: str | None = Field(None, min_length=1, description="match the request's `model` "
                               "field exactly")
+    user: str | None = Field(None, min_length=1, description="match the request's `user` "
+                             "field (OpenAI's end-user id) exactly: a segment per customer")
     system_sha256: str | None = Field(
         None, description="match a chat whose system prompt's SHA-256 (hex, of its UTF-8 "
         "text) starts with this prefix (8-64 hex digits), e.g. from "
@@ -76,14 +78,17 @@ class SegmentRule(BaseModel):
         if (self.header is None) != (self.value is None):
             raise ValueError("`header` and `value` go together: the header's name and the "
                              "value it must have")
-        if self.model is None and self.system_sha256 is None and self.header is None:
+        if self.model is None and self.user is None and self.system_sha256 is None \
+                and self.header is None:
             raise ValueError(f"the rule for segment {self.segment!r} matches nothing: give "
-                             "`model`, `system_sha256` or `header` with `value`")
+                             "`model`, `user`, `system_sha256` or `header` with `value`")
         return self
 
     def matches(self, request: RequestFacts) -> bool:
         """True if every match this rule names holds for ``request``."""
         if self.model is not None and request.model != self.model:
+            return False
+        if self.user is not None and request.user != self.user:
             return False
         if self.system_sha256 is not None and not (
                 request.system_sha256 or "").startswith(self.system_sha256):
@@ -92,13 +97,14 @@ class SegmentRule(BaseModel):
 
 
 class RequestFacts:
-    """What the rules read of one request: its ``model``, its system prompt's SHA-256 (None
-    without one) and its headers (names lower-case)."""
+    """What the rules read of one request: its ``model`` and ``user``, its system prompt's
+    SHA-256 (None without one) and its headers (names lower-case)."""
 
     def __init__(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> None:
         self.headers = {k.lower(): v for k, v in headers.items()}
-        model = body.get("model")
+        model, user = body.get("model"), body.get("user")
         self.model = model if isinstance(model, str) else None
+        self.user = user if isinstance(user, str) else None
         system = system_prompt(body)
         self.system_sha256 = None if system is None else \
             hashlib.sha256(system.encode("utf-8")).hexdigest()

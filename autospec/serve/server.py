@@ -401,7 +401,7 @@ class LLMServer:
                       "stop": list(params.stop), "ignore_eos": params.ignore_eos,
                       "k": s.version.engine.k if s.k is None else s.k, "route": p.ctx.route,
                       "concurrency": round(s.concurrency, 3), "in_flight": s.in_flight,
-                      **_shaping(params), **self.decoder.record(p, s)},
+                      **_shaping(params), **_user(p.ctx), **self.decoder.record(p, s)},
             finish_reason=s.result.finish_reason,
             latency_ms=s.latency_s * 1e3, ttft_ms=s.ttft_s * 1e3,
             num_drafts=stats.num_drafts, num_draft_tokens=stats.num_draft_tokens,
@@ -409,6 +409,11 @@ class LLMServer:
             accepted_per_position=list(stats.accepted_per_position),
             prompt_tokens=stats.prompt_tokens, output_tokens=stats.output_tokens,
         )
+
+
+def _user(ctx: RequestContext) -> dict[str, Any]:
+    """The row's end-user id, when the request named one (an opted-out row drops it)."""
+    return {} if ctx.user is None else {"user": ctx.user}
 
 
 def _shaping(params: SamplingParams) -> dict[str, Any]:

@@ -172,9 +172,25 @@ def _route(app: FastAPI, server: Replica, path: str, route: str, model: type[Bas
                     lambda req: chat_content_format(api.chat, req))
         if isinstance(req, ValidationError):
             return await _invalid(request, req)
+        limit_tokens(req, server.config, route)
         ctx = context(request, route, data, server.config.segments)  # the segment, once
         api = api or await server.openai_api()
         return await serve(server, request, ctx, handler(api), req)
+
+
+def limit_tokens(req: Any, config: ServeConfig, route: str) -> None:
+    """The deployment's bounds on tokens to generate, as on the native engine: a value above
+    ``max_tokens_limit`` is a 400 naming its field; a chat that sends neither field gets
+    ``default_max_tokens`` (vLLM still clamps it to what the context leaves, where the native
+    engine does the same; a completion's default is 16 on both)."""
+    for field in ("max_completion_tokens", "max_tokens"):
+        value = getattr(req, field, None)
+        if value is not None and value > config.max_tokens_limit:
+            raise APIError(400, f"{field} must be between 1 and {config.max_tokens_limit}, "
+                           f"got {value} (the deployment's max_tokens_limit)", param=field,
+                           code="invalid_value")
+    if route == "chat" and req.max_tokens is None and req.max_completion_tokens is None:
+        req.max_tokens = config.default_max_tokens
 
 
 async def _invalid(request: Request, exc: ValidationError) -> Response:

@@ -77,7 +77,8 @@ def test_stream_equals_non_stream_and_ends_with_done(client, route):
     base = {"max_tokens": 10, "temperature": 0, "ignore_eos": True}
     base |= {"prompt": "The quick brown fox"} if "chat" not in route else {"messages": CHAT}
     whole = client.post(route, json=base).json()
-    r = client.post(route, json=base | {"stream": True})
+    r = client.post(route, json=base | {"stream": True,
+                                        "stream_options": {"include_usage": True}})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = _events(r.text)
     assert events[-1] == "[DONE]"
@@ -94,6 +95,14 @@ def test_stream_equals_non_stream_and_ends_with_done(client, route):
     assert last["autospec"]["version"] == r.headers["x-autospec-speculator"]
     assert last["usage"]["completion_tokens"] == 10
     assert all("autospec" not in c for c in chunks[:-1])
+    # usage only when asked for (stream_options.include_usage), as OpenAI and vLLM send it
+    for options in ({}, {"stream_options": {"include_usage": False}}):
+        plain = [json.loads(e) for e in _events(
+            client.post(route, json=base | {"stream": True, **options}).text)[:-1]]
+        assert "usage" not in plain[-1] and plain[-1]["autospec"]["version"]
+    bad = client.post(route, json=base | {"stream": True, "stream_options": {
+        "include_usage": "yes"}})
+    assert bad.status_code == 400 and "include_usage" in bad.json()["error"]["message"]
 
 
 def test_stop_strings_cut_the_text_in_stream_and_not(client, tiny_llm):

@@ -142,7 +142,7 @@ def test_a_long_stream_decodes_in_linear_work_tiny(server, tiny_llm, monkeypatch
     monkeypatch.setattr(tiny_llm, "tokenizer", counting)
     n = 300
     body = {"prompt": "Once upon a time", "max_tokens": n, "temperature": 0,
-            "ignore_eos": True, "stream": True}
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     with TestClient(make_app(server)) as c:
         r = c.post("/v1/completions", json=body)
     events = [e[6:] for e in r.text.split("\n\n") if e.startswith("data: ")]

@@ -36,11 +36,12 @@ def test_opted_out_request_stores_nothing_the_client_sent_tiny(client, server, d
         assert row.sampling["num_stop"] == 2 and row.sampling["max_tokens"] == 4
 
 
-def test_logged_request_keeps_its_stop_strings_and_segment_tiny(client, server, db):
+def test_logged_request_keeps_its_stop_strings_segment_and_user_tiny(client, server, db):
     client.post("/v1/completions", json={"prompt": "hello", "max_tokens": 3,
-                                         "stop": ["velvet"]},
+                                         "stop": ["velvet"], "user": "dave-7"},
                 headers={"x-autospec-segment": "support"})
     assert server.writer.flush(10)
     with store.session_scope(db, readonly=True) as session:
         row = session.scalars(select(Request)).one()
     assert row.segment == "support" and row.sampling["stop"] == ["velvet"]
+    assert row.sampling["user"] == "dave-7"  # the end-user id is kept, not ignored

@@ -87,3 +87,15 @@ def test_autospec_serve_refuses_bad_rules_before_starting_anything(tmp_path: Pat
     assert result.exit_code == 2 and "expected a list of rules" in result.output
     result = CliRunner().invoke(app, ["serve", "--segment-rules", str(tmp_path / "nope.yaml")])
     assert result.exit_code == 2 and "nope.yaml" in result.output
+
+
+def test_a_rule_may_match_the_end_user_id():
+    rules = _rules({"segment": "acme", "user": "acme-42"},
+                   {"segment": "acme-coder", "user": "acme-7", "model": "coder-1"})
+    assert rule_segment(rules, headers={}, body={**_chat(None), "user": "acme-42"}) == "acme"
+    assert rule_segment(rules, headers={}, body={"prompt": "x", "user": "acme-42"}) == "acme"
+    assert rule_segment(rules, headers={}, body={**_chat(None), "user": "acme-43"}) is None
+    assert rule_segment(rules, headers={}, body={"user": "acme-7", "model": "coder-1"}) \
+        == "acme-coder"
+    assert rule_segment(rules, headers={}, body={"user": "acme-7"}) is None
+    assert rule_segment(rules, headers={}, body={"user": 42}) is None  # not a string

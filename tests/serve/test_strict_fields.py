@@ -91,15 +91,16 @@ def test_unknown_fields_of_a_message_are_refused_not_dropped_tiny(client):
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages.0.name"
 
 
-def test_every_field_said_to_be_served_by_vllm_is_in_vllms_request_models():
+def test_every_field_said_to_be_served_by_vllm_is_in_vllms_request_model_for_the_route():
     pytest.importorskip("vllm")
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
     from autospec.serve.schemas import VLLM_FIELDS, known_fields
 
-    taken = known_fields(ChatCompletionRequest) | known_fields(CompletionRequest)
-    assert taken >= VLLM_FIELDS, sorted(VLLM_FIELDS - taken)
+    for route, model in (("chat", ChatCompletionRequest), ("completions", CompletionRequest)):
+        taken = known_fields(model)
+        assert taken >= VLLM_FIELDS[route], (route, sorted(VLLM_FIELDS[route] - taken))
 
 
 def test_logit_bias_is_applied_by_the_native_engine_and_logged_tiny(client, db):
@@ -150,3 +151,37 @@ def test_penalties_are_applied_by_the_native_engine_and_logged_tiny(client, db):
 def test_a_penalty_outside_openais_range_is_a_400_tiny(client, field):
     r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, field: 2.5})
     _error(r, field)
+
+
+def test_the_vllm_hint_is_given_only_where_vllm_takes_the_field_on_that_route(client):
+    chat = client.post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hi"}], "suffix": "x"})
+    assert chat.status_code == 400 and chat.json()["error"]["code"] == "unknown_field"
+    completion = client.post("/v1/completions", json={"prompt": "hi", "tool_choice": "auto"})
+    assert completion.status_code == 400 and \
+        completion.json()["error"]["code"] == "unknown_field"
+    tools = client.post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"})
+    assert tools.json()["error"]["code"] == "unsupported_field"
+    assert "--engine vllm" in tools.json()["error"]["message"]
+
+
+def test_refusals_name_their_field(client):
+    part = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}]})
+    assert part.status_code == 400
+    assert part.json()["error"]["param"] == "messages.0.content.0.cache_control"
+    for body, param in (
+            ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
+             "tools"),
+            ({"messages": [{"role": "user", "content": "hi"}], "stream": True, "n": 2}, "n"),
+            ({"messages": [{"role": "user", "content": "hi"}], "stream": True,
+              "logprobs": True}, "logprobs")):
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    for body, param in (({"echo": True}, "echo"), ({"best_of": 2}, "best_of"),
+                        ({"suffix": "end"}, "suffix")):
+        r = client.post("/v1/completions", json={"prompt": "hi", **body})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2,
+                                                 "best_of": 1}).status_code == 200

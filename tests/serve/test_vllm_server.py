@@ -241,7 +241,8 @@ def test_stream_with_n_or_logprobs_is_a_400_naming_it(vllm_server):
 def test_stream_sends_steps_then_usage_and_the_version(vllm_server):
     with TestClient(make_app(vllm_server)) as client:
         r = client.post("/v1/chat/completions", json={
-            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": True})
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": True,
+            "stream_options": {"include_usage": True}})
     events = [line[6:] for line in r.text.split("\n\n") if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     last = json.loads(events[-2])
