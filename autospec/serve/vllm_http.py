@@ -10,7 +10,10 @@ errors. Around them, autospec's own:
   a key vLLM's types do not declare, at any level (``temprature``, ``messages.0.nmae``,
   ``tools.0.function.descripton``), is a 400 naming its path — vLLM's server would ignore
   it; here no field is ignored silently (:mod:`autospec.serve.vllm_fields`);
-- ``use_beam_search`` is a 400 (beam search runs no speculator);
+- ``use_beam_search`` is served as vLLM serves it but not logged: vLLM's beam search decodes
+  one token per engine call (``beam_width`` calls a step), so no speculator drafts and its
+  one-token calls are no traffic to learn from; the answer names the version it was bound
+  to and carries no ``autospec`` object;
 - admission: a request beyond ``max_pending_requests`` is a 503 before vLLM sees it, and the
   request is bound to the live version until its answer ends;
 - the answer names the version in ``x-autospec-speculator`` (and ``x-autospec-drafted-by``
@@ -172,25 +175,32 @@ def _route(app: FastAPI, server: Replica, path: str, route: str, model: type[Bas
                     lambda req: chat_content_format(api.chat, req))
         if isinstance(req, ValidationError):
             return await _invalid(request, req)
-        limit_tokens(req, server.config, route)
+        refused = limit_tokens(req, server.config, route)
+        if refused is not None:
+            return refused
         ctx = context(request, route, data, server.config.segments)  # the segment, once
         api = api or await server.openai_api()
         return await serve(server, request, ctx, handler(api), req)
 
 
-def limit_tokens(req: Any, config: ServeConfig, route: str) -> None:
+def limit_tokens(req: Any, config: ServeConfig, route: str) -> Response | None:
     """The deployment's bounds on tokens to generate, as on the native engine: a value above
-    ``max_tokens_limit`` is a 400 naming its field; a chat that sends neither field gets
+    ``max_tokens_limit`` is a 400 naming its field, in vLLM's error shape (vLLM answers a
+    value past the context the same way); a chat that sends neither field gets
     ``default_max_tokens`` (vLLM still clamps it to what the context leaves, where the native
-    engine does the same; a completion's default is 16 on both)."""
+    engine does the same; a completion's default is 16 on both). None: within bounds."""
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+
     for field in ("max_completion_tokens", "max_tokens"):
         value = getattr(req, field, None)
         if value is not None and value > config.max_tokens_limit:
-            raise APIError(400, f"{field} must be between 1 and {config.max_tokens_limit}, "
-                           f"got {value} (the deployment's max_tokens_limit)", param=field,
-                           code="invalid_value")
+            error = create_error_response(
+                f"{field} must be between 1 and {config.max_tokens_limit}, got {value} (the "
+                "deployment's max_tokens_limit)", param=field)
+            return JSONResponse(error.model_dump(), status_code=error.error.code)
     if route == "chat" and req.max_tokens is None and req.max_completion_tokens is None:
         req.max_tokens = config.default_max_tokens
+    return None
 
 
 async def _invalid(request: Request, exc: ValidationError) -> Response:
@@ -206,16 +216,12 @@ async def _invalid(request: Request, exc: ValidationError) -> Response:
 def parse(data: dict[str, Any], model: type[BaseModel],
           content_format: Callable[[Any], str | None] | None = None) -> Any:
     """``data`` as vLLM's request ``model`` (or the ``ValidationError`` vLLM's server would
-    answer); a 400 for beam search, and for a key at any level that vLLM's types do not
+    answer); a 400 for a key at any level that vLLM's types do not
     declare (:func:`~autospec.serve.vllm_fields.unknown_keys`: vLLM would ignore it) —
     but a content part's undeclared key when ``content_format(request)`` is ``"openai"``:
     vLLM hands it to that chat template. The keys are read after vLLM's own validators have
     run on ``data``: they rename in place what vLLM still takes under an old name (a
     message's ``reasoning_content``)."""
-    if data.get("use_beam_search"):
-        raise APIError(400, "use_beam_search: beam search decodes without a speculator; "
-                       "autospec does not serve it", param="use_beam_search",
-                       code="unsupported_value")
     try:
         req = model.model_validate(data)
     except ValidationError as exc:
@@ -241,6 +247,7 @@ async def serve(server: Replica, request: Request, ctx: RequestContext,
     """Admit the request, run vLLM's ``handler`` on it, and answer with autospec's
     header and ``autospec`` object."""
     binding = server.bind(ctx)
+    binding.unlogged = bool(getattr(req, "use_beam_search", False))  # see the module doc
     try:
         with binding:  # the engine proxy reads it when vLLM's handler calls generate
             result = await unless_disconnected(request, handler(req, request))

@@ -283,24 +283,27 @@ def test_the_format_is_not_asked_without_a_content_parts_key():
 
 
 def test_the_deployments_token_bounds_apply_on_vllm_as_on_native():
+    import json
+
     from autospec.serve.config import ServeConfig
     from autospec.serve.vllm_http import limit_tokens
 
     config = ServeConfig(max_tokens_limit=100, default_max_tokens=32)
     for field in ("max_tokens", "max_completion_tokens"):
         req = parse({"messages": USER, field: 101}, ChatCompletionRequest)
-        with pytest.raises(APIError) as refused:
-            limit_tokens(req, config, "chat")
-        assert refused.value.param == field and "max_tokens_limit" in refused.value.message
-    with pytest.raises(APIError):
-        limit_tokens(parse({"prompt": "x", "max_tokens": 101}, CompletionRequest), config,
-                     "completions")
+        refused = limit_tokens(req, config, "chat")
+        assert refused is not None and refused.status_code == 400
+        error = json.loads(bytes(refused.body))["error"]  # vLLM's shape: code = the status
+        assert error["param"] == field and error["code"] == 400
+        assert "max_tokens_limit" in error["message"]
+    assert limit_tokens(parse({"prompt": "x", "max_tokens": 101}, CompletionRequest), config,
+                        "completions") is not None
     omitted = parse({"messages": USER}, ChatCompletionRequest)
-    limit_tokens(omitted, config, "chat")
+    assert limit_tokens(omitted, config, "chat") is None
     assert omitted.max_tokens == 32  # default_max_tokens, as the native engine's chat
     sent = parse({"messages": USER, "max_completion_tokens": 100}, ChatCompletionRequest)
-    limit_tokens(sent, config, "chat")
+    assert limit_tokens(sent, config, "chat") is None
     assert sent.max_tokens is None and sent.max_completion_tokens == 100
     completion = parse({"prompt": "x"}, CompletionRequest)
-    limit_tokens(completion, config, "completions")
+    assert limit_tokens(completion, config, "completions") is None
     assert completion.max_tokens == 16  # vLLM's and the native engine's completion default
