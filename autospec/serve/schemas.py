@@ -55,7 +55,7 @@ _VLLM_BOTH = frozenset({
     "structured_outputs", "echo", "prompt_logprobs", "include_stop_str_in_output",
     "skip_special_tokens", "bad_words", "allowed_token_ids", "priority", "request_id",
     "truncate_prompt_tokens", "length_penalty", "add_special_tokens",
-    "return_tokens_as_token_ids", "spaces_between_special_tokens",
+    "return_tokens_as_token_ids", "spaces_between_special_tokens", "use_beam_search",
 })
 VLLM_FIELDS = {
     "chat": _VLLM_BOTH | {"tools", "tool_choice", "parallel_tool_calls", "chat_template",

@@ -86,6 +86,8 @@ class Binding:
     version: ServedVersion
     served: Any = None  # the finished request (:class:`~autospec.serve.requests.Served`)
     released: bool = False
+    #: its engine calls write no traffic row (beam search: one-token calls, nothing drafted)
+    unlogged: bool = False
 
     def __enter__(self) -> Binding:
         self._token = _BINDING.set(self)
@@ -128,7 +130,7 @@ class EngineProxy:
         except (asyncio.CancelledError, GeneratorExit):  # the client left: vLLM aborts it
             self._server.metrics.abandoned.labels("decoding").inc()
             raise
-        if done:
+        if done and not binding.unlogged:
             self._finished(binding, whole.final(), sampling_params, ttft, first)
 
     def _finished(self, binding: Binding, output: Any, sampling_params: Any, ttft: float,

@@ -125,8 +125,7 @@ def test_a_field_vllm_would_ignore_is_a_400_naming_it():
     with pytest.raises(APIError) as refused:
         parse({**body, "temprature": 0.1}, ChatCompletionRequest)
     assert refused.value.status == 400 and refused.value.param == "temprature"
-    with pytest.raises(APIError, match="use_beam_search"):
-        parse({**body, "use_beam_search": True}, ChatCompletionRequest)
+    assert parse({**body, "use_beam_search": True}, ChatCompletionRequest).use_beam_search
     invalid = parse({**body, "max_tokens": "many"}, ChatCompletionRequest)
     assert invalid.errors()[0]["loc"] == ("max_tokens",)  # vLLM's handler answers it
 

@@ -276,3 +276,36 @@ def test_a_content_parts_key_is_refused_only_where_the_template_drops_it(servers
     theirs, mine = _post(servers, "vllm", "chat", body), _post(servers, "autospec", "chat", body)
     assert (mine.status_code, mine.json()["error"]["message"]) == \
         (theirs.status_code, theirs.json()["error"]["message"]), (mine.text, theirs.text)
+
+
+def _rows(url: str) -> int:
+    from sqlalchemy import func, select
+
+    from autospec.store.models import Request
+
+    db = store.open_store(url)
+    try:
+        with store.session_scope(db, readonly=True) as session:
+            return int(session.scalar(select(func.count()).select_from(Request)) or 0)
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize("route", ["chat", "completions"])
+def test_beam_search_is_served_as_vllm_serves_it_and_not_logged(servers, route):
+    ask = {"messages": USER} if route == "chat" else {"prompt": "The capital of France is"}
+    body = {**ask, "max_tokens": 6, "use_beam_search": True, "n": 2, "temperature": 0}
+    before = _rows(servers["url"])
+    theirs, mine = _post(servers, "vllm", route, body), _post(servers, "autospec", route, body)
+    assert mine.status_code == theirs.status_code == 200, (mine.text, theirs.text)
+    assert _text(mine.json()) == _text(theirs.json())
+    assert _shape(mine.json()) == _shape(theirs.json())  # no autospec object: nothing drafted
+    assert mine.headers["x-autospec-speculator"]
+    # a plain request after it is logged; the beam search's one-token engine calls are not
+    plain = _post(servers, "autospec", route, {**ask, "max_tokens": 2, "temperature": 0})
+    assert plain.status_code == 200
+    deadline = time.monotonic() + 30
+    while _rows(servers["url"]) < before + 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(1.0)
+    assert _rows(servers["url"]) == before + 1
