@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from autospec import store
 from autospec.engine.sampling import SamplingParams
@@ -55,6 +56,7 @@ from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.kind import FitTraining
 from autospec.speculators.registry import build_speculator, new_speculator
+from autospec.store.retry import retrying
 from autospec.threads import ThreadSetting, resolve_threads, torch_threads
 from autospec.train.data import (
     SyntheticMix,
@@ -370,9 +372,29 @@ def _register(engine: Engine, request: TrainRequest, spec: SavableSpeculator, ta
     root = request.artifact_dir or get_settings().resolved_artifact_dir
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".partial-{uuid.uuid4().hex}"
-    final: Path | None = None
     try:
         sha = save_speculator(spec, tmp)
+        version, final = retrying(
+            f"registering the candidate of run {run_id}",
+            lambda: _register_once(engine, request, target, tmp, root, sha, metrics, run_id,
+                                   parent, meta, getattr(spec.config, "draft_vocab_size", None)))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("registered %s (%s) from run %d", version, final, run_id)
+    return TrainOutcome(version=version, run_id=run_id, artifact=final, sha256=sha,
+                        parent=parent, metrics=metrics)
+
+
+def _register_once(engine: Engine, request: TrainRequest, target: Target, tmp: Path,
+                   root: Path, sha: str, metrics: dict[str, Any], run_id: int,
+                   parent: str | None, meta: dict[str, Any],
+                   draft_vocab_size: int | None) -> tuple[str, Path]:
+    """One try at the registering transaction: the artifact in ``tmp`` takes its version's
+    name, and goes back to ``tmp`` when the transaction fails (for the next try, or its
+    removal)."""
+    final: Path | None = None
+    try:
         with store.session_scope(engine) as session:
             version = store.next_version(session, kind=request.kind)
             final = root / version
@@ -380,29 +402,28 @@ def _register(engine: Engine, request: TrainRequest, spec: SavableSpeculator, ta
             store.register_speculator(
                 session, version=version, kind=request.kind, target_id=target.info.target_id,
                 target_revision=target.info.revision, artifact_uri=str(final), sha256=sha,
-                parent=parent, draft_vocab_size=getattr(spec.config, "draft_vocab_size", None),
-                training_run_id=run_id, meta={**meta, "metrics": _summary(metrics)},
-                actor="trainer")
+                parent=parent, draft_vocab_size=draft_vocab_size, training_run_id=run_id,
+                meta={**meta, "metrics": _summary(metrics)}, actor="trainer")
             store.finish_training_run(session, run_id=run_id, status="succeeded",
                                       version=version, metrics=metrics)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if final is not None:
-            shutil.rmtree(final, ignore_errors=True)
+        if final is not None and final.exists() and not tmp.exists():
+            final.rename(tmp)
         raise
-    log.info("registered %s (%s) from run %d", version, final, run_id)
-    return TrainOutcome(version=version, run_id=run_id, artifact=final, sha256=sha,
-                        parent=parent, metrics=metrics)
+    return version, final
 
 
 def _record_failure(engine: Engine, run_id: int, exc: BaseException) -> None:
     reason = {KeyboardInterrupt: "interrupted", TrainingStopped: "stopped"}.get(
         type(exc), type(exc).__name__)
     message = f"{reason}: {exc}".strip().rstrip(":")
-    try:
+    def write() -> None:
         with store.session_scope(engine) as session:
             store.finish_training_run(session, run_id=run_id, status="failed", error=message)
-    except store.StoreError as store_exc:  # the original error matters more
+
+    try:  # a store outage is waited out: else the run would stay `running`
+        retrying(f"recording the failure of run {run_id}", write)
+    except (store.StoreError, SQLAlchemyError) as store_exc:  # the original error matters more
         log.error("could not record the failure of run %d: %s", run_id, store_exc)
 
 
