@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 FULL_SCHEDULE: list[tuple[float, str, dict[str, float]]] = [
     (0.12, "replica_sigkill", {}),
     (0.20, "controller_sigkill_training", {}),
-    (0.38, "db_locked", {"hold_s": 60.0}),
+    (0.38, "db_locked", {"hold_s": 60.0, "at_registration": 1.0}),
     (0.48, "artifacts_read_only", {}),
     (0.60, "bad_version", {}),
     (0.70, "operator_promote_rollback", {}),

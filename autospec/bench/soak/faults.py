@@ -142,13 +142,26 @@ def _has_cycle_record(events: list[dict[str, Any]], version: str | None) -> bool
     return any(c["promoted"] == version for c in cycles(events))
 
 
-def database_locked(ctx: FaultContext, *, hold_s: float = 60.0) -> FaultRecord:
+#: the kinds trained by gradient: their runs last long enough to time a lock on their end
+GRADIENT_KINDS = ("eagle3", "draft")
+
+
+def database_locked(ctx: FaultContext, *, hold_s: float = 60.0,
+                    at_registration: float = 0.0) -> FaultRecord:
     """Hold an exclusive write lock on the SQLite file for ``hold_s`` while traffic flows
-    (replicas spill rows, a cycle cannot write). Recovery: from the release until a traffic
-    row written after it appears."""
-    rec = FaultRecord(f"database locked {hold_s:.0f}s")
+    (replicas spill rows, a cycle cannot write). With ``at_registration``, timed so a cycle
+    tries to register a version meanwhile: once a gradient run is training, the lock is
+    taken ``hold_s / 2`` before that run's kind usually ends (the median of its earlier
+    runs); ok then also needs the run closed after the release (registered, or failed with
+    its reason) and no artifact directory without its version. Recovery: from the release
+    until a traffic row written after it appears."""
+    rec = FaultRecord(f"database locked {hold_s:.0f}s"
+                      + (" at a registration" if at_registration else ""))
     if ctx.db_path is None:
         rec.skipped = "not a SQLite store"
+        return rec
+    run = _time_for_registration(ctx, rec, hold_s) if at_registration else None
+    if rec.skipped:
         return rec
     conn = sqlite3.connect(ctx.db_path, timeout=30.0, isolation_level=None)
     try:
@@ -164,8 +177,43 @@ def database_locked(ctx: FaultContext, *, hold_s: float = 60.0) -> FaultRecord:
     rec.detail.append(f"held {released - rec.at:.0f}s; answered meanwhile: {meanwhile}")
     row = wait_until(lambda: any(r.at >= released for r in ctx.view.rows()), ctx.deadline, 1.0)
     rec.recovery_s = time.time() - released if row else None
-    rec.ok = bool(row)
+    rec.ok = bool(row) and (run is None or _registration_after(ctx, rec, run, released))
     return rec
+
+
+def _time_for_registration(ctx: FaultContext, rec: FaultRecord, hold_s: float) -> Any:
+    """Wait for a gradient run, then until ``hold_s / 2`` before its kind usually ends; the
+    run (None, with ``rec.skipped`` set, when none trained before the deadline)."""
+    since = time.time()
+    run = wait_until(lambda: ctx.view.running_run(since, GRADIENT_KINDS), ctx.deadline, 0.5)
+    if run is None:
+        rec.skipped = "no training run started before the deadline"
+        return None
+    took = ctx.view.typical_training_s(run.kind)
+    if took is not None:
+        time.sleep(max(0.0, min(run.started + took - hold_s / 2, ctx.deadline) - time.time()))
+    rec.detail.append(f"timed on run {run.id} ({run.kind}; its kind took "
+                      f"{'?' if took is None else f'{took:.0f}s'} before)")
+    return run
+
+
+def _registration_after(ctx: FaultContext, rec: FaultRecord, run: Any,
+                        released: float) -> bool:
+    """The timed run ended after the release with a verdict, nothing half-registered."""
+    ended = wait_until(lambda: (r := ctx.view.run(run.id)).status != "running" and r,
+                       ctx.deadline, 1.0)
+    root, known = ctx.data_dir / "artifacts", {v["version"] for v in ctx.view.versions()}
+    orphans = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name not in known) \
+        if root.is_dir() else []  # a .partial-* directory left behind counts too
+    if not ended:
+        rec.detail.append(f"run {run.id} still running at the deadline")
+        return False
+    when = "" if ended.finished is None else f" {ended.finished - released:+.0f}s from the release"
+    rec.detail.append(f"run {run.id}: {ended.status}{when}"
+                      + (f", registered {ended.version}" if ended.version else "")
+                      + (f" ({ended.error})" if ended.error else "")
+                      + (f"; artifacts without a version: {orphans}" if orphans else ""))
+    return not orphans and (ended.status == "succeeded" or bool(ended.error))
 
 
 @contextlib.contextmanager

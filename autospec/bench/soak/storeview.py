@@ -36,6 +36,25 @@ class Row:
     accepted: int
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """A training run: its id, kind and state, when it started and ended (epoch s)."""
+
+    id: int
+    kind: str
+    status: str
+    started: float
+    finished: float | None
+    version: str | None
+    error: str | None
+
+
+def _run_info(run: TrainingRun) -> RunInfo:
+    return RunInfo(id=run.id, kind=run.kind, status=run.status, started=epoch(run.started_at),
+                   finished=None if run.finished_at is None else epoch(run.finished_at),
+                   version=run.version, error=run.error)
+
+
 class StoreView:
     """Read-only queries on the soak's store."""
 
@@ -75,6 +94,28 @@ class StoreView:
         with store.session_scope(self.engine, readonly=True) as session:
             runs = session.scalars(select(TrainingRun).where(TrainingRun.status == "running"))
             return any(epoch(r.started_at) >= since for r in runs)
+
+    def running_run(self, since: float, kinds: tuple[str, ...]) -> RunInfo | None:
+        """A training run of one of ``kinds`` started after ``since`` and running now."""
+        with store.session_scope(self.engine, readonly=True) as session:
+            runs = session.scalars(select(TrainingRun).where(
+                TrainingRun.status == "running", TrainingRun.kind.in_(kinds)))
+            found = [r for r in runs if epoch(r.started_at) >= since]
+            return _run_info(found[-1]) if found else None
+
+    def run(self, run_id: int) -> RunInfo:
+        """One training run as it stands."""
+        with store.session_scope(self.engine, readonly=True) as session:
+            return _run_info(session.get_one(TrainingRun, run_id))
+
+    def typical_training_s(self, kind: str) -> float | None:
+        """The median duration of the succeeded runs of ``kind`` so far (None: none yet)."""
+        with store.session_scope(self.engine, readonly=True) as session:
+            runs = session.scalars(select(TrainingRun).where(
+                TrainingRun.status == "succeeded", TrainingRun.kind == kind))
+            took = sorted(epoch(r.finished_at) - epoch(r.started_at) for r in runs
+                          if r.finished_at is not None)
+        return took[len(took) // 2] if took else None
 
     def promote_verdict_since(self, since: float) -> str | None:
         """A candidate the gate passed after ``since`` (its evaluation row), or None."""
