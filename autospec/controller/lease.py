@@ -22,6 +22,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from autospec import store
@@ -75,8 +76,11 @@ class HeldLease:
                 with store.session_scope(self.engine) as session:
                     ok = store.renew_lease(session, name=self.name, holder=self.holder,
                                            ttl=self.ttl)
-            except store.StoreError as exc:  # keep trying until the TTL runs out
-                log.warning("lease %s: renewal failed: %s", self.name, exc)
+            except (store.StoreError, SQLAlchemyError) as exc:  # a store outage (locked,
+                # down): keep trying until the TTL runs out; an uncaught one ended this
+                # thread, and the lease then expired after the store was back
+                log.warning("lease %s: renewal failed: %s", self.name,
+                            str(exc).splitlines()[0][:200])
                 continue
             if not ok:
                 log.error("lease %s: lost (expired or taken over)", self.name)
