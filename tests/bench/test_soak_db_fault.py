@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from autospec.bench.soak.faults import FaultContext, database_locked
-from autospec.bench.soak.storeview import RunInfo, Row
+from autospec.bench.soak.storeview import Row, RunInfo
 
 
 class _View:
