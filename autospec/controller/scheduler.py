@@ -36,6 +36,7 @@ from autospec.controller.cycle import Controller
 from autospec.controller.policy import Schedule
 from autospec.controller.result import CycleResult
 from autospec.controller.watch import Watcher
+from autospec.memory import release_freed_memory
 from autospec.store.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,11 @@ def build_scheduler(controller: Controller, *, scheduler: BaseScheduler | None =
 
 
 def run_cycle_job(controller: Controller) -> dict[str, Any]:
-    result = controller.run_cycle(trigger="schedule")
+    """One scheduled cycle, then the heap it freed handed back (:mod:`autospec.memory`)."""
+    try:
+        result = controller.run_cycle(trigger="schedule")
+    finally:
+        release_freed_memory()
     log.info("scheduled cycle: %s", cycle_summary(result))
     return result.as_dict()
 

@@ -44,7 +44,7 @@ meanwhile. The replica report names the deployment's version; the segments' are 
 bytes) and in the log.
 
 **Memory.** :data:`TRIM_AFTER_S` after a swap (or a segment's version freed) the watcher
-hands the freed heap back to the OS (:func:`autospec.serve.memory.release_freed_memory`):
+hands the freed heap back to the OS (:func:`autospec.memory.release_freed_memory`):
 without it glibc keeps the old version's pages and the replica's resident set steps up at
 each swap (the soak's "+75 MiB per eagle3 swap", docs/soak.md).
 
@@ -68,9 +68,9 @@ from autospec import store
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.interface import Engine as DecodingEngine
 from autospec.engine.target import Target
+from autospec.memory import release_freed_memory
 from autospec.serve.bands import MAX_K, BandsError, KBands, parse_bands
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION
-from autospec.serve.memory import release_freed_memory
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.registry import new_speculator
 from autospec.store.models import utcnow
@@ -245,7 +245,7 @@ class VersionManager:
 
     def _trim_if_due(self) -> None:
         """A while after a swap (the old version's last requests ended, its engine closed),
-        give its freed memory back (:mod:`autospec.serve.memory`)."""
+        give its freed memory back (:mod:`autospec.memory`)."""
         if self._trim_due is not None and time.monotonic() >= self._trim_due:
             self._trim_due = None
             release_freed_memory()

@@ -12,7 +12,7 @@ import pytest
 
 PROBE = """
 import gc, psutil
-from autospec.serve.memory import release_freed_memory
+from autospec.memory import release_freed_memory
 proc = psutil.Process()
 release_freed_memory()
 before = proc.memory_info().rss
