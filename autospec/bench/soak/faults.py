@@ -101,14 +101,15 @@ def replica_sigkill(ctx: FaultContext) -> FaultRecord:
 
 def controller_sigkill(ctx: FaultContext, *, when: str) -> FaultRecord:
     """SIGKILL the controller ``when`` = ``training`` (a training run is running) or ``gated``
-    (an evaluation passed the gate), then start another. Recovery: until the new controller
-    records the interrupted cycle (a ``failure`` event of type ``cycle``); ok when it did and
-    no version of the killed cycle went live without its cycle record."""
+    (an evaluation of the cycle running passed the gate, its candidate not promoted yet),
+    then start another. Recovery: until the new controller records the interrupted cycle
+    (a ``failure`` event of type ``cycle``); ok when it did and no version of the killed
+    cycle went live without its cycle record."""
     moment = "in training" if when == "training" else "right after the gate passed"
     rec = FaultRecord(f"controller SIGKILL ({moment})")
     since = time.time()
     ready = ((lambda: ctx.view.training_running_since(since)) if when == "training"
-             else (lambda: ctx.view.promote_verdict_since(since)))
+             else ctx.view.gate_passed_pending)
     hit = wait_until(ready, ctx.deadline, 0.1)
     if not hit or ctx.controller is None:
         rec.skipped = f"the controller was not {when} before the deadline"

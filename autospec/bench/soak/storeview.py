@@ -117,12 +117,26 @@ class StoreView:
                           if r.finished_at is not None)
         return took[len(took) // 2] if took else None
 
-    def promote_verdict_since(self, since: float) -> str | None:
-        """A candidate the gate passed after ``since`` (its evaluation row), or None."""
+    def gate_passed_pending(self) -> str | None:
+        """A candidate the gate passed in the cycle running now and not yet promoted, or
+        None: an evaluation that decided ``promote`` after the newest cycle record (a
+        ``note`` or ``failure`` of type ``cycle``), its candidate not in a promotion since.
+        The window between the two is when a controller killed "right after the gate
+        passed" must die; an evaluation written before the fault began watching counts too
+        (a cycle's evaluations come minutes before its promotion)."""
+        events = self.events()
+        closed = [e["at"] for e in events if e["kind"] in ("note", "failure")
+                  and e["details"].get("type") == "cycle"]
+        after = max(closed, default=0.0)
         with store.session_scope(self.engine, readonly=True) as session:
-            rows = session.scalars(select(Evaluation).where(Evaluation.decision == "promote"))
-            passed = [e for e in rows if epoch(e.created_at) >= since]
-            return passed[-1].candidate if passed else None
+            rows = session.scalars(select(Evaluation).where(Evaluation.decision == "promote")
+                                   .order_by(Evaluation.id))
+            passed = [(e.candidate, epoch(e.created_at)) for e in rows
+                      if epoch(e.created_at) > after]
+        promoted = {(e["version"], e["at"]) for e in events if e["kind"] == "promotion"}
+        pending = [c for c, at in passed
+                   if not any(v == c and t >= at for v, t in promoted)]
+        return pending[-1] if pending else None
 
     def rows(self) -> list[Row]:
         """Every traffic row (the soak's carry their request's number as the seed)."""
