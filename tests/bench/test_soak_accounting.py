@@ -124,3 +124,29 @@ def test_an_operator_move_too_late_to_be_seen_is_skipped_not_failed() -> None:
     ctx = SimpleNamespace(deadline=time.time() + OPERATOR_WINDOW_S / 4)
     rec = operator_promote_rollback(ctx)  # type: ignore[arg-type]
     assert not rec.ok and "s of traffic left" in rec.skipped and rec.at == 0.0
+
+
+def test_short_lived_processes_are_one_row_per_kind_in_the_report() -> None:
+    from autospec.bench.soak.report import _memory
+
+    memory = {"replica[7]": {"rss_mib_per_minute": {"3": 1186.0, "30": 1389.0},
+                             "growth_after_warmup_pct": 12.1},
+              **{f"VLLM::EngineCore[{p}]": {"rss_mib_per_minute": {"12": 700.0 + p},
+                                            "growth_after_warmup_pct": None}
+                 for p in (1, 2, 3)},
+              "mp-spawn[9]": {"rss_mib_per_minute": {"1": 20.0},
+                              "growth_after_warmup_pct": None}}
+    rows = _memory({"memory": memory})[2:]
+    assert rows == ["| replica[7] | 1186 → 1389 | +12.1 % |",
+                    "| VLLM::EngineCore ×3, each too short-lived to judge | largest 703 | — |"]
+
+
+def test_python_helpers_are_named_by_what_they_run() -> None:
+    from autospec.bench.soak.procs import _python_kind
+
+    assert _python_kind(["-B", "-c", "from multiprocessing.resource_tracker import main"]) \
+        == "mp-resource-tracker"
+    assert _python_kind(["-B", "-s", "-c", "from multiprocessing.spawn import spawn_main"]) \
+        == "mp-spawn"
+    assert _python_kind(["-u", "/x/ray/dashboard/agent.py", "--x"]) == "agent"
+    assert _python_kind(["-m", "ray.util.client.server"]) == "server"

@@ -92,6 +92,21 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def _python_kind(args: list[str]) -> str:
+    """A Python process by what it runs: a script's stem (Ray's helpers), ``-m``'s module,
+    or for ``-c`` the multiprocessing role (vLLM's and torch's spawned helpers)."""
+    for i, arg in enumerate(args):
+        if arg == "-m" and i + 1 < len(args):
+            return args[i + 1].rsplit(".", 1)[-1][:24]
+        if arg == "-c" and i + 1 < len(args):
+            code = args[i + 1]
+            return ("mp-resource-tracker" if "resource_tracker" in code
+                    else "mp-spawn" if "spawn_main" in code else "python-c")
+        if not arg.startswith("-"):
+            return Path(arg).stem[:24]
+    return "python"
+
+
 def label(p: psutil.Process) -> str:
     """What a process is, and its pid: ``serve[123]``, ``replica[456]``, ``raylet[789]``."""
     try:
@@ -110,8 +125,8 @@ def label(p: psutil.Process) -> str:
         kind = "controller"
     elif " serve " in f"{cmd} ":
         kind = "serve"
-    elif name.startswith("python") and len(argv) > 1:  # Ray's helper scripts
-        kind = Path(argv[1]).stem[:24]
+    elif name.startswith("python") and len(argv) > 1:
+        kind = _python_kind(argv[1:])
     else:
         kind = (name or cmd.split(" ")[0]).removeprefix("ray::")[:24]
     return f"{kind}[{p.pid}]"

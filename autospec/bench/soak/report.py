@@ -82,14 +82,22 @@ def _cycles(r: dict[str, Any]) -> list[str]:
 
 
 def _memory(r: dict[str, Any]) -> list[str]:
+    """One row per process judged for growth; the short-lived ones (vLLM engines a speed
+    measurement started and closed, a killed replica or controller) one row per kind."""
     out = ["| process | RSS first → last (MiB) | growth after warm-up |", "|---|---|---|"]
+    brief: dict[str, list[float]] = {}
     for name, m in r["memory"].items():
         values = list(m["rss_mib_per_minute"].values())
         if not values or values[-1] < 50:
             continue  # small helpers: in the JSON
         growth = m["growth_after_warmup_pct"]
-        out.append(f"| {name} | {values[0]:.0f} → {values[-1]:.0f} | "
-                   f"{'—' if growth is None else f'{growth:+.1f} %'} |")
+        if growth is None:
+            brief.setdefault(name.rsplit("[", 1)[0], []).append(max(values))
+            continue
+        out.append(f"| {name} | {values[0]:.0f} → {values[-1]:.0f} | {growth:+.1f} % |")
+    for kind, peaks in sorted(brief.items()):
+        out.append(f"| {kind} ×{len(peaks)}, each too short-lived to judge | largest "
+                   f"{max(peaks):.0f} | — |")
     return out
 
 
