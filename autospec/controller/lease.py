@@ -8,7 +8,9 @@ renews the lease (a row write, so on PostgreSQL a concurrent acquirer waits for 
 commit, and on SQLite the write lock serialises them) and checks the fencing token is
 still ours — a controller that lost its lease can never move the pointer.
 
-A holder that dies simply stops renewing; its lease frees after ``ttl``.
+A holder that dies simply stops renewing; its lease frees after ``ttl``. A holder cut off
+from the store for longer than ``ttl`` keeps its lease when the store is back, unless
+another holder took it meanwhile (then :attr:`HeldLease.lost`).
 """
 
 from __future__ import annotations
@@ -77,8 +79,8 @@ class HeldLease:
                     ok = store.renew_lease(session, name=self.name, holder=self.holder,
                                            ttl=self.ttl)
             except (store.StoreError, SQLAlchemyError) as exc:  # a store outage (locked,
-                # down): keep trying until the TTL runs out; an uncaught one ended this
-                # thread, and the lease then expired after the store was back
+                # down): keep trying; once the store is back the lease is extended unless
+                # another holder took it meanwhile (an uncaught one ended this thread)
                 log.warning("lease %s: renewal failed: %s", self.name,
                             str(exc).splitlines()[0][:200])
                 continue

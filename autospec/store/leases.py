@@ -75,12 +75,15 @@ def acquire_lease(
 def renew_lease(
     session: Session, *, name: str, holder: str, ttl: timedelta, now: datetime | None = None
 ) -> bool:
-    """Extend our unexpired lease; False if it expired or someone else holds it now."""
+    """Extend our lease; False if someone else holds it now (or nobody does). A lease that
+    expired while its holder could not reach the store (an outage longer than ``ttl``) is
+    extended too when nobody took it meanwhile: taking it changes the holder and bumps the
+    token, so a holder still named on the row has been the only one all along."""
     now = now or utcnow()
     return bool(
         session.execute(
             update(Lease)
-            .where(Lease.name == name, Lease.holder == holder, Lease.expires_at > now)
+            .where(Lease.name == name, Lease.holder == holder)
             .values(expires_at=now + ttl)
             .execution_options(synchronize_session=False)
         ).rowcount
