@@ -63,9 +63,13 @@ def stop_now(code: int, grace_s: float = 5.0) -> None:
 
 
 def exit_on_sigterm(grace_s: float = 5.0) -> None:
-    """SIGTERM stops this process as :func:`stop_now` (exit status 143)."""
+    """SIGTERM stops this process as :func:`stop_now` (exit status 143); SIGINT raises
+    KeyboardInterrupt (the caller stops with 130) even where the shell that started this
+    process ignored it (a background job without job control: CI, scripts), as
+    ``autospec serve`` does."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         stop_now(128 + signum, grace_s)
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
