@@ -356,6 +356,27 @@ def segments(
         raise typer.Exit(2) from None
 
 
+@bench_app.command("soak-report")
+def soak_report(
+    out: Annotated[Path, typer.Argument(help="a finished soak's --out directory")],
+) -> None:
+    """Judge a finished soak's memory and verdict again with this version's rules, from the
+    files it left (soak.json, memory.jsonl, data/autospec.db); rewrites soak.md, soak.json
+    and soak.png. Exit 0: every goal met; 1: some missed; 2: not a soak's directory."""
+    from autospec.bench.soak.rejudge import NotASoak, rejudge
+
+    try:
+        result = rejudge(out)
+    except NotASoak as exc:
+        typer.echo(f"bench soak-report: {exc}", err=True)
+        raise typer.Exit(2) from None
+    before = result["rejudged"]["verdict_before"]
+    typer.echo(f"report: {out / 'soak.md'} (judged again; missed before: {len(before)})")
+    for line in result["verdict"]:
+        typer.echo(f"MISSED: {line}")
+    raise typer.Exit(1 if result["verdict"] else 0)
+
+
 @bench_app.command("soak")
 def soak(
     duration: Annotated[float, typer.Option(min=1, help="minutes of traffic")] = 30.0,

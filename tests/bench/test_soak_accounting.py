@@ -102,6 +102,34 @@ def test_a_controllers_warm_up_ends_with_its_first_cycle_that_trained() -> None:
     assert controller_warm(events) == {"controller[7]": 90.0}
 
 
+def test_a_controller_killed_inside_a_cycle_is_judged_up_to_its_last_finished_cycle() -> None:
+    """The second vLLM soak's case: a controller's floor between cycles flat, then killed in
+    a cycle holding twice as much (minutes 9-11) — not a leak. A controller alive to the end
+    is judged to the end; one killed before it finished a cycle is not judged at all."""
+    from autospec.bench.soak.figures import controller_killed_until, judge_memory
+
+    def note(at: float, actor: str, outcome: str) -> dict[str, object]:
+        return {"kind": "note", "at": at, "actor": actor,
+                "details": {"type": "cycle", "outcome": outcome}}
+
+    killed = [(m * 60.0, "controller[4]", (1000 if m < 9 else 2000) << 20) for m in range(12)]
+    alive = [(m * 60.0, "controller[5]", (1000 if m < 9 else 2000) << 20) for m in range(20)]
+    early = [(m * 60.0, "controller[6]", (100 if m < 2 else 1000) << 20) for m in range(8)]
+    samples = killed + alive + early
+    events = [note(130.0, "vm:4:ab", "promoted"), note(500.0, "vm:4:ab", "rejected"),
+              note(130.0, "vm:5:cd", "promoted"), note(700.0, "vm:5:cd", "interrupted")]
+    assert controller_killed_until(events, samples) == {"controller[4]": 500.0,
+                                                        "controller[6]": -120.0}
+    mem = judge_memory(samples, events, t0=0.0, warmup_s=120.0)
+    assert mem["controller[4]"]["growth_after_warmup_pct"] == 0.0  # minutes 3-8 only
+    assert mem["controller[4]"]["judged_until_minute"] == 8
+    assert mem["controller[5]"]["growth_after_warmup_pct"] == 100.0  # alive: to the end
+    assert mem["controller[6]"]["growth_after_warmup_pct"] is None
+    # the rule before: the killed one's last third was its cycle
+    assert acc.memory(killed, t0=0.0, warmup_s=120.0)["controller[4]"][
+        "growth_after_warmup_pct"] == 100.0
+
+
 def test_the_schedule_names_known_faults_and_the_policy_parses() -> None:
     from autospec.controller.policy import parse_policy
 

@@ -52,3 +52,25 @@ def test_the_short_soak_accounts_for_every_request(tmp_path: Path) -> None:
     assert all(f["ok"] for f in r["faults"] if not f["skipped"]), r["faults"]
     for name in ("soak.json", "soak.md", "soak.png"):
         assert (cfg.out / name).is_file()
+    _judged_again_from_its_files(cfg.out, r)
+
+
+def _judged_again_from_its_files(out: Path, r: dict) -> None:  # type: ignore[type-arg]
+    """``autospec bench soak-report`` reads the run's files back: the same memory figures and
+    verdict as the run's own report (the rules have not changed in between)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from autospec.cli import app
+
+    before = (out / "soak.md").read_text()
+    res = CliRunner().invoke(app, ["bench", "soak-report", str(out)])
+    assert res.exit_code == (1 if r["verdict"] else 0), res.output
+    again = json.loads((out / "soak.json").read_text())
+    assert again["memory"] == r["memory"] and again["verdict"] == r["verdict"]
+    assert again["rejudged"]["verdict_before"] == r["verdict"]
+    again_md = (out / "soak.md").read_text()
+    said = [line for line in again_md.splitlines() if "judged again from the run's files" in line]
+    assert len(said) == 1
+    assert again_md.replace("\n\n" + said[0], "", 1) == before  # nothing else changed

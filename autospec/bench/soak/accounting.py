@@ -151,23 +151,37 @@ def rows_vs_answers(outcomes: list[Outcome], rows: list[Row]) -> dict[str, Any]:
 
 
 def memory(samples: list[tuple[float, str, int]], t0: float, warmup_s: float,
-           warm_from: dict[str, float] | None = None) -> dict[str, Any]:
+           warm_from: dict[str, float] | None = None,
+           judged_until: dict[str, float] | None = None) -> dict[str, Any]:
     """Per process: RSS (MiB) per minute (the largest sample), and the growth of its floor
-    after warm-up: the lowest minute of the last third against the lowest of the first
-    third, counted from the run's warm-up or the process's own (a process started late, a
-    restarted replica, warms up too), and for a process named in ``warm_from`` not before
-    that time (a controller loads its target at its first cycle and keeps it: its warm-up
-    ends with that cycle). A leak raises the floor; a saw-tooth does not."""
-    warm_from = warm_from or {}
+    after warm-up (:func:`memory_from_minutes`)."""
     per: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for t, name, rss in samples:
         per[name][int((t - t0) // 60)].append(rss)
+    mib = {name: {m: max(v) / 2**20 for m, v in sorted(minutes.items())}
+           for name, minutes in per.items()}
+    return memory_from_minutes(mib, t0, warmup_s, warm_from, judged_until)
+
+
+def memory_from_minutes(mib_per_minute: dict[str, dict[int, float]], t0: float,
+                        warmup_s: float, warm_from: dict[str, float] | None = None,
+                        judged_until: dict[str, float] | None = None) -> dict[str, Any]:
+    """The growth of each process's floor after warm-up: the lowest minute of the last third
+    against the lowest of the first third, counted from the run's warm-up or the process's
+    own (a process started late, a restarted replica, warms up too), for a process named in
+    ``warm_from`` not before that time (a controller loads its target at its first cycle and
+    keeps it: its warm-up ends with that cycle), and for one named in ``judged_until`` not
+    after that time (a controller killed inside a cycle: what it held then was the cycle's,
+    not a floor). A leak raises the floor; a saw-tooth does not."""
+    warm_from, judged_until = warm_from or {}, judged_until or {}
     out: dict[str, Any] = {}
     warm = math.ceil(warmup_s / 60)
-    for name, minutes in sorted(per.items()):
-        mib = {m: max(v) / 2**20 for m, v in sorted(minutes.items())}
+    for name, mib in sorted(mib_per_minute.items()):
+        mib = dict(sorted(mib.items()))
         own = math.ceil((warm_from[name] - t0) / 60) if name in warm_from else 0
-        after = [mib[m] for m in mib if m >= max(warm, min(mib) + warm, own)]
+        until = int((judged_until[name] - t0) // 60) if name in judged_until else None
+        after = [mib[m] for m in mib if m >= max(warm, min(mib) + warm, own)
+                 and (until is None or m <= until)]
         growth = None
         if len(after) >= 3:
             third = len(after) // 3
@@ -175,4 +189,6 @@ def memory(samples: list[tuple[float, str, int]], t0: float, warmup_s: float,
             growth = round((last - first) / first * 100, 1) if first else None
         out[name] = {"rss_mib_per_minute": {str(m): round(v, 1) for m, v in mib.items()},
                      "growth_after_warmup_pct": growth}
+        if until is not None:
+            out[name]["judged_until_minute"] = until
     return out

@@ -17,6 +17,8 @@ from autospec.bench.soak.storeview import StoreView, cycles, pointer_moves, refu
 #: memory growth after warm-up above this (%) is reported as a possible leak, for processes
 #: of at least LEAK_MIN_MIB (a few MiB more in a 30 MiB helper is noise)
 LEAK_PCT, LEAK_MIN_MIB = 5.0, 100.0
+#: a controller whose memory samples stop this long before the run's (s) was killed
+KILLED_MARGIN_S = 90.0
 
 
 def figures(*, cfg: SoakConfig, t0: float, ended: float, startup_s: float,
@@ -39,7 +41,7 @@ def figures(*, cfg: SoakConfig, t0: float, ended: float, startup_s: float,
         "not_live": acc.not_live(outcomes, timeline, cfg.swap_grace_s, acc.engine_starts(
             timeline, [e for e in events if e["kind"] == "swap"])),
         "per_minute": acc.per_minute(outcomes, rows, t0),
-        "memory": acc.memory(samples, t0, cfg.warmup_s, controller_warm(events)),
+        "memory": judge_memory(samples, events, t0, cfg.warmup_s),
         "faults": [f.as_dict() | {"at_s": round(f.at - t0, 1) if f.at else None} for f in faults],
         "pointer_moves": [{"at_s": round(m["at"] - t0, 1), "kind": m["kind"],
                            "version": m["version"], "from": m["from_version"],
@@ -54,6 +56,40 @@ def figures(*, cfg: SoakConfig, t0: float, ended: float, startup_s: float,
     return result
 
 
+def judge_memory(samples: list[tuple[float, str, int]], events: list[dict[str, Any]],
+                 t0: float, warmup_s: float) -> dict[str, Any]:
+    """:func:`accounting.memory` with each controller judged from its first cycle that
+    trained and, if it was killed before the run's end, up to its last finished cycle."""
+    return acc.memory(samples, t0, warmup_s, controller_warm(events),
+                      controller_killed_until(events, samples))
+
+
+def _controller_name(actor: object) -> str | None:
+    parts = str(actor).split(":")
+    return f"controller[{parts[1]}]" if len(parts) >= 2 and parts[1].isdigit() else None
+
+
+def controller_killed_until(events: list[dict[str, Any]],
+                            samples: list[tuple[float, str, int]]) -> dict[str, float]:
+    """``controller[PID]`` whose samples stop over KILLED_MARGIN_S before the run's last (a
+    controller a fault killed) → the end of its last own cycle record, or of the run's start
+    if it finished none: it died inside a cycle, and what it held then (the cycle's target
+    features, its training) is not the floor between cycles the growth rule is after."""
+    last_seen: dict[str, float] = {}
+    for t, name, _ in samples:
+        last_seen[name] = max(last_seen.get(name, t), t)
+    run_last = max(last_seen.values(), default=0.0)
+    ended: dict[str, float] = {}
+    for e in events:
+        name = _controller_name(e["actor"])
+        if (name and e["kind"] == "note" and e["details"].get("type") == "cycle"
+                and e["details"].get("outcome") != "interrupted"):
+            ended[name] = max(ended.get(name, e["at"]), e["at"])
+    first = min((t for t, _, _ in samples), default=0.0)
+    return {name: ended.get(name, first - 120.0) for name, t in last_seen.items()
+            if name.startswith("controller[") and t < run_last - KILLED_MARGIN_S}
+
+
 def controller_warm(events: list[dict[str, Any]]) -> dict[str, float]:
     """``controller[PID]`` → when its first cycle that got as far as training ended (its
     cycle record, whose actor is ``vm:PID:…``): the controller loads its target then and
@@ -65,9 +101,8 @@ def controller_warm(events: list[dict[str, Any]]) -> dict[str, float]:
             continue
         if e["details"].get("outcome") not in ("promoted", "rejected", "failed"):
             continue
-        parts = str(e["actor"]).split(":")
-        if len(parts) >= 2 and parts[1].isdigit():
-            name = f"controller[{parts[1]}]"
+        name = _controller_name(e["actor"])
+        if name:
             out[name] = min(out.get(name, e["at"]), e["at"])
     return out
 

@@ -6,6 +6,7 @@ marked; matplotlib, Agg backend). The runner also leaves the raw data beside the
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"Verdict: **{'all goals met' if not r['verdict'] else 'goals missed'}**",
         *[f"- {m}" for m in r["verdict"]],
+        *_rejudged(r),
         "",
         f"Machine: {r['machine']['cpus']} CPUs; 1-min load average during the run "
         f"{min(load, default=0):.1f}–{max(load, default=0):.1f}. Serve ready after "
@@ -54,6 +56,16 @@ def markdown(r: dict[str, Any]) -> str:
         f"(of {r['shutdown']['processes_seen']} seen).", "",
     ]
     return "\n".join(lines)
+
+
+def _rejudged(r: dict[str, Any]) -> list[str]:
+    if "rejudged" not in r:
+        return []
+    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r["rejudged"]["at"]))
+    before = r["rejudged"]["verdict_before"]
+    return ["", f"Memory and verdict judged again from the run's files at {when} UTC "
+            f"(`autospec bench soak-report`); the run's own verdict: "
+            f"{'; '.join(before) if before else 'all goals met'}."]
 
 
 def _faults(r: dict[str, Any]) -> list[str]:
