@@ -39,7 +39,10 @@ def _cycle_note(engine, pid: int, outcome: str, at: float) -> None:  # type: ign
                         .values(created_at=datetime.fromtimestamp(at, UTC)))
 
 
-def _soak_dir(out: Path) -> tuple[dict, list[tuple[float, str, int]]]:  # type: ignore[type-arg]
+Samples = list[tuple[float, str, int]]
+
+
+def _soak_dir(out: Path, *, rule_before: bool = True) -> tuple[dict, Samples]:  # type: ignore[type-arg]
     """A 20-minute run: controller 4 killed inside its third cycle (minutes 9-11 at twice
     its floor), controller 5 started after it and alive to the end, flat."""
     t0 = time.time() - 3600.0
@@ -65,10 +68,10 @@ def _soak_dir(out: Path) -> tuple[dict, list[tuple[float, str, int]]]:  # type: 
                     controllers=2, loadavg=[], spill_files=0)
     finally:
         view.close()
-    # the report as the rule before wrote it: every process judged to its last sample
-    r["memory"] = acc.memory(samples, t0, 120.0,
-                             {"controller[4]": t0 + 150, "controller[5]": t0 + 870})
-    r["verdict"] = verdict(r)
+    if rule_before:  # the report as the rule before wrote it: each judged to its last sample
+        r["memory"] = acc.memory(samples, t0, 120.0,
+                                 {"controller[4]": t0 + 150, "controller[5]": t0 + 870})
+        r["verdict"] = verdict(r)
     write_report(r, out)
     _write_raw(out, [], samples)
     return r, samples
@@ -90,6 +93,20 @@ def test_soak_report_judges_a_killed_controller_up_to_its_last_cycle(tmp_path: P
     assert again["requests"] == r["requests"] and again["faults"] == r["faults"]
     md = (out / "soak.md").read_text()
     assert "all goals met" in md and "memory grew 100.0%" in md  # the run's own, quoted
+
+
+def test_soak_report_under_the_same_rules_changes_nothing_but_says_it_judged(
+        tmp_path: Path) -> None:
+    out = tmp_path / "soak"
+    r, _ = _soak_dir(out, rule_before=False)
+    before = (out / "soak.md").read_text()
+    res = CliRunner().invoke(app, ["bench", "soak-report", str(out)])
+    assert res.exit_code == 0, res.output
+    again = json.loads((out / "soak.json").read_text())
+    assert {k: v for k, v in again.items() if k != "rejudged"} == json.loads(json.dumps(r))
+    md = (out / "soak.md").read_text()
+    said = [line for line in md.splitlines() if "judged again from the run's files" in line]
+    assert len(said) == 1 and md.replace("\n\n" + said[0], "", 1) == before
 
 
 def test_soak_report_refuses_a_directory_that_is_not_a_soak(tmp_path: Path) -> None:
