@@ -9,6 +9,7 @@
 | ``AUTOSPEC_CACHE_DIR`` | ``$XDG_CACHE_HOME/autospec``, else ``~/.cache/autospec`` |
 | ``AUTOSPEC_API_KEY`` | none (no authentication); the Bearer key(s) ``serve`` requires, a,b |
 | ``AUTOSPEC_API_KEY_FILE`` | none; a file of keys, one per line, re-read when it changes |
+| ``AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S`` | 0; crash drills: a cycle's wait from gate to promotion |
 
 The cache holds only what can be derived again (a GGUF target dequantized to
 safetensors); it is machine-wide, like Hugging Face's, so every data directory shares it.
@@ -55,6 +56,12 @@ class Settings(BaseSettings):
     api_key_file: Path | None = Field(
         default=None, description="a file of API keys, one per line ('#' comments), that "
         "replicas re-read when it changes; clients send its first key when api_key is unset")
+
+    cycle_hold_after_gate_s: float = Field(
+        default=0.0, ge=0.0, le=600.0,
+        description="crash drills only (autospec bench soak): seconds a controller's cycle "
+        "waits, holding its lease, between a candidate passing its gate and the promotion, so "
+        "a fault can kill it there; on the native engine that moment is otherwise milliseconds")
 
     @property
     def resolved_database_url(self) -> str:

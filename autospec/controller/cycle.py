@@ -73,6 +73,23 @@ class Snapshot:
     key: str
 
 
+def hold_after_gate(candidates: list[Candidate]) -> float:
+    """Crash drills: wait ``AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S`` when a candidate passed its
+    gate, before the promotion (the lease's heartbeat keeps it meanwhile). The soak's
+    "controller SIGKILL right after the gate passed" needs that moment; on the native engine
+    the verdict and the pointer move are otherwise milliseconds apart. Returns the seconds
+    held (0 in production)."""
+    from autospec.settings import get_settings
+
+    hold = get_settings().cycle_hold_after_gate_s
+    if hold <= 0 or not any(c.promote for c in candidates):
+        return 0.0
+    log.warning("holding %.0fs between the gate and the promotion "
+                "(AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S: a crash drill)", hold)
+    time.sleep(hold)
+    return hold
+
+
 class Controller:
     """Runs cycles (and the canary/drift watch) for one deployment under one policy.
 
@@ -249,6 +266,7 @@ class Controller:
         for cand in candidates:
             self._evaluate(cand, snap, target, incumbent, result)
         self._hook("evaluated")
+        hold_after_gate(candidates)
         return self._conclude(lease, result, candidates, incumbent)
 
     # -- training and evaluation --------------------------------------------------------

@@ -33,6 +33,9 @@ from autospec.bench.soak.target import write_tiny_target
 
 #: faults stop waiting for their moment this far before the end (fraction of the run)
 FAULT_DEADLINE = 0.93
+#: seconds the soak's controllers wait between a gate passed and its promotion: the moment
+#: the "controller SIGKILL right after the gate passed" fault kills them in (a crash drill)
+GATE_HOLD_S = 15.0
 #: vLLM engine arguments of the soak's replica: short context, small KV cache, eager mode
 VLLM_OPTIONS = ("max_model_len=1024", "kv_cache_memory_bytes=134217728", "enforce_eager=true")
 
@@ -82,7 +85,8 @@ class Soak:
         args = ["controller", "run", "--policy", str(self.out / "policy.yaml"), "--target", target]
         if self.cfg.dtype != "auto":
             args += ["--dtype", self.cfg.dtype]
-        child = procs.start(f"controller-{n}", args, env=self.env, logs=self.out / "logs")
+        env = {**self.env, "AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S": str(GATE_HOLD_S)}
+        child = procs.start(f"controller-{n}", args, env=env, logs=self.out / "logs")
         self.controllers.append(child)
         if hasattr(self, "sampler"):
             self.sampler.roots.append(child)
