@@ -37,8 +37,31 @@ def test_a_version_is_allowed_from_its_move_and_a_refused_one_never() -> None:
                 _o(2, 150, 151, version="builtin-ngram"),  # long after the move: not live
                 _o(3, 205, 206, version="v1"), _o(4, 206, 207, version="bad"),
                 _o(5, 90, 101, version="v1")]  # moved while it decoded
-    bad = acc.not_live(outcomes, timeline, swap_grace_s=15.0)
+    bad = acc.not_live(outcomes, [timeline], swap_grace_s=15.0)
     assert [b["n"] for b in bad] == [2, 4]
+
+
+def test_a_version_live_on_a_segments_pointer_is_live() -> None:
+    """The native 2-hour soak's "1211 responses from a version that was not live": the
+    controller promoted per segment (support, json) and the soak read every pointer move as
+    the deployment's, so the deployment's own version, still serving the other segments,
+    counted as not live. Each pointer now has its own timeline."""
+    moves = [{"at": 100.0, "version": "e1", "details": {}},
+             {"at": 200.0, "version": "e2", "details": {"segment": "support"}},
+             {"at": 300.0, "version": "s3", "details": {"segment": "json"}},
+             {"at": 400.0, "version": "e4", "details": {}}]
+    timelines = acc.allowed_timelines(moves, refused=())
+    assert [v for _, v in timelines["support"]] == [None, "e2"]
+    assert [v for _, v in timelines[None]] == ["builtin-ngram", "e1", "e4"]
+    outcomes = [_o(0, 250, 251, version="e1"),  # the deployment's, other segments
+                _o(1, 350, 351, version="s3"), _o(2, 350, 351, version="e2"),
+                _o(3, 450, 451, version="e1"),  # replaced by e4 50 s before: not live
+                _o(4, 150, 151, version="e2")]  # before support's move: not live
+    bad = acc.not_live(outcomes, list(timelines.values()), swap_grace_s=15.0)
+    assert [b["n"] for b in bad] == [3, 4]
+    # one timeline, as the soak read them before: the deployment's version "not live"
+    merged = acc.allowed_timeline(moves, refused=())
+    assert [b["n"] for b in acc.not_live(outcomes, [merged], 15.0)] == [0, 2, 3, 4]
 
 
 def test_the_version_before_is_allowed_until_a_new_engine_swap_is_done() -> None:
@@ -52,8 +75,8 @@ def test_the_version_before_is_allowed_until_a_new_engine_swap_is_done() -> None
     outcomes = [_o(0, 125, 126, version="builtin-ngram"),  # the new engine not up yet
                 _o(1, 150, 151, version="builtin-ngram"),  # after the swap: not live
                 _o(2, 230, 231, version="v1")]  # an in-place swap gets no more than the grace
-    assert [b["n"] for b in acc.not_live(outcomes, timeline, 15.0, starts)] == [1, 2]
-    assert [b["n"] for b in acc.not_live(outcomes, timeline, 15.0)] == [0, 1, 2]
+    assert [b["n"] for b in acc.not_live(outcomes, [timeline], 15.0, starts)] == [1, 2]
+    assert [b["n"] for b in acc.not_live(outcomes, [timeline], 15.0)] == [0, 1, 2]
 
 
 def test_rows_are_matched_to_answers_by_request_number() -> None:

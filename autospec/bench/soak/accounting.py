@@ -82,19 +82,35 @@ def _round(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def allowed_timeline(moves: list[dict[str, Any]],
-                     refused: Iterable[str]) -> list[tuple[float, str]]:
-    """(from time, version the replicas may serve) after each pointer move: the version moved
-    to, or — when replicas refused it — the one they kept."""
+def allowed_timeline(moves: list[dict[str, Any]], refused: Iterable[str],
+                     start: str | None = BUILTIN) -> list[tuple[float, str | None]]:
+    """(from time, version the replicas may serve) after each move of one pointer: the
+    version moved to, or — when replicas refused it — the one they kept. ``start``: what the
+    pointer names before its first move (None: nothing of its own)."""
     refused = set(refused)
-    timeline: list[tuple[float, str]] = [(-math.inf, BUILTIN)]
+    timeline: list[tuple[float, str | None]] = [(-math.inf, start)]
     for move in sorted(moves, key=lambda m: m["at"]):
         version = move["version"] or BUILTIN
         timeline.append((move["at"], timeline[-1][1] if version in refused else version))
     return timeline
 
 
-def engine_starts(timeline: list[tuple[float, str]],
+def allowed_timelines(moves: list[dict[str, Any]], refused: Iterable[str]
+                      ) -> dict[str | None, list[tuple[float, str | None]]]:
+    """One timeline per live pointer: the deployment's (``None``, builtin-ngram before its
+    first move) and each traffic segment's (a move whose ``details.segment`` names it; the
+    segment falls back to the deployment's pointer until then). A response may name a
+    version live on any of them: the soak does not know which segment a request fell in."""
+    refused = set(refused)
+    groups: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+    for move in moves:
+        groups[(move.get("details") or {}).get("segment")].append(move)
+    groups.setdefault(None, [])
+    return {seg: allowed_timeline(ms, refused, BUILTIN if seg is None else None)
+            for seg, ms in groups.items()}
+
+
+def engine_starts(timeline: list[tuple[float, str | None]],
                   swaps: list[dict[str, Any]]) -> list[tuple[float, float, str]]:
     """(from, until, version): after a pointer move that a replica carried out by starting a
     second engine beside the first (a ``swap`` event with ``mode`` ``new engine``: vLLM, a
@@ -112,24 +128,28 @@ def engine_starts(timeline: list[tuple[float, str]],
     return spans
 
 
-def not_live(outcomes: list[Outcome], timeline: list[tuple[float, str]],
+def not_live(outcomes: list[Outcome], timelines: list[list[tuple[float, str | None]]],
              swap_grace_s: float,
              starts: Iterable[tuple[float, float, str]] = ()) -> list[dict[str, Any]]:
-    """Answered requests whose ``x-autospec-speculator`` names a version not allowed at any
-    moment from ``swap_grace_s`` before it was sent (replicas swap between requests, after
-    their next poll) until its answer; ``starts``: :func:`engine_starts`."""
+    """Answered requests whose ``x-autospec-speculator`` names a version not allowed on any
+    of the ``timelines`` (:func:`allowed_timelines`) at any moment from ``swap_grace_s``
+    before it was sent (replicas swap between requests, after their next poll) until its
+    answer; ``starts``: :func:`engine_starts`."""
     starts = list(starts)
     bad = []
     for o in outcomes:
         if o.version is None:  # no answer named a version (an error before serving)
             continue
         lo = o.start - swap_grace_s
-        ok = {v for t, v in timeline if lo < t <= o.end}
-        ok.add(max((e for e in timeline if e[0] <= lo), key=lambda e: e[0])[1])
+        ok: set[str | None] = set()
+        for timeline in timelines:
+            ok |= {v for t, v in timeline if lo < t <= o.end}
+            ok.add(max((e for e in timeline if e[0] <= lo), key=lambda e: e[0])[1])
         ok |= {v for a, b, v in starts if a <= o.end and lo <= b}
+        ok.discard(None)
         if o.version not in ok:
             bad.append({"n": o.n, "version": o.version, "start": round(o.start, 2),
-                        "allowed": sorted(ok)})
+                        "allowed": sorted(v for v in ok if v is not None)})
     return bad
 
 

@@ -30,7 +30,6 @@ def figures(*, cfg: SoakConfig, t0: float, ended: float, startup_s: float,
     moves = pointer_moves(events)
     refused = refusals(events)
     kills = [f.at for f in faults if f.name.startswith("replica SIGKILL") and f.at]
-    timeline = acc.allowed_timeline(moves, {e["version"] for e in refused})
     result: dict[str, Any] = {
         "config": cfg.model_dump(mode="json"), "started": t0, "ended": ended,
         "duration_s": round(ended - t0, 1), "startup_s": round(startup_s, 1),
@@ -38,13 +37,13 @@ def figures(*, cfg: SoakConfig, t0: float, ended: float, startup_s: float,
                     "loadavg_1min": [round(v, 2) for _, v in loadavg]},
         "requests": acc.counts(outcomes, kills),
         "rows": {**acc.rows_vs_answers(outcomes, rows), "spill_files_left": spill_files},
-        "not_live": acc.not_live(outcomes, timeline, cfg.swap_grace_s, acc.engine_starts(
-            timeline, [e for e in events if e["kind"] == "swap"])),
+        "not_live": judge_not_live(outcomes, events, cfg.swap_grace_s),
         "per_minute": acc.per_minute(outcomes, rows, t0),
         "memory": judge_memory(samples, events, t0, cfg.warmup_s),
         "faults": [f.as_dict() | {"at_s": round(f.at - t0, 1) if f.at else None} for f in faults],
         "pointer_moves": [{"at_s": round(m["at"] - t0, 1), "kind": m["kind"],
                            "version": m["version"], "from": m["from_version"],
+                           "segment": (m.get("details") or {}).get("segment"),
                            "actor": m["actor"], "reason": m["reason"][:200]} for m in moves],
         "refusals": [{"at_s": round(e["at"] - t0, 1), "version": e["version"],
                       "actor": e["actor"], "reason": e["reason"][:300]} for e in refused],
@@ -54,6 +53,17 @@ def figures(*, cfg: SoakConfig, t0: float, ended: float, startup_s: float,
     }
     result["verdict"] = verdict(result)
     return result
+
+
+def judge_not_live(outcomes: list[Outcome], events: list[dict[str, Any]],
+                   swap_grace_s: float) -> list[dict[str, Any]]:
+    """:func:`accounting.not_live` against every live pointer's timeline (the deployment's
+    and each segment's), a refused version counting as the one kept."""
+    refused = {e["version"] for e in refusals(events)}
+    timelines = acc.allowed_timelines(pointer_moves(events), refused)
+    swaps = [e for e in events if e["kind"] == "swap"]
+    starts = [span for tl in timelines.values() for span in acc.engine_starts(tl, swaps)]
+    return acc.not_live(outcomes, list(timelines.values()), swap_grace_s, starts)
 
 
 def judge_memory(samples: list[tuple[float, str, int]], events: list[dict[str, Any]],

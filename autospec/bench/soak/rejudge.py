@@ -1,8 +1,9 @@
-"""``autospec bench soak-report DIR``: a finished soak's memory figures and verdict judged
-again, from the files the run left (``soak.json``, ``memory.jsonl`` and its store under
-``data/``), with this version's rules — a rule fixed after a long run need not cost another
-run. Nothing but the report (``soak.json``, ``soak.md``, ``soak.png``) is rewritten; what the
-run measured is read, never changed."""
+"""``autospec bench soak-report DIR``: a finished soak's memory figures, its responses from a
+version not live, and its verdict judged again, from the files the run left (``soak.json``,
+``memory.jsonl``, ``requests.jsonl`` and its store under ``data/``), with this version's
+rules: a rule fixed after a long run need not cost another run. Nothing but the report
+(``soak.json``, ``soak.md``, ``soak.png``) is rewritten; what the run measured is read,
+never changed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autospec.bench.soak.figures import judge_memory, verdict
+from autospec.bench.soak.figures import judge_memory, judge_not_live, verdict
+from autospec.bench.soak.load import Outcome
 from autospec.bench.soak.report import write_report
 from autospec.bench.soak.storeview import StoreView
 
@@ -23,8 +25,8 @@ class NotASoak(ValueError):
 def _need(path: Path) -> Path:
     if not path.is_file():
         raise NotASoak(f"{path} is missing: not a finished soak's directory "
-                       "(autospec bench soak --out DIR leaves soak.json, memory.jsonl and "
-                       "data/autospec.db)")
+                       "(autospec bench soak --out DIR leaves soak.json, memory.jsonl, "
+                       "requests.jsonl and data/autospec.db)")
     return path
 
 
@@ -39,6 +41,16 @@ def _samples(path: Path) -> list[tuple[float, str, int]]:
     return out
 
 
+def _outcomes(path: Path) -> list[Outcome]:
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            out.append(Outcome(**json.loads(line)))
+        except (ValueError, TypeError) as exc:
+            raise NotASoak(f"{path}:{n}: not a request's outcome ({exc})") from None
+    return out
+
+
 def rejudge(out: Path) -> dict[str, Any]:
     """The run's figures with memory and verdict recomputed; the report rewritten."""
     try:
@@ -47,6 +59,7 @@ def rejudge(out: Path) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError) as exc:
         raise NotASoak(f"{out / 'soak.json'}: not a soak's figures ({exc!r})") from None
     samples = _samples(_need(out / "memory.jsonl"))
+    outcomes = _outcomes(_need(out / "requests.jsonl"))
     view = StoreView(f"sqlite:///{_need(out / 'data' / 'autospec.db')}")
     try:
         events = view.events()
@@ -54,6 +67,9 @@ def rejudge(out: Path) -> dict[str, Any]:
         view.close()
     before = list(r.get("verdict", []))
     r["memory"] = judge_memory(samples, events, started, warmup_s)
+    r["not_live"] = judge_not_live(outcomes, events, float(r["config"]["swap_grace_s"]))
+    for move in r.get("pointer_moves", []):  # a report from before segments were shown
+        move.setdefault("segment", None)
     r["verdict"] = verdict(r)
     r["rejudged"] = {"at": time.time(), "verdict_before": before}
     write_report(r, out)

@@ -79,12 +79,17 @@ def _faults(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _segment(move: dict[str, Any]) -> str:
+    return f" (segment {move['segment']})" if move.get("segment") else ""
+
+
 def _cycles(r: dict[str, Any]) -> list[str]:
     c = r["cycles"]
     out = [f"Cycles: {c['outcomes'] or 'none'}; promotions {c['promotions']}, operator "
            f"overrides {c['overrides']}, rollbacks {c['rollbacks']}.", "",
            "| pointer move | at | version | from | actor | reason |", "|---|---|---|---|---|---|"]
-    out += [f"| {m['kind']} | {m['at_s'] / 60:.1f} min | {m['version']} | {m['from']} | "
+    out += [f"| {m['kind']}{_segment(m)} | {m['at_s'] / 60:.1f} min | {m['version']} | "
+            f"{m['from']} | "
             f"{m['actor']} | {m['reason'][:120]} |" for m in r["pointer_moves"]]
     if c["failed"]:
         out += ["", "Failed / interrupted cycles:"]
