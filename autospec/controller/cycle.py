@@ -47,6 +47,7 @@ from sqlalchemy import Engine
 from autospec import numerics, store
 from autospec.controller import records, segment_promotion, timings
 from autospec.controller.candidates import Candidate, best_candidate, speed_text
+from autospec.controller.drills import hold_after_gate
 from autospec.controller.lease import HeldLease, LeaseLost, acquire_with_turn, holder_name
 from autospec.controller.operations import ensure_pointer
 from autospec.controller.policy import Policy
@@ -71,23 +72,6 @@ class Snapshot:
     until: datetime
     newest_id: int
     key: str
-
-
-def hold_after_gate(candidates: list[Candidate]) -> float:
-    """Crash drills: wait ``AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S`` when a candidate passed its
-    gate, before the promotion (the lease's heartbeat keeps it meanwhile). The soak's
-    "controller SIGKILL right after the gate passed" needs that moment; on the native engine
-    the verdict and the pointer move are otherwise milliseconds apart. Returns the seconds
-    held (0 in production)."""
-    from autospec.settings import get_settings
-
-    hold = get_settings().cycle_hold_after_gate_s
-    if hold <= 0 or not any(c.promote for c in candidates):
-        return 0.0
-    log.warning("holding %.0fs between the gate and the promotion "
-                "(AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S: a crash drill)", hold)
-    time.sleep(hold)
-    return hold
 
 
 class Controller:

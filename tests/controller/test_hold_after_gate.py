@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from autospec.controller import cycle
+from autospec.controller import drills as cycle
 from autospec.controller.candidates import Candidate
 from autospec.settings import get_settings
 
