@@ -360,9 +360,10 @@ def segments(
 def soak_report(
     out: Annotated[Path, typer.Argument(help="a finished soak's --out directory")],
 ) -> None:
-    """Judge a finished soak's memory and verdict again with this version's rules, from the
-    files it left (soak.json, memory.jsonl, data/autospec.db); rewrites soak.md, soak.json
-    and soak.png. Exit 0: every goal met; 1: some missed; 2: not a soak's directory."""
+    """Judge a finished soak's memory, its answers from a version not live and its verdict
+    again with this version's rules, from the files it left (soak.json, memory.jsonl,
+    requests.jsonl, data/autospec.db); rewrites soak.md, soak.json and soak.png. Exit 0:
+    every goal met; 1: some missed; 2: not a soak's directory."""
     from autospec.bench.soak.rejudge import NotASoak, rejudge
 
     try:

@@ -6,6 +6,7 @@ import logging
 import time
 
 from autospec.controller.candidates import Candidate
+from autospec.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -16,8 +17,6 @@ def hold_after_gate(candidates: list[Candidate]) -> float:
     "controller SIGKILL right after the gate passed" needs that moment; on the native engine
     the verdict and the pointer move are otherwise milliseconds apart. Returns the seconds
     held (0 in production)."""
-    from autospec.settings import get_settings
-
     hold = get_settings().cycle_hold_after_gate_s
     if hold <= 0 or not any(c.promote for c in candidates):
         return 0.0

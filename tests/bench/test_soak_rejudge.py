@@ -93,6 +93,10 @@ def test_soak_report_judges_a_killed_controller_up_to_its_last_cycle(tmp_path: P
     assert again["requests"] == r["requests"] and again["faults"] == r["faults"]
     md = (out / "soak.md").read_text()
     assert "all goals met" in md and "memory grew 100.0%" in md  # the run's own, quoted
+    # judged once more: still the run's own verdict quoted, not the first judgement's
+    assert CliRunner().invoke(app, ["bench", "soak-report", str(out)]).exit_code == 0
+    again = json.loads((out / "soak.json").read_text())
+    assert again["rejudged"]["verdict_before"] == r["verdict"]
 
 
 def test_soak_report_under_the_same_rules_changes_nothing_but_says_it_judged(

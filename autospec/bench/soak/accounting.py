@@ -146,10 +146,10 @@ def not_live(outcomes: list[Outcome], timelines: list[list[tuple[float, str | No
             ok |= {v for t, v in timeline if lo < t <= o.end}
             ok.add(max((e for e in timeline if e[0] <= lo), key=lambda e: e[0])[1])
         ok |= {v for a, b, v in starts if a <= o.end and lo <= b}
-        ok.discard(None)
-        if o.version not in ok:
+        allowed = {v for v in ok if v is not None}  # None: a segment not yet its own
+        if o.version not in allowed:
             bad.append({"n": o.n, "version": o.version, "start": round(o.start, 2),
-                        "allowed": sorted(v for v in ok if v is not None)})
+                        "allowed": sorted(allowed)})
     return bad
 
 
@@ -174,30 +174,21 @@ def memory(samples: list[tuple[float, str, int]], t0: float, warmup_s: float,
            warm_from: dict[str, float] | None = None,
            judged_until: dict[str, float] | None = None) -> dict[str, Any]:
     """Per process: RSS (MiB) per minute (the largest sample), and the growth of its floor
-    after warm-up (:func:`memory_from_minutes`)."""
+    after warm-up: the lowest minute of the last third against the lowest of the first
+    third, counted from the run's warm-up or the process's own (a process started late, a
+    restarted replica, warms up too), for a process named in ``warm_from`` not before that
+    time (a controller loads its target at its first cycle and keeps it: its warm-up ends
+    with that cycle), and for one named in ``judged_until`` not after that time (a
+    controller killed inside a cycle: what it held then was the cycle's, not a floor). A
+    leak raises the floor; a saw-tooth does not."""
+    warm_from, judged_until = warm_from or {}, judged_until or {}
     per: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for t, name, rss in samples:
         per[name][int((t - t0) // 60)].append(rss)
-    mib = {name: {m: max(v) / 2**20 for m, v in sorted(minutes.items())}
-           for name, minutes in per.items()}
-    return memory_from_minutes(mib, t0, warmup_s, warm_from, judged_until)
-
-
-def memory_from_minutes(mib_per_minute: dict[str, dict[int, float]], t0: float,
-                        warmup_s: float, warm_from: dict[str, float] | None = None,
-                        judged_until: dict[str, float] | None = None) -> dict[str, Any]:
-    """The growth of each process's floor after warm-up: the lowest minute of the last third
-    against the lowest of the first third, counted from the run's warm-up or the process's
-    own (a process started late, a restarted replica, warms up too), for a process named in
-    ``warm_from`` not before that time (a controller loads its target at its first cycle and
-    keeps it: its warm-up ends with that cycle), and for one named in ``judged_until`` not
-    after that time (a controller killed inside a cycle: what it held then was the cycle's,
-    not a floor). A leak raises the floor; a saw-tooth does not."""
-    warm_from, judged_until = warm_from or {}, judged_until or {}
     out: dict[str, Any] = {}
     warm = math.ceil(warmup_s / 60)
-    for name, mib in sorted(mib_per_minute.items()):
-        mib = dict(sorted(mib.items()))
+    for name, minutes in sorted(per.items()):
+        mib = {m: max(v) / 2**20 for m, v in sorted(minutes.items())}
         own = math.ceil((warm_from[name] - t0) / 60) if name in warm_from else 0
         until = int((judged_until[name] - t0) // 60) if name in judged_until else None
         after = [mib[m] for m in mib if m >= max(warm, min(mib) + warm, own)

@@ -52,7 +52,8 @@ def _outcomes(path: Path) -> list[Outcome]:
 
 
 def rejudge(out: Path) -> dict[str, Any]:
-    """The run's figures with memory and verdict recomputed; the report rewritten."""
+    """The run's figures with memory, not-live and verdict recomputed; the report
+    rewritten."""
     try:
         r = json.loads(_need(out / "soak.json").read_text())
         started, warmup_s = float(r["started"]), float(r["config"]["warmup_s"])
@@ -65,7 +66,8 @@ def rejudge(out: Path) -> dict[str, Any]:
         events = view.events()
     finally:
         view.close()
-    before = list(r.get("verdict", []))
+    # the run's own verdict, kept when a report already judged again is judged once more
+    before = list(r["rejudged"]["verdict_before"] if "rejudged" in r else r.get("verdict", []))
     r["memory"] = judge_memory(samples, events, started, warmup_s)
     r["not_live"] = judge_not_live(outcomes, events, float(r["config"]["swap_grace_s"]))
     for move in r.get("pointer_moves", []):  # a report from before segments were shown

@@ -63,7 +63,8 @@ def _rejudged(r: dict[str, Any]) -> list[str]:
         return []
     when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r["rejudged"]["at"]))
     before = r["rejudged"]["verdict_before"]
-    return ["", f"Memory and verdict judged again from the run's files at {when} UTC "
+    return ["", f"Memory, answers from a version not live and verdict judged again from the "
+            f"run's files at {when} UTC "
             f"(`autospec bench soak-report`); the run's own verdict: "
             f"{'; '.join(before) if before else 'all goals met'}."]
 
