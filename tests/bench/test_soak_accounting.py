@@ -201,3 +201,39 @@ def test_python_helpers_are_named_by_what_they_run() -> None:
         == "mp-spawn"
     assert _python_kind(["-u", "/x/ray/dashboard/agent.py", "--x"]) == "agent"
     assert _python_kind(["-m", "ray.util.client.server"]) == "server"
+
+
+def test_a_controller_is_judged_between_its_cycles() -> None:
+    """The 30-minute native soak's case (2026-12-04): a controller's floor flat at 1437 MiB,
+    its last judged minutes all inside a cycle at 2300-2600 MiB; by whole minutes it "grew"
+    60 %. Judged on its samples between cycles it is flat; a floor that rises between
+    cycles is still caught."""
+    from autospec.bench.soak.figures import controller_busy, judge_memory
+
+    def note(at: float, pid: int, type_: str, cycle_id: str, **details: object) -> dict:
+        return {"kind": "note", "at": at, "actor": f"vm:{pid}:ab",
+                "details": {"type": type_, "cycle_id": cycle_id, **details}}
+
+    events = [note(100.0, 4, "cycle_start", "a"), note(170.0, 4, "cycle", "a",
+                                                       outcome="promoted"),
+              note(600.0, 4, "cycle_start", "b"),
+              note(700.0, 5, "cycle", "b", outcome="interrupted"),  # another's record
+              note(100.0, 6, "cycle_start", "c"), note(170.0, 6, "cycle", "c",
+                                                       outcome="rejected")]
+    assert controller_busy(events) == {"controller[4]": [(100.0, 170.0), (600.0, float("inf"))],
+                                       "controller[6]": [(100.0, 170.0)]}
+
+    def rss(pid: int, floor: float, step: float = 0.0) -> list[tuple[float, str, int]]:
+        out = []
+        for t in range(0, 900, 10):
+            busy = 100 <= t <= 170 or (pid == 4 and t >= 600)
+            mib = 2400 if busy else floor + (step if t > 300 else 0)
+            out.append((float(t), f"controller[{pid}]", int(mib) << 20))
+        return out
+
+    samples = rss(4, 1437) + rss(6, 1437, step=300) + [(900.0, "controller[5]", 1 << 30)]
+    mem = judge_memory(samples, events, t0=0.0, warmup_s=120.0)
+    assert mem["controller[4]"]["growth_after_warmup_pct"] == 0.0
+    assert mem["controller[4]"]["rss_mib_per_minute"]["12"] == 2400.0  # shown, not judged
+    assert "12" not in mem["controller[4]"]["between_cycles_mib_per_minute"]
+    assert mem["controller[6]"]["growth_after_warmup_pct"] == 20.9  # 1437 → 1737 MiB

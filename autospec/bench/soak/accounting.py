@@ -172,26 +172,33 @@ def rows_vs_answers(outcomes: list[Outcome], rows: list[Row]) -> dict[str, Any]:
 
 def memory(samples: list[tuple[float, str, int]], t0: float, warmup_s: float,
            warm_from: dict[str, float] | None = None,
-           judged_until: dict[str, float] | None = None) -> dict[str, Any]:
+           judged_until: dict[str, float] | None = None,
+           busy: dict[str, list[tuple[float, float]]] | None = None) -> dict[str, Any]:
     """Per process: RSS (MiB) per minute (the largest sample), and the growth of its floor
     after warm-up: the lowest minute of the last third against the lowest of the first
     third, counted from the run's warm-up or the process's own (a process started late, a
     restarted replica, warms up too), for a process named in ``warm_from`` not before that
     time (a controller loads its target at its first cycle and keeps it: its warm-up ends
     with that cycle), and for one named in ``judged_until`` not after that time (a
-    controller killed inside a cycle: what it held then was the cycle's, not a floor). A
-    leak raises the floor; a saw-tooth does not."""
-    warm_from, judged_until = warm_from or {}, judged_until or {}
+    controller killed inside a cycle: what it held then was the cycle's, not a floor), and
+    leaving out a process's samples inside its ``busy`` spans (a controller's cycles: the
+    rule is after its floor between them, and a minute that is all cycle has none). A leak
+    raises the floor; a saw-tooth does not."""
+    warm_from, judged_until, busy = warm_from or {}, judged_until or {}, busy or {}
     per: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    idle: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for t, name, rss in samples:
         per[name][int((t - t0) // 60)].append(rss)
+        if not any(start <= t <= end for start, end in busy.get(name, ())):
+            idle[name][int((t - t0) // 60)].append(rss)
     out: dict[str, Any] = {}
     warm = math.ceil(warmup_s / 60)
     for name, minutes in sorted(per.items()):
         mib = {m: max(v) / 2**20 for m, v in sorted(minutes.items())}
+        floor = {m: max(v) / 2**20 for m, v in sorted(idle[name].items())}
         own = math.ceil((warm_from[name] - t0) / 60) if name in warm_from else 0
         until = int((judged_until[name] - t0) // 60) if name in judged_until else None
-        after = [mib[m] for m in mib if m >= max(warm, min(mib) + warm, own)
+        after = [floor[m] for m in floor if m >= max(warm, min(mib) + warm, own)
                  and (until is None or m <= until)]
         growth = None
         if len(after) >= 3:
@@ -202,4 +209,7 @@ def memory(samples: list[tuple[float, str, int]], t0: float, warmup_s: float,
                      "growth_after_warmup_pct": growth}
         if until is not None:
             out[name]["judged_until_minute"] = until
+        if busy.get(name):  # what was judged: each minute's samples outside the cycles
+            out[name]["between_cycles_mib_per_minute"] = {str(m): round(v, 1)
+                                                          for m, v in floor.items()}
     return out

@@ -69,9 +69,10 @@ def judge_not_live(outcomes: list[Outcome], events: list[dict[str, Any]],
 def judge_memory(samples: list[tuple[float, str, int]], events: list[dict[str, Any]],
                  t0: float, warmup_s: float) -> dict[str, Any]:
     """:func:`accounting.memory` with each controller judged from its first cycle that
-    trained and, if it was killed before the run's end, up to its last finished cycle."""
+    trained, between its cycles, and, if it was killed before the run's end, up to its last
+    finished cycle."""
     return acc.memory(samples, t0, warmup_s, controller_warm(events),
-                      controller_killed_until(events, samples))
+                      controller_killed_until(events, samples), controller_busy(events))
 
 
 def _controller_name(actor: object) -> str | None:
@@ -98,6 +99,27 @@ def controller_killed_until(events: list[dict[str, Any]],
     first = min((t for t, _, _ in samples), default=0.0)
     return {name: ended.get(name, first - 120.0) for name, t in last_seen.items()
             if name.startswith("controller[") and t < run_last - KILLED_MARGIN_S}
+
+
+def controller_busy(events: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """``controller[PID]`` → the spans of its cycles: from its ``cycle_start`` note to its own
+    record of that cycle's end, or open-ended where it wrote none (it died in the cycle).
+    Between them a controller holds only what it keeps (its target), which is what a leak
+    would raise; inside them it holds the cycle's features, training and replay."""
+    ends: dict[tuple[str, str], float] = {}
+    starts: list[tuple[str, str, float]] = []
+    for e in events:
+        name, d = _controller_name(e["actor"]), e["details"]
+        if name is None or e["kind"] != "note" or "cycle_id" not in d:
+            continue
+        if d.get("type") == "cycle_start":
+            starts.append((name, d["cycle_id"], e["at"]))
+        elif d.get("type") == "cycle":
+            ends[(name, d["cycle_id"])] = e["at"]
+    out: dict[str, list[tuple[float, float]]] = {}
+    for name, cycle_id, at in starts:
+        out.setdefault(name, []).append((at, ends.get((name, cycle_id), float("inf"))))
+    return out
 
 
 def controller_warm(events: list[dict[str, Any]]) -> dict[str, float]:
