@@ -186,9 +186,13 @@ def test_short_lived_processes_are_one_row_per_kind_in_the_report() -> None:
                                             "growth_after_warmup_pct": None}
                  for p in (1, 2, 3)},
               "mp-spawn[9]": {"rss_mib_per_minute": {"1": 20.0},
-                              "growth_after_warmup_pct": None}}
+                              "growth_after_warmup_pct": None},
+              "controller[8]": {"rss_mib_per_minute": {"14": 1437.0, "22": 2309.0},
+                                "growth_after_warmup_pct": -0.7,
+                                "between_cycles_mib_per_minute": {"14": 1437.0}}}
     rows = _memory({"memory": memory})[2:]
     assert rows == ["| replica[7] | 1186 → 1389 | +12.1 % |",
+                    "| controller[8] | 1437 → 2309 | -0.7 % between cycles |",
                     "| VLLM::EngineCore ×3, each too short-lived to judge | largest 703 | — |"]
 
 

@@ -112,7 +112,8 @@ def _memory(r: dict[str, Any]) -> list[str]:
         if growth is None:
             brief.setdefault(name.rsplit("[", 1)[0], []).append(max(values))
             continue
-        out.append(f"| {name} | {values[0]:.0f} → {values[-1]:.0f} | {growth:+.1f} % |")
+        where = " between cycles" if m.get("between_cycles_mib_per_minute") else ""
+        out.append(f"| {name} | {values[0]:.0f} → {values[-1]:.0f} | {growth:+.1f} %{where} |")
     for kind, peaks in sorted(brief.items()):
         out.append(f"| {kind} ×{len(peaks)}, each too short-lived to judge | largest "
                    f"{max(peaks):.0f} | — |")
