@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from autospec.controller import drills as cycle
+from autospec.controller import drills
 from autospec.controller.candidates import Candidate
 from autospec.settings import get_settings
 
@@ -15,7 +15,7 @@ from autospec.settings import get_settings
 @pytest.fixture
 def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     got: list[float] = []
-    monkeypatch.setattr(cycle.time, "sleep", got.append)
+    monkeypatch.setattr(drills.time, "sleep", got.append)
     get_settings.cache_clear()
     yield got
     get_settings.cache_clear()
@@ -23,17 +23,17 @@ def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 def test_no_hold_by_default(slept: list[float], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S", raising=False)
-    assert cycle.hold_after_gate([Candidate("eagle3-1", 1, promote=True)]) == 0.0
+    assert drills.hold_after_gate([Candidate("eagle3-1", 1, promote=True)]) == 0.0
     assert slept == []
 
 
 def test_holds_only_when_a_candidate_passed(slept: list[float],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S", "15")
-    assert cycle.hold_after_gate([Candidate("eagle3-1", 1), Candidate("suffix-1", 2)]) == 0.0
+    assert drills.hold_after_gate([Candidate("eagle3-1", 1), Candidate("suffix-1", 2)]) == 0.0
     assert slept == []
     passed = [Candidate("eagle3-1", 1), Candidate("suffix-1", 2, promote=True)]
-    assert cycle.hold_after_gate(passed) == 15.0
+    assert drills.hold_after_gate(passed) == 15.0
     assert slept == [15.0]
 
 
