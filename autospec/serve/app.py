@@ -36,6 +36,7 @@ from ray.serve.handle import DeploymentHandle
 
 from autospec.serve.config import ServeConfig
 from autospec.serve.http import make_app
+from autospec.serve.kernel_caches import with_kernel_cache_env
 from autospec.serve.metrics_hub import MetricsHub, MetricsPusher
 from autospec.serve.server import LLMServer
 
@@ -109,15 +110,21 @@ class AutospecServer:
             server.close()
 
 
+def deployment_options(cfg: ServeConfig) -> dict[str, Any]:
+    """Ray Serve's options for the replicas of ``cfg``'s application."""
+    return {
+        "num_replicas": cfg.replicas,
+        "max_ongoing_requests": cfg.ray_max_ongoing_requests,
+        "max_queued_requests": cfg.max_queued_requests,
+        "ray_actor_options": with_kernel_cache_env(cfg.ray_actor_options,
+                                                   cfg.kernel_cache_entries),
+        "health_check_period_s": cfg.health_check_period_s,
+        "health_check_timeout_s": max(30.0, cfg.health_check_period_s * 2),
+    }
+
+
 def build_app(args: dict[str, Any] | ServeConfig | None = None) -> Application:
     """The bound application for ``args`` (a :class:`ServeConfig` or its fields)."""
     cfg = args if isinstance(args, ServeConfig) else ServeConfig.model_validate(args or {})
-    deployment = AutospecServer.options(
-        num_replicas=cfg.replicas,
-        max_ongoing_requests=cfg.ray_max_ongoing_requests,
-        max_queued_requests=cfg.max_queued_requests,
-        ray_actor_options=cfg.ray_actor_options,
-        health_check_period_s=cfg.health_check_period_s,
-        health_check_timeout_s=max(30.0, cfg.health_check_period_s * 2),
-    )
+    deployment = AutospecServer.options(**deployment_options(cfg))
     return deployment.bind(cfg.to_args(), MetricsHub.bind())

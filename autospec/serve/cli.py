@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 #: field is an option of the same name (or :data:`OPTION_OF`'s) with the field's default and
 #: description as its help (tests/serve/test_cli.py keeps the two from drifting apart)
 CONFIG_ONLY = {
+    "kernel_cache_entries": "tuning, in the Serve config file",
     "device": "a replica's device follows its Ray resources (num_gpus) and the engine",
     "model_name": "the Serve config file's (ops/serve_config.yaml): the target spec by default",
     "poll_interval_s": "tuning, in the Serve config file",

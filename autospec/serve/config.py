@@ -107,6 +107,12 @@ class ServeConfig(BaseModel):
     ray_actor_options: dict[str, Any] = Field(
         default_factory=lambda: {"num_cpus": 1.0},
         description="Ray options per replica (num_cpus, num_gpus, runtime_env)")
+    kernel_cache_entries: int | None = Field(
+        64, ge=1, description="bound on the CPU bfloat16 matmul path's per-shape kernel caches "
+        "(ideep's LRU_CACHE_CAPACITY and oneDNN's ONEDNN_PRIMITIVE_CACHE_CAPACITY, 1024 "
+        "each by default), set in each replica's environment so its memory does not grow "
+        "with the prompt lengths it has seen; a value the operator set is kept (null: the "
+        "libraries' defaults)")
     api_key: SecretStr | None = Field(
         None, description="clients must send 'Authorization: Bearer <key>' on every route "
         "but /health and /metrics; several keys comma-separated (default: AUTOSPEC_API_KEY "

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from dataclasses import replace
@@ -57,6 +58,7 @@ from autospec.serve.config import ServeConfig
 from autospec.serve.decode import Decoder, ThreadDecoder
 from autospec.serve.engines import DEFAULT_DEVICE, engine_parts
 from autospec.serve.errors import APIError
+from autospec.serve.kernel_caches import CACHE_VARS
 from autospec.serve.load import InFlight
 from autospec.serve.metrics import ServeMetrics
 from autospec.serve.metrics_ledger import register_ledger
@@ -177,6 +179,7 @@ class LLMServer:
                 "load_failures": self.versions.load_failures,
                 "segments": self.versions.segments,
                 "segment_versions": self.versions.segment_memory(),
+                "kernel_caches": {var: os.environ.get(var) for var in CACHE_VARS},
                 "traffic": self.writer.counters.as_dict() if self.writer else None}
 
     # -- preparing requests ------------------------------------------------------------------

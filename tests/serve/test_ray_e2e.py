@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from autospec import store
+from autospec.serve.kernel_caches import CACHE_VARS
 
 from .helpers import promote, register_artifact
 
@@ -113,7 +114,9 @@ def _check_openai_client(app: App, model: str) -> None:
 def test_openai_client_against_the_tiny_target(deploy, tiny_model_dir):
     app = deploy(target=str(tiny_model_dir), model_name="tiny", dtype="float32")
     _check_openai_client(app, "tiny")
-    assert requests.get(f"{app.url}/health", timeout=10).status_code == 200
+    health = requests.get(f"{app.url}/health", timeout=10)
+    assert health.status_code == 200
+    assert health.json()["kernel_caches"] == {var: "64" for var in CACHE_VARS}
     assert "autospec:spec_decode_num_drafts_total" in requests.get(f"{app.url}/metrics").text
     for body in (b"\xff\xfe", b"{bad", json.dumps({"prompt": "x" * (2 << 20)}).encode()):
         r = requests.post(f"{app.url}/v1/completions", data=body, timeout=30)
