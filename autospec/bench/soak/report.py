@@ -51,11 +51,15 @@ def markdown(r: dict[str, Any]) -> str:
         f"| spill files left | {rows['spill_files_left']} |",
         "",
         *_faults(r), "", *_cycles(r), "", *_memory(r), "", *_minutes(r), "",
-        f"Shutdown (SIGTERM): serve exited after {r['shutdown']['serve_exit_s']} s; "
+        f"Shutdown (SIGTERM): serve exited {_exit(r['shutdown']['serve_exit_s'])}; "
         f"processes left: {r['shutdown']['left_running'] or 'none'} "
         f"(of {r['shutdown']['processes_seen']} seen).", "",
     ]
     return "\n".join(lines)
+
+
+def _exit(seconds: float | None) -> str:
+    return "only when killed" if seconds is None else f"after {seconds:.1f} s"
 
 
 def _rejudged(r: dict[str, Any]) -> list[str]:
