@@ -54,8 +54,10 @@ from autospec.controller.policy import Policy
 from autospec.controller.result import CycleFailed, CycleResult
 from autospec.engine.target import Target
 from autospec.numerics import NumericsMismatch
+from autospec.settings import get_settings
 from autospec.store.models import utcnow
 from autospec.threads import ThreadSetting, resolve_threads, torch_threads, within
+from autospec.train.partials import remove_partials
 from autospec.versions import BUILTIN_VERSION, VersionLoadError
 
 log = logging.getLogger(__name__)
@@ -159,6 +161,8 @@ class Controller:
         for run in (r for r in runs if r.status == "running"):
             store.finish_training_run(session, run_id=run.id, status="failed",
                                       error=f"interrupted: cycle {cyc.cycle_id} died")
+            for path in remove_partials(get_settings().resolved_artifact_dir, run.id):
+                log.info("removed %s, left unregistered by run %d", path, run.id)
         orphans = records.orphans_of(session, runs)
         reason = (f"cycle {cyc.cycle_id} of {cyc.actor} did not finish (process died or lost "
                   f"its lease); nothing was promoted; candidates left unpromoted: "

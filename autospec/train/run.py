@@ -71,6 +71,7 @@ from autospec.train.errors import IncumbentMismatch, TrainingInputError, Trainin
 from autospec.train.features import FeatureCache, cached_extract
 from autospec.train.kinds import TraineeOptions, gradient, training_of
 from autospec.train.loop import LoopConfig, LoopState, StepMetrics, evaluate, train_loop
+from autospec.train.partials import partial_dir
 from autospec.versions import VersionLoadError, load_speculator_version
 
 log = logging.getLogger(__name__)
@@ -371,7 +372,7 @@ def _register(engine: Engine, request: TrainRequest, spec: SavableSpeculator, ta
               meta: dict[str, Any]) -> TrainOutcome:
     root = request.artifact_dir or get_settings().resolved_artifact_dir
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".partial-{uuid.uuid4().hex}"
+    tmp = partial_dir(root, run_id)
     try:
         sha = save_speculator(spec, tmp)
         version, final = retrying(

@@ -11,7 +11,9 @@ from sqlalchemy import select
 from autospec import store
 from autospec.controller import records
 from autospec.controller.cycle import Controller
+from autospec.settings import get_settings
 from autospec.store.models import TrainingRun
+from autospec.train.partials import partial_dir
 from tests.serve.helpers import register_artifact
 
 from .helpers import events, fast_policy
@@ -45,3 +47,23 @@ def test_recovery_closes_only_the_dead_cycles_runs(db, tiny, tmp_path: Path) -> 
     assert status == {mine: "failed", operator: "running", older_code: "failed"}
     (failure,) = [e for e in events(db, "failure") if (e.details or {}).get("type") == "cycle"]
     assert "suffix-mine" in failure.reason and "suffix-operator" not in failure.reason
+
+
+def test_recovery_removes_the_unregistered_artifact_of_a_run_it_closes(db, tiny) -> None:  # type: ignore[no-untyped-def]
+    """A controller SIGKILLed while saving a candidate leaves `.partial-run<id>-…` behind
+    (the vLLM soak of 2026-12-04 found one); the next controller removes it with the run,
+    and leaves an operator's run's partial alone (tiny random-init target)."""
+    with store.session_scope(db) as session:
+        records.note(session, type_="cycle_start", actor="dead", deployment="default",
+                     cycle_id="c-dead", window_key="default/9/9", newest_id=9)
+    mine = _run(db, {"cycle_id": "c-dead"})
+    operator = _run(db, {"cycle_id": None})
+    root = get_settings().resolved_artifact_dir
+    left, kept = partial_dir(root, mine), partial_dir(root, operator)
+    for path in (left, kept):
+        path.mkdir(parents=True)
+        (path / "model.safetensors").write_bytes(b"half a file")
+
+    Controller(db, fast_policy(), tiny).recover()
+
+    assert not left.exists() and kept.exists()
