@@ -16,7 +16,6 @@ or in the environment of the process that starts Ray — is kept.
 
 from __future__ import annotations
 
-import copy
 import os
 from typing import Any
 
@@ -30,12 +29,9 @@ def with_kernel_cache_env(actor_options: dict[str, Any], entries: int | None,
     if entries is None:
         return actor_options
     environ = os.environ if environ is None else environ
-    options = copy.deepcopy(actor_options)
-    runtime_env = options.setdefault("runtime_env", {}) or {}
-    options["runtime_env"] = runtime_env
-    env_vars = runtime_env.setdefault("env_vars", {}) or {}
-    runtime_env["env_vars"] = env_vars
+    runtime_env = dict(actor_options.get("runtime_env") or {})
+    env_vars = dict(runtime_env.get("env_vars") or {})
     for var in CACHE_VARS:
         if var not in env_vars and var not in environ:
             env_vars[var] = str(entries)
-    return options
+    return {**actor_options, "runtime_env": {**runtime_env, "env_vars": env_vars}}

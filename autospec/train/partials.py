@@ -22,8 +22,6 @@ def partial_dir(root: Path, run_id: int) -> Path:
 
 def remove_partials(root: Path, run_id: int) -> list[Path]:
     """Remove what run ``run_id`` left under ``root``; the paths removed."""
-    if not root.is_dir():
-        return []
     found = sorted(root.glob(f".partial-run{run_id}-*"))
     for path in found:
         shutil.rmtree(path, ignore_errors=True)
