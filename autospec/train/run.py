@@ -12,7 +12,8 @@
    window must hold at least ``min_requests`` training requests (:class:`EmptyWindow`,
    :class:`WindowTooSmall`); synthetic sequences of this target join the train part at
    ``request.synthetic``'s share (:func:`~autospec.train.data.mix_synthetic`);
-2. records a ``training_runs`` row (status ``running``, window, config);
+2. closes the runs of this host whose process died (:mod:`autospec.train.dead_runs`), then
+   records a ``training_runs`` row (status ``running``, window, config, the process);
 3. fits the candidate as its kind declares (:mod:`autospec.train.kinds`): a kind fit from
    documents (``suffix``) indexes the window's requests; a kind trained by gradient
    (``eagle3``, ``draft``) extracts target features (:mod:`autospec.train.features`) and runs
@@ -26,7 +27,9 @@
 Any failure or interruption (an exception, Ctrl-C, ``should_stop`` returning True — raised
 as :class:`TrainingStopped` —, a Ray run that runs out of retries)
 after step 2 closes the run as ``failed`` with the reason, removes the partial artifact
-and registers nothing; the error is re-raised.
+and registers nothing; the error is re-raised. A run killed outright (SIGKILL) cannot: the
+next run on its host closes it and removes its artifact (step 2), as a controller does for
+its own dead cycle's runs.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from autospec.train.data import (
     load_training_data,
     mix_synthetic,
 )
+from autospec.train.dead_runs import sweep_dead_runs, this_process
 from autospec.train.errors import IncumbentMismatch, TrainingInputError, TrainingStopped
 from autospec.train.features import FeatureCache, cached_extract
 from autospec.train.kinds import TraineeOptions, gradient, training_of
@@ -156,11 +160,13 @@ def train_on(request: TrainRequest, data: TrainingData, *, engine: Engine, targe
     """Record a run, fit on ``data``, write and register the version (``meta`` added to its
     registry row); a failure closes the run as failed and registers nothing."""
     progress = progress or Progress()
+    sweep_dead_runs(engine, request.artifact_dir or get_settings().resolved_artifact_dir)
     with store.session_scope(engine) as session:
         run_id = store.start_training_run(
             session, kind=request.kind, parent_version=parent, window_start=data.start,
             window_end=data.end, train_requests=len(data.train) - data.synthetic,
-            heldout_requests=len(data.heldout), config=_jsonable(request)).id
+            heldout_requests=len(data.heldout),
+            config={**_jsonable(request), "process": this_process()}).id
     try:
         cap = None if request.threads is None else resolve_threads(request.threads)
         with torch_threads(cap):

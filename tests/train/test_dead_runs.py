@@ -1,0 +1,87 @@
+"""A training run whose process was killed outright is closed, and its artifact removed, by
+the next run on its host; runs whose process may be alive are left alone."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import psutil
+
+from autospec import store
+from autospec.settings import get_settings
+from autospec.train import TrainRequest, WindowSpec, train_candidate
+from autospec.train.dead_runs import is_dead, sweep_dead_runs, this_process
+
+_KILLED_RUN = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from autospec import store
+    from autospec.train.dead_runs import this_process
+    from autospec.train.partials import partial_dir
+    engine = store.open_store(sys.argv[1])
+    with store.session_scope(engine) as session:
+        run = store.start_training_run(session, kind="suffix",
+                                       config={"process": this_process()})
+    partial_dir(Path(sys.argv[2]), run.id).mkdir(parents=True)
+    print(run.id, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # killed between its run row and its registration
+""")
+
+
+def _killed_run(url: str, root) -> int:
+    """A run started by a real process that was then SIGKILLed; its id."""
+    done = subprocess.run([sys.executable, "-c", _KILLED_RUN, url, str(root)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    return int(done.stdout.split()[0])
+
+
+def test_the_next_run_closes_a_sigkilled_run_and_removes_its_artifact(
+        sqlite_url, db_with_traffic, tiny) -> None:
+    root = get_settings().resolved_artifact_dir
+    dead = _killed_run(sqlite_url, root)
+    assert list(root.glob(f".partial-run{dead}-*"))
+    outcome = train_candidate(TrainRequest(kind="suffix", window=WindowSpec(
+        heldout_fraction=0.2)), engine=db_with_traffic, target=tiny)
+    with store.session_scope(db_with_traffic) as s:
+        old = store.get_training_run(s, run_id=dead)
+        new = store.get_training_run(s, run_id=outcome.run_id)
+        assert old.status == "failed" and old.finished_at is not None
+        assert "interrupted: process" in old.error and "died" in old.error
+        assert new.status == "succeeded" and new.config["process"]["pid"] == psutil.Process().pid
+    assert not list(root.glob(".partial-*"))
+    assert sorted(p.name for p in root.iterdir()) == [outcome.version]
+
+
+def test_runs_whose_process_may_live_are_left_alone(db, tmp_path) -> None:
+    me = this_process()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    cases = {
+        "alive": me,
+        "other host": {**me, "host": socket.gethostname() + "-elsewhere", "pid": gone.pid},
+        "no record": None,
+        "pid reused": {**me, "started": me["started"] - 3600},
+        "dead": {**me, "pid": gone.pid},
+    }
+    ids = {}
+    with store.session_scope(db) as s:
+        for name, process in cases.items():
+            config = {} if process is None else {"process": process}
+            ids[name] = store.start_training_run(s, kind="suffix", config=config).id
+    assert sorted(sweep_dead_runs(db, tmp_path)) == sorted([ids["pid reused"], ids["dead"]])
+    with store.session_scope(db) as s:
+        status = {n: store.get_training_run(s, run_id=i).status for n, i in ids.items()}
+    assert status == {"alive": "running", "other host": "running", "no record": "running",
+                      "pid reused": "failed", "dead": "failed"}
+    assert sweep_dead_runs(db, tmp_path) == []  # closed once
+
+
+def test_is_dead_tolerates_a_malformed_record() -> None:
+    assert not is_dead({"host": socket.gethostname(), "pid": "not a pid"})
+    assert not is_dead({"host": socket.gethostname()})
+    assert not is_dead({})
