@@ -125,6 +125,11 @@ def serve(
     vllm_suffix: Annotated[bool, typer.Option(
         help="--engine vllm: also serve vLLM's own suffix method (needs the arctic-inference "
         "package, see docs/vllm.md) and give the live version over it")] = False,
+    vllm_suffix_cache: Annotated[int | None, typer.Option(
+        min=0, help="with --vllm-suffix: the most served responses vLLM's suffix method keeps "
+        "and drafts from (its suffix_decoding_max_cached_requests; vLLM's default 10000 also "
+        "learns from the bench's own earlier answers to the same prompts); 0: each request's "
+        "own prompt and output only, what it gives on traffic it has not seen")] = None,
     vllm_option: Annotated[list[str] | None, typer.Option(
         help="--engine vllm: a vLLM engine argument as KEY=VALUE, as `autospec serve` takes "
         "it (e.g. enforce_eager=true: engines start in seconds, not minutes, on a CPU); "
@@ -159,11 +164,13 @@ def serve(
                          database_url=database_url, deployment=deployment, json_path=json_path,
                          k_bands=_checked_bands(k_bands, k), prompts=_bench_prompts(domain),
                          vllm_options=_engine_options(vllm_option or []), builtin=builtin,
-                         vllm_suffix=_checked_vllm_suffix(vllm_suffix, names))
+                         vllm_suffix=_checked_vllm_suffix(vllm_suffix, names),
+                         vllm_suffix_cached=_checked_suffix_cache(vllm_suffix_cache, vllm_suffix))
         return
     if k_bands is not None or vllm_option or builtin:
         raise typer.BadParameter("--k-bands, --vllm-option and --builtin: need --engine")
     _checked_vllm_suffix(vllm_suffix, [])
+    _checked_suffix_cache(vllm_suffix_cache, vllm_suffix)
     counts = _client_counts(concurrency or "2")
     if len(counts) != 1:
         raise typer.BadParameter("--concurrency: one value without --engine")
@@ -184,6 +191,13 @@ def _checked_vllm_suffix(wanted: bool, engines: list[str]) -> bool:
         raise typer.BadParameter("--vllm-suffix: arctic-inference is not installed "
                                  "(docs/vllm.md)")
     return True
+
+
+def _checked_suffix_cache(cached: int | None, vllm_suffix: bool) -> int | None:
+    """``--vllm-suffix-cache``: only with ``--vllm-suffix``."""
+    if cached is not None and not vllm_suffix:
+        raise typer.BadParameter("--vllm-suffix-cache: needs --vllm-suffix")
+    return cached
 
 
 def _client_counts(text: str) -> list[int]:

@@ -52,10 +52,15 @@ BUILTIN_DEPLOYMENT = "autospec-bench-builtin"
 ARCTIC_LABEL = "vllm suffix (arctic-inference)"
 
 
-def arctic_options(k: int) -> dict[str, Any]:
+def arctic_options(k: int, cached: int | None = None) -> dict[str, Any]:
     """vLLM engine arguments that make a builtin replica draft with vLLM's own ``suffix``
-    method (k: the most tokens it drafts per step; vLLM's other suffix defaults)."""
-    return {"speculative_config": {"method": "suffix", "num_speculative_tokens": k}}
+    method (k: the most tokens it drafts per step; ``cached``: the most served responses it
+    keeps and drafts from, ``suffix_decoding_max_cached_requests`` — 0: each request's own
+    prompt and output only —; vLLM's other suffix defaults)."""
+    config: dict[str, Any] = {"method": "suffix", "num_speculative_tokens": k}
+    if cached is not None:
+        config["suffix_decoding_max_cached_requests"] = cached
+    return {"speculative_config": config}
 
 
 def engine_modes(engine: str, modes: list[str]) -> list[str]:
@@ -134,7 +139,7 @@ def _figures(answers: list[Answer], wall_s: float) -> dict[str, Any]:
 
 def _deploy(engines: list[str], modes: list[str], target: str, dtype: str, url: str,
             deployment: str, data_dir: Path, k: int, k_bands: str | None,
-            vllm_options: dict[str, Any]) -> dict[str, str]:
+            vllm_options: dict[str, Any], arctic_cached: int | None = None) -> dict[str, str]:
     from ray import serve
 
     from autospec.raylocal import start_local
@@ -149,7 +154,8 @@ def _deploy(engines: list[str], modes: list[str], target: str, dtype: str, url: 
     for engine in engines:
         for mode in engine_modes(engine, modes):
             route = f"{engine}-{mode}"
-            options = {**vllm_options, **(arctic_options(k) if mode == "arctic" else {})}
+            options = {**vllm_options,
+                       **(arctic_options(k, arctic_cached) if mode == "arctic" else {})}
             serve.run(build_app({
                 "target": target, "dtype": dtype, "database_url": url, "speculator_k": k,
                 "deployment": BUILTIN_DEPLOYMENT if mode in ("builtin", "arctic")
@@ -168,13 +174,16 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
                      deployment: str, json_path: Path | None, k_bands: str | None = None,
                      prompts: list[list[dict[str, str]]] | None = None,
                      vllm_options: dict[str, Any] | None = None,
-                     builtin: bool = False, vllm_suffix: bool = False) -> dict[str, Any]:
+                     builtin: bool = False, vllm_suffix: bool = False,
+                     vllm_suffix_cached: int | None = None) -> dict[str, Any]:
     """Deploy every engine × {spec, off[, banded][, builtin][, arctic]}, measure one phase
     per concurrency in ``clients``, print, write the JSON; ``prompts``: the chats sent
     (default: the generic benchmark prompts); ``vllm_options``: vLLM engine arguments
     (max_model_len 2048 unless set); ``builtin``: also an application serving builtin-ngram
     (vLLM's ``ngram``), what a vLLM user gets by switching on a built-in method;
-    ``vllm_suffix``: also, on vLLM, vLLM's own ``suffix`` method (needs arctic-inference)."""
+    ``vllm_suffix``: also, on vLLM, vLLM's own ``suffix`` method (needs arctic-inference),
+    keeping at most ``vllm_suffix_cached`` served responses to draft from (None: vLLM's
+    default)."""
     from ray import serve
 
     from autospec import store
@@ -190,7 +199,8 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
         apps = sum(len(engine_modes(e, modes)) for e in engines)
         with progress.stage(f"deploying {apps} applications of {target}"):
             urls = _deploy(engines, modes, target, dtype, url, deployment, Path(tmp), k, k_bands,
-                           {"max_model_len": 2048, **(vllm_options or {})})
+                           {"max_model_len": 2048, **(vllm_options or {})},
+                           vllm_suffix_cached)
         try:
             bodies = [{"messages": m, "max_tokens": max_tokens, "temperature": 0}
                       for m in (prompts or BENCH_PROMPTS)]
@@ -201,6 +211,8 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
             serve.shutdown()
     result = _summarize(engines, modes, target, dtype, max_tokens, k, k_bands, phases)
     result["vllm_options"] = vllm_options or {}
+    if vllm_suffix:
+        result["vllm_suffix_options"] = arctic_options(k, vllm_suffix_cached)["speculative_config"]
     partial.update(result)
     progress.finish()
     _print(result)
@@ -269,7 +281,10 @@ def _print(result: dict[str, Any]) -> None:
         console.print(f"{engine}: the live version over builtin-ngram: " + ", ".join(
             f"{r:.2f}× at {c}" for c, r in by_c.items()))
     if "live_over_vllm_suffix" in result:
-        console.print("vllm: the live version over vLLM's suffix (arctic-inference): " + ", ".join(
+        cached = result.get("vllm_suffix_options", {}).get(
+            "suffix_decoding_max_cached_requests", "vLLM's default number of")
+        console.print(f"vllm: the live version over vLLM's suffix (arctic-inference, caching "
+                      f"{cached} served responses): " + ", ".join(
             f"{r:.2f}× at {c}" for c, r in result["live_over_vllm_suffix"].items()))
     for engine, ok in result.get("banded_never_slower", {}).items():
         console.print(f"{engine}: with bands {result['k_bands']} the deployment is "

@@ -24,6 +24,9 @@ def test_vllm_suffix_is_served_on_vllm_only_with_vllms_suffix_method() -> None:
     assert engine_modes("native", modes) == ["spec", "off", "builtin"]
     assert arctic_options(5) == {"speculative_config": {"method": "suffix",
                                                         "num_speculative_tokens": 5}}
+    assert arctic_options(3, 0)["speculative_config"] == {
+        "method": "suffix", "num_speculative_tokens": 3,
+        "suffix_decoding_max_cached_requests": 0}
 
 
 def test_the_summary_gives_the_live_version_over_vllms_suffix_and_ngram() -> None:
@@ -48,6 +51,8 @@ def test_the_summary_gives_the_live_version_over_vllms_suffix_and_ngram() -> Non
 @pytest.mark.parametrize(("args", "message"), [
     (["--vllm-suffix"], "needs --engine vllm"),
     (["--engine", "native", "--vllm-suffix"], "needs --engine vllm"),
+    (["--engine", "vllm", "--vllm-suffix-cache", "0"], "needs --vllm-suffix"),
+    (["--vllm-suffix-cache", "0"], "needs --vllm-suffix"),
 ])
 def test_vllm_suffix_without_the_vllm_engine_is_refused(args, message) -> None:  # type: ignore[no-untyped-def]
     done = CliRunner().invoke(app, ["bench", "serve", *args])
