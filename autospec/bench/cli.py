@@ -130,6 +130,10 @@ def serve(
         "and drafts from (its suffix_decoding_max_cached_requests; vLLM's default 10000 also "
         "learns from the bench's own earlier answers to the same prompts); 0: each request's "
         "own prompt and output only, what it gives on traffic it has not seen")] = None,
+    vllm_suffix_warm: Annotated[int | None, typer.Option(
+        min=1, help="with --vllm-suffix and --database-url: before measuring, vLLM's suffix "
+        "method answers the store's newest N logged requests, so its cache holds the traffic "
+        "the live version was built from (a like-for-like comparison)")] = None,
     vllm_option: Annotated[list[str] | None, typer.Option(
         help="--engine vllm: a vLLM engine argument as KEY=VALUE, as `autospec serve` takes "
         "it (e.g. enforce_eager=true: engines start in seconds, not minutes, on a CPU); "
@@ -165,12 +169,15 @@ def serve(
                          k_bands=_checked_bands(k_bands, k), prompts=_bench_prompts(domain),
                          vllm_options=_engine_options(vllm_option or []), builtin=builtin,
                          vllm_suffix=_checked_vllm_suffix(vllm_suffix, names),
-                         vllm_suffix_cached=_checked_suffix_cache(vllm_suffix_cache, vllm_suffix))
+                         vllm_suffix_cached=_checked_suffix_cache(vllm_suffix_cache, vllm_suffix),
+                         vllm_suffix_warm=_checked_suffix_warm(vllm_suffix_warm, vllm_suffix,
+                                                               database_url))
         return
     if k_bands is not None or vllm_option or builtin:
         raise typer.BadParameter("--k-bands, --vllm-option and --builtin: need --engine")
     _checked_vllm_suffix(vllm_suffix, [])
     _checked_suffix_cache(vllm_suffix_cache, vllm_suffix)
+    _checked_suffix_warm(vllm_suffix_warm, vllm_suffix, database_url)
     counts = _client_counts(concurrency or "2")
     if len(counts) != 1:
         raise typer.BadParameter("--concurrency: one value without --engine")
@@ -198,6 +205,14 @@ def _checked_suffix_cache(cached: int | None, vllm_suffix: bool) -> int | None:
     if cached is not None and not vllm_suffix:
         raise typer.BadParameter("--vllm-suffix-cache: needs --vllm-suffix")
     return cached
+
+
+def _checked_suffix_warm(n: int | None, vllm_suffix: bool, database_url: str | None) -> int | None:
+    """``--vllm-suffix-warm``: only with ``--vllm-suffix`` and a store of logged traffic."""
+    if n is not None and (not vllm_suffix or database_url is None):
+        raise typer.BadParameter("--vllm-suffix-warm: needs --vllm-suffix and --database-url "
+                                 "(the store whose logged requests it replays)")
+    return n
 
 
 def _client_counts(text: str) -> list[int]:

@@ -175,7 +175,8 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
                      prompts: list[list[dict[str, str]]] | None = None,
                      vllm_options: dict[str, Any] | None = None,
                      builtin: bool = False, vllm_suffix: bool = False,
-                     vllm_suffix_cached: int | None = None) -> dict[str, Any]:
+                     vllm_suffix_cached: int | None = None,
+                     vllm_suffix_warm: int | None = None) -> dict[str, Any]:
     """Deploy every engine × {spec, off[, banded][, builtin][, arctic]}, measure one phase
     per concurrency in ``clients``, print, write the JSON; ``prompts``: the chats sent
     (default: the generic benchmark prompts); ``vllm_options``: vLLM engine arguments
@@ -183,7 +184,8 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
     (vLLM's ``ngram``), what a vLLM user gets by switching on a built-in method;
     ``vllm_suffix``: also, on vLLM, vLLM's own ``suffix`` method (needs arctic-inference),
     keeping at most ``vllm_suffix_cached`` served responses to draft from (None: vLLM's
-    default)."""
+    default), first shown the store's newest ``vllm_suffix_warm`` logged requests
+    (:mod:`autospec.bench.arctic_warm`)."""
     from ray import serve
 
     from autospec import store
@@ -204,6 +206,11 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
         try:
             bodies = [{"messages": m, "max_tokens": max_tokens, "temperature": 0}
                       for m in (prompts or BENCH_PROMPTS)]
+            if vllm_suffix and vllm_suffix_warm:
+                from autospec.bench.arctic_warm import warm, warm_bodies
+
+                partial["vllm_suffix_warm"] = warm(urls["vllm/arctic"],
+                                                   warm_bodies(url, vllm_suffix_warm), progress)
             with progress.stage("warm-up"):
                 _phase(urls, bodies[:2], 1, 1, progress, "warm-up")
             phases = measure_loads(urls, bodies, rounds, clients, progress)
@@ -211,6 +218,7 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
             serve.shutdown()
     result = _summarize(engines, modes, target, dtype, max_tokens, k, k_bands, phases)
     result["vllm_options"] = vllm_options or {}
+    result["vllm_suffix_warm"] = partial.get("vllm_suffix_warm")
     if vllm_suffix:
         result["vllm_suffix_options"] = arctic_options(k, vllm_suffix_cached)["speculative_config"]
     partial.update(result)

@@ -53,6 +53,7 @@ def test_the_summary_gives_the_live_version_over_vllms_suffix_and_ngram() -> Non
     (["--engine", "native", "--vllm-suffix"], "needs --engine vllm"),
     (["--engine", "vllm", "--vllm-suffix-cache", "0"], "needs --vllm-suffix"),
     (["--vllm-suffix-cache", "0"], "needs --vllm-suffix"),
+    (["--engine", "vllm", "--vllm-suffix-warm", "5"], "needs --vllm-suffix and --database-url"),
 ])
 def test_vllm_suffix_without_the_vllm_engine_is_refused(args, message) -> None:  # type: ignore[no-untyped-def]
     done = CliRunner().invoke(app, ["bench", "serve", *args])
@@ -66,3 +67,16 @@ def test_vllm_suffix_without_arctic_inference_says_what_to_install(monkeypatch) 
     done = CliRunner().invoke(app, ["bench", "serve", "--engine", "vllm", "--vllm-suffix"])
     assert done.exit_code == 2 and "arctic-inference is not installed" in done.output
     assert "docs/vllm.md" in done.output
+
+
+def test_the_warm_up_replays_the_stores_newest_logged_requests(sqlite_url) -> None:  # type: ignore[no-untyped-def]
+    from autospec import store
+    from autospec.bench.arctic_warm import warm_bodies
+
+    engine = store.open_store(sqlite_url, upgrade=True)
+    store.write_requests(engine, [store.RequestRecord(prompt_ids=[i, i + 1], output_ids=[7] * i)
+                                  for i in range(1, 5)])
+    engine.dispose()
+    assert warm_bodies(sqlite_url, 2) == [
+        {"prompt": [3, 4], "max_tokens": 3, "temperature": 0},
+        {"prompt": [4, 5], "max_tokens": 4, "temperature": 0}]
