@@ -130,6 +130,11 @@ def serve(
         "and drafts from (its suffix_decoding_max_cached_requests; vLLM's default 10000 also "
         "learns from the bench's own earlier answers to the same prompts); 0: each request's "
         "own prompt and output only, what it gives on traffic it has not seen")] = None,
+    fresh_prompts: Annotated[bool, typer.Option(
+        help="--engine with --domain: every round of every load sends prompts no round sent "
+        "before (the same ones to each application in that round), so a method that remembers "
+        "the answers it served (vLLM's suffix) gains nothing from the bench repeating itself")
+    ] = False,
     vllm_suffix_warm: Annotated[int | None, typer.Option(
         min=1, help="with --vllm-suffix and --database-url: before measuring, vLLM's suffix "
         "method answers the store's newest N logged requests, so its cache holds the traffic "
@@ -155,7 +160,7 @@ def serve(
     from autospec.serve.cli import _engine_options
 
     if engine is not None:
-        from autospec.bench.serve_engines import run_engine_bench
+        from autospec.bench.serve_engines import fresh_pool_size, run_engine_bench
         from autospec.engine.choice import ENGINES
 
         names = [e.strip() for e in engine.split(",") if e.strip()]
@@ -163,18 +168,24 @@ def serve(
         if not names or unknown:
             raise typer.BadParameter(f"--engine: unknown {unknown or names}; known: "
                                      f"{', '.join(ENGINES)}")
+        counts = _client_counts(concurrency or "1,4,8")
+        if fresh_prompts and domain is None:
+            raise typer.BadParameter("--fresh-prompts: needs --domain (the prompts to draw)")
+        pool = fresh_pool_size(rounds, counts) if fresh_prompts else None
         run_engine_bench(engines=names, target=target, dtype=dtype, max_tokens=max_tokens,
-                         rounds=rounds, clients=_client_counts(concurrency or "1,4,8"), k=k,
+                         rounds=rounds, clients=counts, k=k, fresh_prompts=fresh_prompts,
                          database_url=database_url, deployment=deployment, json_path=json_path,
-                         k_bands=_checked_bands(k_bands, k), prompts=_bench_prompts(domain),
+                         k_bands=_checked_bands(k_bands, k),
+                         prompts=_bench_prompts(domain, pool),
                          vllm_options=_engine_options(vllm_option or []), builtin=builtin,
                          vllm_suffix=_checked_vllm_suffix(vllm_suffix, names),
                          vllm_suffix_cached=_checked_suffix_cache(vllm_suffix_cache, vllm_suffix),
                          vllm_suffix_warm=_checked_suffix_warm(vllm_suffix_warm, vllm_suffix,
                                                                database_url))
         return
-    if k_bands is not None or vllm_option or builtin:
-        raise typer.BadParameter("--k-bands, --vllm-option and --builtin: need --engine")
+    if k_bands is not None or vllm_option or builtin or fresh_prompts:
+        raise typer.BadParameter("--k-bands, --vllm-option, --builtin and --fresh-prompts: "
+                                 "need --engine")
     _checked_vllm_suffix(vllm_suffix, [])
     _checked_suffix_cache(vllm_suffix_cache, vllm_suffix)
     _checked_suffix_warm(vllm_suffix_warm, vllm_suffix, database_url)
@@ -237,15 +248,17 @@ def _checked_bands(text: str | None, k: int) -> str | None:
     return None if bands is None else str(bands)
 
 
-def _bench_prompts(domain: str | None) -> list[list[dict[str, str]]] | None:
-    """``--domain``'s prompts (as many as the generic set), or None for the generic set."""
+def _bench_prompts(domain: str | None, count: int | None = None
+                   ) -> list[list[dict[str, str]]] | None:
+    """``--domain``'s prompts (``count``, default as many as the generic set), or None for the
+    generic set."""
     if domain is None:
         return None
     from autospec.bench.prompts import BENCH_PROMPTS
     from autospec.workloads import UnknownDomain, domain_prompts
 
     try:
-        return domain_prompts(domain, len(BENCH_PROMPTS), seed=DOMAIN_PROMPT_SEED)
+        return domain_prompts(domain, count or len(BENCH_PROMPTS), seed=DOMAIN_PROMPT_SEED)
     except UnknownDomain as exc:
         raise typer.BadParameter(f"--domain: {exc}") from None
 

@@ -92,13 +92,37 @@ def _send(session: requests.Session, url: str, body: dict[str, Any]) -> Answer:
                   int(info.get("num_accepted_tokens", 0)))
 
 
-def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int, clients: int,
+def round_batches(bodies: list[dict[str, Any]], rounds: int, clients: int,
+                  fresh: bool = False, start: int = 0) -> list[list[dict[str, Any]]]:
+    """Each round's requests, at least two per client: ``bodies`` repeated as needed, the same
+    every round; with ``fresh``, ``bodies`` is a pool read on from ``start``, every round taking
+    prompts sent in no earlier round (:func:`fresh_pool_size` says how many are needed)."""
+    if not fresh:
+        return [bodies * max(1, -(-2 * clients // len(bodies)))] * rounds
+    size = max(FRESH_MIN_BATCH, 2 * clients)
+    batches = [bodies[start + r * size: start + (r + 1) * size] for r in range(rounds)]
+    if any(len(b) < size for b in batches):
+        raise ValueError(f"{len(bodies)} prompts are too few for fresh rounds "
+                         f"(see fresh_pool_size)")
+    return batches
+
+
+#: the fewest requests of a fresh round (the fixed prompt sets' size)
+FRESH_MIN_BATCH = 6
+
+
+def fresh_pool_size(rounds: int, clients: list[int]) -> int:
+    """Prompts needed for fresh rounds at every load in ``clients``."""
+    return sum(rounds * max(FRESH_MIN_BATCH, 2 * c) for c in clients)
+
+
+def _phase(urls: dict[str, str], batches: list[list[dict[str, Any]]], clients: int,
            progress: BenchProgress, label: str) -> dict[str, dict[str, Any]]:
     answers: dict[str, list[Answer]] = {n: [] for n in urls}
     wall: dict[str, float] = dict.fromkeys(urls, 0.0)
     names = list(urls)
-    batch = bodies * max(1, -(-2 * clients // len(bodies)))  # ≥ 2 requests per client
-    for r in range(rounds):
+    rounds = len(batches)
+    for r, batch in enumerate(batches):
         for name in names[r % len(names):] + names[: r % len(names)]:
             got, took = _batch(urls[name], batch, clients, _send)
             answers[name] += got
@@ -113,15 +137,20 @@ def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int, clie
 
 
 def measure_loads(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int,
-                  clients: list[int], progress: BenchProgress) -> dict[int, dict[str, Any]]:
+                  clients: list[int], progress: BenchProgress,
+                  fresh: bool = False) -> dict[int, dict[str, Any]]:
     """One phase per concurrency in ``clients`` over the applications at ``urls`` (name →
-    URL, e.g. ``vllm/spec``, ``vllm/off``): ``rounds`` interleaved rounds of ``bodies`` each;
-    per application its figures (:func:`_figures`), kept in ``progress``'s report as they
-    come. ``autospec bench serve --engine`` and the demo on vLLM both measure with it."""
+    URL, e.g. ``vllm/spec``, ``vllm/off``): ``rounds`` interleaved rounds of ``bodies`` each
+    (with ``fresh``, of prompts no round sent before: :func:`round_batches`); per application
+    its figures (:func:`_figures`), kept in ``progress``'s report as they come.
+    ``autospec bench serve --engine`` and the demo on vLLM both measure with it."""
     phases: dict[int, dict[str, Any]] = {}
+    start = 0
     for c in clients:
+        batches = round_batches(bodies, rounds, c, fresh, start)
+        start += sum(map(len, batches)) if fresh else 0
         with progress.stage(f"{c} client{'s' * (c > 1)}: {rounds} rounds"):
-            phases[c] = _phase(urls, bodies, rounds, c, progress, f"{c} clients")
+            phases[c] = _phase(urls, batches, c, progress, f"{c} clients")
             progress.report.setdefault("phases", {})[str(c)] = phases[c]
     return phases
 
@@ -176,7 +205,8 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
                      vllm_options: dict[str, Any] | None = None,
                      builtin: bool = False, vllm_suffix: bool = False,
                      vllm_suffix_cached: int | None = None,
-                     vllm_suffix_warm: int | None = None) -> dict[str, Any]:
+                     vllm_suffix_warm: int | None = None,
+                     fresh_prompts: bool = False) -> dict[str, Any]:
     """Deploy every engine × {spec, off[, banded][, builtin][, arctic]}, measure one phase
     per concurrency in ``clients``, print, write the JSON; ``prompts``: the chats sent
     (default: the generic benchmark prompts); ``vllm_options``: vLLM engine arguments
@@ -185,7 +215,8 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
     ``vllm_suffix``: also, on vLLM, vLLM's own ``suffix`` method (needs arctic-inference),
     keeping at most ``vllm_suffix_cached`` served responses to draft from (None: vLLM's
     default), first shown the store's newest ``vllm_suffix_warm`` logged requests
-    (:mod:`autospec.bench.arctic_warm`)."""
+    (:mod:`autospec.bench.arctic_warm`); ``fresh_prompts``: ``prompts`` is a pool of at least
+    :func:`fresh_pool_size` chats and no round repeats one (:func:`round_batches`)."""
     from ray import serve
 
     from autospec import store
@@ -212,12 +243,15 @@ def run_engine_bench(*, engines: list[str], target: str, dtype: str, max_tokens:
                 partial["vllm_suffix_warm"] = warm(urls["vllm/arctic"],
                                                    warm_bodies(url, vllm_suffix_warm), progress)
             with progress.stage("warm-up"):
-                _phase(urls, bodies[:2], 1, 1, progress, "warm-up")
-            phases = measure_loads(urls, bodies, rounds, clients, progress)
+                warm_up = [{**bodies[0], "messages": m} for m in BENCH_PROMPTS[:2]] \
+                    if fresh_prompts else bodies[:2]  # fresh: no measured prompt seen before
+                _phase(urls, [warm_up], 1, progress, "warm-up")
+            phases = measure_loads(urls, bodies, rounds, clients, progress, fresh_prompts)
         finally:
             serve.shutdown()
     result = _summarize(engines, modes, target, dtype, max_tokens, k, k_bands, phases)
     result["vllm_options"] = vllm_options or {}
+    result["fresh_prompts"] = fresh_prompts
     result["vllm_suffix_warm"] = partial.get("vllm_suffix_warm")
     if vllm_suffix:
         result["vllm_suffix_options"] = arctic_options(k, vllm_suffix_cached)["speculative_config"]

@@ -80,3 +80,35 @@ def test_the_warm_up_replays_the_stores_newest_logged_requests(sqlite_url) -> No
     assert warm_bodies(sqlite_url, 2) == [
         {"prompt": [3, 4], "max_tokens": 3, "temperature": 0},
         {"prompt": [4, 5], "max_tokens": 4, "temperature": 0}]
+
+
+def test_fresh_rounds_never_repeat_a_prompt_and_fixed_rounds_repeat_the_set() -> None:
+    from autospec.bench.serve_engines import fresh_pool_size, round_batches
+
+    pool = [{"messages": [{"role": "user", "content": str(i)}]} for i in range(60)]
+    assert fresh_pool_size(2, [1, 4, 8]) == 2 * 6 + 2 * 8 + 2 * 16 == 60
+    seen, start = [], 0
+    for clients in (1, 4, 8):
+        batches = round_batches(pool, 2, clients, fresh=True, start=start)
+        assert [len(b) for b in batches] == [max(6, 2 * clients)] * 2
+        start += sum(map(len, batches))
+        seen += [b["messages"][0]["content"] for batch in batches for b in batch]
+    assert len(seen) == len(set(seen)) == 60
+    fixed = round_batches(pool[:6], 3, 8)
+    assert len(fixed) == 3 and fixed[0] == fixed[2] and len(fixed[0]) == 18
+
+
+def test_fresh_rounds_refuse_a_pool_too_small() -> None:
+    from autospec.bench.serve_engines import round_batches
+
+    with pytest.raises(ValueError, match="too few"):
+        round_batches([{"messages": []}] * 10, 2, 4, fresh=True)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--engine", "vllm", "--fresh-prompts"], "needs --domain"),
+    (["--fresh-prompts"], "--fresh-prompts: need"),
+])
+def test_fresh_prompts_need_the_engine_bench_and_a_domain(args, message) -> None:  # type: ignore[no-untyped-def]
+    done = CliRunner().invoke(app, ["bench", "serve", *args])
+    assert done.exit_code == 2 and message in done.output
