@@ -218,6 +218,15 @@ class SuffixConfig(KindConfig):
     min_token_prob: float = Field(
         default=0.1, ge=0.0, le=1.0,
         description="stop proposing at a token whose estimated probability is below this")
+    min_path_prob: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="stop proposing where the product of the estimated probabilities so far "
+        "falls below this (SuffixDecoding's rule; 0: off, only min_token_prob applies)")
+    max_spec_factor: float | None = Field(
+        default=None, gt=0.0, le=64.0,
+        description="propose at most this many tokens per token of the match the proposal "
+        "continues (SuffixDecoding's max_spec_factor: short matches, short drafts); None: up "
+        "to k")
     prompt_tail: int = Field(default=4, ge=0, le=256,
                              description="prompt tokens indexed before each output")
 

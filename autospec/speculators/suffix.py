@@ -19,7 +19,9 @@ walks the most frequent path of the suffix tree, as SuffixDecoding does.
 **Request proposal.** The same walk over the request index, longest n-gram first.
 
 Each proposal stops at ``k`` tokens or when a token's estimated probability falls below
-``min_token_prob``; the one with the larger expected accepted length
+``min_token_prob`` — and, where the version sets them, as SuffixDecoding stops: when the
+product of the probabilities so far falls below ``min_path_prob``, or at ``max_spec_factor``
+tokens per token of the match it continues —; the one with the larger expected accepted length
 (sum of cumulative products of the probabilities) wins. Proposals are deterministic
 (``probs`` is ``None``): under sampling the verifier treats them as one-hot drafts.
 
@@ -191,18 +193,35 @@ class SuffixSpeculator(SavableSpeculator):
     def _global_path(self, k: int) -> list[tuple[int, float]]:
         """Most frequent continuation in the corpus of the longest matching suffix."""
         lo, hi, depth = self._longest_match()
+        k = self._draft_limit(k, depth)
         path: list[tuple[int, float]] = []
         while depth and len(path) < k:
             child = self._most_frequent_next(lo, hi, depth)
             if child is None:  # only separators follow
                 break
             token, start, count = child
-            prob = count / (hi - lo)
-            if prob < self.config.min_token_prob:
+            if not self._takes(path, prob := count / (hi - lo)):
                 break
             path.append((token, prob))
             lo, hi, depth = start, start + count, depth + 1
         return path
+
+    def _draft_limit(self, k: int, match: int) -> int:
+        """At most ``k`` tokens, and ``max_spec_factor`` per token of the ``match``."""
+        factor = self.config.max_spec_factor
+        return k if factor is None else min(k, int(match * factor + 1e-6))
+
+    def _takes(self, path: list[tuple[int, float]], prob: float) -> bool:
+        """Whether a token of estimated probability ``prob`` extends ``path``: ``prob`` at
+        least ``min_token_prob``, and the path's product at least ``min_path_prob``."""
+        if prob < self.config.min_token_prob:
+            return False
+        if self.config.min_path_prob <= 0.0:
+            return True
+        running = prob
+        for _, p in path:
+            running *= p
+        return running >= self.config.min_path_prob
 
     def _stale(self, bound: int) -> None:
         """Forget the match; the longest one is at most ``bound`` tokens long."""
@@ -315,13 +334,17 @@ class SuffixSpeculator(SavableSpeculator):
         """Most frequent continuation in this request of its longest matching n-gram."""
         context = self._seq[-self.config.max_local_ngram :]
         path: list[tuple[int, float]] = []
+        if self.config.max_spec_factor is not None:  # the longest n-gram matched bounds it
+            n = next((n for n in range(len(context), 0, -1)
+                      if tuple(context[-n:]) in self._local), 0)
+            k = self._draft_limit(k, n)
         while len(path) < k:
             counter = longest_match(self._local, context, range(1, len(context) + 1))
             if counter is None:
                 break
             token, count = counter.most_common(1)[0]
             prob = count / sum(counter.values())
-            if prob < self.config.min_token_prob:
+            if not self._takes(path, prob):
                 break
             path.append((token, prob))
             context = [*context[1:], token] if len(context) == self.config.max_local_ngram \

@@ -56,6 +56,25 @@ def test_suffix_stops_below_min_token_prob() -> None:
     assert _propose(spec, [1, 2, 10]) == [11, 12]  # 13 has 2/3 < 0.7
 
 
+def test_suffix_min_path_prob_stops_where_the_product_falls_below_it() -> None:
+    docs = [([1, 2], [10, 11, 12])] * 2 + [([1, 2], [10, 11, 13]), ([1, 2], [10, 14])]
+    # after 1 2 10: 11 (3 of 4), then 12 (2 of 3): each above 0.1, their product 0.5
+    assert _propose(suffix_from_documents(_config(), docs), [1, 2, 10]) == [11, 12]
+    spec = suffix_from_documents(_config(min_path_prob=0.6), docs)
+    assert _propose(spec, [1, 2, 10]) == [11]
+
+
+def test_suffix_max_spec_factor_bounds_a_draft_by_the_match_it_continues() -> None:
+    assert _propose(suffix_from_documents(_config(max_spec_factor=1.0), DOCS),
+                    [5, 1, 2]) == [10, 11]  # the match is 1 2: two tokens
+    assert _propose(suffix_from_documents(_config(max_spec_factor=2.0), DOCS),
+                    [5, 1, 2]) == [10, 11, 12, 13]
+    for factor, expected in ((None, [42, 43, 40, 41, 42]), (1.0, [42, 43])):
+        spec = suffix_from_documents(_config(max_spec_factor=factor), DOCS)
+        # the request's own n-grams: 40 41 matched (2 tokens), 43 40 41 never seen
+        assert _propose(spec, [40, 41, 42, 43, 40, 41]) == expected
+
+
 def test_suffix_uses_the_request_itself_when_traffic_has_nothing() -> None:
     spec = suffix_from_documents(_config(), DOCS)
     spec.begin(torch.tensor([40, 41, 42, 43, 50]), None)
