@@ -89,7 +89,8 @@ def test_suffix_tiny_random_init_round_trips_through_a_checkpoint(tiny, tmp_path
     sha = save_speculator(spec, tmp_path / "s")
     loaded = load_speculator(tmp_path / "s", tiny)
     assert isinstance(loaded, SuffixSpeculator) and loaded.config == spec.config
-    assert _propose(loaded, [5, 1, 2]) == [10, 11, 12, 13, 2]
+    assert (loaded.config.min_path_prob, loaded.config.max_spec_factor) == (0.1, 1.0)
+    assert _propose(loaded, [5, 1, 2]) == [10, 11]  # a new version's rules: 2 tokens matched
     assert save_speculator(loaded, tmp_path / "again") == sha
     assert not list((tmp_path / "s").glob("*.pkl")) and not list((tmp_path / "s").glob("*.bin"))
 
@@ -327,3 +328,21 @@ def test_suffix_keeps_proposing_the_same_after_a_new_corpus_mid_request() -> Non
     assert spec.propose(5, GREEDY, None).tokens.tolist() == [10, 11, 30, 31]
     spec.commit(torch.tensor([10, 11]), None)
     assert spec.propose(5, GREEDY, None).tokens.tolist() == [30, 31]
+
+
+def test_suffix_a_version_written_before_the_rules_drafts_as_it_was_evaluated(
+        tiny, tmp_path) -> None:
+    import json
+
+    spec = suffix_from_documents(SuffixConfig.for_target(tiny.info), DOCS)
+    save_speculator(spec, tmp_path / "s")
+    config = tmp_path / "s" / "config.json"
+    data = json.loads(config.read_text())
+    del data["min_path_prob"], data["max_spec_factor"]  # as an older autospec wrote it
+    config.write_text(json.dumps(data))
+    from autospec.artifacts import write_manifest
+
+    write_manifest(tmp_path / "s", ("config.json", "model.safetensors"))
+    old = load_speculator(tmp_path / "s", tiny)
+    assert (old.config.min_path_prob, old.config.max_spec_factor) == (0.0, None)
+    assert _propose(old, [5, 1, 2]) == [10, 11, 12, 13, 2]
