@@ -183,9 +183,11 @@ def serve(
                          vllm_suffix_warm=_checked_suffix_warm(vllm_suffix_warm, vllm_suffix,
                                                                database_url))
         return
-    if k_bands is not None or vllm_option or builtin or fresh_prompts:
-        raise typer.BadParameter("--k-bands, --vllm-option, --builtin and --fresh-prompts: "
-                                 "need --engine")
+    given = [name for name, value in (("--k-bands", k_bands is not None),
+                                      ("--vllm-option", vllm_option), ("--builtin", builtin),
+                                      ("--fresh-prompts", fresh_prompts)) if value]
+    if given:
+        raise typer.BadParameter(f"{', '.join(given)}: need --engine")
     _checked_vllm_suffix(vllm_suffix, [])
     _checked_suffix_cache(vllm_suffix_cache, vllm_suffix)
     _checked_suffix_warm(vllm_suffix_warm, vllm_suffix, database_url)
