@@ -19,9 +19,10 @@ walks the most frequent path of the suffix tree, as SuffixDecoding does.
 **Request proposal.** The same walk over the request index, longest n-gram first.
 
 Each proposal stops at ``k`` tokens or when a token's estimated probability falls below
-``min_token_prob`` — and, where the version sets them, as SuffixDecoding stops: when the
-product of the probabilities so far falls below ``min_path_prob``, or at ``max_spec_factor``
-tokens per token of the match it continues —; the one with the larger expected accepted length
+``min_token_prob`` — and, as SuffixDecoding stops (new versions: ``NEW_SUFFIX_RULES``; a
+version written before them has neither), when the product of the probabilities so far falls
+below ``min_path_prob`` or at ``max_spec_factor`` tokens per token of the match it continues
+—; the one with the larger expected accepted length
 (sum of cumulative products of the probabilities) wins. Proposals are deterministic
 (``probs`` is ``None``): under sampling the verifier treats them as one-hot drafts.
 
