@@ -107,8 +107,8 @@ def round_batches(bodies: list[dict[str, Any]], rounds: int, clients: int,
     return batches
 
 
-#: the fewest requests of a fresh round (the fixed prompt sets' size)
-FRESH_MIN_BATCH = 6
+#: the fewest requests of a fresh round (the fixed prompt set's size)
+FRESH_MIN_BATCH = len(BENCH_PROMPTS)
 
 
 def fresh_pool_size(rounds: int, clients: list[int]) -> int:

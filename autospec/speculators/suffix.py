@@ -336,9 +336,8 @@ class SuffixSpeculator(SavableSpeculator):
         context = self._seq[-self.config.max_local_ngram :]
         path: list[tuple[int, float]] = []
         if self.config.max_spec_factor is not None:  # the longest n-gram matched bounds it
-            n = next((n for n in range(len(context), 0, -1)
-                      if tuple(context[-n:]) in self._local), 0)
-            k = self._draft_limit(k, n)
+            keys = ngrams_ending(context, range(1, len(context) + 1))
+            k = self._draft_limit(k, next((len(g) for g in reversed(keys) if g in self._local), 0))
         while len(path) < k:
             counter = longest_match(self._local, context, range(1, len(context) + 1))
             if counter is None:

@@ -4,8 +4,9 @@ is swept.
 A run saves its candidate to ``.partial-run<run id>-<random>`` under the artifact directory,
 then renames it to its version's name in the registering transaction. A process killed
 between the two (SIGKILL, power loss) leaves the partial directory behind; the controller
-that closes the dead cycle's runs removes theirs (:func:`remove_partials`), so nothing
-unregistered piles up in the artifact directory.
+that closes the dead cycle's runs removes theirs, and the next run on the host removes those of
+runs whose process died (:mod:`autospec.train.dead_runs`), both with :func:`remove_partials`,
+so nothing unregistered piles up in the artifact directory.
 """
 
 from __future__ import annotations
