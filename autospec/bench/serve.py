@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import statistics
 import tempfile
 import threading
@@ -39,6 +38,7 @@ from rich.table import Table
 
 from autospec.bench.progress import BenchProgress
 from autospec.bench.prompts import BENCH_PROMPTS
+from autospec.ports import free_port
 from autospec.settings import api_key
 
 T = TypeVar("T")
@@ -56,12 +56,6 @@ GOAL_LOGGING_MS = 1.0
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _one(session: requests.Session, url: str, body: dict[str, Any]) -> float:
@@ -124,7 +118,7 @@ def _deploy(target: str, data_dir: Path, k: int) -> dict[str, str]:
 
     url = f"sqlite:///{data_dir / 'autospec.db'}"
     store.open_store(url, upgrade=True).dispose()
-    port = _free_port()
+    port = free_port()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              namespace="autospec-bench")
     serve.start(http_options={"host": "127.0.0.1", "port": port})

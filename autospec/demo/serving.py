@@ -9,7 +9,6 @@ baseline). Ray starts with ``address="local"``: never another user's cluster.
 from __future__ import annotations
 
 import logging
-import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -21,6 +20,7 @@ import requests as http
 
 from autospec.demo.plan import DemoPlan
 from autospec.loadgen.client import Driver
+from autospec.ports import free_port
 from autospec.settings import api_key
 
 log = logging.getLogger(__name__)
@@ -43,12 +43,6 @@ class Apps:
     baseline: Driver
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_serving(plan: DemoPlan, *, data_dir: Path, target: str, dtype: str,
                   db_url: str) -> Apps:
     """Start a local Ray, Serve, and the ``live`` and ``target`` applications."""
@@ -59,7 +53,7 @@ def start_serving(plan: DemoPlan, *, data_dir: Path, target: str, dtype: str,
 
     start_local(num_cpus=4, log_to_driver=False,  # on loopback: autospec.raylocal
                 namespace=f"autospec-demo-{uuid.uuid4().hex[:8]}", configure_logging=False)
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     env = {"AUTOSPEC_DATA_DIR": str(data_dir)}
     common = {"target": target, "dtype": dtype, "model_name": "demo",

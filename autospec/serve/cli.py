@@ -141,6 +141,7 @@ def serve(
     if expose_ray and address is not None:
         raise typer.BadParameter("--expose-ray is for the local Ray; a joined cluster's "
                                  "addresses are its own", param_hint="--expose-ray")
+    _check_port(host, port, local=address is None)
     actor_options: dict[str, float] = {"num_cpus": num_cpus}
     if num_gpus:
         actor_options["num_gpus"] = num_gpus
@@ -174,6 +175,17 @@ def serve(
     finally:
         if not detach:
             shut_down(local=address is None)
+
+
+def _check_port(host: str, port: int, *, local: bool) -> None:
+    """Refuse a port another process holds before a local Ray starts: Serve's proxy would
+    fail to bind it while the replicas came up, and the URL printed would be someone
+    else's. (A joined cluster's Serve may hold the port itself: left to Serve.)"""
+    from autospec.ports import in_use
+
+    if local and in_use(host, port):
+        raise typer.BadParameter(f"{host}:{port} is already in use by another process; "
+                                 "stop it or pick another --port", param_hint="--port")
 
 
 def _segment_rules(path: Path | None) -> list[Any]:

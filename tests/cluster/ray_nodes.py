@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,16 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from autospec.ports import free_port
+
 RAY = str(Path(sys.executable).with_name("ray"))
 # token auth off for this throwaway cluster: the driver (set the same variables before
 # ray.init) and both nodes must agree, and the cluster is reachable only from this machine
 CLUSTER_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class TwoNodeCluster:

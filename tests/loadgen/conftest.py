@@ -3,7 +3,6 @@ served by uvicorn on a loopback port in a thread. No Ray."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ import pytest
 
 from autospec import store
 from autospec.engine.target import Target, load_target
+from autospec.ports import free_port
 from autospec.serve.http import make_app
 from tests.serve.helpers import make_server, make_tiny_model_dir
 
@@ -21,12 +21,6 @@ from tests.serve.helpers import make_server, make_tiny_model_dir
 def tiny_llm(tmp_path_factory: pytest.TempPathFactory) -> Target:
     path = make_tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
     return load_target(str(path), dtype="float32", device="cpu")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Served:

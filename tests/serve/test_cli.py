@@ -86,3 +86,14 @@ def test_the_engine_help_text_is_one_constant():
     assert ServeConfig.model_fields["engine"].description == ENGINE_HELP
     cli = (ROOT / "autospec" / "serve" / "cli.py").read_text()
     assert "vLLM's async engine" not in cli  # written once, in autospec.engine.choice
+
+
+def test_a_port_another_process_holds_is_refused_before_ray_starts():
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        out = CliRunner().invoke(app, ["serve", "--port", str(port)])
+    assert out.exit_code == 2 and f"127.0.0.1:{port} is already in use" in out.output

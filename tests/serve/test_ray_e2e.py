@@ -5,7 +5,6 @@ application (own route prefix, own SQLite store, own data dir) and deletes it af
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import pytest
 import requests
 
 from autospec import store
+from autospec.ports import free_port
 from autospec.serve.kernel_caches import CACHE_VARS
 
 from .helpers import promote, register_artifact
@@ -23,18 +23,12 @@ from .helpers import promote, register_artifact
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def serve_url() -> Iterator[str]:
     ray = pytest.importorskip("ray")
     from ray import serve
 
-    port = _free_port()
+    port = free_port()
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False,
              namespace="autospec-tests")
     serve.start(http_options={"host": "127.0.0.1", "port": port})

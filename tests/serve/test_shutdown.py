@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,11 @@ import psutil
 import pytest
 import requests
 
+from autospec.ports import free_port
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_healthy(proc: subprocess.Popen, url: str, timeout: float) -> None:
@@ -46,7 +41,7 @@ def _wait_healthy(proc: subprocess.Popen, url: str, timeout: float) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_to_autospec_serve_leaves_no_process_behind_tiny(
         tiny_model_dir: Path, tmp_path: Path, sig: signal.Signals) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AUTOSPEC_DATA_DIR": str(tmp_path / "data"),
            "OMP_NUM_THREADS": "1", "RAY_ADDRESS": ""}
     env.pop("AUTOSPEC_API_KEY", None)

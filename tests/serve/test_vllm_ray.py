@@ -20,7 +20,6 @@ path and the swap, not acceptance (tests/interop/test_vllm_equivalence.py checks
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from typing import Any
 import pytest
 
 from autospec import store
+from autospec.ports import free_port
 
 from .helpers import promote, register_artifact, wait_for_rows
 
@@ -40,12 +40,6 @@ K = 3
 TAIL_S = 15.0
 SWAP_TIMEOUT_S = 420.0
 HEAD = {"tree_nodes": 0, "suffix_threshold": None}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +59,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("vllm-serve")
     url = f"sqlite:///{root / 'autospec.db'}"
     db = store.open_store(url, upgrade=True)
-    port = _free_port()
+    port = free_port()
     ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False,
              namespace="autospec-vllm-tests")
     serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -77,9 +77,12 @@ def wait_healthy(base_url: str, child: Child, timeout_s: float) -> float:
 
 
 def healthy(base_url: str) -> bool:
+    """``/health`` answers 200 with autospec's body (``"ok": true``), not just any 200:
+    another server on the port (Ray's metrics exporter once) answers every path so."""
     try:
-        return http.get(f"{base_url}/health", timeout=5).status_code == 200
-    except http.RequestException:
+        got = http.get(f"{base_url}/health", timeout=5)
+        return got.status_code == 200 and got.json().get("ok") is True
+    except (http.RequestException, ValueError, AttributeError):
         return False
 
 

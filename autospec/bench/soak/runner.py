@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from autospec.bench.soak.load import LoadGenerator, LoadPlan
 from autospec.bench.soak.report import write_report
 from autospec.bench.soak.storeview import StoreView
 from autospec.bench.soak.target import write_tiny_target
+from autospec.ports import free_port
 
 #: faults stop waiting for their moment this far before the end (fraction of the run)
 FAULT_DEADLINE = 0.93
@@ -38,12 +38,6 @@ FAULT_DEADLINE = 0.93
 GATE_HOLD_S = 15.0
 #: vLLM engine arguments of the soak's replica: short context, small KV cache, eager mode
 VLLM_OPTIONS = ("max_model_len=1024", "kv_cache_memory_bytes=134217728", "enforce_eager=true")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Soak:
@@ -55,7 +49,7 @@ class Soak:
         self.data = self.out / "data"
         self.db_path = self.data / "autospec.db"
         self.url = f"sqlite:///{self.db_path}"
-        self.port = cfg.port or _free_port()
+        self.port = cfg.port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.key = secrets.token_hex(16)
         self.env = {"AUTOSPEC_DATA_DIR": str(self.data), "AUTOSPEC_DATABASE_URL": self.url,
