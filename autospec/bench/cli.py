@@ -56,7 +56,8 @@ def swap(
     json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Swaps inside a running vLLM engine under constant load: time to the first response
-    drafted by the new version, failed requests, and memory against a second engine."""
+    naming the new version and to the first drafted only by it, failed requests, and memory
+    against a second engine."""
     import json
     import tempfile
 

@@ -6,12 +6,15 @@ engine exactly as a replica does on a pointer move
 (:func:`autospec.engine.vllm.swap.load_in_place`),
 alternating between two versions (a swap, then its rollback). Two ``suffix`` indexes (the
 target's own answers to two domains' prompts), or two random-init ``eagle3`` heads of the same
-shapes. It reports, per swap, the load's time and the time from the swap's start to the first
-response drafted only by the new version (a request admitted after the load, finished); the
-requests answered and failed; and the resident memory of the process tree (this process and
-vLLM's engine process), peak during the swaps over the level before the first one. With
-``side_by_side`` it then starts a second engine beside the first, as a swap did before
-in-place loads, and reports its start time and the memory of two engines, in the same run.
+shapes. It reports, per swap, the load's time and two times from the swap's start: to the
+first response that names the new version among those that drafted it (a request in flight
+at the load, finished after it: its ``drafted_by`` names both, as a served response's does),
+and to the first response drafted only by the new version (a request admitted after the
+load, finished); the requests answered and failed; and the resident memory of the process
+tree (this process and vLLM's engine process), peak during the swaps over the level before
+the first one. With ``side_by_side`` it then starts a second engine beside the first, as a
+swap did before in-place loads, and reports its start time and the memory of two engines,
+in the same run.
 """
 
 from __future__ import annotations
@@ -50,16 +53,20 @@ class SwapBench:
 
     def as_dict(self) -> dict[str, Any]:
         loads = [s["load_s"] for s in self.swaps]
-        firsts = [s["first_response_s"] for s in self.swaps if s["first_response_s"] >= 0]
         return {"kind": self.kind, "clients": self.clients, "swaps": self.swaps,
                 "load_s_median": statistics.median(loads) if loads else None,
-                "first_response_s_max": max(firsts) if firsts else None,
-                "first_response_s_median": statistics.median(firsts) if firsts else None,
+                **self._spread("first_named_s"), **self._spread("first_response_s"),
                 "answered": self.answered, "failed": len(self.failed),
                 "failures": self.failed[:10], "rss_before_mb": self.rss_before_mb,
                 "rss_peak_mb": self.rss_peak_mb,
                 "rss_peak_ratio": self.rss_peak_mb / self.rss_before_mb
                 if self.rss_before_mb else None, "side_by_side": self.side_by_side}
+
+
+    def _spread(self, key: str) -> dict[str, float | None]:
+        seen = [s[key] for s in self.swaps if s[key] >= 0]
+        return {f"{key}_max": max(seen) if seen else None,
+                f"{key}_median": statistics.median(seen) if seen else None}
 
 
 def tree_rss_mb() -> float:
@@ -228,10 +235,13 @@ async def _load(engine: Any, prompts: list[list[int]], bench: SwapBench, swaps: 
         loaded = time.perf_counter()
         while not any(a >= loaded for a, _ in finished) and loaded + 120 > time.perf_counter():
             await asyncio.sleep(0.02)
+        named = min((f for _, f in finished if f >= loaded), default=begun - 1) - begun
         first = min((f for a, f in finished if a >= loaded), default=begun - 1) - begun
-        bench.swaps.append({"load_s": report["seconds"], "first_response_s": first})
-        say(f"swap {n}/{swaps}: loaded in {report['seconds']:.2f}s, first response drafted "
-            f"by the new version {first:.2f}s after the swap began; {bench.answered} answered, "
+        bench.swaps.append({"load_s": report["seconds"], "first_named_s": named,
+                            "first_response_s": first})
+        say(f"swap {n}/{swaps}: loaded in {report['seconds']:.2f}s; after the swap began, "
+            f"the first response naming the new version came at {named:.2f}s, the first "
+            f"drafted only by it at {first:.2f}s; {bench.answered} answered, "
             f"{len(bench.failed)} failed")
     done.set()
     await asyncio.gather(*tasks)
