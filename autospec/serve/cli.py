@@ -71,7 +71,8 @@ def serve(
         "overload, not a timeout (0: no bound; native engine: vLLM schedules its own "
         "queue)")] = 60.0,
     host: Annotated[str, typer.Option(help="HTTP host to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP port")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help=(
+        "HTTP port (with a local Ray, refused at once if another process holds it)"))] = 8000,
     address: Annotated[str | None, typer.Option(
         help="join this Ray cluster (e.g. 'auto' or ray://host:10001); default: start a local "
         "Ray")] = None,
