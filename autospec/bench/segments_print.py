@@ -38,9 +38,20 @@ def _speed(arm: dict) -> str:
 def verdict(report: dict) -> str:
     """The goal in one line: reached or not, with the figures it rests on."""
     g = report["goal"]
-    return (f"goal (segment ÷ global ≥ {g['mix_goal']:.2f}× over the mix, never < 1.00× on "
+    line = (f"goal (segment ÷ global ≥ {g['mix_goal']:.2f}× over the mix, never < 1.00× on "
             f"a segment): {'reached' if g['reached'] else 'NOT reached'} — mix "
             f"{g['mix_ratio']:.2f}×, worst segment {g['worst_segment_ratio']:.2f}×")
+    same = same_version_segments(report)
+    if same:
+        line += (f"; {', '.join(same)}: the same version in both arms, so the ratio there is "
+                 "the bench's noise")
+    return line
+
+
+def same_version_segments(report: dict) -> list[str]:
+    """Segments whose global and segment arms decoded with the same version(s)."""
+    return [name for name, g in report["measured"]["segments"].items()
+            if g["arms"][GLOBAL]["versions"] == g["arms"][SEGMENT]["versions"]]
 
 
 def pick_rows(report: dict) -> list[list[str]]:

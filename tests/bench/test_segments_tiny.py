@@ -152,3 +152,16 @@ def test_figures_sum_tokens_and_seconds_over_the_rounds() -> None:
     assert arms[TARGET_ONLY]["tau"] == pytest.approx(1.0)
     assert (arms[GLOBAL]["identical"], arms[SEGMENT]["identical"]) == (2, 0)
     assert arms[SEGMENT]["versions"] == ["json/eagle3"]
+
+
+def test_the_verdict_names_segments_whose_arms_ran_the_same_version() -> None:
+    """Read from a real run's JSON (2026-12-05): json and coding kept the global version."""
+    from autospec.bench.segments_print import same_version_segments, verdict
+
+    root = Path(__file__).resolve().parents[2]
+    report = json.loads((root / "docs" / "bench" / "segments-2026-12-05.json").read_text())
+    assert same_version_segments(report) == ["json", "coding"]
+    line = verdict(report)
+    assert line.startswith("goal (") and "NOT reached" in line
+    assert line.endswith("json, coding: the same version in both arms, so the ratio there is the "
+                          "bench's noise")
