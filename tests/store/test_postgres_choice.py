@@ -7,18 +7,13 @@ import socket
 
 import pytest
 
+from autospec.ports import free_port
 from tests.postgres import POSTGRES_ENV, local_url, server_url
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_the_variable_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(POSTGRES_ENV, "postgresql://u@db.example/x")
-    assert server_url(port=_free_port()) == ("postgresql://u@db.example/x", POSTGRES_ENV)
+    assert server_url(port=free_port()) == ("postgresql://u@db.example/x", POSTGRES_ENV)
 
 
 def test_a_local_server_that_answers_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,7 +27,7 @@ def test_a_local_server_that_answers_is_used(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_no_server_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(POSTGRES_ENV, raising=False)
-    port = _free_port()
+    port = free_port()
     url, reason = server_url(port=port)
     assert url is None
     assert f"no server answers on 127.0.0.1:{port}" in reason and POSTGRES_ENV in reason
