@@ -39,8 +39,9 @@ from rich.table import Table
 
 from autospec.bench.progress import BenchProgress
 from autospec.bench.prompts import BENCH_PROMPTS
-from autospec.bench.serve import _batch, _free_port
+from autospec.bench.serve import _batch
 from autospec.engine.stats import tau
+from autospec.ports import free_port
 from autospec.settings import api_key
 
 MODES = {"spec": "live", "off": "off", "banded": "live", "builtin": "live", "arctic": "live"}
@@ -174,7 +175,7 @@ def _deploy(engines: list[str], modes: list[str], target: str, dtype: str, url: 
     from autospec.raylocal import start_local
     from autospec.serve.app import build_app
 
-    port = _free_port()
+    port = free_port()
     start_local(num_cpus=2 * len(engines) * len(modes), log_to_driver=False,
                 namespace="autospec-bench-engines")  # on loopback: autospec.raylocal
     serve.start(http_options={"host": "127.0.0.1", "port": port})
