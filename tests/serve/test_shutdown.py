@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-import requests
 
+from autospec.bench.soak.procs import healthy
 from autospec.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -29,11 +29,8 @@ def _wait_healthy(proc: subprocess.Popen, url: str, timeout: float) -> None:
         if proc.poll() is not None:
             raise AssertionError(f"autospec serve exited early ({proc.returncode}): "
                                  f"{proc.stdout.read() if proc.stdout else ''}")
-        try:
-            if requests.get(f"{url}/health", timeout=5).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
+        if healthy(url):  # autospec's own /health, not any 200 on the port
+            return
         time.sleep(1.0)
     raise AssertionError(f"autospec serve not healthy within {timeout:.0f}s")
 
