@@ -62,7 +62,6 @@ class SwapBench:
                 "rss_peak_ratio": self.rss_peak_mb / self.rss_before_mb
                 if self.rss_before_mb else None, "side_by_side": self.side_by_side}
 
-
     def _spread(self, key: str) -> dict[str, float | None]:
         seen = [s[key] for s in self.swaps if s[key] >= 0]
         return {f"{key}_max": max(seen) if seen else None,

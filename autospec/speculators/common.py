@@ -25,6 +25,13 @@ def longest_match(index: Mapping[tuple[int, ...], V], seq: Sequence[int],
     return None
 
 
+def match_length(index: Mapping[tuple[int, ...], object], seq: Sequence[int],
+                 ns: range) -> int:
+    """The longest ``n`` in ``ns`` whose n-gram ending ``seq`` ``index`` holds; 0 if none
+    (the n-gram :func:`longest_match` would read)."""
+    return next((n for n in reversed(ns) if n <= len(seq) and tuple(seq[-n:]) in index), 0)
+
+
 def ngrams_ending(seq: Sequence[int], ns: range) -> list[tuple[int, ...]]:
     """The n-grams (``n`` in ``ns``, at most ``len(seq)``) that end ``seq``, shortest first:
     the keys a token appended after ``seq`` continues."""

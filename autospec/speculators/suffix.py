@@ -56,7 +56,12 @@ import torch
 from autospec.engine.protocol import Proposal
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
-from autospec.speculators.common import SavableSpeculator, longest_match, ngrams_ending
+from autospec.speculators.common import (
+    SavableSpeculator,
+    longest_match,
+    match_length,
+    ngrams_ending,
+)
 from autospec.speculators.config import SuffixConfig
 from autospec.speculators.files import WEIGHTS_FILE, save_tensors, tensor_sha256
 from autospec.speculators.kind import Exported, FitTraining, Kind, VllmSupport
@@ -336,8 +341,8 @@ class SuffixSpeculator(SavableSpeculator):
         context = self._seq[-self.config.max_local_ngram :]
         path: list[tuple[int, float]] = []
         if self.config.max_spec_factor is not None:  # the longest n-gram matched bounds it
-            keys = ngrams_ending(context, range(1, len(context) + 1))
-            k = self._draft_limit(k, next((len(g) for g in reversed(keys) if g in self._local), 0))
+            k = self._draft_limit(k, match_length(self._local, context,
+                                                  range(1, len(context) + 1)))
         while len(path) < k:
             counter = longest_match(self._local, context, range(1, len(context) + 1))
             if counter is None:
