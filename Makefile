@@ -22,6 +22,10 @@ CONSTRAINTS ?= constraints-$(KIND).txt
 DEMO_ARGS ?=
 # `make soak SOAK_ARGS="--duration 120"`: a soak of the whole loop with faults (docs/soak.md)
 SOAK_ARGS ?=
+# `make test` runs the suite on TEST_WORKERS pytest-xdist workers (0: one process, serially);
+# tests/conftest.py keeps what must not overlap on one worker
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 .PHONY: install test test-fast lint demo soak docs clean
 
@@ -36,10 +40,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) ops/install.sh
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not integration" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow and not integration" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

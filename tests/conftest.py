@@ -11,6 +11,12 @@
 - ``db_url``: both of the above (the PostgreSQL case carries the ``postgres`` marker);
 - ``engine``: an Engine on ``db_url`` migrated to head.
 
+``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``). Each test
+module is one group (its module-scoped fixtures built once, on one worker), except the
+modules in :data:`RAY_MODULES`, which start a Ray cluster or ``autospec serve`` and form one
+group together: one local Ray at a time, as in a serial run, while the other worker runs
+the rest.
+
 Torch runs on one thread in tests (and in the subprocesses and Ray workers they start):
 the models here are tiny or small, and on a 2-core machine shared with Ray actors, OpenMP
 threads spinning at barriers made tiny-model forwards up to 30x slower.
@@ -29,6 +35,30 @@ from tests.postgres import POSTGRES_ENV, server_url
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+
+#: the modules that start a Ray cluster (in process, ``autospec serve``, the soak, the
+#: demo): one xdist group, run one after another on one worker
+RAY_MODULES = frozenset({
+    "tests/bench/test_soak_short.py",
+    "tests/cluster/test_first_deploy.py", "tests/cluster/test_multinode.py",
+    "tests/demo/test_demo.py", "tests/security/test_ray_loopback.py",
+    "tests/serve/test_ray_e2e.py", "tests/serve/test_shutdown.py",
+    "tests/serve/test_vllm_ray.py", "tests/train/test_ray.py",
+    "tests/train/test_ray_cluster.py",
+})
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def xdist_group(path: Path) -> str:
+    """The pytest-xdist group of the tests in ``path``: "ray" or the module's own path."""
+    module = path.resolve().relative_to(ROOT).as_posix()
+    return "ray" if module in RAY_MODULES else module
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item.path)))
 
 
 def pytest_configure(config: pytest.Config) -> None:

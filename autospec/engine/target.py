@@ -18,6 +18,8 @@ import hashlib
 import importlib.util
 import json
 import logging
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -276,11 +278,21 @@ def _cached_from_gguf(gguf: Path, target_id: str) -> Path:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                  dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    write_model_dir(model, tokenizer, tmp)
-    (tmp / "autospec-source.json").write_text(json.dumps({"gguf": str(gguf), "target": target_id}))
-    tmp.rename(out)
+    # a directory of this process's own, renamed into place: processes starting at once on a
+    # fresh machine (replicas, test workers) each write theirs, the first rename wins
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_model_dir(model, tokenizer, tmp)
+        (tmp / "autospec-source.json").write_text(
+            json.dumps({"gguf": str(gguf), "target": target_id}))
+        tmp.rename(out)
+    except OSError:
+        if not (out / "model.safetensors").exists():  # not another process's finished copy
+            raise
+        log.info("%s was written by another process meanwhile; using it", out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
