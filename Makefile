@@ -25,7 +25,7 @@ SOAK_ARGS ?=
 # `make test` runs the suite on TEST_WORKERS pytest-xdist workers (0: one process, serially);
 # tests/conftest.py keeps what must not overlap on one worker
 TEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: install test test-fast lint demo soak docs clean
 

@@ -11,11 +11,11 @@
 - ``db_url``: both of the above (the PostgreSQL case carries the ``postgres`` marker);
 - ``engine``: an Engine on ``db_url`` migrated to head.
 
-``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``). Each test
-module is one group (its module-scoped fixtures built once, on one worker), except the
-modules in :data:`RAY_MODULES`, which start a Ray cluster or ``autospec serve`` and form one
-group together: one local Ray at a time, as in a serial run, while the other worker runs
-the rest.
+``make test`` runs the suite on two pytest-xdist workers (``--dist loadfile``). Each test
+module runs whole on one worker (its module-scoped fixtures built once), and the modules in
+:data:`RAY_MODULES`, which start a Ray cluster or ``autospec serve``, run as one unit: one
+local Ray at a time, as in a serial run, while the other worker runs the rest
+(:func:`pytest_xdist_make_scheduler`).
 
 Torch runs on one thread in tests (and in the subprocesses and Ray workers they start):
 the models here are tiny or small, and on a 2-core machine shared with Ray actors, OpenMP
@@ -38,7 +38,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
 #: the modules that start a Ray cluster (in process, ``autospec serve``, the soak, the
-#: demo): one xdist group, run one after another on one worker
+#: demo): one unit under pytest-xdist, run one after another on one worker
 RAY_MODULES = frozenset({
     "tests/bench/test_soak_short.py",
     "tests/cluster/test_first_deploy.py", "tests/cluster/test_multinode.py",
@@ -50,15 +50,27 @@ RAY_MODULES = frozenset({
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def xdist_group(path: Path) -> str:
-    """The pytest-xdist group of the tests in ``path``: "ray" or the module's own path."""
-    module = path.resolve().relative_to(ROOT).as_posix()
+def xdist_scope(nodeid: str) -> str:
+    """The unit a pytest-xdist worker runs whole: "ray" for the tests of
+    :data:`RAY_MODULES`, else the test's module."""
+    module = nodeid.split("::", 1)[0]
     return "ray" if module in RAY_MODULES else module
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item.path)))
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, there only when it is installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """``--dist loadfile`` (``make test``), with the Ray modules one unit: xdist's own
+    ``loadgroup`` cannot be used, its groups are lost on pytest 9.2 (it renames items through
+    an attribute pytest 9.2 no longer reads)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndRay(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ModulesAndRay(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,4 +1,4 @@
-"""The xdist groups of tests/conftest.py stay true: every module named in ``RAY_MODULES``
+"""The xdist units of tests/conftest.py stay true: every module named in ``RAY_MODULES``
 exists, and every test module that starts a Ray cluster (in process, through ``autospec
 serve``, the soak or the demo) is named there, so two never run at once under ``make test``."""
 
@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.conftest import RAY_MODULES, ROOT, xdist_group
+import pytest
+
+from tests.conftest import RAY_MODULES, ROOT, pytest_xdist_make_scheduler, xdist_scope
 
 STARTS_RAY = re.compile(r"ray\.init\(|start_local\(|Soak\(|from tests\.cluster|mark\.e2e|"
                         r"ray_listen_probe|\"autospec\.cli\", \"(serve|demo)\"")
@@ -26,6 +28,19 @@ def test_every_module_that_starts_ray_is_in_the_ray_group() -> None:
     assert starting, "the pattern finds nothing: it no longer matches how tests start Ray"
 
 
-def test_other_modules_are_their_own_group() -> None:
-    assert xdist_group(ROOT / "tests/serve/test_ray_e2e.py") == "ray"
-    assert xdist_group(Path(__file__)) == "tests/test_xdist_groups.py"
+def test_a_module_is_its_own_unit_and_the_ray_modules_one() -> None:
+    assert xdist_scope("tests/serve/test_ray_e2e.py::test_x[a]") == "ray"
+    assert xdist_scope("tests/train/test_ray.py::test_y") == "ray"
+    assert xdist_scope("tests/test_ports.py::test_z") == "tests/test_ports.py"
+
+
+def test_make_tests_scheduler_runs_the_units_whole(pytestconfig, monkeypatch) -> None:
+    scheduler = pytest.importorskip("xdist.scheduler")
+    # its workers' settings are not needed to split node ids
+    monkeypatch.setattr(scheduler.LoadScopeScheduling, "__init__", lambda self, config, log: None)
+    monkeypatch.setattr(pytestconfig.option, "dist", "loadfile", raising=False)
+    sched = pytest_xdist_make_scheduler(pytestconfig, None)
+    assert sched._split_scope("tests/bench/test_soak_short.py::test_s") == "ray"
+    assert sched._split_scope("tests/test_ports.py::test_z[1]") == "tests/test_ports.py"
+    monkeypatch.setattr(pytestconfig.option, "dist", "load", raising=False)
+    assert pytest_xdist_make_scheduler(pytestconfig, None) is None  # xdist's own
