@@ -82,6 +82,19 @@ def torch_threads(n: int | None) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
+@contextmanager
+def set_num_threads_kept() -> Iterator[None]:
+    """``torch.set_num_threads`` works again after the block. Around a vLLM engine built in
+    this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): vLLM's CPU worker replaces it with a
+    no-op for the rest of the process, which would silently lift every later cap
+    (:func:`torch_threads`: a cycle's training after the gate's vLLM measurement)."""
+    real = torch.set_num_threads
+    try:
+        yield
+    finally:
+        torch.set_num_threads = real
+
+
 def within(n: int | None, cap: int | None) -> int | None:
     """``n`` bounded by ``cap`` (either None: the other)."""
     if cap is None or n is None:

@@ -48,6 +48,7 @@ RAY_MODULES = frozenset({
     "tests/train/test_ray_cluster.py",
 })
 ROOT = Path(__file__).resolve().parent.parent
+REAL_SET_NUM_THREADS = None  # torch's own, kept when pytest starts (pytest_configure)
 
 
 def xdist_scope(nodeid: str) -> str:
@@ -74,7 +75,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global REAL_SET_NUM_THREADS
     import torch
+
+    REAL_SET_NUM_THREADS = torch.set_num_threads
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
@@ -92,6 +96,17 @@ def _grad_mode_restored(request: pytest.FixtureRequest) -> Iterator[None]:
     if not torch.is_grad_enabled():
         torch.set_grad_enabled(True)
         warnings.warn(f"{request.node.nodeid} left autograd disabled", stacklevel=1)
+
+
+@pytest.fixture(autouse=True)
+def _set_num_threads_restored() -> Iterator[None]:
+    """vLLM's CPU worker, built in this process (tests that start an engine in-process),
+    replaces ``torch.set_num_threads`` with a no-op for the rest of the process; later tests
+    (under xdist, whatever module ran before on the worker) get the real one back."""
+    import torch
+
+    yield
+    torch.set_num_threads = REAL_SET_NUM_THREADS
 
 
 @pytest.fixture(autouse=True)

@@ -103,3 +103,19 @@ def test_the_cap_reaches_the_ray_train_worker_config(monkeypatch: pytest.MonkeyP
                             opts=TraineeOptions(), cache=Cache(), loop=LoopConfig(),  # type: ignore[arg-type]
                             workers=2, storage_path=tmp_path, name="run", threads="auto")
     assert seen["threads"] == "auto" and seen["worker"] is ray_trainer._worker
+
+
+def test_set_num_threads_works_again_after_a_block_that_disabled_it() -> None:
+    """As vLLM's CPU worker does when its engine is built in this process."""
+    import torch
+
+    from autospec.threads import set_num_threads_kept, torch_threads
+
+    real = torch.set_num_threads
+    with set_num_threads_kept():
+        torch.set_num_threads = lambda n: None
+    assert torch.set_num_threads is real
+    before = torch.get_num_threads()
+    with torch_threads(before + 1) as n:
+        assert n == before + 1  # the cap applies again
+    assert torch.get_num_threads() == before

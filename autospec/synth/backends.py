@@ -36,6 +36,7 @@ from autospec.engine.choice import (
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
 from autospec.synth.generate import sample_batch
+from autospec.threads import set_num_threads_kept
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,10 @@ class VllmSampler:
         if target.device.type == "cpu":
             options["kv_cache_memory_bytes"] = VLLM_KV_CACHE_BYTES
         self.eos = set(target.info.eos_token_ids)
-        self.llm = LLM(model=target_dir(target), dtype=target.dtype_name,
-                       max_model_len=max_model_len, seed=0, enable_prefix_caching=True,
-                       **options)
+        with set_num_threads_kept():
+            self.llm = LLM(model=target_dir(target), dtype=target.dtype_name,
+                           max_model_len=max_model_len, seed=0, enable_prefix_caching=True,
+                           **options)
 
     def answer(self, prompts: list[list[int]], params: SamplingParams,
                seed: int) -> list[list[int]]:

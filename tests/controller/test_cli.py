@@ -141,5 +141,9 @@ def test_status_reads_the_policy_the_controller_runs(cli, db) -> None:
     assert len(recorded) == 1 and "min_gain: 50" in recorded[0].details["text"]
     given = json.loads(runner.invoke(app, ["status", "--json", "--policy", "default"]).stdout)
     assert given["policy_in_force"]["origin"] == "given" and given["policy"] == "default"
-    table = runner.invoke(app, ["status"], env={"COLUMNS": "300"})
+    import autospec.controller.cli as controller_cli  # its console read COLUMNS when made
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(controller_cli.out, "width", 300)
+        table = runner.invoke(app, ["status"])
     assert table.exit_code == 0 and str(cli.rejecting) in unwrapped(table.stdout)

@@ -33,6 +33,7 @@ from typing import Any
 from autospec.engine.interface import check_fits
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.vllm.sampling import vllm_sampling
+from autospec.threads import set_num_threads_kept
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,8 @@ class VllmEngine:
             return AsyncLLM.from_engine_args(args)
 
         try:
-            self.llm = loop.run(build())
+            with set_num_threads_kept():  # in-process, vLLM's CPU worker disables it
+                self.llm = loop.run(build())
         except BaseException:
             loop.stop()
             raise
