@@ -263,6 +263,11 @@ def _resolve(spec: str) -> tuple[Path, str]:
     )
 
 
+def _complete(directory: Path) -> bool:
+    """Whether ``directory`` holds a finished dequantized copy (renamed into place whole)."""
+    return (directory / "config.json").exists() and (directory / "model.safetensors").exists()
+
+
 def _cached_from_gguf(gguf: Path, target_id: str) -> Path:
     """Dequantize ``gguf`` once into a safetensors directory under the artifact dir."""
     if not gguf.exists():
@@ -272,7 +277,7 @@ def _cached_from_gguf(gguf: Path, target_id: str) -> Path:
     key = hashlib.sha256(
         f"{_LAYOUT}:{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     out = get_settings().cache_dir / "targets" / f"{gguf.stem}-{key.hexdigest()[:12]}"
-    if (out / "config.json").exists() and (out / "model.safetensors").exists():
+    if _complete(out):
         return out
     log.info("dequantizing %s into %s (once; later loads use the cache)", gguf.name, out)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
@@ -288,7 +293,7 @@ def _cached_from_gguf(gguf: Path, target_id: str) -> Path:
             json.dumps({"gguf": str(gguf), "target": target_id}))
         tmp.rename(out)
     except OSError:
-        if not (out / "model.safetensors").exists():  # not another process's finished copy
+        if not _complete(out):  # not another process's finished copy
             raise
         log.info("%s was written by another process meanwhile; using it", out)
     finally:
