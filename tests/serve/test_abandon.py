@@ -154,7 +154,9 @@ def test_a_request_cancelled_while_queued_leaves_the_queue_tiny(slow_server):
 
 
 async def _complete(server: LLMServer):  # type: ignore[no-untyped-def]
-    req = CompletionRequest(prompt="hello", max_tokens=3)
+    # greedy and past EOS: sampled at the default temperature, the random-init target can
+    # draw EOS (CI once saw "stop" after other tests had moved torch's global RNG)
+    req = CompletionRequest(prompt="hello", max_tokens=3, temperature=0, ignore_eos=True)
     prepared = await server.prepare_completion(req, RequestContext("completions", "x"))
     return await server.generate(prepared)
 
