@@ -71,7 +71,7 @@ def segment_live(session: Session, *, deployment: str, version: str, segment: st
                  since: datetime) -> TauStat | None:
     """Live τ of ``version`` on ``segment``'s requests since ``since``."""
     stats = store.live_tau(session, since=since, deployment=deployment, by_segment=True,
-                           versions=[version])
+                           versions=[version], full_k=True)
     return next((s for s in stats if s.segment == segment), None)
 
 
@@ -121,7 +121,8 @@ def segment_drift(session: Session, *, policy: Policy, since: datetime) -> Drift
         session, deployment=deployment)}
     follows = store.serving_version(session, deployment=deployment) or BUILTIN_VERSION
     evaluations = None
-    for stat in store.live_tau(session, since=since, deployment=deployment, by_segment=True):
+    for stat in store.live_tau(session, since=since, deployment=deployment, by_segment=True,
+                               full_k=True):
         segment = stat.segment or ""
         serving = own.get(segment, follows)
         if (segment not in own and not policy.promotion.per_segment.enabled) \

@@ -147,7 +147,8 @@ def _concurrency(session, deployment: str, since) -> dict[str, Any] | None:  # t
 
 
 def _tau(session, deployment: str, version: str, since):  # type: ignore[no-untyped-def]
-    stats = store.live_tau(session, since=since, deployment=deployment, versions=[version])
+    stats = store.live_tau(session, since=since, deployment=deployment, versions=[version],
+                           full_k=True)  # as the drift watch reads it, beside the shadow τ
     return stats[0] if stats else None
 
 
@@ -176,7 +177,7 @@ def _canary(session, deployment: str, policy: Policy) -> dict[str, Any] | None: 
     if promo is None:
         return None
     stats = store.live_tau(session, since=promo.created_at, deployment=deployment,
-                           versions=[promo.version])
+                           versions=[promo.version], full_k=True)  # as the canary reads it
     return {"version": promo.version, "shadow_tau": promo.details.get("shadow_tau"),
             "expected_speed_gain": expected_gain(promo.details or {}),
             "live_tau": stats[0].tau if stats else None,

@@ -11,6 +11,10 @@ served at least ``canary.requests`` requests since the move, its live τ
 (:func:`autospec.store.rollback`, in the same transaction as the fencing check, a check
 that the pointer still names that version, and the ``canary`` note), the reason giving
 both τ and the request count; otherwise the canary passes. Fewer requests: pending.
+Live τ here (canary and drift, deployment and segments) counts only the requests drafted at
+the version's k: a request a concurrency band drafted fewer tokens for (``sampling.banded``,
+:func:`autospec.serve.bands.drafted_fewer`) has a lower τ by the band's choice, so it is
+left out, and a pending check says how many were.
 With ``canary.speed_check`` on, the canary also judges **realised speed**
 (:mod:`autospec.controller.speedcheck`): the new version's live tokens/s over the replaced
 version's before the move, against the speed gain the evaluation measured; a gain below it
@@ -130,8 +134,10 @@ class Watcher:
                 else _live(session, self.deployment, version, since=promo.created_at))
         if stat is None or stat.requests < cp.requests or stat.tau is None:
             seen = stat.requests if stat else 0
+            cut = _banded(session, self.deployment, version, segment, promo.created_at, seen)
             return WatchResult("canary_pending", [f"{version}{where}: {seen} of "
-                               f"{cp.requests} canary requests served"], version, segment=segment)
+                               f"{cp.requests} canary requests served{cut}"], version,
+                               segment=segment)
         limit = shadow * (1 - cp.max_shortfall)
         tau_ok = stat.tau >= limit
         reasons = [f"canary of {version}{where}: live τ {stat.tau:.3f} over {stat.requests} "
@@ -192,7 +198,9 @@ class Watcher:
             version = live_or_builtin(session, self.deployment)
             evaluated = evaluated_tau(session, version)
             stat = _live(session, self.deployment, version, since=now - dp.window)
-            quiet = _no_drift(version, evaluated, stat, dp)
+            cut = _banded(session, self.deployment, version, None, now - dp.window,
+                          stat.requests if stat else 0)
+            quiet = _no_drift(version, evaluated, stat, dp, cut)
             found = (Drifted(None, version, stat.tau, evaluated, stat.requests)  # type: ignore[arg-type]
                      if quiet is None else
                      segment_drift(session, policy=self.policy, since=now - dp.window))
@@ -216,15 +224,17 @@ class Watcher:
         return WatchResult("drift", [reason], found.version, cycle, segment=found.segment)
 
 
-def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Drift) -> str | None:
-    """Why the watch sees no drift of ``version`` (None: the live τ has dropped)."""
+def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Drift,
+              cut: str = "") -> str | None:
+    """Why the watch sees no drift of ``version`` (None: the live τ has dropped); ``cut``:
+    what :func:`_banded` says of the requests a band drafted for."""
     span = _span(dp.window)
     if evaluated is None:
         return f"no drift check: {version} has no evaluated τ to compare with"
     seen = stat.requests if stat is not None and stat.tau is not None else 0
     if seen < dp.min_requests:
         return (f"no drift check: {seen} of the {dp.min_requests} requests of {version} "
-                f"needed in the last {span}")
+                f"needed in the last {span}{cut}")
     if stat.tau >= evaluated * (1 - dp.max_drop):
         return (f"no drift: live τ of {version} is {stat.tau:.3f} over {stat.requests} "
                 f"requests in the last {span}, within {dp.max_drop:.0%} of its evaluated τ "
@@ -255,8 +265,22 @@ def evaluated_tau(session: Session, version: str) -> float | None:
 
 
 def _live(session: Session, deployment: str, version: str, *, since: Any) -> Any | None:
-    stats = store.live_tau(session, since=since, deployment=deployment, versions=[version])
+    stats = store.live_tau(session, since=since, deployment=deployment, versions=[version],
+                           full_k=True)
     return stats[0] if stats else None
+
+
+def _banded(session: Session, deployment: str, version: str, segment: str | None,
+            since: Any, counted: int) -> str:
+    """What a pending canary's reason adds when concurrency bands drafted fewer tokens for
+    some of the version's requests (left out of its live τ; "" when none were)."""
+    stats = store.live_tau(session, since=since, deployment=deployment, versions=[version],
+                           by_segment=segment is not None)
+    served = sum(s.requests for s in stats if segment is None or s.segment == segment)
+    if served <= counted:
+        return ""
+    return (f" at its k ({served - counted} more served with fewer draft tokens by a "
+            "concurrency band, whose τ is not compared)")
 
 
 def _speed_details(speed: SpeedVerdict | None) -> dict[str, Any]:

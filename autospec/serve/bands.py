@@ -23,6 +23,7 @@ What "concurrency" means on each engine:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +117,28 @@ def _checked(bands: list[Band], max_k: int) -> KBands:
         raise BandsError(f"band {bands[-1]}: the last band must be open ('{bands[-1].first}-:"
                          f"{bands[-1].k}') so that every concurrency has a k")
     return KBands(tuple(bands))
+
+
+def drafted_fewer(engine_k: int, *, k: int | None, bands: str | KBands | None, in_flight: int,
+                  concurrency: float) -> bool:
+    """Whether a band drafted fewer than ``engine_k`` tokens a step for a request (its row's
+    ``sampling.banded``): its acceptance length is then not the one its version's evaluation
+    measured at k, and the canary and drift watch leave it out (:func:`autospec.store.live_tau`).
+
+    ``k``: the k the native engine gave the whole request (its band's, at the requests in
+    flight when it started). On vLLM (``k`` None) the scheduler picks k per step from the
+    batch size, which a row does not record: the request counts as banded when any band up
+    to the most requests it saw in flight (``in_flight`` at its start, its mean
+    ``concurrency`` rounded up) drafts fewer than ``engine_k``."""
+    if engine_k <= 0:
+        return False
+    if k is not None:
+        return k < engine_k
+    parsed = parse_bands(bands, max_k=MAX_K)
+    if parsed is None:
+        return False
+    peak = max(1, in_flight, math.ceil(concurrency))
+    return any(parsed.k_for(n) < engine_k for n in range(1, peak + 1))
 
 
 def vllm_schedule(bands: KBands) -> list[tuple[int, int, int]]:

@@ -25,9 +25,11 @@ decoder (``decoder``: the native engine's decode thread or vLLM's batching,
   :class:`~autospec.store.RequestRecord` per choice goes to the traffic writer, whose
   ``record`` only enqueues. The row holds the prompt and output token ids exactly as the
   target produced them (EOS and stop-string tokens included), the texts, the sampling
-  parameters, the version, latency and TTFT from arrival, and the acceptance figures (and
-  what the decoder adds: :meth:`~autospec.serve.decode.Decoder.record`). A caller that sent
-  ``x-autospec-log: off`` is recorded with ``opted_out``, under its route rather than its
+  parameters, the version, latency and TTFT from arrival, the load and k it was decoded at
+  (``banded`` when a concurrency band drafted fewer tokens than the version's k), and the
+  acceptance figures (and what the decoder adds:
+  :meth:`~autospec.serve.decode.Decoder.record`). A caller that sent ``x-autospec-log: off``
+  is recorded with ``opted_out``, under its route rather than its
   ``x-autospec-segment``, and the store keeps nothing else it sent: no text, ids, stop
   strings or seed (:mod:`autospec.store.privacy`).
 - **Abandoned requests.** Each admitted request is a :class:`Job`. When its client goes
@@ -54,6 +56,7 @@ from autospec.engine.choice import AUTO, check_vllm_installed, resolve_engine
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target, load_target
 from autospec.numerics import record_served
+from autospec.serve.bands import drafted_fewer
 from autospec.serve.config import ServeConfig
 from autospec.serve.decode import Decoder, ThreadDecoder
 from autospec.serve.engines import DEFAULT_DEVICE, engine_parts
@@ -399,12 +402,7 @@ class LLMServer:
             deployment=self.config.deployment,
             speculator_version=s.version.name, opted_out=not keep,
             temperature=params.temperature,
-            sampling={"max_tokens": params.max_new_tokens, "temperature": params.temperature,
-                      "top_k": params.top_k, "top_p": params.top_p, "seed": params.seed,
-                      "stop": list(params.stop), "ignore_eos": params.ignore_eos,
-                      "k": s.version.engine.k if s.k is None else s.k, "route": p.ctx.route,
-                      "concurrency": round(s.concurrency, 3), "in_flight": s.in_flight,
-                      **_shaping(params), **_user(p.ctx), **self.decoder.record(p, s)},
+            sampling=self._sampling(p, s),
             finish_reason=s.result.finish_reason,
             latency_ms=s.latency_s * 1e3, ttft_ms=s.ttft_s * 1e3,
             num_drafts=stats.num_drafts, num_draft_tokens=stats.num_draft_tokens,
@@ -412,6 +410,23 @@ class LLMServer:
             accepted_per_position=list(stats.accepted_per_position),
             prompt_tokens=stats.prompt_tokens, output_tokens=stats.output_tokens,
         )
+
+
+    def _sampling(self, p: Prepared, s: Served) -> dict[str, Any]:
+        """The row's ``sampling``: the request's settings, the k and load it was decoded at,
+        and ``banded`` when a concurrency band drafted fewer tokens than the version's k
+        (:func:`autospec.serve.bands.drafted_fewer`)."""
+        params = p.params
+        out = {"max_tokens": params.max_new_tokens, "temperature": params.temperature,
+               "top_k": params.top_k, "top_p": params.top_p, "seed": params.seed,
+               "stop": list(params.stop), "ignore_eos": params.ignore_eos,
+               "k": s.version.engine.k if s.k is None else s.k, "route": p.ctx.route,
+               "concurrency": round(s.concurrency, 3), "in_flight": s.in_flight,
+               **_shaping(params), **_user(p.ctx), **self.decoder.record(p, s)}
+        if drafted_fewer(s.version.engine.k, k=s.k, bands=out.get("k_bands"),
+                         in_flight=s.in_flight, concurrency=s.concurrency):
+            out["banded"] = True
+        return out
 
 
 def _user(ctx: RequestContext) -> dict[str, Any]:

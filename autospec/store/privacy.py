@@ -3,9 +3,10 @@
 - **Opt-out** (``opted_out=True``): nothing the client wrote is kept. Statistics stay (token
   counts, latency, drafting counters, accepted-per-position) with the numeric sampling knobs
   in :data:`OPT_OUT_SAMPLING_KEYS` (``max_tokens``, ``temperature``, ``top_k``, ``top_p``,
-  ``ignore_eos``, the server's ``k`` and ``route``); prompt/output text and token ids are
-  dropped, and so is every other ``sampling`` entry — stop strings (only their number is
-  kept, as ``num_stop``), the seed and anything a caller adds. The segment is the caller's
+  ``ignore_eos``, the server's ``k`` and ``route``, the load it was served under);
+  prompt/output text and token ids are dropped, and so is every other ``sampling`` entry —
+  stop strings (only their number is kept, as ``num_stop``), the seed and anything a caller
+  adds. The segment is the caller's
   business: the serving path records an opted-out request under its route, never under a
   client-supplied label.
 - **Redaction**: a hook ``Callable[[str], str]`` runs over every stored string that can come
@@ -63,10 +64,11 @@ def no_redaction(text: str) -> str:
 
 #: the ``sampling`` entries an opted-out row keeps: numbers the server reads, no client text
 #: (``engine`` and ``vllm_spec_decode``: what served the request and vLLM's acceptance of it;
-#: ``concurrency``, ``in_flight`` and ``k_bands``: the load it was served under)
+#: ``concurrency``, ``in_flight``, ``k_bands`` and ``banded``: the load it was served under
+#: and whether a band drafted fewer tokens for it)
 OPT_OUT_SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "ignore_eos", "k",
                          "route", "engine", "vllm_spec_decode", "concurrency", "in_flight",
-                         "k_bands")
+                         "k_bands", "banded")
 
 
 def apply_privacy(row: dict[str, Any], redact: Redactor | None) -> dict[str, Any]:

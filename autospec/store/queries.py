@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Select, delete, func, select, update
+from sqlalchemy import ColumnElement, Select, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from autospec.engine.stats import tau
@@ -195,12 +195,18 @@ def live_tau(
     by_segment: bool = False,
     versions: list[str] | None = None,
     with_positions: bool = False,
+    full_k: bool = False,
 ) -> list[TauStat]:
     """τ per version (and per segment) over [since, until), sorted by version then segment.
 
     ``with_positions`` also computes the acceptance rate at each draft position
     (P(position i accepted | positions < i accepted)) from accepted-per-position (this reads
     one JSON list per request, so it costs a scan of the window).
+
+    ``full_k``: only the requests drafted at their version's k — leaving out those a
+    concurrency band drafted fewer tokens for (``sampling.banded``,
+    :func:`autospec.serve.bands.drafted_fewer`), whose τ is lower by the band's choice, not
+    by the version: what the canary and drift watch compare with an evaluated τ.
     """
     keys = [Request.speculator_version] + ([Request.segment] if by_segment else [])
     query = select(
@@ -213,8 +219,11 @@ def live_tau(
     query = _filter(query, since=since, until=until, deployment=deployment)
     if versions is not None:
         query = query.where(Request.speculator_version.in_(versions))
+    if full_k:
+        query = query.where(_not_banded())
     positions = (
-        _positions(session, keys, since, until, deployment, versions) if with_positions else {}
+        _positions(session, keys, since, until, deployment, versions, full_k)
+        if with_positions else {}
     )
     stats = []
     for row in session.execute(query):
@@ -234,11 +243,14 @@ def _positions(
     until: datetime | None,
     deployment: str | None,
     versions: list[str] | None,
+    full_k: bool = False,
 ) -> dict[tuple[str | None, str | None], list[int]]:
     query = _filter(select(*keys, Request.accepted_per_position), since=since, until=until,
                     deployment=deployment).where(Request.accepted_per_position.is_not(None))
     if versions is not None:
         query = query.where(Request.speculator_version.in_(versions))
+    if full_k:
+        query = query.where(_not_banded())
     sums: dict[tuple[str | None, str | None], list[int]] = {}
     for row in session.execute(query):
         key = (row[0], row[1] if len(keys) > 1 else None)
@@ -248,6 +260,12 @@ def _positions(
                 acc.append(0)
             acc[i] += int(n)
     return sums
+
+
+def _not_banded() -> ColumnElement[bool]:
+    """Rows whose ``sampling.banded`` is not true (missing, as on rows a band did not cut
+    and on rows written before replicas recorded it, counts as not banded)."""
+    return Request.sampling["banded"].as_boolean().is_not(True)
 
 
 def _rates(accepted: list[int] | None, steps: int) -> list[float]:

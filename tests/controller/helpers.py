@@ -69,14 +69,18 @@ def log_traffic(engine: Any, pairs: list[tuple[list[int], list[int]]], *,
 
 
 def live_requests(engine: Any, version: str, *, n: int, tau: float,
-                  start: datetime | None = None) -> None:
-    """``n`` statistics-only requests served by ``version`` with acceptance length ``tau``."""
+                  start: datetime | None = None, banded: bool = False) -> None:
+    """``n`` statistics-only requests served by ``version`` with acceptance length ``tau``
+    (``banded``: drafted with fewer tokens than its k by a concurrency band, as a replica
+    records it)."""
     start = start or datetime.now(timezone.utc)
     steps = 10
     accepted = round((tau - 1) * steps)
+    sampling = {"k": 0, "banded": True} if banded else {"k": 4}
     records = [store.RequestRecord(speculator_version=version, num_drafts=steps,
                                    num_draft_tokens=steps * 4, num_accepted_tokens=accepted,
-                                   opted_out=True, created_at=start + timedelta(milliseconds=i))
+                                   opted_out=True, created_at=start + timedelta(milliseconds=i),
+                                   sampling=sampling)
                for i in range(n)]
     store.write_requests(engine, records)
 

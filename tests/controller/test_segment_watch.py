@@ -23,13 +23,16 @@ def _no_model():  # type: ignore[no-untyped-def]
     pytest.fail("the watch loaded the target: no cycle here has fresh traffic to train on")
 
 
-def _rows(engine, version: str, segment: str, *, n: int, tau: float) -> None:  # type: ignore[no-untyped-def]
-    """``n`` statistics-only requests of ``segment`` served by ``version`` at acceptance ``tau``."""
+def _rows(engine, version: str, segment: str, *, n: int, tau: float,  # type: ignore[no-untyped-def]
+          banded: bool = False) -> None:
+    """``n`` statistics-only requests of ``segment`` served by ``version`` at acceptance ``tau``
+    (``banded``: a concurrency band drafted fewer tokens for them)."""
     start = datetime.now(timezone.utc)
     steps, accepted = 10, round((tau - 1) * 10)
     store.write_requests(engine, [store.RequestRecord(
         speculator_version=version, segment=segment, num_drafts=steps,
         num_draft_tokens=steps * 4, num_accepted_tokens=accepted, opted_out=True,
+        sampling={"banded": True} if banded else None,
         created_at=start + timedelta(milliseconds=i)) for i in range(n)])
 
 
@@ -88,7 +91,12 @@ def test_a_first_segment_pointer_that_fails_is_pinned_to_what_served_it(engine, 
 
 def test_a_segment_canary_within_tolerance_passes(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     controller = _setup(engine, tmp_path, json_before="old")
-    _rows(engine, "seg", "json", n=10, tau=2.9)
+    _rows(engine, "seg", "json", n=20, tau=1.0, banded=True)  # a band's choice, not judged
+    _rows(engine, "seg", "json", n=9, tau=2.9)
+    pending = Watcher(controller).run()
+    assert pending.action == "canary_pending" and "9 of 10" in pending.reasons[0]
+    assert "(20 more served with fewer draft tokens" in pending.reasons[0]
+    _rows(engine, "seg", "json", n=1, tau=2.9)
     result = Watcher(controller).run()
     assert result.action == "canary_passed" and result.segment == "json"
     assert _json_pointer(engine) == "seg"

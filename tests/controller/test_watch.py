@@ -51,6 +51,27 @@ def test_a_canary_within_tolerance_passes_once(db, tiny, traffic) -> None:
     assert "10 requests" in after.reasons[0] and "within 30%" in after.reasons[0]
 
 
+def test_requests_a_band_drafted_less_for_are_not_judged_by_the_canary_or_drift(
+        db, tiny, traffic) -> None:
+    """Bands that turn drafting off at high load (``serving.k_bands``) give those requests
+    τ = 1 by the band's choice: they neither roll a good version back nor count as drift."""
+    controller, version, shadow = _promoted(db, tiny, traffic)
+    live_requests(db, version, n=30, tau=1.0, banded=True)
+    live_requests(db, version, n=4, tau=shadow)
+    pending = Watcher(controller).run()
+    assert pending.action == "canary_pending", pending.reasons
+    assert "4 of 10 canary requests served at its k (30 more served with fewer draft tokens " \
+        "by a concurrency band" in pending.reasons[0]
+    live_requests(db, version, n=6, tau=shadow)
+    passed = Watcher(controller).run()
+    assert passed.action == "canary_passed", passed.reasons
+    assert "over 10 requests" in passed.reasons[0]
+    quiet = Watcher(controller).run()
+    assert quiet.action == "none" and quiet.reasons[0].startswith("no drift: "), quiet.reasons
+    live_requests(db, version, n=20, tau=1.0)  # at its k, acceptance collapses: drift
+    assert Watcher(controller).run().action == "drift"
+
+
 def test_drift_triggers_an_early_cycle(db, tiny, traffic) -> None:
     controller, version, shadow = _promoted(db, tiny, traffic)
     live_requests(db, version, n=10, tau=shadow)

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from autospec.serve.bands import OPEN_END, BandsError, parse_bands, vllm_schedule
+from autospec.serve.bands import (
+    OPEN_END,
+    BandsError,
+    drafted_fewer,
+    parse_bands,
+    vllm_schedule,
+)
 from autospec.serve.config import ServeConfig
 from autospec.serve.load import InFlight
 
@@ -40,6 +46,21 @@ def test_unusable_bands_are_refused_with_what_is_wrong(text: str, message: str) 
 def test_a_list_without_integers_is_refused() -> None:
     with pytest.raises(BandsError, match="integer 'first', 'k'"):
         parse_bands([{"first": 1}], max_k=5)
+
+
+def test_a_request_a_band_drafted_fewer_tokens_for_is_banded() -> None:
+    # native: the request's one k, the band's at its start
+    assert drafted_fewer(5, k=0, bands="1-1:5,2-:0", in_flight=2, concurrency=2.0)
+    assert drafted_fewer(5, k=3, bands=None, in_flight=1, concurrency=1.0)
+    assert not drafted_fewer(5, k=5, bands="1-1:5,2-:0", in_flight=1, concurrency=3.0)
+    assert not drafted_fewer(0, k=0, bands=None, in_flight=1, concurrency=1.0)  # target-only
+    # vLLM: k per step from the batch size; the most requests it saw in flight decide
+    bands = "1-2:5,3-4:3,5-:0"
+    assert not drafted_fewer(5, k=None, bands=bands, in_flight=2, concurrency=1.4)
+    assert drafted_fewer(5, k=None, bands=bands, in_flight=2, concurrency=2.2)  # up to 3
+    assert drafted_fewer(5, k=None, bands=bands, in_flight=3, concurrency=1.0)
+    assert not drafted_fewer(5, k=None, bands=None, in_flight=8, concurrency=8.0)
+    assert not drafted_fewer(3, k=None, bands="1-4:3,5-:0", in_flight=4, concurrency=4.0)
 
 
 def test_vllm_gets_its_per_batch_size_schedule() -> None:

@@ -37,9 +37,13 @@ def test_rows_record_the_load_and_k_and_bands_turn_drafting_off(tiny_llm, db) ->
     assert first.sampling["k"] == 5 and first.num_draft_tokens > 0
     for row in [first, *alone]:
         assert row.sampling["in_flight"] == 1 and row.sampling["concurrency"] == 1.0
+    assert "banded" not in first.sampling  # drafted at the version's k
     for row in alone:  # one request in flight: the band says k = 0, nothing drafted
         assert row.sampling["k"] == 0 and row.num_draft_tokens == 0
         assert row.output_tokens == 8
+        assert row.sampling["banded"] is True  # its τ is left out of the canary's and drift's
+    with store.session_scope(db, readonly=True) as session:
+        assert [s.requests for s in store.live_tau(session, full_k=True)] == [1]
     with store.session_scope(db, readonly=True) as session:
         profile = store.served_concurrency(session, deployment="default")
         assert store.served_concurrency(session, deployment="elsewhere") is None

@@ -589,6 +589,8 @@ def test_bands_set_by_the_policy_restart_the_engine_with_them_and_rows_name_them
     assert swap.details["mode"] == "new engine"
     assert swap.details["why"] == "the concurrency bands changed (none -> 1-2:3,3-:0)"
     assert rows[-1].sampling["k_bands"] == "1-2:3,3-:0"
+    # alone in flight, its band drafts the version's k (3): its τ is compared with the shadow's
+    assert new.k == 3 and "banded" not in rows[-1].sampling
 
 
 def test_from_config_puts_a_vllm_replica_together(fake_engines, tiny_llm, sqlite_url, db,

@@ -76,6 +76,26 @@ def test_live_tau_per_version_and_segment(engine) -> None:  # type: ignore[no-un
     assert [(t.version, t.requests) for t in late] == [("v2", 5)]
 
 
+def test_live_tau_at_full_k_leaves_out_what_a_band_drafted_less_for(engine) -> None:  # type: ignore[no-untyped-def]
+    def row(i: int, accepted: int, sampling: dict | None) -> RequestRecord:
+        return RequestRecord(request_uid=f"b{i}", created_at=T0 + timedelta(seconds=i),
+                             segment="chat", speculator_version="v", opted_out=True,
+                             num_drafts=4, num_draft_tokens=0 if accepted == 0 else 12,
+                             num_accepted_tokens=accepted, sampling=sampling,
+                             accepted_per_position=[accepted] if accepted else [])
+    write_requests(engine, [row(0, 8, {"k": 3}), row(1, 4, None),  # before rows said so
+                            row(2, 0, {"k": 0, "banded": True}),
+                            row(3, 0, {"k": 0, "banded": True}), row(4, 8, {"banded": False})])
+    with store.session_scope(engine, readonly=True) as s:
+        (every,) = store.live_tau(s, since=T0)
+        (full,) = store.live_tau(s, since=T0, full_k=True, with_positions=True)
+        (segment,) = store.live_tau(s, since=T0, full_k=True, by_segment=True)
+    assert (every.requests, every.tau) == (5, pytest.approx(1 + 20 / 20))
+    assert (full.requests, full.tau) == (3, pytest.approx(1 + 20 / 12))
+    assert full.acceptance_by_position == pytest.approx([20 / 12])
+    assert (segment.segment, segment.requests) == ("chat", 3)
+
+
 def test_request_counts(engine) -> None:  # type: ignore[no-untyped-def]
     _seed(engine)
     with store.session_scope(engine, readonly=True) as s:
