@@ -218,7 +218,8 @@ class Training(_Strict):
 class EvaluationSpec(_Strict):
     """How candidates are shadow-evaluated."""
 
-    k: int = Field(5, ge=1, le=16, description="draft tokens per step (match the serving k)")
+    k: int = Field(5, ge=1, le=16, description="draft tokens per step (match the serving k: "
+                   "the canary and drift watch compare only requests served at this k)")
     speed: SpeedSettings = Field(
         default_factory=SpeedSettings, description="measured speedup: interleaved target-only "
         "vs speculative decodes of held-out prompts (autospec/evaluate/speed.py)")

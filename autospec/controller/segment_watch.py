@@ -68,10 +68,11 @@ def pending_segment_canaries(session: Session, *, deployment: str) -> list[Any]:
 
 
 def segment_live(session: Session, *, deployment: str, version: str, segment: str,
-                 since: datetime) -> TauStat | None:
-    """Live τ of ``version`` on ``segment``'s requests since ``since``."""
+                 since: datetime, k: int | None = None) -> TauStat | None:
+    """Live τ of ``version`` on ``segment``'s requests since ``since``, over the requests
+    drafted at its k (at ``k`` where given: :func:`autospec.store.live_tau`)."""
     stats = store.live_tau(session, since=since, deployment=deployment, by_segment=True,
-                           versions=[version], full_k=True)
+                           versions=[version], full_k=True, k=k)
     return next((s for s in stats if s.segment == segment), None)
 
 
@@ -130,16 +131,32 @@ def segment_drift(session: Session, *, policy: Policy, since: datetime) -> Drift
             continue
         if evaluations is None:
             evaluations = store.list_evaluations(session, limit=200)
-        evaluated = evaluated_segment_tau(evaluations, stat.version, segment)
-        if evaluated is not None and stat.tau < evaluated * (1 - dp.max_drop):
+        evaluated, k = evaluated_segment_tau(evaluations, stat.version, segment)
+        if evaluated is None:
+            continue
+        if k is not None:  # as replayed: only its requests recorded at that k
+            stat = segment_live(session, deployment=deployment, version=stat.version,
+                                segment=segment, since=since, k=k)
+            if stat is None or stat.tau is None or stat.requests < dp.min_requests:
+                continue
+        if stat.tau < evaluated * (1 - dp.max_drop):
             return Drifted(segment, stat.version, stat.tau, evaluated, stat.requests)
     return None
 
 
-def evaluated_segment_tau(evaluations: list[Any], version: str, segment: str) -> float | None:
-    """``version``'s τ on ``segment`` in the newest of ``evaluations`` that recorded one."""
+def evaluated_segment_tau(evaluations: list[Any], version: str,
+                          segment: str) -> tuple[float | None, int | None]:
+    """``version``'s τ on ``segment`` in the newest of ``evaluations`` that recorded one, and
+    the k it was replayed at (None: not recorded)."""
     for ev in evaluations:
         seg = ((ev.per_segment or {}).get("segments") or {}).get(segment) or {}
         if (value := (seg.get("tau") or {}).get(version)) is not None:
-            return float(value)
-    return None
+            return float(value), recorded_k(ev)
+    return None, None
+
+
+def recorded_k(ev: Any) -> int | None:
+    """The k an evaluation row replayed at (``per_segment["k"]``; None: none, or not
+    recorded)."""
+    k = (ev.per_segment or {}).get("k") if ev is not None else None
+    return k if isinstance(k, int) else None

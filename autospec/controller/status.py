@@ -33,7 +33,7 @@ from autospec.controller import records
 from autospec.controller.operations import cycle_rows
 from autospec.controller.policy import Policy
 from autospec.controller.speedcheck import expected_gain
-from autospec.controller.watch import evaluated_tau, pending_canary
+from autospec.controller.watch import evaluated_tau_k, evaluation_k, pending_canary
 from autospec.ledger import collect_ledger
 from autospec.store.models import utcnow
 from autospec.versions import BUILTIN_VERSION
@@ -52,12 +52,13 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy, cycles: i
                 "updated_at": pointer.updated_at if pointer else None,
                 "updated_by": pointer.updated_by if pointer else None,
                 "generation": pointer.generation if pointer else 0}
-        hour = _tau(session, deployment, version, now - timedelta(hours=1))
-        day = _tau(session, deployment, version, now - timedelta(days=1))
+        shadow, k = evaluated_tau_k(session, version)
+        hour = _tau(session, deployment, version, now - timedelta(hours=1), k)
+        day = _tau(session, deployment, version, now - timedelta(days=1), k)
         last_id = records.last_consumed_newest_id(session, deployment=deployment)
         return {
             "deployment": deployment, "time": now, "policy": policy.name, "live": live,
-            "tau": {"shadow": evaluated_tau(session, version),
+            "tau": {"shadow": shadow,
                     "live_1h": hour.tau if hour else None,
                     "requests_1h": hour.requests if hour else 0,
                     "live_24h": day.tau if day else None,
@@ -146,9 +147,9 @@ def _concurrency(session, deployment: str, since) -> dict[str, Any] | None:  # t
     return None if profile is None else profile.as_dict()
 
 
-def _tau(session, deployment: str, version: str, since):  # type: ignore[no-untyped-def]
+def _tau(session, deployment: str, version: str, since, k):  # type: ignore[no-untyped-def]
     stats = store.live_tau(session, since=since, deployment=deployment, versions=[version],
-                           full_k=True)  # as the drift watch reads it, beside the shadow τ
+                           full_k=True, k=k)  # as the drift watch reads it, beside the shadow τ
     return stats[0] if stats else None
 
 
@@ -177,7 +178,8 @@ def _canary(session, deployment: str, policy: Policy) -> dict[str, Any] | None: 
     if promo is None:
         return None
     stats = store.live_tau(session, since=promo.created_at, deployment=deployment,
-                           versions=[promo.version], full_k=True)  # as the canary reads it
+                           versions=[promo.version], full_k=True,  # as the canary reads it
+                           k=evaluation_k(session, (promo.details or {}).get("evaluation_id")))
     return {"version": promo.version, "shadow_tau": promo.details.get("shadow_tau"),
             "expected_speed_gain": expected_gain(promo.details or {}),
             "live_tau": stats[0].tau if stats else None,

@@ -12,9 +12,10 @@ served at least ``canary.requests`` requests since the move, its live τ
 that the pointer still names that version, and the ``canary`` note), the reason giving
 both τ and the request count; otherwise the canary passes. Fewer requests: pending.
 Live τ here (canary and drift, deployment and segments) counts only the requests drafted at
-the version's k: a request a concurrency band drafted fewer tokens for (``sampling.banded``,
-:func:`autospec.serve.bands.drafted_fewer`) has a lower τ by the band's choice, so it is
-left out, and a pending check says how many were.
+the k the evaluation replayed at: a request a concurrency band drafted fewer tokens for
+(``sampling.banded``, :func:`autospec.serve.bands.drafted_fewer`) has a lower τ by the
+band's choice, and one a replica recorded at another k (``sampling.k``) is not comparable
+either, so both are left out, and a pending check says how many were.
 With ``canary.speed_check`` on, the canary also judges **realised speed**
 (:mod:`autospec.controller.speedcheck`): the new version's live tokens/s over the replaced
 version's before the move, against the speed gain the evaluation measured; a gain below it
@@ -55,12 +56,13 @@ from autospec.controller.segment_watch import (
     canary_open,
     newest_moves,
     pending_segment_canaries,
+    recorded_k,
     roll_back_segment,
     segment_drift,
     segment_live,
 )
 from autospec.controller.speedcheck import SpeedVerdict, check_speed
-from autospec.store.models import utcnow
+from autospec.store.models import Evaluation, utcnow
 from autospec.versions import BUILTIN_VERSION
 
 log = logging.getLogger(__name__)
@@ -129,12 +131,14 @@ class Watcher:
         version, shadow = promo.version, float(promo.details["shadow_tau"])
         segment = promo.details.get("segment")
         where = f" on segment {segment!r}" if segment else ""
+        k = evaluation_k(session, promo.details.get("evaluation_id"))
         stat = (segment_live(session, deployment=self.deployment, version=version,
-                             segment=segment, since=promo.created_at) if segment
-                else _live(session, self.deployment, version, since=promo.created_at))
+                             segment=segment, since=promo.created_at, k=k) if segment
+                else _live(session, self.deployment, version, since=promo.created_at, k=k))
         if stat is None or stat.requests < cp.requests or stat.tau is None:
             seen = stat.requests if stat else 0
-            cut = _banded(session, self.deployment, version, segment, promo.created_at, seen)
+            cut = _uncompared(session, self.deployment, version, segment, promo.created_at,
+                              seen, k)
             return WatchResult("canary_pending", [f"{version}{where}: {seen} of "
                                f"{cp.requests} canary requests served{cut}"], version,
                                segment=segment)
@@ -196,10 +200,10 @@ class Watcher:
         now = utcnow()
         with store.session_scope(self.controller.engine) as session:
             version = live_or_builtin(session, self.deployment)
-            evaluated = evaluated_tau(session, version)
-            stat = _live(session, self.deployment, version, since=now - dp.window)
-            cut = _banded(session, self.deployment, version, None, now - dp.window,
-                          stat.requests if stat else 0)
+            evaluated, k = evaluated_tau_k(session, version)
+            stat = _live(session, self.deployment, version, since=now - dp.window, k=k)
+            cut = _uncompared(session, self.deployment, version, None, now - dp.window,
+                              stat.requests if stat else 0, k)
             quiet = _no_drift(version, evaluated, stat, dp, cut)
             found = (Drifted(None, version, stat.tau, evaluated, stat.requests)  # type: ignore[arg-type]
                      if quiet is None else
@@ -227,7 +231,7 @@ class Watcher:
 def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Drift,
               cut: str = "") -> str | None:
     """Why the watch sees no drift of ``version`` (None: the live τ has dropped); ``cut``:
-    what :func:`_banded` says of the requests a band drafted for."""
+    what :func:`_uncompared` says of the requests left out."""
     span = _span(dp.window)
     if evaluated is None:
         return f"no drift check: {version} has no evaluated τ to compare with"
@@ -254,33 +258,44 @@ def live_or_builtin(session: Session, deployment: str) -> str:
     return pointer.version if pointer else BUILTIN_VERSION
 
 
-def evaluated_tau(session: Session, version: str) -> float | None:
-    """τ of ``version`` in the newest evaluation naming it (candidate or incumbent)."""
+def evaluated_tau_k(session: Session, version: str) -> tuple[float | None, int | None]:
+    """τ of ``version`` in the newest evaluation naming it (candidate or incumbent), and the
+    k that evaluation replayed at (None: not recorded)."""
     for ev in store.list_evaluations(session, limit=200):
         if ev.candidate == version and ev.tau_candidate is not None:
-            return float(ev.tau_candidate)
+            return float(ev.tau_candidate), recorded_k(ev)
         if ev.incumbent == version and ev.tau_incumbent is not None:
-            return float(ev.tau_incumbent)
-    return None
+            return float(ev.tau_incumbent), recorded_k(ev)
+    return None, None
 
 
-def _live(session: Session, deployment: str, version: str, *, since: Any) -> Any | None:
+def evaluation_k(session: Session, evaluation_id: Any) -> int | None:
+    """The k of the evaluation a promotion names (None: none, or not recorded)."""
+    if not isinstance(evaluation_id, int):
+        return None
+    return recorded_k(session.get(Evaluation, evaluation_id))
+
+
+def _live(session: Session, deployment: str, version: str, *, since: Any,
+          k: int | None = None) -> Any | None:
     stats = store.live_tau(session, since=since, deployment=deployment, versions=[version],
-                           full_k=True)
+                           full_k=True, k=k)
     return stats[0] if stats else None
 
 
-def _banded(session: Session, deployment: str, version: str, segment: str | None,
-            since: Any, counted: int) -> str:
-    """What a pending canary's reason adds when concurrency bands drafted fewer tokens for
-    some of the version's requests (left out of its live τ; "" when none were)."""
+def _uncompared(session: Session, deployment: str, version: str, segment: str | None,
+                since: Any, counted: int, k: int | None) -> str:
+    """What a pending check's reason adds when some of the version's requests were left out
+    of its live τ (recorded at another k than ``k``, or drafted with fewer tokens by a
+    concurrency band); "" when none were."""
     stats = store.live_tau(session, since=since, deployment=deployment, versions=[version],
                            by_segment=segment is not None)
     served = sum(s.requests for s in stats if segment is None or s.segment == segment)
     if served <= counted:
         return ""
-    return (f" at its k ({served - counted} more served with fewer draft tokens by a "
-            "concurrency band, whose τ is not compared)")
+    at = "its k" if k is None else f"k={k}, as evaluated"
+    return (f" at {at} ({served - counted} more served at another k or with fewer draft "
+            "tokens by a concurrency band: their τ is not compared)")
 
 
 def _speed_details(speed: SpeedVerdict | None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Select, delete, func, select, update
+from sqlalchemy import ColumnElement, Select, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from autospec.engine.stats import tau
@@ -196,6 +196,7 @@ def live_tau(
     versions: list[str] | None = None,
     with_positions: bool = False,
     full_k: bool = False,
+    k: int | None = None,
 ) -> list[TauStat]:
     """τ per version (and per segment) over [since, until), sorted by version then segment.
 
@@ -206,7 +207,9 @@ def live_tau(
     ``full_k``: only the requests drafted at their version's k — leaving out those a
     concurrency band drafted fewer tokens for (``sampling.banded``,
     :func:`autospec.serve.bands.drafted_fewer`), whose τ is lower by the band's choice, not
-    by the version: what the canary and drift watch compare with an evaluated τ.
+    by the version: what the canary and drift watch compare with an evaluated τ. ``k``: with
+    it, also leave out the requests a replica recorded at another k (``sampling.k``; rows
+    without one are kept), since τ grows with k and an evaluated τ was replayed at one k.
     """
     keys = [Request.speculator_version] + ([Request.segment] if by_segment else [])
     query = select(
@@ -220,9 +223,9 @@ def live_tau(
     if versions is not None:
         query = query.where(Request.speculator_version.in_(versions))
     if full_k:
-        query = query.where(_not_banded())
+        query = query.where(*_comparable(k))
     positions = (
-        _positions(session, keys, since, until, deployment, versions, full_k)
+        _positions(session, keys, since, until, deployment, versions, full_k, k)
         if with_positions else {}
     )
     stats = []
@@ -244,13 +247,14 @@ def _positions(
     deployment: str | None,
     versions: list[str] | None,
     full_k: bool = False,
+    k: int | None = None,
 ) -> dict[tuple[str | None, str | None], list[int]]:
     query = _filter(select(*keys, Request.accepted_per_position), since=since, until=until,
                     deployment=deployment).where(Request.accepted_per_position.is_not(None))
     if versions is not None:
         query = query.where(Request.speculator_version.in_(versions))
     if full_k:
-        query = query.where(_not_banded())
+        query = query.where(*_comparable(k))
     sums: dict[tuple[str | None, str | None], list[int]] = {}
     for row in session.execute(query):
         key = (row[0], row[1] if len(keys) > 1 else None)
@@ -262,10 +266,15 @@ def _positions(
     return sums
 
 
-def _not_banded() -> ColumnElement[bool]:
+def _comparable(k: int | None) -> list[ColumnElement[bool]]:
     """Rows whose ``sampling.banded`` is not true (missing, as on rows a band did not cut
-    and on rows written before replicas recorded it, counts as not banded)."""
-    return Request.sampling["banded"].as_boolean().is_not(True)
+    and on rows written before replicas recorded it, counts as not banded) and, with ``k``,
+    whose ``sampling.k`` is ``k`` or not recorded."""
+    where = [Request.sampling["banded"].as_boolean().is_not(True)]
+    if k is not None:
+        recorded = Request.sampling["k"].as_integer()
+        where.append(or_(recorded.is_(None), recorded == k))
+    return where
 
 
 def _rates(accepted: list[int] | None, steps: int) -> list[float]:

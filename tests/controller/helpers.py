@@ -69,14 +69,14 @@ def log_traffic(engine: Any, pairs: list[tuple[list[int], list[int]]], *,
 
 
 def live_requests(engine: Any, version: str, *, n: int, tau: float,
-                  start: datetime | None = None, banded: bool = False) -> None:
+                  start: datetime | None = None, banded: bool = False, k: int = 4) -> None:
     """``n`` statistics-only requests served by ``version`` with acceptance length ``tau``
-    (``banded``: drafted with fewer tokens than its k by a concurrency band, as a replica
-    records it)."""
+    at ``k`` (the test policy's; ``banded``: drafted with fewer tokens than its k by a
+    concurrency band, as a replica records it)."""
     start = start or datetime.now(timezone.utc)
     steps = 10
     accepted = round((tau - 1) * steps)
-    sampling = {"k": 0, "banded": True} if banded else {"k": 4}
+    sampling = {"k": 0, "banded": True} if banded else {"k": k}
     records = [store.RequestRecord(speculator_version=version, num_drafts=steps,
                                    num_draft_tokens=steps * 4, num_accepted_tokens=accepted,
                                    opted_out=True, created_at=start + timedelta(milliseconds=i),

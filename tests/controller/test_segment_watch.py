@@ -95,7 +95,8 @@ def test_a_segment_canary_within_tolerance_passes(engine, tmp_path) -> None:  # 
     _rows(engine, "seg", "json", n=9, tau=2.9)
     pending = Watcher(controller).run()
     assert pending.action == "canary_pending" and "9 of 10" in pending.reasons[0]
-    assert "(20 more served with fewer draft tokens" in pending.reasons[0]
+    assert "at its k (20 more served at another k or with fewer draft tokens" \
+        in pending.reasons[0]
     _rows(engine, "seg", "json", n=1, tau=2.9)
     result = Watcher(controller).run()
     assert result.action == "canary_passed" and result.segment == "json"

@@ -60,8 +60,8 @@ def test_requests_a_band_drafted_less_for_are_not_judged_by_the_canary_or_drift(
     live_requests(db, version, n=4, tau=shadow)
     pending = Watcher(controller).run()
     assert pending.action == "canary_pending", pending.reasons
-    assert "4 of 10 canary requests served at its k (30 more served with fewer draft tokens " \
-        "by a concurrency band" in pending.reasons[0]
+    assert "4 of 10 canary requests served at k=4, as evaluated (30 more served at another k " \
+        "or with fewer draft tokens by a concurrency band" in pending.reasons[0]
     live_requests(db, version, n=6, tau=shadow)
     passed = Watcher(controller).run()
     assert passed.action == "canary_passed", passed.reasons
@@ -70,6 +70,19 @@ def test_requests_a_band_drafted_less_for_are_not_judged_by_the_canary_or_drift(
     assert quiet.action == "none" and quiet.reasons[0].startswith("no drift: "), quiet.reasons
     live_requests(db, version, n=20, tau=1.0)  # at its k, acceptance collapses: drift
     assert Watcher(controller).run().action == "drift"
+
+
+def test_requests_served_at_another_k_than_evaluated_are_not_judged(db, tiny, traffic) -> None:
+    """τ grows with k: replicas serving at k 2 while the policy evaluates at 4 would read as
+    a shortfall. Their rows are not compared; the pending canary says so."""
+    controller, version, shadow = _promoted(db, tiny, traffic)
+    live_requests(db, version, n=12, tau=1.3, k=2)
+    pending = Watcher(controller).run()
+    assert pending.action == "canary_pending", pending.reasons
+    assert "0 of 10 canary requests served at k=4, as evaluated (12 more served at another " \
+        "k" in pending.reasons[0]
+    live_requests(db, version, n=10, tau=shadow)
+    assert Watcher(controller).run().action == "canary_passed"
 
 
 def test_drift_triggers_an_early_cycle(db, tiny, traffic) -> None:

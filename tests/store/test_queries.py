@@ -76,7 +76,7 @@ def test_live_tau_per_version_and_segment(engine) -> None:  # type: ignore[no-un
     assert [(t.version, t.requests) for t in late] == [("v2", 5)]
 
 
-def test_live_tau_at_full_k_leaves_out_what_a_band_drafted_less_for(engine) -> None:  # type: ignore[no-untyped-def]
+def test_live_tau_at_full_k_leaves_out_what_a_band_or_another_k_drafted(engine) -> None:  # type: ignore[no-untyped-def]
     def row(i: int, accepted: int, sampling: dict | None) -> RequestRecord:
         return RequestRecord(request_uid=f"b{i}", created_at=T0 + timedelta(seconds=i),
                              segment="chat", speculator_version="v", opted_out=True,
@@ -90,10 +90,15 @@ def test_live_tau_at_full_k_leaves_out_what_a_band_drafted_less_for(engine) -> N
         (every,) = store.live_tau(s, since=T0)
         (full,) = store.live_tau(s, since=T0, full_k=True, with_positions=True)
         (segment,) = store.live_tau(s, since=T0, full_k=True, by_segment=True)
+        (at_3,) = store.live_tau(s, since=T0, full_k=True, k=3)
+        (at_5,) = store.live_tau(s, since=T0, full_k=True, k=5, with_positions=True)
     assert (every.requests, every.tau) == (5, pytest.approx(1 + 20 / 20))
     assert (full.requests, full.tau) == (3, pytest.approx(1 + 20 / 12))
     assert full.acceptance_by_position == pytest.approx([20 / 12])
     assert (segment.segment, segment.requests) == ("chat", 3)
+    assert at_3.requests == 3  # rows without a recorded k are kept
+    assert (at_5.requests, at_5.tau) == (2, pytest.approx(1 + 12 / 8))  # not the k=3 row
+    assert at_5.acceptance_by_position == pytest.approx([12 / 8])
 
 
 def test_request_counts(engine) -> None:  # type: ignore[no-untyped-def]
