@@ -255,7 +255,7 @@ class Controller:
             self._evaluate(cand, snap, target, incumbent, result)
         self._hook("evaluated")
         hold_after_gate(candidates)
-        return self._conclude(lease, result, candidates, incumbent)
+        return self._conclude(lease, result, candidates, incumbent, serving)
 
     # -- training and evaluation --------------------------------------------------------
     def _serving_engine(self) -> str:
@@ -380,7 +380,7 @@ class Controller:
 
     # -- conclusion ---------------------------------------------------------------------
     def _conclude(self, lease: HeldLease, result: CycleResult, candidates: list[Candidate],
-                  incumbent: str) -> CycleResult:
+                  incumbent: str, serving: str) -> CycleResult:
         best = best_candidate(candidates)
         failing = [c for c in candidates if not c.promote and not c.is_base]
         result.reasons += [f"{c.version}{' (base)' if c.is_base else ''}: {r}"
@@ -388,7 +388,7 @@ class Controller:
         with store.session_scope(self.engine) as session:
             lease.fence(session)
             segments = segment_promotion.plan(session, policy=self.policy,
-                                              candidates=candidates, best=best)
+                                              candidates=candidates, best=best, engine=serving)
             if best is not None:
                 self._promote(session, lease, best, incumbent, result)
                 self._hook("promoted")

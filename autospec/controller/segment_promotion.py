@@ -45,6 +45,7 @@ from autospec import store
 from autospec.controller.candidates import Candidate
 from autospec.controller.policy import Policy
 from autospec.controller.result import CycleResult
+from autospec.controller.segment_watch import VLLM_SEGMENTS
 from autospec.evaluate.compare import Evaluation, SegmentResult
 from autospec.versions import BUILTIN_VERSION
 
@@ -58,7 +59,7 @@ class SegmentOutcome:
     segment: str
     requests: int
     serving: str  # the version serving it when the cycle decided
-    action: str  # promoted | follows | kept | stale | too_few
+    action: str  # promoted | follows | kept | stale | too_few | not_followed
     version: str | None = None  # the winning candidate
     own_pointer: bool = False  # the segment had a pointer of its own
     evaluation_id: int | None = None
@@ -94,9 +95,13 @@ def segment_speedups(ev: Evaluation, seg: SegmentResult) -> tuple[dict[str, floa
 
 
 def plan(session: Session, *, policy: Policy, candidates: list[Candidate],
-         best: Candidate | None) -> list[SegmentOutcome]:
+         best: Candidate | None, engine: str = "native") -> list[SegmentOutcome]:
     """Each held-out segment's outcome, decided against the pointers as they are now —
-    call inside the cycle's transaction, before the deployment's pointer moves."""
+    call inside the cycle's transaction, before the deployment's pointer moves. On a
+    deployment whose replicas serve on ``engine`` vLLM a segment's winner is named but not
+    promoted (``not_followed``): one vLLM engine drafts every segment with the deployment's
+    version, so the pointer would not be followed and its canary would wait for requests
+    that never come."""
     evaluated = [c for c in candidates if c.evaluation is not None]
     if not policy.promotion.per_segment.enabled or not evaluated:
         return []
@@ -111,6 +116,9 @@ def plan(session: Session, *, policy: Policy, candidates: list[Candidate],
         outcome = SegmentOutcome(name, n, serving, "too_few", own_pointer=name in own)
         if n >= policy.promotion.per_segment.min_requests:
             _decide(outcome, evaluated, policy, best)
+            if engine == "vllm" and outcome.action == "promoted":
+                outcome.action = "not_followed"
+                outcome.reason += (f"; not promoted: {VLLM_SEGMENTS}")
         else:
             outcome.reason = (f"{n} held-out requests; per-segment promotion needs "
                               f"{policy.promotion.per_segment.min_requests}")

@@ -60,8 +60,25 @@ def canary_open(session: Session, *, deployment: str, move: Any | None) -> bool:
                    for e in records.notes(session, deployment=deployment, type_="canary"))
 
 
+#: why a vLLM deployment gets no segment pointers (its replicas would not follow them)
+VLLM_SEGMENTS = ("the deployment serves on vLLM, whose replicas draft every segment with the "
+                 "deployment's version (one engine, one version: docs/vllm.md), so a segment "
+                 "pointer would not be followed")
+
+
+def serves_on_vllm(session: Session, deployment: str) -> bool:
+    """Whether ``deployment``'s replicas recorded that they serve on vLLM."""
+    row = store.get_deployment(session, name=deployment)
+    return row is not None and row.engine == "vllm"
+
+
 def pending_segment_canaries(session: Session, *, deployment: str) -> list[Any]:
-    """The segments' promotion events whose canary is open, by segment name."""
+    """The segments' promotion events whose canary is open, by segment name; none on a
+    deployment whose replicas serve on vLLM, which do not follow segment pointers (their
+    canaries would wait for requests a pointer's version never drafts, and keep the drift
+    watch waiting behind them)."""
+    if serves_on_vllm(session, deployment):
+        return []
     moves = newest_moves(session, deployment=deployment)
     return [moves[s] for s in sorted(k for k in moves if k is not None)
             if canary_open(session, deployment=deployment, move=moves[s])]

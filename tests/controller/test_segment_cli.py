@@ -126,3 +126,18 @@ def test_unpin_keeps_a_version_live_that_another_pointer_names(cli, engine) -> N
         assert [p.segment for p in store.list_segment_pointers(session, deployment="default")] \
             == ["beta"]
         assert store.get_speculator(session, version="v1").state == "live"
+
+
+def test_a_vllm_deployment_refuses_a_segment_pointer_and_says_why(cli, engine) -> None:
+    with store.session_scope(engine) as session:
+        store.record_deployment(session, name="default", target="t", target_id="t",
+                                target_revision="r", dtype="float32", actor="replica",
+                                engine="vllm")
+    refused = cli("promote", "v1", "--segment", "alpha")
+    assert refused.exit_code == 3, refused.output
+    assert "serves on vLLM" in refused.output and "--engine native" in refused.output
+    forced = cli("promote", "v2", "--segment", "beta", "--force", "--reason", "pin")
+    assert forced.exit_code == 3  # --force overrides the evidence, not what replicas can do
+    assert cli("promote", "v1", "--force", "--reason", "whole").exit_code == 0
+    with store.session_scope(engine, readonly=True) as session:
+        assert store.list_segment_pointers(session, deployment="default") == []

@@ -104,6 +104,28 @@ def test_each_segment_gets_the_candidate_that_wins_on_it(engine, tmp_path: Path)
     assert "cost model" in event.reason and "cycle cyc" in event.reason
 
 
+def test_on_a_vllm_deployment_a_segment_winner_is_named_not_promoted(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """vLLM replicas draft every segment with the deployment's version: a segment pointer
+    would not be followed and its canary would wait for requests that never come."""
+    _registered(engine, tmp_path, "inc", "c1", "c2")
+    policy = fast_policy(promotion={"per_segment": {"enabled": True, "min_requests": 10}})
+    c1 = _candidate("c1", RATES, SIZES, promote=True)
+    c2 = _candidate("c2", RATES, SIZES)
+    result = CycleResult("failed", cycle_id="cyc", window_key="default/9/85")
+    with store.session_scope(engine) as s:
+        outcomes = _by_segment(plan(s, policy=policy, candidates=[c1, c2], best=c1,
+                                    engine="vllm"))
+        json = outcomes["json"]
+        assert json.action == "not_followed" and json.version == "c2"
+        assert "wins on its" in json.reason and "serves on vLLM" in json.reason
+        assert outcomes["chat"].action == "follows"  # the deployment's winner: served anyway
+        moved = apply(s, list(outcomes.values()), policy=policy, actor="ctl", result=result,
+                      token=3)
+    assert moved == set()
+    with store.session_scope(engine, readonly=True) as s:
+        assert store.list_segment_pointers(s, deployment="default") == []
+
+
 def test_a_segment_with_its_own_pointer_is_judged_against_it(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     _registered(engine, tmp_path, "inc", "c2", "old")
     with store.session_scope(engine) as s:

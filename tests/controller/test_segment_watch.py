@@ -89,6 +89,20 @@ def test_a_first_segment_pointer_that_fails_is_pinned_to_what_served_it(engine, 
     assert "pinned to inc" in rollback.reason
 
 
+def test_on_vllm_a_segment_canary_is_not_awaited_and_drift_is_watched(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """vLLM replicas draft every segment with the deployment's version: a segment pointer's
+    canary would wait forever for its version's rows, and the drift watch behind it."""
+    controller = _setup(engine, tmp_path, json_before="old")
+    with store.session_scope(engine) as s:
+        store.record_deployment(s, name="default", target="t", target_id="t",
+                                target_revision="r", dtype="float32", actor="replica",
+                                engine="vllm")
+    result = Watcher(controller).run()
+    assert result.action == "none" and result.reasons[0].startswith("no drift check"), \
+        result.reasons
+    assert _json_pointer(engine) == "seg"  # left as it is; the replicas say they ignore it
+
+
 def test_a_segment_canary_within_tolerance_passes(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     controller = _setup(engine, tmp_path, json_before="old")
     _rows(engine, "seg", "json", n=20, tau=1.0, banded=True)  # a band's choice, not judged
