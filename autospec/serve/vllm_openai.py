@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 from autospec.engine.interface import drafting_now
 from autospec.engine.sampling import SamplingParams
+from autospec.engine.vllm.stats import first_token_s
 from autospec.serve.requests import Job, RequestContext
 from autospec.serve.versions import ServedVersion
 
@@ -126,6 +127,8 @@ class EngineProxy:
                 ttft = ttft or time.perf_counter() - binding.ctx.arrived
                 whole.add(output)
                 done = bool(output.finished)
+                if done:  # vLLM's own time of the first token (a final-only output's is late)
+                    ttft = first_token_s(output, binding.ctx.arrived, ttft)
                 yield output
         except (asyncio.CancelledError, GeneratorExit):  # the client left: vLLM aborts it
             self._server.metrics.abandoned.labels("decoding").inc()

@@ -162,3 +162,23 @@ def test_vllms_handlers_are_rebuilt_over_each_new_engine(monkeypatch):
 
     assert asyncio.run(run()) == ("api over e1", "api over e1", "api over e2")
     assert built == ["e1", "e2"]
+
+
+def test_the_first_token_time_is_vllms_own_when_only_the_final_output_comes():
+    """A request that does not stream gets one output, at its end: the time it reached us
+    is no TTFT. vLLM's record (``metrics``: its arrival, wall clock, and first-token
+    latency from there) gives the first token's time, never later than the output's."""
+    import time
+
+    from autospec.engine.vllm.stats import first_token_s
+
+    arrived = time.perf_counter() - 2.0  # autospec admitted it 2 s ago
+    final = SimpleNamespace(metrics=SimpleNamespace(arrival_time=time.time() - 1.9,
+                                                    first_token_latency=0.4))
+    assert first_token_s(final, arrived, observed=2.0) == pytest.approx(0.5, abs=0.05)
+    assert first_token_s(SimpleNamespace(metrics=None), arrived, observed=2.0) == 2.0
+    zero = SimpleNamespace(metrics=SimpleNamespace(arrival_time=0.0, first_token_latency=0.0))
+    assert first_token_s(zero, arrived, observed=2.0) == 2.0  # stats logging off
+    late = SimpleNamespace(metrics=SimpleNamespace(arrival_time=time.time(),
+                                                   first_token_latency=5.0))
+    assert first_token_s(late, arrived, observed=0.3) == 0.3  # a streamed first output

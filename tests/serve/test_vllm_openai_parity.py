@@ -245,6 +245,16 @@ def test_every_answer_is_logged_with_its_settings_and_what_replay_cannot_apply(s
     assert "unreplayable" not in schema[0]  # greedy: replay matches the logged tokens
     penalized = [r for r in rows if "presence_penalty" in r]
     assert penalized and "unreplayable" not in penalized[0]
+    # a request that does not stream gets only vLLM's final output; its TTFT is vLLM's own
+    # first token's, so the row keeps its decode time (before: TTFT = latency, about 0.1 ms
+    # of "decode" for 40 tokens, which made the canary's realised speed and the ledger read
+    # hundreds of thousands of tokens/s)
+    with store.session_scope(db, readonly=True) as session:
+        timed = session.execute(select(Request.output_tokens, Request.latency_ms,
+                                       Request.ttft_ms).where(Request.output_tokens >= 10)).all()
+    assert timed
+    for t in timed:
+        assert 0 < t.ttft_ms < 0.7 * t.latency_ms, (t.output_tokens, t.latency_ms, t.ttft_ms)
     db.dispose()
 
 

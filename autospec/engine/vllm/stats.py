@@ -18,9 +18,33 @@ need no clip.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from autospec.engine.stats import RequestStats
+
+
+def first_token_s(output: Any, arrived: float, observed: float) -> float:
+    """Seconds from ``arrived`` (``time.perf_counter()``) to the request's first token.
+
+    ``observed`` is when the request's first output reached the caller. That is the first
+    token when vLLM sends an output per step (a stream, or autospec's own decoder). A request
+    that does not stream gets only its final output (``RequestOutputKind.FINAL_ONLY``), and
+    then ``observed`` is the end of the request: its row would show no decode time, and the
+    canary's realised speed and the ledger, which divide tokens by latency − TTFT, would read
+    nonsense (2026-12-05: 290,000 tokens/s "live decode" in the vLLM demo). vLLM keeps its
+    own record (``RequestOutput.metrics``, with stats logging on, as in every engine autospec
+    starts): the request's arrival (wall clock) and its first token's latency from there.
+    That gives the first token's time, which is never later than ``observed``. Without the
+    record, ``observed`` is returned."""
+    stats = getattr(output, "metrics", None)
+    arrival = getattr(stats, "arrival_time", 0.0) or 0.0
+    latency = getattr(stats, "first_token_latency", 0.0) or 0.0
+    if not (isinstance(arrival, int | float) and isinstance(latency, int | float)) \
+            or arrival <= 0 or latency <= 0:
+        return observed
+    first = time.perf_counter() - (time.time() - (arrival + latency))
+    return min(max(first - arrived, 0.0), observed)
 
 
 class VllmMetricsCollector:
