@@ -253,8 +253,9 @@ def test_every_answer_is_logged_with_its_settings_and_what_replay_cannot_apply(s
         timed = session.execute(select(Request.output_tokens, Request.latency_ms,
                                        Request.ttft_ms).where(Request.output_tokens >= 10)).all()
     assert timed
-    for t in timed:
-        assert 0 < t.ttft_ms < 0.7 * t.latency_ms, (t.output_tokens, t.latency_ms, t.ttft_ms)
+    for t in timed:  # a 135M target on a CPU decodes no token in under 2 ms
+        per_token_ms = (t.latency_ms - t.ttft_ms) / (t.output_tokens - 1)
+        assert t.ttft_ms > 0 and per_token_ms > 2, (t.output_tokens, t.latency_ms, t.ttft_ms)
     db.dispose()
 
 
