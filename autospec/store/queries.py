@@ -207,9 +207,9 @@ def live_tau(
     ``full_k``: only the requests drafted at their version's k — leaving out those a
     concurrency band drafted fewer tokens for (``sampling.banded``,
     :func:`autospec.serve.bands.drafted_fewer`), whose τ is lower by the band's choice, not
-    by the version: what the canary and drift watch compare with an evaluated τ. ``k``: with
-    it, also leave out the requests a replica recorded at another k (``sampling.k``; rows
-    without one are kept), since τ grows with k and an evaluated τ was replayed at one k.
+    by the version: what the canary and drift watch compare with an evaluated τ. ``k``:
+    leave out the requests a replica recorded at another k (``sampling.k``; rows without one
+    are kept), since τ grows with k and an evaluated τ was replayed at one k.
     """
     keys = [Request.speculator_version] + ([Request.segment] if by_segment else [])
     query = select(
@@ -222,8 +222,7 @@ def live_tau(
     query = _filter(query, since=since, until=until, deployment=deployment)
     if versions is not None:
         query = query.where(Request.speculator_version.in_(versions))
-    if full_k:
-        query = query.where(*_comparable(k))
+    query = query.where(*_comparable(full_k, k))
     positions = (
         _positions(session, keys, since, until, deployment, versions, full_k, k)
         if with_positions else {}
@@ -253,8 +252,7 @@ def _positions(
                     deployment=deployment).where(Request.accepted_per_position.is_not(None))
     if versions is not None:
         query = query.where(Request.speculator_version.in_(versions))
-    if full_k:
-        query = query.where(*_comparable(k))
+    query = query.where(*_comparable(full_k, k))
     sums: dict[tuple[str | None, str | None], list[int]] = {}
     for row in session.execute(query):
         key = (row[0], row[1] if len(keys) > 1 else None)
@@ -266,11 +264,11 @@ def _positions(
     return sums
 
 
-def _comparable(k: int | None) -> list[ColumnElement[bool]]:
-    """Rows whose ``sampling.banded`` is not true (missing, as on rows a band did not cut
-    and on rows written before replicas recorded it, counts as not banded) and, with ``k``,
-    whose ``sampling.k`` is ``k`` or not recorded."""
-    where = [Request.sampling["banded"].as_boolean().is_not(True)]
+def _comparable(full_k: bool, k: int | None) -> list[ColumnElement[bool]]:
+    """With ``full_k``, rows whose ``sampling.banded`` is not true (missing, as on rows a
+    band did not cut and on rows written before replicas recorded it, counts as not banded);
+    with ``k``, rows whose ``sampling.k`` is ``k`` or not recorded. No condition: every row."""
+    where = [Request.sampling["banded"].as_boolean().is_not(True)] if full_k else []
     if k is not None:
         recorded = Request.sampling["k"].as_integer()
         where.append(or_(recorded.is_(None), recorded == k))
