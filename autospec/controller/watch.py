@@ -39,6 +39,7 @@ like the deployment (checked after the deployment's own drift; the cooldown is s
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -202,9 +203,8 @@ class Watcher:
             version = live_or_builtin(session, self.deployment)
             evaluated, k = evaluated_tau_k(session, version)
             stat = _live(session, self.deployment, version, since=now - dp.window, k=k)
-            cut = _uncompared(session, self.deployment, version, None, now - dp.window,
-                              stat.requests if stat else 0, k)
-            quiet = _no_drift(version, evaluated, stat, dp, cut)
+            quiet = _no_drift(version, evaluated, stat, dp, lambda seen: _uncompared(
+                session, self.deployment, version, None, now - dp.window, seen, k))
             found = (Drifted(None, version, stat.tau, evaluated, stat.requests)  # type: ignore[arg-type]
                      if quiet is None else
                      segment_drift(session, policy=self.policy, since=now - dp.window))
@@ -229,16 +229,17 @@ class Watcher:
 
 
 def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Drift,
-              cut: str = "") -> str | None:
-    """Why the watch sees no drift of ``version`` (None: the live τ has dropped); ``cut``:
-    what :func:`_uncompared` says of the requests left out."""
+              left_out: Callable[[int], str]) -> str | None:
+    """Why the watch sees no drift of ``version`` (None: the live τ has dropped);
+    ``left_out(seen)``: what :func:`_uncompared` says of the requests left out, asked only
+    while the check still waits for requests."""
     span = _span(dp.window)
     if evaluated is None:
         return f"no drift check: {version} has no evaluated τ to compare with"
     seen = stat.requests if stat is not None and stat.tau is not None else 0
     if seen < dp.min_requests:
         return (f"no drift check: {seen} of the {dp.min_requests} requests of {version} "
-                f"needed in the last {span}{cut}")
+                f"needed in the last {span}{left_out(seen)}")
     if stat.tau >= evaluated * (1 - dp.max_drop):
         return (f"no drift: live τ of {version} is {stat.tau:.3f} over {stat.requests} "
                 f"requests in the last {span}, within {dp.max_drop:.0%} of its evaluated τ "
