@@ -75,12 +75,18 @@ def _by_segment(outcomes) -> dict:  # type: ignore[no-untyped-def]
     return {o.segment: o for o in outcomes}
 
 
-def test_each_segment_gets_the_candidate_that_wins_on_it(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def _two_candidates(engine, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Registered versions inc, c1 (passes the deployment's gate) and c2; a per-segment
+    policy deciding segments of 10 held-out requests; an empty cycle result."""
     _registered(engine, tmp_path, "inc", "c1", "c2")
     policy = fast_policy(promotion={"per_segment": {"enabled": True, "min_requests": 10}})
     c1 = _candidate("c1", RATES, SIZES, promote=True)
     c2 = _candidate("c2", RATES, SIZES)
-    result = CycleResult("failed", cycle_id="cyc", window_key="default/9/85")
+    return policy, c1, c2, CycleResult("failed", cycle_id="cyc", window_key="default/9/85")
+
+
+def test_each_segment_gets_the_candidate_that_wins_on_it(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    policy, c1, c2, result = _two_candidates(engine, tmp_path)
     with store.session_scope(engine) as s:
         outcomes = _by_segment(plan(s, policy=policy, candidates=[c1, c2], best=c1))
         assert outcomes["chat"].action == "follows" and outcomes["chat"].version == "c1"
@@ -107,11 +113,7 @@ def test_each_segment_gets_the_candidate_that_wins_on_it(engine, tmp_path: Path)
 def test_on_a_vllm_deployment_a_segment_winner_is_named_not_promoted(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """vLLM replicas draft every segment with the deployment's version: a segment pointer
     would not be followed and its canary would wait for requests that never come."""
-    _registered(engine, tmp_path, "inc", "c1", "c2")
-    policy = fast_policy(promotion={"per_segment": {"enabled": True, "min_requests": 10}})
-    c1 = _candidate("c1", RATES, SIZES, promote=True)
-    c2 = _candidate("c2", RATES, SIZES)
-    result = CycleResult("failed", cycle_id="cyc", window_key="default/9/85")
+    policy, c1, c2, result = _two_candidates(engine, tmp_path)
     with store.session_scope(engine) as s:
         outcomes = _by_segment(plan(s, policy=policy, candidates=[c1, c2], best=c1,
                                     engine="vllm"))
