@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from autospec.bench.cli import bench_app
+from autospec.cli_summaries import one_line_summaries
 from autospec.controller import cli as controller_cli
 from autospec.controller.ledger_cli import ledger
 from autospec.demo.cli import demo
@@ -42,6 +43,7 @@ app.command("loadgen")(loadgen)
 app.command("demo")(demo)
 app.command("export")(interop_cli.export)
 app.command("import")(interop_cli.import_)
+one_line_summaries(app)
 
 
 if __name__ == "__main__":
