@@ -27,8 +27,11 @@ PUSH_INTERVAL_S = 2.0
 STALE_AFTER_S = 30.0
 
 
+#: the replicas' pushes (one per replica every PUSH_INTERVAL_S) are not requests anyone
+#: needs in the log: Serve's access log would print a "CALL put OK" line for each
 @serve.deployment(name="AutospecMetrics", num_replicas=1, max_ongoing_requests=1000,
-                  ray_actor_options={"num_cpus": 0})
+                  ray_actor_options={"num_cpus": 0},
+                  logging_config={"enable_access_log": False})
 class MetricsHub:
     """The latest exposition of each replica of the application."""
 
