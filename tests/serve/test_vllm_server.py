@@ -493,6 +493,29 @@ def _engine_with(llm: FakeAsyncLLM, cleanup: Path | None = None) -> Any:
     return engine
 
 
+def test_an_engine_with_its_own_loop_is_shut_down_on_that_loop():
+    """vLLM's shutdown stops the engine process, then cancels its output handler, which
+    runs on the engine's loop: called from another thread, the handler saw the process gone
+    first and logged an ``EngineDeadError`` traceback on a clean close (1 of 3 engines
+    closed by ``autospec evaluate``'s vLLM speed measurement, 2026-12-05)."""
+    import threading
+
+    pytest.importorskip("vllm")
+    from autospec.engine.vllm.engine import EngineLoop, VllmEngine
+
+    class Recording(FakeAsyncLLM):
+        def shutdown(self) -> None:
+            super().shutdown()
+            self.thread = threading.current_thread().name
+
+    llm = Recording()
+    engine = VllmEngine.__new__(VllmEngine)
+    engine.llm = llm
+    engine._init_lifecycle(None, EngineLoop())
+    engine.close()
+    assert llm.shutdowns == 1 and llm.thread == "autospec-vllm-loop"
+
+
 def test_a_retired_engine_shuts_down_after_its_running_request_and_the_grace(tmp_path):
     from autospec.engine.sampling import SamplingParams
 

@@ -45,6 +45,8 @@ DEFAULT_KV_CACHE_BYTES = 256 << 20
 WORKER_EXTENSION = "autospec.interop.vllm_worker.AutospecWorkerExtension"
 #: seconds an in-place load may take before the swap is reported failed
 RPC_TIMEOUT_S = 120.0
+#: how long a clean shutdown of the engine (its process stopped, on its loop) may take
+SHUTDOWN_TIMEOUT_S = 60.0
 
 
 class EngineLoop:
@@ -279,7 +281,7 @@ class VllmEngine:
                 return
             self._llm_closed = True
         try:
-            self.llm.shutdown()
+            self._shutdown_llm()
         except Exception:  # best effort: the engine process goes with the replica anyway
             log.exception("vLLM engine did not shut down cleanly")
         if self._loop is not None:
@@ -289,6 +291,21 @@ class VllmEngine:
         self.llm = _Closed()
         if self.cleanup is not None:
             shutil.rmtree(self.cleanup, ignore_errors=True)
+
+    def _shutdown_llm(self) -> None:
+        """``AsyncLLM.shutdown`` on the engine's own loop, when it has one. vLLM stops the
+        engine process first, then cancels its output handler; called from another thread,
+        the handler (running on the loop meanwhile) saw the process gone first and logged
+        "AsyncLLM output_handler failed" with an ``EngineDeadError`` traceback on a clean
+        close. On the loop's thread nothing runs in between, so the handler is cancelled."""
+        if self._loop is None:
+            self.llm.shutdown()
+            return
+
+        async def shutdown() -> None:
+            self.llm.shutdown()
+
+        self._loop.run(shutdown(), timeout=SHUTDOWN_TIMEOUT_S)
 
     async def check_health(self) -> None:
         if self._loop is None:
