@@ -66,6 +66,19 @@ def _fail(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
+LOG_LEVEL_HELP = "logging level of its progress, on stderr (WARNING: only problems)"
+
+
+def _log_to_stderr(level: str) -> None:
+    """The controller's progress (the cycle's stages, the watch's checks) as log lines on
+    stderr, so ``--json`` on stdout stays one document."""
+    if level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise typer.BadParameter(f"unknown logging level {level!r}: DEBUG, INFO, WARNING, "
+                                 "ERROR or CRITICAL", param_hint="--log-level")
+    logging.basicConfig(level=level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def _emit(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
@@ -332,9 +345,11 @@ def once(
     address: Annotated[str | None, ADDRESS_OPT] = None,
     threads: Annotated[int | None, THREADS_OPT] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
 ) -> None:
     """Run one cycle now (cron-friendly). Exit 0: promoted, nothing to do or busy;
     3: every candidate rejected; 2: error."""
+    _log_to_stderr(log_level)
     with _errors():
         result = _controller(policy, target, dtype, address, threads).run_cycle(trigger="once")
     if json_out:
@@ -356,10 +371,12 @@ def watch(
     address: Annotated[str | None, ADDRESS_OPT] = None,
     threads: Annotated[int | None, THREADS_OPT] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
 ) -> None:
     """One canary/drift check now (rolls back on a canary shortfall; drift runs a cycle)."""
     from autospec.controller.watch import Watcher
 
+    _log_to_stderr(log_level)
     with _errors():
         result = Watcher(_controller(policy, target, dtype, address, threads)).run()
     if json_out:
@@ -379,7 +396,7 @@ def run(
     dtype: Annotated[str | None, DTYPE_OPT] = None,
     address: Annotated[str | None, ADDRESS_OPT] = None,
     threads: Annotated[int | None, THREADS_OPT] = None,
-    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+    log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
 ) -> None:
     """Run the scheduler in the foreground: cycles on the policy's schedule, the canary /
     drift watch in between. Ctrl-C or SIGTERM stops it at once, with the processes it
@@ -388,8 +405,7 @@ def run(
     from autospec.controller.scheduler import run_forever
     from autospec.stopping import exit_on_sigterm, stop_now
 
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _log_to_stderr(log_level)
     exit_on_sigterm()
     try:
         with _errors():

@@ -271,6 +271,9 @@ class Controller:
 
         out = []
         for kind in self.policy.training.kinds:
+            log.info("cycle %s: training a %s candidate on %d requests", result.cycle_id,
+                     kind, len(snap.window.train))
+            started = time.monotonic()
             try:
                 with self.stages.training() as lap:
                     outcome = lap.done(
@@ -278,6 +281,8 @@ class Controller:
             except (TrainingError, store.StoreError, VersionLoadError) as exc:
                 self._kind_failed(result, kind, exc)
                 continue
+            log.info("cycle %s: %s candidate %s trained in %.0f s", result.cycle_id, kind,
+                     outcome.version, time.monotonic() - started)
             out.append(Candidate(outcome.version, outcome.run_id))
             result.candidates.append(outcome.version)
             self._hook("registered")
@@ -351,6 +356,11 @@ class Controller:
         speed = self.policy.evaluation.speed.within(self.threads)
         versions = segment_promotion.with_segment_versions(self.engine, self.policy,
                                                            [cand.version, incumbent])
+        log.info("cycle %s: evaluating %s against %s on %d held-out requests%s",
+                 result.cycle_id, cand.version, incumbent, len(snap.window.heldout),
+                 f", timing speed on {served.engine if speed.engine == 'serving' else 'native'}"
+                 if speed.enabled else "")
+        started = time.monotonic()
         try:
             with self.stages.evaluation() as marks:
                 report = evaluate_versions(
@@ -375,6 +385,8 @@ class Controller:
             cand.speedup_measured = measured.get(cand.version)
             cand.incumbent_speedup_measured = measured.get(incumbent)
         cand.promote, cand.reasons = report.decision.promote, list(report.decision.reasons)
+        log.info("cycle %s: %s %s the gate (τ %.3f) in %.0f s", result.cycle_id, cand.version,
+                 "passes" if cand.promote else "fails", cand.tau, time.monotonic() - started)
         if report.evaluation_id is not None:
             result.evaluations.append(report.evaluation_id)
 

@@ -33,11 +33,16 @@ def cli(db, sqlite_url, tiny, tmp_path, monkeypatch):  # type: ignore[no-untyped
     return invoke
 
 
-def test_controller_once_exit_codes_and_status(cli, db, traffic) -> None:
+def test_controller_once_exit_codes_and_status(cli, db, traffic, caplog) -> None:
     log_traffic(db, traffic)
-    rejected = cli("controller", "once", "--json", policy_file=cli.rejecting)
+    with caplog.at_level("INFO", logger="autospec.controller.cycle"):
+        rejected = cli("controller", "once", "--json", policy_file=cli.rejecting)
     assert rejected.exit_code == 3, rejected.output
     assert json.loads(rejected.stdout)["outcome"] == "rejected"
+    progress = [r.getMessage() for r in caplog.records]  # a cycle says what it is doing
+    assert any(": training a " in m and " candidate on " in m for m in progress), progress
+    assert any(": evaluating " in m and " held-out requests" in m for m in progress)
+    assert any(" fails the gate (τ " in m for m in progress)
     log_traffic(db, traffic, start=T0 + timedelta(minutes=10))  # a fresh window
     promoted = cli("controller", "once", "--json")
     assert promoted.exit_code == 0, promoted.output
@@ -147,3 +152,9 @@ def test_status_reads_the_policy_the_controller_runs(cli, db) -> None:
         mp.setattr(controller_cli.out, "width", 300)
         table = runner.invoke(app, ["status"])
     assert table.exit_code == 0 and str(cli.rejecting) in unwrapped(table.stdout)
+
+
+def test_an_unknown_log_level_is_a_usage_error(cli) -> None:
+    bad = cli("controller", "once", "--log-level", "LOUD")
+    assert bad.exit_code == 2 and "--log-level" in bad.output and "LOUD" in bad.output
+    assert "Traceback" not in bad.output
