@@ -154,6 +154,17 @@ def _print_synthetic(ev) -> None:
               f"{taus}{delta}")
 
 
+def speed_note(m) -> str:  # type: ignore[no-untyped-def]
+    """How the measured speedup was measured (below the table)."""
+    where = (f"on vLLM at {m.concurrency} requests in flight" if m.engine == "vllm"
+             else f"{m.threads} torch threads")
+    return (f"measured speedup = τ ÷ step cost (a speculative step's time in target-only "
+            f"tokens' time, median of {m.rounds} interleaved rounds: {m.prompts} prompts "
+            f"× {m.repeats}, {m.max_tokens} tokens, {where}, target-only "
+            f"{m.tokens_per_s['target-only']:.1f} tokens/s); the gate used it. decoded: the "
+            f"rounds' own speedup")
+
+
 def _print(report) -> None:
     from autospec.evaluate.compare import tau_text
 
@@ -172,12 +183,7 @@ def _print(report) -> None:
     if ev.measured is None:
         out.print("speed not measured (--no-speed): the gate used the estimated speedup")
     else:
-        m = ev.measured
-        out.print(f"measured speedup = τ ÷ step cost (a speculative step's time in target-only "
-                  f"tokens' time, median of {m.rounds} interleaved rounds: {m.prompts} prompts "
-                  f"× {m.repeats}, {m.max_tokens} tokens, {m.threads} torch threads, "
-                  f"target-only {m.tokens_per_s['target-only']:.1f} tokens/s); the gate used "
-                  f"it. decoded: the rounds' own speedup")
+        out.print(speed_note(ev.measured))
     if ev.delta is not None:
         out.print(f"Δτ ({ev.candidate} − {ev.incumbent}) = {ev.delta.delta:+.3f}, "
                   f"{ev.ci_level:.0%} CI [{ev.delta.low:+.3f}, {ev.delta.high:+.3f}]")

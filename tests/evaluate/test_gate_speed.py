@@ -101,3 +101,18 @@ def test_a_round_without_a_tau_is_left_out_of_the_step_cost() -> None:
     assert m.step_cost == {"cand": 1.5} and m.speedup == {"cand": 2.0}
     assert m.projected({"cand": 2.4})["cand"] == pytest.approx(1.6)
     assert m.projected({"cand": None}) == {"cand": 2.0}  # no replayed τ: the decoded median
+
+
+def test_the_speed_note_says_where_the_decodes_ran():
+    """A vLLM measurement has no torch-thread count of its own: the note read "0 torch
+    threads" for it; it names the load instead."""
+    from autospec.evaluate.cli import speed_note
+    from autospec.evaluate.speed import SpeedMeasurement
+
+    common = dict(speedup={"v": 1.2}, ratios={"v": [1.2]},
+                  tokens_per_s={"target-only": 30.0, "v": 36.0}, rounds=2, prompts=4,
+                  repeats=2, max_tokens=32, k=5)
+    native = speed_note(SpeedMeasurement(**common, threads=2))
+    vllm = speed_note(SpeedMeasurement(**common, engine="vllm", concurrency=4))
+    assert "2 torch threads" in native and "vLLM" not in native
+    assert "on vLLM at 4 requests in flight" in vllm and "torch threads" not in vllm
