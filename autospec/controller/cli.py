@@ -273,8 +273,9 @@ def history(
         "failures)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """The audit log: promotions, rollbacks, overrides, rejections, failures and cycles
-    (a segment's events name it: `promotion [S]`)."""
+    """The audit log: promotions, rollbacks, overrides, rejections, failures, cycles,
+    canary and drift notes, the replicas' swaps, imports, policies and purges (a segment's
+    events name it: `promotion [S]`)."""
     from autospec.controller.operations import list_history
 
     with _errors():

@@ -32,7 +32,11 @@ from autospec.controller.segment_watch import VLLM_SEGMENTS, serves_on_vllm
 from autospec.controller.speedcheck import promotion_speeds
 from autospec.versions import BUILTIN_VERSION
 
-HISTORY_KINDS = ("promotion", "rollback", "override", "unpin", "rejection", "failure", "note")
+#: what ``autospec history`` shows: every move of a pointer, decision and failure, the
+#: replicas' swaps (in place or a new engine), imported heads, the policies controllers ran
+#: and request purges; not registrations (``autospec versions``) nor lease hand-overs
+HISTORY_KINDS = ("promotion", "rollback", "override", "unpin", "rejection", "failure", "note",
+                 "swap", "import", "policy", "purge")
 
 
 class Refused(Exception):

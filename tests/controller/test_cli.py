@@ -97,6 +97,7 @@ def test_promote_needs_a_passing_evaluation_or_an_audited_override(cli, db, traf
     history = json.loads(cli("history", "--json").stdout)
     kinds = [h["event"] for h in history]
     assert {"rollback", "override", "rejection", "cycle rejected"} <= set(kinds)
+    assert "policy" in kinds  # the policy each controller ran, as docs/configuration.md says
     assert cli("versions").exit_code == 0 and cli("history").exit_code == 0
 
 
@@ -158,3 +159,21 @@ def test_an_unknown_log_level_is_a_usage_error(cli) -> None:
     bad = cli("controller", "once", "--log-level", "LOUD")
     assert bad.exit_code == 2 and "--log-level" in bad.output and "LOUD" in bad.output
     assert "Traceback" not in bad.output
+
+
+def test_history_shows_the_replicas_swaps_and_imports(cli, db) -> None:
+    """docs/vllm.md audits every swap (`new engine` or `in-place`) and an import in
+    `autospec history`; the history left both kinds out until 2026-12-05."""
+    from autospec import store
+
+    with store.session_scope(db) as session:
+        store.record_event(session, kind="swap", actor="serve:r1", version="suffix-1",
+                           reason="vLLM method ngram -> custom_class (another kind)",
+                           details={"mode": "new engine", "seconds": 15.0})
+        store.record_event(session, kind="import", actor="cli:op", version="head-1",
+                           reason="imported a speculators-format head")
+    rows = json.loads(cli("history", "--json").stdout)
+    swap = next(r for r in rows if r["event"] == "swap")
+    assert swap["version"] == "suffix-1" and swap["details"]["mode"] == "new engine"
+    assert any(r["event"] == "import" and r["version"] == "head-1" for r in rows)
+    assert "swap" in cli("history").stdout
