@@ -77,6 +77,8 @@ def _log_to_stderr(level: str) -> None:
                                  "ERROR or CRITICAL", param_hint="--log-level")
     logging.basicConfig(level=level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if level.upper() != "DEBUG":  # "Context impl SQLiteImpl." at every store opened
+        logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def _emit(data: Any) -> None:
@@ -319,7 +321,8 @@ def _controller(policy: str, target: str | None, dtype: str | None,  # type: ign
     controller = Controller(db, pol, lambda: numerics.load_served_target(
         db, deployment=pol.deployment, target=target, dtype=dtype), threads=threads)
     logging.getLogger(__name__).info(
-        "a cycle's torch work runs on %d threads (%s)", controller.threads,
+        "a cycle's torch work runs on %d thread%s (%s)", controller.threads,
+        "" if controller.threads == 1 else "s",
         f"--threads {threads}" if threads else f"policy threads: {pol.threads}")
     record_policy(db, policy=pol, text=text, source=source, actor=controller.holder)
     return controller
