@@ -217,8 +217,8 @@ class VllmVersionManager(VersionManager):
     def _record_swap(self, version: str, why: str | None, seconds: float) -> None:
         """Audit a swap: in place, or a second engine started, and why (best effort)."""
         mode = "in-place" if why is None else "new engine"
-        reason = "loaded into the running vLLM engine" if why is None else \
-            f"a second vLLM engine was started: {why}"
+        reason = (f"loaded into the running vLLM engine in {seconds:.2f} s" if why is None
+                  else f"a second vLLM engine was started ({seconds:.1f} s): {why}")
         try:
             with store.session_scope(self.db) as session:
                 store.record_event(session, kind="swap", actor=self.actor, reason=reason,
