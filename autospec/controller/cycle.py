@@ -385,8 +385,9 @@ class Controller:
             cand.speedup_measured = measured.get(cand.version)
             cand.incumbent_speedup_measured = measured.get(incumbent)
         cand.promote, cand.reasons = report.decision.promote, list(report.decision.reasons)
-        log.info("cycle %s: %s %s the gate (τ %.3f) in %.0f s", result.cycle_id, cand.version,
-                 "passes" if cand.promote else "fails", cand.tau, time.monotonic() - started)
+        log.info("cycle %s: %s %s the gate (τ %s) in %.0f s", result.cycle_id, cand.version,
+                 "passes" if cand.promote else "fails",
+                 "—" if cand.tau is None else f"{cand.tau:.3f}", time.monotonic() - started)
         if report.evaluation_id is not None:
             result.evaluations.append(report.evaluation_id)
 
