@@ -180,11 +180,15 @@ def _canary(session, deployment: str, policy: Policy) -> dict[str, Any] | None: 
     stats = store.live_tau(session, since=promo.created_at, deployment=deployment,
                            versions=[promo.version], full_k=True,  # as the canary reads it
                            k=evaluation_k(session, (promo.details or {}).get("evaluation_id")))
+    served = store.live_tau(session, since=promo.created_at, deployment=deployment,
+                            versions=[promo.version])
+    counted = stats[0].requests if stats else 0
     return {"version": promo.version, "shadow_tau": promo.details.get("shadow_tau"),
             "expected_speed_gain": expected_gain(promo.details or {}),
             "live_tau": stats[0].tau if stats else None,
-            "requests": stats[0].requests if stats else 0,
-            "needed": policy.canary.requests}
+            "requests": counted, "needed": policy.canary.requests,
+            # served at another k than evaluated, or cut by a concurrency band: not compared
+            "left_out": max(0, (served[0].requests if served else 0) - counted)}
 
 
 def _failures(session, deployment: str, since) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]

@@ -18,6 +18,19 @@ def fmt(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def canary_text(canary: dict[str, Any] | None) -> str:
+    """The pending canary's progress: requests compared (and those left out), τ, gain."""
+    if not canary:
+        return "—"
+    left_out = canary.get("left_out")
+    return (f"{canary['version']}: {canary['requests']} of {canary['needed']} requests"
+            + (f" ({left_out} more not compared: served at another k than evaluated or cut "
+               "by a concurrency band)" if left_out else "")
+            + f", live τ {fmt(canary['live_tau'])} vs shadow {fmt(canary['shadow_tau'])}"
+            + ("" if canary.get("expected_speed_gain") is None else
+               f"; measured speed gain {canary['expected_speed_gain']:.2f}×"))
+
+
 def print_status(data: dict[str, Any], out: Console) -> None:
     """``data`` (:func:`autospec.controller.status.collect_status`) as tables on ``out``."""
     live = data["live"]
@@ -59,12 +72,7 @@ def print_status(data: dict[str, Any], out: Console) -> None:
     lease = data["lease"]
     table.add_row("lease", "free" if not lease else
                   f"{lease['holder']} (token {lease['token']}, until {lease['expires_at']})")
-    canary = data["canary"]
-    table.add_row("canary", "—" if not canary else
-                  f"{canary['version']}: {canary['requests']} of {canary['needed']} requests, "
-                  f"live τ {fmt(canary['live_tau'])} vs shadow {fmt(canary['shadow_tau'])}"
-                  + ("" if canary.get("expected_speed_gain") is None else
-                     f"; measured speed gain {canary['expected_speed_gain']:.2f}×"))
+    table.add_row("canary", canary_text(data["canary"]))
     out.print(table)
     if data.get("segments"):
         out.print(_segments(data["segments"]))

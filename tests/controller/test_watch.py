@@ -81,8 +81,24 @@ def test_requests_served_at_another_k_than_evaluated_are_not_judged(db, tiny, tr
     assert pending.action == "canary_pending", pending.reasons
     assert "0 of 10 canary requests served at k=4, as evaluated (12 more served at another " \
         "k" in pending.reasons[0]
+    with store.session_scope(db, readonly=True) as session:  # status says so too
+        canary = _status_canary(session, "default", controller.policy)
+    assert (canary["requests"], canary["left_out"]) == (0, 12)
+    assert "(12 more not compared: served at another k" in _canary_row(canary)
     live_requests(db, version, n=10, tau=shadow)
     assert Watcher(controller).run().action == "canary_passed"
+
+
+def _status_canary(session, deployment, policy):  # type: ignore[no-untyped-def]
+    from autospec.controller.status import _canary
+
+    return _canary(session, deployment, policy)
+
+
+def _canary_row(canary) -> str:  # type: ignore[no-untyped-def]
+    from autospec.controller.status_view import canary_text
+
+    return canary_text(canary)
 
 
 def test_drift_triggers_an_early_cycle(db, tiny, traffic) -> None:
