@@ -271,7 +271,7 @@ class Controller:
 
         out = []
         for kind in self.policy.training.kinds:
-            log.info("cycle %s: training a %s candidate on %d requests", result.cycle_id,
+            log.info("cycle %s: training the %s candidate on %d requests", result.cycle_id,
                      kind, len(snap.window.train))
             started = time.monotonic()
             try:
