@@ -77,8 +77,9 @@ def _log_to_stderr(level: str) -> None:
                                  "ERROR or CRITICAL", param_hint="--log-level")
     logging.basicConfig(level=level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if level.upper() != "DEBUG":  # "Context impl SQLiteImpl." at every store opened
-        logging.getLogger("alembic").setLevel(logging.WARNING)
+    if level.upper() != "DEBUG":  # alembic: "Context impl SQLiteImpl." at every store
+        for noisy in ("alembic", "vllm"):  # opened; vLLM: its engine's start, step by step
+            logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _emit(data: Any) -> None:
