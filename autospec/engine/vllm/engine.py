@@ -63,6 +63,10 @@ class EngineLoop:
         """Run ``coro`` on the loop from another thread and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    def on_loop(self) -> bool:
+        """Whether the calling thread is the loop's own (waiting on it there would hang)."""
+        return threading.current_thread() is self._thread
+
     def stop(self) -> None:
         """Cancel what still runs on the loop (vLLM's output handler), then stop it."""
         async def drain() -> None:
@@ -298,7 +302,7 @@ class VllmEngine:
         the handler (running on the loop meanwhile) saw the process gone first and logged
         "AsyncLLM output_handler failed" with an ``EngineDeadError`` traceback on a clean
         close. On the loop's thread nothing runs in between, so the handler is cancelled."""
-        if self._loop is None:
+        if self._loop is None or self._loop.on_loop():
             self.llm.shutdown()
             return
 
