@@ -5,7 +5,7 @@ cycle, or a registered base evaluated as it is (``training.evaluate_base``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autospec.evaluate.compare import Evaluation
@@ -30,6 +30,19 @@ class Candidate:
     @property
     def is_base(self) -> bool:
         return self.run_id is None
+
+    def take(self, report: Any, incumbent: str) -> None:
+        """Its figures and the gate's verdict from its shadow evaluation's ``report``
+        (:func:`autospec.evaluate.run.evaluate_versions`) against ``incumbent``."""
+        assert report.decision is not None
+        ev = self.evaluation = report.evaluation
+        self.evaluation_id, self.tau = report.evaluation_id, ev.tau[self.version]
+        self.speedup = ev.gate_speedup.get(self.version)
+        self.speedup_estimated = ev.speedup.get(self.version)
+        if (measured := ev.measured_speedup) is not None:
+            self.speedup_measured = measured.get(self.version)
+            self.incumbent_speedup_measured = measured.get(incumbent)
+        self.promote, self.reasons = report.decision.promote, list(report.decision.reasons)
 
 
 def best_candidate(candidates: list[Candidate]) -> Candidate | None:

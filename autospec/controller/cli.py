@@ -75,11 +75,12 @@ def _log_to_stderr(level: str) -> None:
     if level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise typer.BadParameter(f"unknown logging level {level!r}: DEBUG, INFO, WARNING, "
                                  "ERROR or CRITICAL", param_hint="--log-level")
-    logging.basicConfig(level=level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if level.upper() != "DEBUG":  # alembic: "Context impl SQLiteImpl." at every store
-        for noisy in ("alembic", "vllm"):  # opened; vLLM: its engine's start, step by step
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    level = level.upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("autospec").setLevel(level)
+    for noisy in ("alembic", "vllm"):  # alembic: "Context impl SQLiteImpl." at every store
+        # opened; vLLM: its engine's start, step by step; both in full at DEBUG
+        logging.getLogger(noisy).setLevel(logging.NOTSET if level == "DEBUG" else logging.WARNING)
 
 
 def _emit(data: Any) -> None:

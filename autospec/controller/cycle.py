@@ -271,18 +271,14 @@ class Controller:
 
         out = []
         for kind in self.policy.training.kinds:
-            log.info("cycle %s: training the %s candidate on %d requests", result.cycle_id,
-                     kind, len(snap.window.train))
-            started = time.monotonic()
             try:
-                with self.stages.training() as lap:
+                with self.stages.training(f"cycle {result.cycle_id}: {kind} candidate",
+                                          len(snap.window.train)) as lap:
                     outcome = lap.done(
                         self._train(kind, lease, snap, target, serving, result.cycle_id))
             except (TrainingError, store.StoreError, VersionLoadError) as exc:
                 self._kind_failed(result, kind, exc)
                 continue
-            log.info("cycle %s: %s candidate %s trained in %.0f s", result.cycle_id, kind,
-                     outcome.version, time.monotonic() - started)
             out.append(Candidate(outcome.version, outcome.run_id))
             result.candidates.append(outcome.version)
             self._hook("registered")
@@ -356,13 +352,10 @@ class Controller:
         speed = self.policy.evaluation.speed.within(self.threads)
         versions = segment_promotion.with_segment_versions(self.engine, self.policy,
                                                            [cand.version, incumbent])
-        log.info("cycle %s: evaluating %s against %s on %d held-out requests%s",
-                 result.cycle_id, cand.version, incumbent, len(snap.window.heldout),
-                 f", timing speed on {served.engine if speed.engine == 'serving' else 'native'}"
-                 if speed.enabled else "")
-        started = time.monotonic()
+        timed_on = speed.enabled and (served.engine if speed.engine == "serving" else "native")
         try:
-            with self.stages.evaluation() as marks:
+            with self.stages.evaluation(f"cycle {result.cycle_id}: {cand.version}", incumbent,
+                                        len(snap.window.heldout), timed_on) as marks:
                 report = evaluate_versions(
                     db=self.engine, target=target, versions=versions,
                     examples=snap.window.heldout, k=self.policy.evaluation.k, speed=speed,
@@ -375,19 +368,8 @@ class Controller:
         except (EvaluationError, VersionLoadError) as exc:
             cand.reasons = [f"evaluation failed: {exc}"]
             return
-        assert report.decision is not None
-        cand.evaluation_id, cand.evaluation = report.evaluation_id, report.evaluation
-        cand.tau = report.evaluation.tau[cand.version]
-        ev = report.evaluation
-        cand.speedup = ev.gate_speedup.get(cand.version)
-        cand.speedup_estimated = ev.speedup.get(cand.version)
-        if (measured := ev.measured_speedup) is not None:
-            cand.speedup_measured = measured.get(cand.version)
-            cand.incumbent_speedup_measured = measured.get(incumbent)
-        cand.promote, cand.reasons = report.decision.promote, list(report.decision.reasons)
-        log.info("cycle %s: %s %s the gate (τ %s) in %.0f s", result.cycle_id, cand.version,
-                 "passes" if cand.promote else "fails",
-                 "—" if cand.tau is None else f"{cand.tau:.3f}", time.monotonic() - started)
+        cand.take(report, incumbent)
+        marks.concluded(cand.promote, cand.tau)
         if report.evaluation_id is not None:
             result.evaluations.append(report.evaluation_id)
 

@@ -20,6 +20,7 @@ lease, conclusion); the ledger reports that rest as ``other``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,14 +29,23 @@ from typing import Any, TypeVar
 from autospec.ledger import STAGES
 
 T = TypeVar("T")
+log = logging.getLogger("autospec.controller.cycle")  # the cycle's progress, under its name
 
 
 class EvaluationMarks:
     """When one evaluation's replay and speed rounds last reported (progress callbacks)."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: str = "evaluation") -> None:
+        self.label = label
+        self.started = time.perf_counter()
         self.replayed: float | None = None  # perf_counter of the last replay report
         self.decoded: float | None = None  # ... and of the last speed round
+
+    def concluded(self, promote: bool, tau: float | None) -> None:
+        """Log the gate's verdict (the cycle's progress)."""
+        log.info("%s %s the gate (τ %s) in %.0f s", self.label,
+                 "passes" if promote else "fails", "—" if tau is None else f"{tau:.3f}",
+                 time.perf_counter() - self.started)
 
     def replay(self, done: int, total: int) -> None:
         self.replayed = time.perf_counter()
@@ -54,12 +64,16 @@ class EvaluationMarks:
 class TrainingLap:
     """One kind's training as timed: the run's metrics once it is done."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: str = "training") -> None:
+        self.label = label
+        self.started = time.perf_counter()
         self.metrics: dict[str, Any] = {}
 
     def done(self, outcome: T) -> T:
         """Keep ``outcome.metrics`` (a training run's) and hand ``outcome`` back."""
         self.metrics = dict(getattr(outcome, "metrics", None) or {})
+        log.info("%s: %s trained in %.0f s", self.label, getattr(outcome, "version", "?"),
+                 time.perf_counter() - self.started)
         return outcome
 
 
@@ -70,10 +84,11 @@ class StageTimer:
         self.seconds = dict.fromkeys(STAGES, 0.0)
 
     @contextmanager
-    def training(self) -> Iterator[TrainingLap]:
+    def training(self, label: str = "training", requests: int = 0) -> Iterator[TrainingLap]:
         """Time one kind's training; hand its outcome to the lap's ``done`` so the run's
-        ``feature_s`` moves to ``features``."""
-        lap = TrainingLap()
+        ``feature_s`` moves to ``features``. ``label`` names it in the progress log."""
+        log.info("%s: training on %d requests", label, requests)
+        lap = TrainingLap(label)
         started = time.perf_counter()
         try:
             yield lap
@@ -84,10 +99,15 @@ class StageTimer:
             self.seconds["training"] += wall - features
 
     @contextmanager
-    def evaluation(self) -> Iterator[EvaluationMarks]:
+    def evaluation(self, label: str = "evaluation", incumbent: str = "", heldout: int = 0,
+                   timed_on: str | bool = False) -> Iterator[EvaluationMarks]:
         """Time one candidate's evaluation; pass the marks' ``replay`` / ``speed`` as
-        the evaluation's progress callbacks so the speed measurement is split out."""
-        marks = EvaluationMarks()
+        the evaluation's progress callbacks so the speed measurement is split out.
+        ``label`` names it in the progress log; ``timed_on``: the engine its speed is
+        measured on (False: not measured)."""
+        log.info("%s: evaluating against %s on %d held-out requests%s", label, incumbent,
+                 heldout, f", timing speed on {timed_on}" if timed_on else "")
+        marks = EvaluationMarks(label)
         started = time.perf_counter()
         try:
             yield marks

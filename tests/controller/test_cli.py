@@ -40,8 +40,9 @@ def test_controller_once_exit_codes_and_status(cli, db, traffic, caplog) -> None
     assert rejected.exit_code == 3, rejected.output
     assert json.loads(rejected.stdout)["outcome"] == "rejected"
     progress = [r.getMessage() for r in caplog.records]  # a cycle says what it is doing
-    assert any(": training the " in m and " candidate on " in m for m in progress), progress
-    assert any(": evaluating " in m and " held-out requests" in m for m in progress)
+    assert any(" candidate: training on " in m for m in progress), progress
+    assert any(" candidate: " in m and " trained in " in m for m in progress), progress
+    assert any(": evaluating against " in m and " held-out requests" in m for m in progress)
     assert any(" fails the gate (τ " in m for m in progress)
     log_traffic(db, traffic, start=T0 + timedelta(minutes=10))  # a fresh window
     promoted = cli("controller", "once", "--json")

@@ -56,7 +56,7 @@ def test_a_controller_cycle_status_history_and_backup_never_show_the_password(
     engine = store.make_engine(secret_url)
     log_traffic(engine, traffic)
     caplog.set_level(logging.DEBUG)
-    cycle = cli("controller", "once", "--json")
+    cycle = cli("controller", "once", "--json", "--log-level", "DEBUG")
     assert cycle.exit_code == 0, cycle.output
     assert json.loads(cycle.stdout)["outcome"] == "promoted"  # a whole cycle ran
     status = cli("status", "--json")
