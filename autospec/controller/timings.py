@@ -53,12 +53,12 @@ class EvaluationMarks:
     def speed(self, done: int, total: int) -> None:
         self.decoded = time.perf_counter()
 
-    def speed_s(self, started: float) -> float:
+    def speed_s(self) -> float:
         """Seconds of the speed measurement: last replay report (else the start) to the
         last speed round; 0 when no round was decoded."""
         if self.decoded is None:
             return 0.0
-        return max(0.0, self.decoded - (self.replayed or started))
+        return max(0.0, self.decoded - (self.replayed or self.started))
 
 
 class TrainingLap:
@@ -89,11 +89,10 @@ class StageTimer:
         ``feature_s`` moves to ``features``. ``label`` names it in the progress log."""
         log.info("%s: training on %d requests", label, requests)
         lap = TrainingLap(label)
-        started = time.perf_counter()
         try:
             yield lap
         finally:
-            wall = time.perf_counter() - started
+            wall = time.perf_counter() - lap.started
             features = min(float(lap.metrics.get("feature_s") or 0.0), wall)
             self.seconds["features"] += features
             self.seconds["training"] += wall - features
@@ -108,12 +107,11 @@ class StageTimer:
         log.info("%s: evaluating against %s on %d held-out requests%s", label, incumbent,
                  heldout, f", timing speed on {timed_on}" if timed_on else "")
         marks = EvaluationMarks(label)
-        started = time.perf_counter()
         try:
             yield marks
         finally:
-            wall = time.perf_counter() - started
-            speed = min(marks.speed_s(started), wall)
+            wall = time.perf_counter() - marks.started
+            speed = min(marks.speed_s(), wall)
             self.seconds["speed"] += speed
             self.seconds["shadow"] += wall - speed
 
