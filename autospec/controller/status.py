@@ -33,7 +33,7 @@ from autospec.controller import records
 from autospec.controller.operations import cycle_rows
 from autospec.controller.policy import Policy
 from autospec.controller.speedcheck import expected_gain
-from autospec.controller.watch import evaluated_tau_k, evaluation_k, pending_canary
+from autospec.controller.watch import evaluated_tau_k, evaluation_k, left_out, pending_canary
 from autospec.ledger import collect_ledger
 from autospec.store.models import utcnow
 from autospec.versions import BUILTIN_VERSION
@@ -180,15 +180,14 @@ def _canary(session, deployment: str, policy: Policy) -> dict[str, Any] | None: 
     stats = store.live_tau(session, since=promo.created_at, deployment=deployment,
                            versions=[promo.version], full_k=True,  # as the canary reads it
                            k=evaluation_k(session, (promo.details or {}).get("evaluation_id")))
-    served = store.live_tau(session, since=promo.created_at, deployment=deployment,
-                            versions=[promo.version])
     counted = stats[0].requests if stats else 0
     return {"version": promo.version, "shadow_tau": promo.details.get("shadow_tau"),
             "expected_speed_gain": expected_gain(promo.details or {}),
             "live_tau": stats[0].tau if stats else None,
             "requests": counted, "needed": policy.canary.requests,
             # served at another k than evaluated, or cut by a concurrency band: not compared
-            "left_out": max(0, (served[0].requests if served else 0) - counted)}
+            "left_out": left_out(session, deployment, promo.version, None, promo.created_at,
+                                 counted)}
 
 
 def _failures(session, deployment: str, since) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]

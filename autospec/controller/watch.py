@@ -284,18 +284,26 @@ def _live(session: Session, deployment: str, version: str, *, since: Any,
     return stats[0] if stats else None
 
 
-def _uncompared(session: Session, deployment: str, version: str, segment: str | None,
-                since: Any, counted: int, k: int | None) -> str:
-    """What a pending check's reason adds when some of the version's requests were left out
-    of its live τ (recorded at another k than ``k``, or drafted with fewer tokens by a
-    concurrency band); "" when none were."""
+def left_out(session: Session, deployment: str, version: str, segment: str | None,
+             since: Any, counted: int) -> int:
+    """How many of the version's requests since ``since`` (on ``segment``, if given) its
+    live τ left out beyond the ``counted`` ones: recorded at another k than evaluated, or
+    drafted with fewer tokens by a concurrency band."""
     stats = store.live_tau(session, since=since, deployment=deployment, versions=[version],
                            by_segment=segment is not None)
     served = sum(s.requests for s in stats if segment is None or s.segment == segment)
-    if served <= counted:
+    return max(0, served - counted)
+
+
+def _uncompared(session: Session, deployment: str, version: str, segment: str | None,
+                since: Any, counted: int, k: int | None) -> str:
+    """What a pending check's reason adds when some of the version's requests were left out
+    of its live τ (:func:`left_out`); "" when none were."""
+    cut = left_out(session, deployment, version, segment, since, counted)
+    if not cut:
         return ""
     at = "its k" if k is None else f"k={k}, as evaluated"
-    return (f" at {at} ({served - counted} more served at another k or with fewer draft "
+    return (f" at {at} ({cut} more served at another k or with fewer draft "
             "tokens by a concurrency band: their τ is not compared)")
 
 
