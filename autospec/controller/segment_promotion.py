@@ -15,9 +15,11 @@ deployment's (:func:`autospec.store.serving_version`). With the policy's
    of that CI reaches ``gate.min_gain`` and its speedup on the segment does not fall below
    the serving version's by more than ``gate.speedup_tolerance``. The segment speedup is,
    with speed measured, the segment's replayed τ over the step cost each version's
-   decodes measured (:meth:`SpeedMeasurement.projected` on the segment's τ: the step cost
-   itself comes from all held-out prompts, not the segment's), else the cost model on the
-   segment's replay. Of several winners the fastest on the segment (then the highest τ);
+   decodes measured, priced at the segment's replayed drafts per step
+   (:meth:`SpeedMeasurement.projected` on the segment's τ and drafts: the cost of a
+   drafted token itself comes from all held-out prompts, not the segment's), else the cost
+   model on the segment's replay. Of several winners the fastest on the segment (then the
+   highest τ);
 3. moves the segment's pointer to its winner (:func:`apply`, ``store.set_live(...,
    segment=S)``) in the cycle's transaction, the reason naming the evaluation and the
    segment's figures — except where the segment has no pointer of its own and the
@@ -90,7 +92,7 @@ def with_segment_versions(db: Engine, policy: Policy, evaluated: list[str]) -> l
 def segment_speedups(ev: Evaluation, seg: SegmentResult) -> tuple[dict[str, float], str]:
     """Each version's speedup over target-only on ``seg`` (see module doc), and its basis."""
     if ev.measured is not None:
-        return ev.measured.projected(seg.tau), "measured"
+        return ev.measured.projected(seg.tau, seg.draft_tokens_per_step), "measured"
     return seg.speedup, "estimated"
 
 
@@ -188,7 +190,8 @@ def _lows(candidates: list[Candidate], outcome: SegmentOutcome) -> str:
 def _reason(o: SegmentOutcome, min_gain: float, level: float) -> str:
     assert o.delta is not None and o.tau is not None and o.serving_tau is not None
     d, low, high = o.delta
-    basis = ("replayed segment τ over the step cost measured on all held-out prompts"
+    basis = ("replayed segment τ over the step cost at its drafts per step, measured on "
+             "all held-out prompts"
              if o.speed_basis == "measured" else "estimated by the cost model")
     return (f"segment {o.segment!r}: {o.version} wins on its {o.requests} held-out requests, "
             f"evaluation #{o.evaluation_id} (segment τ {o.tau:.3f} vs {o.serving_tau:.3f} of "

@@ -46,8 +46,8 @@ def evaluate(
         help="write the evaluation and decision to the store")] = True,
     speed: Annotated[bool, typer.Option(
         help="measure the speedup by decoding prompts of the window against target-only "
-        "decoding (interleaved, on the replicas' torch threads; replayed τ ÷ the median step "
-        "cost); --no-speed: the gate uses the estimate")] = True,
+        "decoding (interleaved, on the replicas' torch threads; replayed τ ÷ the step cost at "
+        "the replayed drafts per step); --no-speed: the gate uses the estimate")] = True,
     speed_prompts: Annotated[int, typer.Option(min=1, max=64,
                                                help="prompts decoded to measure speed")] = 4,
     speed_repeats: Annotated[int, typer.Option(min=1, max=20,
@@ -128,13 +128,14 @@ def _as_json(report) -> dict:
 
 
 def _measured(ev, version: str) -> tuple[str, str, str]:
-    """Step cost, measured speedup (replayed τ ÷ step cost), decoded median [IQR]."""
+    """Step cost (at the replayed drafts per step), measured speedup (replayed τ ÷ that
+    step cost), decoded median [IQR]."""
     if ev.measured is None:
         return "—", "—", "—"
     m = ev.measured
     q = m.spread.get(version) or []
     iqr = f" [{q[0]:.2f}, {q[1]:.2f}]" if len(q) == 2 else ""
-    cost = m.step_cost.get(version)
+    cost = m.step_cost_at(version, ev.draft_tokens_per_step.get(version))
     return (f"{cost:.2f}" if cost else "—", f"{ev.measured_speedup[version]:.2f}×",
             f"{m.speedup[version]:.2f}×{iqr}")
 
@@ -159,7 +160,8 @@ def speed_note(m) -> str:  # type: ignore[no-untyped-def]
     where = (f"on vLLM at {m.concurrency} requests in flight" if m.engine == "vllm"
              else f"{m.threads} torch threads")
     return (f"measured speedup = τ ÷ step cost (a speculative step's time in target-only "
-            f"tokens' time, median of {m.rounds} interleaved rounds: {m.prompts} prompts "
+            f"tokens' time at the replayed drafts per step d: 1 + c·d, c a drafted token's "
+            f"cost, median of {m.rounds} interleaved rounds: {m.prompts} prompts "
             f"× {m.repeats}, {m.max_tokens} tokens, {where}, target-only "
             f"{m.tokens_per_s['target-only']:.1f} tokens/s); the gate used it. decoded: the "
             f"rounds' own speedup")

@@ -52,6 +52,8 @@ class SegmentResult:
     #: version -> estimated speedup over target-only on this segment's requests (the cost
     #: model of the module doc, on the segment's replay)
     speedup: dict[str, float] = field(default_factory=dict)
+    #: version -> draft tokens per verify step on this segment's requests (replayed)
+    draft_tokens_per_step: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -106,9 +108,10 @@ class Evaluation:
 
     @property
     def measured_speedup(self) -> dict[str, float] | None:
-        """Replayed τ ÷ measured step cost per version (``SpeedMeasurement.projected``);
-        None when speed was not measured."""
-        return self.measured.projected(self.tau) if self.measured is not None else None
+        """Replayed τ ÷ measured step cost at the replayed drafts per step, per version
+        (``SpeedMeasurement.projected``); None when speed was not measured."""
+        return (self.measured.projected(self.tau, self.draft_tokens_per_step)
+                if self.measured is not None else None)
 
     @property
     def gate_speedup(self) -> dict[str, float]:
@@ -241,6 +244,8 @@ def _segments(results, segments, costs, level, resamples, seed) -> list[SegmentR
         out.append(SegmentResult(segment=seg, num_requests=len(idx),
                                  tau={v: set_tau(s) for v, s in sub.items()},
                                  delta=deltas[others[0]] if others else None, deltas=deltas,
+                                 draft_tokens_per_step={v: drafts_per_step(s)
+                                                        for v, s in sub.items()},
                                  speedup={v: estimated_speedup(s, costs)
                                           for v, s in sub.items()}))
     return out

@@ -113,6 +113,7 @@ def _speed(policy: GatePolicy, ev: Evaluation) -> tuple[bool, str]:
     where = (f"on vLLM at {m.concurrency} request{'s' * (m.concurrency > 1)} in flight"
              if m.engine == "vllm" else f"on {_threads(m.threads)}")
     return ok, (f"measured speedup {cand:.2f}× vs incumbent {inc:.2f}× ({verdict}; replayed "
-                f"τ over the step cost of {m.rounds} interleaved rounds {where}; decoded "
+                f"τ over the step cost at the replayed drafts per step, from {m.rounds} "
+                f"interleaved rounds {where}; decoded "
                 f"{dec_c:.2f}× vs {dec_i:.2f}×; estimated "
                 f"{est_c:.2f}× vs {est_i:.2f}×)")

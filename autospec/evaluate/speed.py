@@ -23,6 +23,18 @@ ratio; the median is kept in ``step_cost``), and the speedup the gate compares i
 :meth:`SpeedMeasurement.projected`: τ replayed over every held-out request ÷ the measured
 step cost. The decoded medians stay in ``speedup``.
 
+**A step's cost grows with what it drafts.** A speculative step verifies its ``d`` drafts and
+the token after them, and its proposer drafts them: its cost in target-only tokens' time is
+``1 + c·d``, ``c`` the cost of one drafted token. An EAGLE head drafts ``k`` every step, so
+one step cost stands for all prompts. An index (suffix, n-gram) drafts as much as it matches,
+and the prompts it matches best are those where it drafts most: on vLLM the speed prompts of
+one cycle had τ 3.45 where the held-out set had 2.12, their steps cost 2.15 target-only
+tokens, and τ 2.12 ÷ 2.15 read 0.98× for a version whose decodes ran 1.60× (2026-12-05).
+So each round also yields ``c`` (its step cost − 1, over its drafts per step; the median is
+kept in ``draft_cost``), and :meth:`SpeedMeasurement.projected` prices a step at the drafts
+per step the replay counted over every held-out request: ``τ ÷ (1 + c·d)``. For a version
+that drafts the same number every step that is the measured step cost, unchanged.
+
 One warm-up decode per side comes first, untimed (allocator and kernel first-call costs).
 
 **Threads.** On a CPU the decodes run on as many torch threads as the serving replicas
@@ -43,7 +55,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -114,13 +126,39 @@ class SpeedMeasurement:
     #: (seconds − TTFT)): the rate the ledger divides by, since the rows it accounts are
     #: timed the same way (None: not measured, as on vLLM)
     decode_tokens_per_s: float | None = None
+    #: version -> median over rounds of one drafted token's cost in target-only tokens'
+    #: time ((step cost − 1) ÷ drafts per step, of the rounds that drafted): see module doc
+    draft_cost: dict[str, float] = field(default_factory=dict)
+    #: version -> median over rounds of draft tokens per step in the decodes measured
+    drafts_per_step: dict[str, float] = field(default_factory=dict)
 
-    def projected(self, tau: Mapping[str, float | None]) -> dict[str, float]:
-        """Speedup per version from ``tau`` (replayed over every held-out request) and the
-        step cost measured here; the decoded median where no step cost was measured or no
-        τ was replayed (None)."""
-        return {v: t / c if (c := self.step_cost.get(v)) and (t := tau[v]) is not None
-                else self.speedup[v] for v in self.speedup}
+    def step_cost_at(self, version: str, drafts: float | None) -> float | None:
+        """A step's cost for ``version`` drafting ``drafts`` tokens a step: ``1 + c·d`` where a
+        draft cost was measured and ``drafts`` is known, else the measured median step cost
+        (None: none measured)."""
+        c = self.draft_cost.get(version)
+        if c is not None and drafts is not None:
+            return 1.0 + c * drafts
+        return self.step_cost.get(version) or None
+
+    def projected(self, tau: Mapping[str, float | None],
+                  drafts: Mapping[str, float] | None = None) -> dict[str, float]:
+        """Speedup per version from ``tau`` and ``drafts`` (τ and draft tokens per step
+        replayed over every held-out request) and the costs measured here: τ over
+        :meth:`step_cost_at`; the decoded median where no step cost was measured or no τ
+        was replayed (None)."""
+        drafts = drafts or {}
+        return {v: t / c if (c := self.step_cost_at(v, drafts.get(v))) and c > 0
+                and (t := tau[v]) is not None else self.speedup[v] for v in self.speedup}
+
+
+class Decoded(NamedTuple):
+    """One side's decode in a round: output tokens/s, τ (None: no step), and draft tokens
+    per step (None: no step, or not counted)."""
+
+    rate: float
+    tau: float | None
+    drafts: float | None = None
 
 
 def spread_prompts(prompts: Sequence[list[int]], n: int) -> list[list[int]]:
@@ -133,10 +171,11 @@ def spread_prompts(prompts: Sequence[list[int]], n: int) -> list[list[int]]:
 
 
 def _decode_rates(engine: SpeculativeEngine, prompt: list[int],
-                  params: SamplingParams) -> tuple[float, float | None, float | None]:
-    """Output tokens per second of one greedy decode, timed to the device's end; its τ
-    (``RequestStats.tau``: 1 for the target alone, None for a decode without a step); and
-    its tokens per second after the first token (None with fewer than two tokens)."""
+                  params: SamplingParams) -> tuple[Decoded, float | None]:
+    """One greedy decode, timed to the device's end: its :class:`Decoded` (output tokens per
+    second, ``RequestStats.tau`` — 1 for the target alone, None without a step — and draft
+    tokens per step), and its tokens per second after the first token (None with fewer than
+    two tokens)."""
     device = engine.target.device
     started = clock(device)
     result = engine.generate(prompt, params)
@@ -146,7 +185,8 @@ def _decode_rates(engine: SpeculativeEngine, prompt: list[int],
     decoding = seconds - stats.ttft_s
     after = ((stats.output_tokens - 1) / decoding
              if stats.output_tokens > 1 and decoding > 0 else None)
-    return rate, stats.tau, after
+    drafts = stats.num_draft_tokens / stats.num_drafts if stats.num_drafts else None
+    return Decoded(rate, stats.tau, drafts), after
 
 
 def _quartiles(values: list[float]) -> list[float]:
@@ -176,53 +216,60 @@ def measure_speedups(target: Target, speculators: Mapping[str, Speculator],
     total = len(prompts) * repeats
     after_first: list[float] = []  # target-only tokens/s after the first token, per round
 
-    def decode(r: int, name: str) -> tuple[float, float | None]:
-        rate, tau, after = _decode_rates(engines[name], prompts[r % len(prompts)], params)
+    def decode(r: int, name: str) -> Decoded:
+        decoded, after = _decode_rates(engines[name], prompts[r % len(prompts)], params)
         if name == TARGET_ONLY and after is not None:
             after_first.append(after)
-        return rate, tau
+        return decoded
 
-    rates, taus = interleaved(list(engines), total, decode, progress)
-    return summarize(rates, taus, list(speculators), rounds=total, prompts=len(prompts),
+    decodes = interleaved(list(engines), total, decode, progress)
+    return summarize(decodes, list(speculators), rounds=total, prompts=len(prompts),
                      repeats=repeats, max_tokens=max_tokens, k=k,
                      threads=torch.get_num_threads(),
                      decode_tokens_per_s=statistics.median(after_first) if after_first
                      else None)
 
 
-def interleaved(names: list[str], total: int,
-                decode: Callable[[int, str], tuple[float, float | None]],
+def interleaved(names: list[str], total: int, decode: Callable[[int, str], Decoded],
                 progress: Callable[[int, int], None] | None = None
-                ) -> tuple[dict[str, list[float]], dict[str, list[float | None]]]:
-    """Each side's tokens/s and τ per round: ``total`` rounds, each decoding every side in
-    turn (``decode(round, name)`` -> (tokens/s, τ)), the order reversed every other round;
-    ``progress(done, total)`` after each round."""
-    rates: dict[str, list[float]] = {name: [] for name in names}
-    taus: dict[str, list[float | None]] = {name: [] for name in names}
+                ) -> dict[str, list[Decoded]]:
+    """Each side's decode per round: ``total`` rounds, each decoding every side in turn
+    (``decode(round, name)``), the order reversed every other round; ``progress(done,
+    total)`` after each round."""
+    decodes: dict[str, list[Decoded]] = {name: [] for name in names}
     for r in range(total):
         for name in names if r % 2 == 0 else list(reversed(names)):
-            rate, tau = decode(r, name)
-            rates[name].append(rate)
-            taus[name].append(tau)
+            decodes[name].append(decode(r, name))
         if progress is not None:
             progress(r + 1, total)
-    return rates, taus
+    return decodes
 
 
-def summarize(rates: dict[str, list[float]], taus: dict[str, list[float | None]],
-              versions: list[str], **fields: Any) -> SpeedMeasurement:
-    """The :class:`SpeedMeasurement` of interleaved rounds (``rates`` and ``taus`` per side,
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize(decodes: Mapping[str, Sequence[Decoded]], versions: list[str],
+              **fields: Any) -> SpeedMeasurement:
+    """The :class:`SpeedMeasurement` of interleaved rounds (each side's decodes,
     :data:`TARGET_ONLY` among them): each version's ratio to target-only per round, their
-    median, the step costs (of the rounds that had a τ); ``fields``: the measurement's
-    other fields."""
-    base = rates[TARGET_ONLY]
-    ratios = {v: [s / b if b > 0 else 0.0 for s, b in zip(rates[v], base, strict=True)]
+    median, the step costs (of the rounds that had a τ) and draft costs (of those that
+    drafted); ``fields``: the measurement's other fields."""
+    base = [d.rate for d in decodes[TARGET_ONLY]]
+    ratios = {v: [d.rate / b if b > 0 else 0.0 for d, b in zip(decodes[v], base, strict=True)]
               for v in versions}
-    costs = {v: [t / q for t, q in zip(taus[v], ratios[v], strict=True)
-                 if q > 0 and t is not None]
+    costs = {v: [(d.tau / q, d.drafts) for d, q in zip(decodes[v], ratios[v], strict=True)
+                 if q > 0 and d.tau is not None]
              for v in versions}
+    draft_cost = {v: c for v in versions
+                  if (c := _median([(s - 1.0) / d for s, d in costs[v] if d])) is not None}
+    drafts = {v: m for v in versions
+              if (m := _median([d.drafts for d in decodes[v] if d.drafts is not None]))
+              is not None}
     return SpeedMeasurement(
         speedup={v: statistics.median(r) for v, r in ratios.items()}, ratios=ratios,
-        step_cost={v: statistics.median(c) if c else 0.0 for v, c in costs.items()},
-        tokens_per_s={name: statistics.median(r) for name, r in rates.items()},
+        step_cost={v: _median([s for s, _ in c]) or 0.0 for v, c in costs.items()},
+        draft_cost=draft_cost, drafts_per_step=drafts,
+        tokens_per_s={name: statistics.median(d.rate for d in ds)
+                      for name, ds in decodes.items()},
         spread={v: _quartiles(r) for v, r in ratios.items()}, **fields)

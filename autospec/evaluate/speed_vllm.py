@@ -18,7 +18,8 @@ once to each engine in turn (the order reversed every other round), greedy, up t
 side's rate is the round's output tokens over its wall time, its ratio the rate over
 target-only's in the same round, and its τ vLLM's own acceptance of those requests. As on
 the native engine: the decoded speedup is the median ratio, the step cost the median of τ ÷
-ratio, and the gate's speedup is the replayed τ over that step cost
+ratio, a drafted token's cost the median of (step cost − 1) ÷ drafts per step, and the
+gate's speedup is the replayed τ over the step cost at the replayed drafts per step
 (:meth:`SpeedMeasurement.projected`).
 
 The engines are shut down and their exports removed when the measurement ends. On a CPU
@@ -41,7 +42,13 @@ from typing import Any
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.stats import RequestStats
 from autospec.engine.target import Target
-from autospec.evaluate.speed import TARGET_ONLY, SpeedMeasurement, interleaved, summarize
+from autospec.evaluate.speed import (
+    TARGET_ONLY,
+    Decoded,
+    SpeedMeasurement,
+    interleaved,
+    summarize,
+)
 
 #: vLLM's context for the measurement: the held-out prompts' tails and the new tokens
 MAX_MODEL_LEN = 2048
@@ -84,9 +91,10 @@ def _start(target: Target, version: str, kind: str | None, spec: Any, out: Path,
 
 
 def _round(engine: Any, prompts: list[list[int]], params: SamplingParams, k: int,
-           tag: str) -> tuple[float, float | None]:
-    """``prompts`` decoded at once: output tokens/s over the batch's wall time, and τ over
-    all their steps (vLLM's acceptance of each, merged; None without a step)."""
+           tag: str) -> Decoded:
+    """``prompts`` decoded at once: output tokens/s over the batch's wall time, τ and draft
+    tokens per step over all their steps (vLLM's acceptance of each, merged; None without
+    a step)."""
     from autospec.engine.vllm.stats import vllm_stats
 
     async def one(i: int, prompt: list[int]) -> Any:
@@ -102,7 +110,8 @@ def _round(engine: Any, prompts: list[list[int]], params: SamplingParams, k: int
     started = time.perf_counter()
     stats = RequestStats.merged(asyncio.run(batch()))
     seconds = time.perf_counter() - started
-    return stats.output_tokens / seconds if seconds > 0 else 0.0, stats.tau
+    drafts = stats.num_draft_tokens / stats.num_drafts if stats.num_drafts else None
+    return Decoded(stats.output_tokens / seconds if seconds > 0 else 0.0, stats.tau, drafts)
 
 
 def measure_speedups_vllm(target: Target, speculators: Mapping[str, tuple[str, Any]],
@@ -147,11 +156,11 @@ def _measure(engines: dict[str, Any], versions: list[str], prompts: list[list[in
                f"warm-{name}")
     total = max(repeats, -(-len(prompts) * repeats // concurrency))  # each prompt ~repeats×
 
-    def decode(r: int, name: str) -> tuple[float, float | None]:
+    def decode(r: int, name: str) -> Decoded:
         batch = [prompts[(r * concurrency + i) % len(prompts)] for i in range(concurrency)]
         return _round(engines[name], batch, params, k, f"r{r}-{name}")
 
-    rates, taus = interleaved(list(engines), total, decode, progress)
-    return summarize(rates, taus, versions, rounds=total, prompts=len(prompts),
+    decodes = interleaved(list(engines), total, decode, progress)
+    return summarize(decodes, versions, rounds=total, prompts=len(prompts),
                      repeats=repeats, max_tokens=params.max_new_tokens, k=k, threads=0,
                      engine="vllm", concurrency=concurrency)

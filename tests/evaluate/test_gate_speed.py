@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from autospec.evaluate.gate import GatePolicy, decide
-from autospec.evaluate.speed import TARGET_ONLY, SpeedMeasurement, summarize
+from autospec.evaluate.speed import TARGET_ONLY, Decoded, SpeedMeasurement, summarize
 
 from .test_gate import _trial
 
@@ -95,10 +95,11 @@ def test_a_speed_measured_on_vllm_says_at_which_load() -> None:
 
 def test_a_round_without_a_tau_is_left_out_of_the_step_cost() -> None:
     """A decode that took no step (its first token ended it) measures no step cost."""
-    rates = {TARGET_ONLY: [10.0, 10.0, 10.0], "cand": [20.0, 20.0, 5.0]}
-    taus = {TARGET_ONLY: [1.0, 1.0, None], "cand": [3.0, 3.0, None]}
-    m = summarize(rates, taus, ["cand"], rounds=3, prompts=3, repeats=1, max_tokens=16, k=5)
+    decodes = {TARGET_ONLY: [Decoded(10.0, 1.0), Decoded(10.0, 1.0), Decoded(10.0, None)],
+               "cand": [Decoded(20.0, 3.0), Decoded(20.0, 3.0), Decoded(5.0, None)]}
+    m = summarize(decodes, ["cand"], rounds=3, prompts=3, repeats=1, max_tokens=16, k=5)
     assert m.step_cost == {"cand": 1.5} and m.speedup == {"cand": 2.0}
+    assert m.draft_cost == {} and m.drafts_per_step == {}  # no drafts counted
     assert m.projected({"cand": 2.4})["cand"] == pytest.approx(1.6)
     assert m.projected({"cand": None}) == {"cand": 2.0}  # no replayed τ: the decoded median
 
@@ -116,3 +117,52 @@ def test_the_speed_note_says_where_the_decodes_ran():
     vllm = speed_note(SpeedMeasurement(**common, engine="vllm", concurrency=4))
     assert "2 torch threads" in native and "vLLM" not in native
     assert "on vLLM at 4 requests in flight" in vllm and "torch threads" not in vllm
+
+
+def _rounds(version: str, rounds: list[tuple[float, float, float]]) -> SpeedMeasurement:
+    """A measurement of rounds (τ, drafts per step, step cost) of ``version`` against a
+    target-only side at 10 tokens/s: each round's rate is 10 · τ ÷ step cost."""
+    decodes = {TARGET_ONLY: [Decoded(10.0, 1.0, 0.0) for _ in rounds],
+               version: [Decoded(10.0 * t / s, t, d) for t, d, s in rounds]}
+    return summarize(decodes, [version], rounds=len(rounds), prompts=len(rounds),
+                     repeats=1, max_tokens=32, k=8, engine="vllm", concurrency=4)
+
+
+def test_a_step_is_priced_at_the_drafts_per_step_the_replay_counted() -> None:
+    """An index drafts as much as it matches: the speed prompts it matched best (τ 3.45)
+    drafted 5 a step at a step cost of 2.15, where over the held-out set it drafts 2.5 a step
+    for τ 2.12. τ 2.12 ÷ 2.15 read 0.98× (2026-12-05, vLLM); a step of 2.5 drafts costs
+    1 + 0.23 · 2.5, so the projection is 2.12 ÷ 1.575."""
+    m = _rounds("suffix", [(3.45, 5.0, 2.15)] * 3)
+    assert m.draft_cost["suffix"] == pytest.approx(0.23)
+    assert m.drafts_per_step["suffix"] == pytest.approx(5.0)
+    assert m.step_cost_at("suffix", 2.5) == pytest.approx(1.575)
+    assert m.projected({"suffix": 2.12}, {"suffix": 2.5})["suffix"] == pytest.approx(
+        2.12 / 1.575)
+    assert m.projected({"suffix": 2.12})["suffix"] == pytest.approx(2.12 / 2.15)  # no d
+
+
+def test_a_version_that_drafts_the_same_every_step_keeps_its_measured_step_cost() -> None:
+    m = _rounds("eagle3", [(2.4, 5.0, 1.9), (2.9, 5.0, 2.0), (2.1, 5.0, 1.8)])
+    assert m.step_cost_at("eagle3", 5.0) == pytest.approx(m.step_cost["eagle3"])
+    assert m.projected({"eagle3": 2.5}, {"eagle3": 5.0})["eagle3"] == pytest.approx(2.5 / 1.9)
+
+
+def test_the_draft_cost_is_the_median_over_the_rounds_that_drafted() -> None:
+    """Rounds of 4 and 2 drafts a step at 0.25 a draft, one outlier, and one round that
+    drafted nothing (no cost per draft to take from it)."""
+    m = _rounds("suffix", [(3.0, 4.0, 2.0), (2.0, 2.0, 1.5), (2.5, 4.0, 2.0),
+                           (2.2, 2.0, 1.5), (2.0, 2.0, 4.0), (1.0, 0.0, 1.1)])
+    assert m.draft_cost["suffix"] == pytest.approx(0.25)
+    assert m.step_cost_at("suffix", 1.0) == pytest.approx(1.25)
+
+
+def test_the_gate_prices_each_version_at_its_replayed_drafts_per_step() -> None:
+    ev = _trial(0, 0.75, 0.5)
+    m = replace(_measured(1.5, 1.2), step_cost={"cand": 2.0, "inc": 1.5},
+                draft_cost={"cand": 0.25, "inc": 0.1})
+    ev = replace(ev, measured=m, draft_tokens_per_step={"cand": 2.0, "inc": 5.0})
+    assert ev.gate_speedup == {"cand": pytest.approx(ev.tau["cand"] / 1.5),
+                               "inc": pytest.approx(ev.tau["inc"] / 1.5)}
+    (reason,) = [r for r in decide(POLICY, ev).reasons if "speedup" in r]
+    assert "step cost at the replayed drafts per step" in reason

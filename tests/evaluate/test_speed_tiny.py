@@ -69,8 +69,9 @@ def test_rounds_interleave_and_reverse_order_and_take_the_median_of_ratios(
         if params.max_new_tokens == 9:  # timed decodes only
             calls.append(name)
             rate = next(script[name])
-            return rate, (2.0 if name == "a" else 1.0), rate * 1.25  # prefill left out
-        return 1.0, 1.0, None
+            drafts = 4.0 if name == "a" else 0.0
+            return speed.Decoded(rate, 2.0 if name == "a" else 1.0, drafts), rate * 1.25
+        return speed.Decoded(1.0, 1.0), None
 
     spec = RandomSpeculator(64)
     names.update({id(None): TARGET_ONLY, id(spec): "a"})
@@ -82,6 +83,9 @@ def test_rounds_interleave_and_reverse_order_and_take_the_median_of_ratios(
     # a step of "a" costs τ 2 / ratio 1.5 target-only tokens; the outlier round is ignored
     assert m.step_cost["a"] == pytest.approx(2.0 / 1.5)
     assert m.projected({"a": 2.4}) == {"a": pytest.approx(2.4 / (2.0 / 1.5))}
+    assert m.draft_cost["a"] == pytest.approx((2.0 / 1.5 - 1) / 4.0)  # 4 drafts a step
+    assert m.projected({"a": 2.4}, {"a": 2.0}) == {"a": pytest.approx(
+        2.4 / (1 + (2.0 / 1.5 - 1) / 4.0 * 2.0))}
     assert m.tokens_per_s[TARGET_ONLY] == 100.0
     assert m.decode_tokens_per_s == pytest.approx(125.0)  # target-only's, after the first
 
@@ -102,14 +106,17 @@ def test_decode_rate_times_a_real_decode_tiny_random_init(tiny) -> None:
     from autospec.engine.generate import SpeculativeEngine
     from autospec.engine.sampling import SamplingParams
 
-    rate, tau, after = speed._decode_rates(SpeculativeEngine(tiny), PROMPTS[0],
-                                           SamplingParams(max_new_tokens=8))
+    (rate, tau, drafts), after = speed._decode_rates(SpeculativeEngine(tiny), PROMPTS[0],
+                                                     SamplingParams(max_new_tokens=8))
     assert 0 < rate < float("inf") and tau == 1.0  # the target alone: one token a step
+    assert drafts == 0.0  # nothing drafted
     assert after is not None and 0 < after < float("inf")  # 7 tokens after the first
     out = SpeculativeEngine(tiny).generate(PROMPTS[0], SamplingParams(max_new_tokens=12))
-    _, tau, _ = speed._decode_rates(SpeculativeEngine(tiny, OracleSpeculator(out.token_ids), K),
-                                    PROMPTS[0], SamplingParams(max_new_tokens=12))
+    (_, tau, drafts), _ = speed._decode_rates(
+        SpeculativeEngine(tiny, OracleSpeculator(out.token_ids), K), PROMPTS[0],
+        SamplingParams(max_new_tokens=12))
     assert tau > 2  # every draft accepted: k + 1 a step, but for the last, shorter steps
+    assert 0 < drafts <= K and drafts == pytest.approx(tau - 1)  # all accepted
 
 
 def test_the_measurement_records_the_threads_it_ran_on_tiny_random_init(tiny) -> None:

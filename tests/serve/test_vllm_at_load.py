@@ -100,3 +100,4 @@ def test_the_gate_measures_vllm_speed_at_the_served_concurrency(target):  # type
     assert m.step_cost["builtin-ngram"] > 0
     assert m.projected({"builtin-ngram": 2.0})["builtin-ngram"] == pytest.approx(
         2.0 / m.step_cost["builtin-ngram"])
+    assert 0 <= m.drafts_per_step["builtin-ngram"] <= K  # vLLM's count of the drafts
