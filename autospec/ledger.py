@@ -12,12 +12,13 @@ seconds, where **R** is the target-only tokens/s the gate's speed measurement de
 (:mod:`autospec.evaluate.speed`, recorded with each evaluation): its target-only rate after
 the first token (``speed.decode_tokens_per_s``, timed as the rows are: prefill left out;
 whole decodes, ``speed.tokens_per_s["target-only"]``, where that was not recorded, as on
-vLLM or before 2026-12-03 — about 9 % lower on the default target's prompts, which would
-overstate the saving): the median of the newest
+vLLM before 2026-12-05 or before 2026-12-03 — about 9 % lower on the default target's
+prompts natively and 22-37 % on vLLM at 4 requests in flight, which would overstate the
+saving): the median of the newest
 :data:`RATE_EVALUATIONS` evaluations of the deployment's cycles recorded before the
 period's end (none before: the first after it). ``saved = Σ tokens ÷ R − Σ decode_s``.
 On vLLM the measurement decodes ``concurrency`` requests at once and R is their joint
-rate; a row's ``decode_s`` is then divided by the requests in flight it recorded, so both
+rate after the first token; a row's ``decode_s`` is then divided by the requests in flight it recorded, so both
 sides count seconds of the replica, not of each request.
 
 **Spent.** The cycles that ended in the period: each one's wall time (start note to end

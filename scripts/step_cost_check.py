@@ -82,14 +82,15 @@ def check(target: Any, prompts: dict[str, list[list[int]]], args: argparse.Names
     outputs = {d: greedy_outputs(target, ps[:need], args.train_tokens)
                for d, ps in prompts.items()}
     progress(f"traffic: {need} greedy requests per domain, {args.train_tokens} tokens each")
-    docs = [(p, o) for d, ps in prompts.items() for p, o in zip(ps[:args.train],
-                                                                outputs[d][:args.train])]
+    docs = [(p, o) for d, ps in prompts.items()
+            for p, o in zip(ps[:args.train], outputs[d][:args.train], strict=True)]
     spec = suffix_from_documents(new_speculator("suffix", target).config, docs, target)
     replayed, measured = {}, {}
     for d, ps in prompts.items():
         held = ps[args.train:need]
-        reqs = [ReplayRequest(p, o[:args.max_tokens], SamplingParams(
-            max_new_tokens=args.max_tokens)) for p, o in zip(held, outputs[d][args.train:need])]
+        params = SamplingParams(max_new_tokens=args.max_tokens)
+        reqs = [ReplayRequest(p, o[:args.max_tokens], params)
+                for p, o in zip(held, outputs[d][args.train:need], strict=True)]
         stats = replay(target, {VERSION: spec}, reqs, args.k)[VERSION]
         replayed[d] = {"tau": set_tau(stats), "drafts_per_step": drafts_per_step(stats)}
         progress(f"{d}: replayed τ {replayed[d]['tau']:.3f}, "

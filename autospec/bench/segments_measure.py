@@ -22,7 +22,7 @@ from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.stats import tau
 from autospec.engine.target import Target
-from autospec.evaluate.speed import TARGET_ONLY, interleaved, measure_speedups
+from autospec.evaluate.speed import TARGET_ONLY, Decoded, interleaved, measure_speedups
 
 GLOBAL = "global"  # the group trained on the mix, and the arm that serves its pick
 SEGMENT = "segment"  # the arm that serves each request's segment version
@@ -87,7 +87,7 @@ def measure_arms(target: Target, specs: Mapping, picks: dict,
                 "seconds": {}, "ttft": {}, "steps": {}, "accepted": {}, "output": {}}
                for s, p in rounds]
 
-    def decode(r: int, arm: str) -> tuple[float, float | None]:
+    def decode(r: int, arm: str) -> Decoded:
         segment, prompt = rounds[r]
         rec, version = records[r], _version(arm, segment, picks)
         started = clock(target.device)
@@ -99,7 +99,7 @@ def measure_arms(target: Target, specs: Mapping, picks: dict,
         rec["ttft"][arm] = stats.ttft_s
         rec["steps"][arm], rec["accepted"][arm] = stats.num_drafts, stats.num_accepted_tokens
         rec["output"][arm] = result.token_ids
-        return stats.output_tokens / seconds if seconds > 0 else 0.0, stats.tau
+        return Decoded(stats.output_tokens / seconds if seconds > 0 else 0.0, stats.tau)
 
     def tick(done: int, total: int) -> None:
         progress.done(f"{records[done - 1]['segment']} request decoded by every arm "

@@ -1,10 +1,11 @@
 """What a demo run does: phase sizes, decoding settings and the controller policy it runs.
 
 :func:`plan_for` gives the ``quick`` (goal ≤ 6 minutes on 2 CPU cores; 7.4 measured on
-2026-12-05, README) and ``full`` (goal ≤ 20 minutes) presets; every figure can be overridden from the CLI. :func:`demo_policy` builds
-the controller :class:`~autospec.controller.policy.Policy` the demo runs — the shipped
-``default`` policy scaled down to demo-sized traffic (a few dozen requests instead of
-thousands, seconds instead of hours). Nothing here runs anything.
+2026-12-05, README) and ``full`` (goal ≤ 20 minutes) presets; every figure can be overridden
+from the CLI. :func:`demo_policy` builds the controller
+:class:`~autospec.controller.policy.Policy` the demo runs — the shipped ``default`` policy
+scaled down to demo-sized traffic (a few dozen requests instead of thousands, seconds
+instead of hours). Nothing here runs anything.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ model; this module **decodes** instead. A **round** decodes one held-out prompt 
 (the native engine, the evaluation's ``k``, ``max_tokens`` new tokens) with the target
 alone and with each version, back to back, the order reversed every other round so that a
 load rising or falling during a round weighs on both sides alike. A version's **ratio** in
-a round is its tokens/s over the target-only tokens/s of that same round; its **decoded
-speedup** is the median of its ratios over all rounds (``prompts × repeats``). Load that
+a round is its tokens/s after the first token over the target-only tokens/s after the first
+token of that same round (the prompt's prefill, which speculation does not change, left
+out: see below); its **decoded speedup** is the median of its ratios over all rounds
+(``prompts × repeats``). Load that
 slows a whole round slows both sides and divides out; a burst that hits one decode moves
 one ratio, which the median ignores.
 
@@ -34,6 +36,14 @@ So each round also yields ``c`` (its step cost − 1, over its drafts per step; 
 kept in ``draft_cost``), and :meth:`SpeedMeasurement.projected` prices a step at the drafts
 per step the replay counted over every held-out request: ``τ ÷ (1 + c·d)``. For a version
 that drafts the same number every step that is the measured step cost, unchanged.
+
+**After the first token.** A decode's time holds its prompt's prefill, the same for every
+side. Counted in, it pulls every ratio towards 1 by a share that grows with τ, and the step
+cost read from it is no longer a step's: on vLLM the prefill was 22-37 % of a round of 32
+tokens at 4 requests in flight (2026-12-05). The canary's realised speed and the ledger time
+live requests after their first token too (latency − TTFT). So ratios are of tokens/s after
+the first token; a round where a side emitted fewer than two tokens falls back to whole
+decodes.
 
 One warm-up decode per side comes first, untimed (allocator and kernel first-call costs).
 
@@ -123,8 +133,9 @@ class SpeedMeasurement:
     engine: str = "native"
     concurrency: int = 1
     #: target-only tokens/s after the first token (median over rounds of (tokens − 1) ÷
-    #: (seconds − TTFT)): the rate the ledger divides by, since the rows it accounts are
-    #: timed the same way (None: not measured, as on vLLM)
+    #: (seconds − TTFT); on vLLM the batch's tokens after each request's first over the
+    #: seconds after the last first token): the rate the ledger divides by, since the rows
+    #: it accounts are timed the same way (None: not measured)
     decode_tokens_per_s: float | None = None
     #: version -> median over rounds of one drafted token's cost in target-only tokens'
     #: time ((step cost − 1) ÷ drafts per step, of the rounds that drafted): see module doc
@@ -153,12 +164,21 @@ class SpeedMeasurement:
 
 
 class Decoded(NamedTuple):
-    """One side's decode in a round: output tokens/s, τ (None: no step), and draft tokens
-    per step (None: no step, or not counted)."""
+    """One side's decode in a round: output tokens/s, τ (None: no step), draft tokens per
+    step (None: no step, or not counted), and tokens/s after the first token (None: fewer
+    than two tokens, or not timed)."""
 
     rate: float
     tau: float | None
     drafts: float | None = None
+    after_first: float | None = None
+
+    def ratio(self, base: Decoded) -> float:
+        """This side's rate over ``base``'s: after the first token where both were timed
+        so, else whole decodes (0 when ``base`` decoded nothing)."""
+        if self.after_first and base.after_first:
+            return self.after_first / base.after_first
+        return self.rate / base.rate if base.rate > 0 else 0.0
 
 
 def spread_prompts(prompts: Sequence[list[int]], n: int) -> list[list[int]]:
@@ -171,11 +191,10 @@ def spread_prompts(prompts: Sequence[list[int]], n: int) -> list[list[int]]:
 
 
 def _decode_rates(engine: SpeculativeEngine, prompt: list[int],
-                  params: SamplingParams) -> tuple[Decoded, float | None]:
-    """One greedy decode, timed to the device's end: its :class:`Decoded` (output tokens per
-    second, ``RequestStats.tau`` — 1 for the target alone, None without a step — and draft
-    tokens per step), and its tokens per second after the first token (None with fewer than
-    two tokens)."""
+                  params: SamplingParams) -> Decoded:
+    """One greedy decode, timed to the device's end: output tokens per second,
+    ``RequestStats.tau`` (1 for the target alone, None without a step), draft tokens per
+    step, and tokens per second after the first token (None with fewer than two)."""
     device = engine.target.device
     started = clock(device)
     result = engine.generate(prompt, params)
@@ -186,7 +205,7 @@ def _decode_rates(engine: SpeculativeEngine, prompt: list[int],
     after = ((stats.output_tokens - 1) / decoding
              if stats.output_tokens > 1 and decoding > 0 else None)
     drafts = stats.num_draft_tokens / stats.num_drafts if stats.num_drafts else None
-    return Decoded(rate, stats.tau, drafts), after
+    return Decoded(rate, stats.tau, drafts, after)
 
 
 def _quartiles(values: list[float]) -> list[float]:
@@ -214,20 +233,14 @@ def measure_speedups(target: Target, speculators: Mapping[str, Speculator],
     for engine in engines.values():  # warm-up, untimed
         engine.generate(prompts[0], SamplingParams(max_new_tokens=min(8, max_tokens)))
     total = len(prompts) * repeats
-    after_first: list[float] = []  # target-only tokens/s after the first token, per round
 
     def decode(r: int, name: str) -> Decoded:
-        decoded, after = _decode_rates(engines[name], prompts[r % len(prompts)], params)
-        if name == TARGET_ONLY and after is not None:
-            after_first.append(after)
-        return decoded
+        return _decode_rates(engines[name], prompts[r % len(prompts)], params)
 
     decodes = interleaved(list(engines), total, decode, progress)
     return summarize(decodes, list(speculators), rounds=total, prompts=len(prompts),
                      repeats=repeats, max_tokens=max_tokens, k=k,
-                     threads=torch.get_num_threads(),
-                     decode_tokens_per_s=statistics.median(after_first) if after_first
-                     else None)
+                     threads=torch.get_num_threads())
 
 
 def interleaved(names: list[str], total: int, decode: Callable[[int, str], Decoded],
@@ -252,11 +265,12 @@ def _median(values: list[float]) -> float | None:
 def summarize(decodes: Mapping[str, Sequence[Decoded]], versions: list[str],
               **fields: Any) -> SpeedMeasurement:
     """The :class:`SpeedMeasurement` of interleaved rounds (each side's decodes,
-    :data:`TARGET_ONLY` among them): each version's ratio to target-only per round, their
-    median, the step costs (of the rounds that had a τ) and draft costs (of those that
-    drafted); ``fields``: the measurement's other fields."""
-    base = [d.rate for d in decodes[TARGET_ONLY]]
-    ratios = {v: [d.rate / b if b > 0 else 0.0 for d, b in zip(decodes[v], base, strict=True)]
+    :data:`TARGET_ONLY` among them): each version's ratio to target-only per round
+    (:meth:`Decoded.ratio`), their median, the step costs (of the rounds that had a τ) and
+    draft costs (of those that drafted), target-only's rate after the first token;
+    ``fields``: the measurement's other fields."""
+    base = decodes[TARGET_ONLY]
+    ratios = {v: [d.ratio(b) for d, b in zip(decodes[v], base, strict=True)]
               for v in versions}
     costs = {v: [(d.tau / q, d.drafts) for d, q in zip(decodes[v], ratios[v], strict=True)
                  if q > 0 and d.tau is not None]
@@ -272,4 +286,5 @@ def summarize(decodes: Mapping[str, Sequence[Decoded]], versions: list[str],
         draft_cost=draft_cost, drafts_per_step=drafts,
         tokens_per_s={name: statistics.median(d.rate for d in ds)
                       for name, ds in decodes.items()},
+        decode_tokens_per_s=_median([d.after_first for d in base if d.after_first]),
         spread={v: _quartiles(r) for v, r in ratios.items()}, **fields)

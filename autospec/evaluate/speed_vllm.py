@@ -16,7 +16,8 @@ autospec's proposer) — started once. A **round** sends ``concurrency`` held-ou
 once to each engine in turn (the order reversed every other round), greedy, up to
 ``max_tokens`` new tokens each (every prompt about ``repeats`` times over the rounds); a
 side's rate is the round's output tokens over its wall time, its ratio the rate over
-target-only's in the same round, and its τ vLLM's own acceptance of those requests. As on
+target-only's in the same round (after each request's first token: the batch's prefill
+left out, as on the native engine), and its τ vLLM's own acceptance of those requests. As on
 the native engine: the decoded speedup is the median ratio, the step cost the median of τ ÷
 ratio, a drafted token's cost the median of (step cost − 1) ÷ drafts per step, and the
 gate's speedup is the replayed τ over the step cost at the replayed drafts per step
@@ -92,14 +93,20 @@ def _start(target: Target, version: str, kind: str | None, spec: Any, out: Path,
 
 def _round(engine: Any, prompts: list[list[int]], params: SamplingParams, k: int,
            tag: str) -> Decoded:
-    """``prompts`` decoded at once: output tokens/s over the batch's wall time, τ and draft
+    """``prompts`` decoded at once: output tokens/s over the batch's wall time; τ and draft
     tokens per step over all their steps (vLLM's acceptance of each, merged; None without
-    a step)."""
+    a step); and tokens/s after the first token — the tokens after each request's first
+    over the seconds after the last request's first (the batch's prefill left out; None
+    when no request emitted a second token)."""
     from autospec.engine.vllm.stats import vllm_stats
+
+    firsts: list[float] = []
 
     async def one(i: int, prompt: list[int]) -> Any:
         last = None
         async for out in engine.generate(prompt, params, f"{tag}-{i}"):
+            if last is None:
+                firsts.append(time.perf_counter())
             last = out
         return vllm_stats(last.outputs[0], prompt_tokens=len(prompt), k=k, ttft_s=0.0,
                           total_s=0.0)
@@ -109,9 +116,12 @@ def _round(engine: Any, prompts: list[list[int]], params: SamplingParams, k: int
 
     started = time.perf_counter()
     stats = RequestStats.merged(asyncio.run(batch()))
-    seconds = time.perf_counter() - started
+    ended = time.perf_counter()
+    seconds, decoding = ended - started, ended - max(firsts, default=ended)
+    after = stats.output_tokens - len(firsts)
     drafts = stats.num_draft_tokens / stats.num_drafts if stats.num_drafts else None
-    return Decoded(stats.output_tokens / seconds if seconds > 0 else 0.0, stats.tau, drafts)
+    return Decoded(stats.output_tokens / seconds if seconds > 0 else 0.0, stats.tau, drafts,
+                   after / decoding if after > 0 and decoding > 0 else None)
 
 
 def measure_speedups_vllm(target: Target, speculators: Mapping[str, tuple[str, Any]],

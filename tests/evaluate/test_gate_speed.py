@@ -166,3 +166,20 @@ def test_the_gate_prices_each_version_at_its_replayed_drafts_per_step() -> None:
                                "inc": pytest.approx(ev.tau["inc"] / 1.5)}
     (reason,) = [r for r in decide(POLICY, ev).reasons if "speedup" in r]
     assert "step cost at the replayed drafts per step" in reason
+
+
+def test_a_round_compares_rates_after_the_first_token() -> None:
+    """The prompt's prefill is the same for both sides and speculation does not change it:
+    counted in, it pulls the ratio towards 1 (here 60 tokens/s whole vs 40: 1.5×, where the
+    decode after the first token ran 2×); a side without a rate after the first token (one
+    token) falls back to whole decodes."""
+    base, spec = Decoded(40.0, 1.0, 0.0, 50.0), Decoded(60.0, 2.4, 3.0, 100.0)
+    assert spec.ratio(base) == pytest.approx(2.0)
+    assert Decoded(60.0, 2.4, 3.0).ratio(base) == pytest.approx(1.5)
+    assert spec.ratio(Decoded(0.0, None)) == 0.0
+    m = summarize({TARGET_ONLY: [base, Decoded(40.0, 1.0, 0.0, 60.0)], "v": [spec, spec]},
+                  ["v"], rounds=2, prompts=2, repeats=1, max_tokens=32, k=5)
+    assert m.ratios["v"] == [pytest.approx(2.0), pytest.approx(100 / 60)]
+    assert m.step_cost["v"] == pytest.approx((2.4 / 2.0 + 2.4 / (100 / 60)) / 2)
+    assert m.decode_tokens_per_s == pytest.approx(55.0)  # the ledger's target-only rate
+    assert m.tokens_per_s == {TARGET_ONLY: 40.0, "v": 60.0}  # whole decodes, as before

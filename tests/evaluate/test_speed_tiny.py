@@ -70,8 +70,8 @@ def test_rounds_interleave_and_reverse_order_and_take_the_median_of_ratios(
             calls.append(name)
             rate = next(script[name])
             drafts = 4.0 if name == "a" else 0.0
-            return speed.Decoded(rate, 2.0 if name == "a" else 1.0, drafts), rate * 1.25
-        return speed.Decoded(1.0, 1.0), None
+            return speed.Decoded(rate, 2.0 if name == "a" else 1.0, drafts, rate * 1.25)
+        return speed.Decoded(1.0, 1.0)
 
     spec = RandomSpeculator(64)
     names.update({id(None): TARGET_ONLY, id(spec): "a"})
@@ -106,13 +106,13 @@ def test_decode_rate_times_a_real_decode_tiny_random_init(tiny) -> None:
     from autospec.engine.generate import SpeculativeEngine
     from autospec.engine.sampling import SamplingParams
 
-    (rate, tau, drafts), after = speed._decode_rates(SpeculativeEngine(tiny), PROMPTS[0],
-                                                     SamplingParams(max_new_tokens=8))
+    rate, tau, drafts, after = speed._decode_rates(SpeculativeEngine(tiny), PROMPTS[0],
+                                                   SamplingParams(max_new_tokens=8))
     assert 0 < rate < float("inf") and tau == 1.0  # the target alone: one token a step
     assert drafts == 0.0  # nothing drafted
     assert after is not None and 0 < after < float("inf")  # 7 tokens after the first
     out = SpeculativeEngine(tiny).generate(PROMPTS[0], SamplingParams(max_new_tokens=12))
-    (_, tau, drafts), _ = speed._decode_rates(
+    _, tau, drafts, _ = speed._decode_rates(
         SpeculativeEngine(tiny, OracleSpeculator(out.token_ids), K), PROMPTS[0],
         SamplingParams(max_new_tokens=12))
     assert tau > 2  # every draft accepted: k + 1 a step, but for the last, shorter steps

@@ -101,3 +101,6 @@ def test_the_gate_measures_vllm_speed_at_the_served_concurrency(target):  # type
     assert m.projected({"builtin-ngram": 2.0})["builtin-ngram"] == pytest.approx(
         2.0 / m.step_cost["builtin-ngram"])
     assert 0 <= m.drafts_per_step["builtin-ngram"] <= K  # vLLM's count of the drafts
+    # the ledger's rate: after each request's first token, so above the whole round's
+    assert m.decode_tokens_per_s is not None
+    assert m.decode_tokens_per_s > m.tokens_per_s["target-only"]
