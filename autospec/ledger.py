@@ -18,8 +18,8 @@ saving): the median of the newest
 :data:`RATE_EVALUATIONS` evaluations of the deployment's cycles recorded before the
 period's end (none before: the first after it). ``saved = Σ tokens ÷ R − Σ decode_s``.
 On vLLM the measurement decodes ``concurrency`` requests at once and R is their joint
-rate after the first token; a row's ``decode_s`` is then divided by the requests in flight it recorded, so both
-sides count seconds of the replica, not of each request.
+rate after the first token; a row's ``decode_s`` is then divided by the requests in flight
+it recorded, so both sides count seconds of the replica, not of each request.
 
 **Spent.** The cycles that ended in the period: each one's wall time (start note to end
 note) and its stages (:mod:`autospec.controller.timings`: features, training, shadow,

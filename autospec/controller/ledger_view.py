@@ -26,16 +26,22 @@ def rows(ledger: dict[str, Any]) -> list[list[str]]:
     return [_row(line) for line in ledger["segments"]] + [_row(ledger["total"])]
 
 
+def period_text(seconds: float) -> str:
+    """A period as read: minutes under an hour ("18.8 min"), else hours to three figures
+    ("24 h"; the demo's ledger read "last 0.312904 h")."""
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.3g} h"
+
+
 def summary(ledger: dict[str, Any]) -> str:
     """One line: the period, R, the loop's cycles and stages, whether it paid."""
     rate, loop = ledger["target_only"], ledger["loop"]
-    hours = ledger["period_s"] / 3600
-    stages = ", ".join(f"{k} {v:,.0f}" for k, v in loop["stages"].items() if v)
+    stages = ", ".join(f"{k} {v:,.0f}" for k, v in loop["stages"].items() if v >= 0.5)
+    cycles = f"{loop['cycles']} cycle{'s' * (loop['cycles'] != 1)}"
     paid = {None: "not known", True: "yes", False: "no"}[ledger["pays"]]
     rate_text = ("target-only rate not measured" if rate is None else
                  f"target-only {rate['tokens_per_s']:.1f} tokens/s ({rate['engine']}, "
                  f"evaluations {', '.join(f'#{i}' for i in rate['evaluations'])})")
-    return (f"last {hours:g} h; {rate_text}; loop: {loop['cycles']} cycles, "
+    return (f"last {period_text(ledger['period_s'])}; {rate_text}; loop: {cycles}, "
             f"{loop['seconds']:,.0f} s ({stages or 'no stage timings'}); "
             f"paid for itself: {paid}" + (f" — {ledger['note']}" if ledger["note"] else ""))
 

@@ -127,11 +127,20 @@ def test_the_ledger_in_words_and_markdown() -> None:
     ledger = _ledger()
     text = summary(ledger)
     assert "last 2 h" in text and "10.0 tokens/s" in text and "#7" in text
-    assert "1 cycles" in text and "paid for itself: yes" in text
+    assert "1 cycle," in text and "paid for itself: yes" in text
     lines = ledger_markdown(ledger)
     assert lines[1].startswith("## Ledger")
     assert lines[-1].startswith("| (all) | 3 | 40 | 1.5 | 4.0 | 2.5 | 1.0 | 1.5 |")
     assert ledger_markdown(None) == []
+
+
+def test_a_period_under_an_hour_reads_in_minutes() -> None:
+    """The demo's ledger read "last 0.312904 h"."""
+    from autospec.controller.ledger_view import period_text
+
+    assert period_text(0.312904 * 3600) == "18.8 min"
+    assert period_text(2 * 3600) == "2 h" and period_text(24 * 3600) == "24 h"
+    assert period_text(36.4 * 3600) == "36.4 h" and period_text(59 * 60) == "59.0 min"
 
 
 def test_the_ledger_as_prometheus_gauges(monkeypatch) -> None:
