@@ -155,7 +155,6 @@ def main() -> int:
             f"({row['error_prompts_step_cost']:+.1%}), at replayed drafts "
             f"{row['at_replayed_drafts']:.3f}× ({row['error_at_replayed_drafts']:+.1%})")
     report["args"] = {k: v for k, v in vars(args).items() if k != "json"}
-    report["args"]["options"] = args.options
     report["loadavg"] = Path("/proc/loadavg").read_text().strip()
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1, default=str) + "\n")

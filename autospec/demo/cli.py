@@ -28,9 +28,10 @@ _QUICK, _FULL = PRESETS["quick"], PRESETS["full"]  # the help states their sizes
 
 def demo(
     quick: Annotated[bool, typer.Option(
-        "--quick", help="the short variant (30 requests of 40 tokens a phase: 7.4 minutes "
-        "measured on 2 idle CPU cores, 18 on vLLM) instead of the full one (48 of 64: 10.7-17.3 "
-        "minutes; README)")] = False,
+        "--quick", help=f"the short variant ({_QUICK.requests_per_phase} requests of "
+        f"{_QUICK.max_tokens} tokens a phase: 7.4 minutes measured on 2 idle CPU cores, 18 on "
+        f"vLLM) instead of the full one ({_FULL.requests_per_phase} of {_FULL.max_tokens}: "
+        "10.7-17.3 minutes; README)")] = False,
     out: Annotated[Path | None, typer.Option(
         help="report directory (default: ./autospec-demo-<time>); its data/ holds the "
         "store")] = None,

@@ -71,6 +71,11 @@ class RequestStats:
         return tau(self.num_accepted_tokens, self.num_drafts)
 
     @property
+    def drafts_per_step(self) -> float | None:
+        """Draft tokens proposed per step; None before any step."""
+        return self.num_draft_tokens / self.num_drafts if self.num_drafts else None
+
+    @property
     def acceptance_rate(self) -> float:
         """Accepted draft tokens / proposed draft tokens."""
         return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0

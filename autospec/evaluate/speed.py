@@ -204,8 +204,7 @@ def _decode_rates(engine: SpeculativeEngine, prompt: list[int],
     decoding = seconds - stats.ttft_s
     after = ((stats.output_tokens - 1) / decoding
              if stats.output_tokens > 1 and decoding > 0 else None)
-    drafts = stats.num_draft_tokens / stats.num_drafts if stats.num_drafts else None
-    return Decoded(rate, stats.tau, drafts, after)
+    return Decoded(rate, stats.tau, stats.drafts_per_step, after)
 
 
 def _quartiles(values: list[float]) -> list[float]:

@@ -119,9 +119,8 @@ def _round(engine: Any, prompts: list[list[int]], params: SamplingParams, k: int
     ended = time.perf_counter()
     seconds, decoding = ended - started, ended - max(firsts, default=ended)
     after = stats.output_tokens - len(firsts)
-    drafts = stats.num_draft_tokens / stats.num_drafts if stats.num_drafts else None
-    return Decoded(stats.output_tokens / seconds if seconds > 0 else 0.0, stats.tau, drafts,
-                   after / decoding if after > 0 and decoding > 0 else None)
+    return Decoded(stats.output_tokens / seconds if seconds > 0 else 0.0, stats.tau,
+                   stats.drafts_per_step, after / decoding if after > 0 and decoding > 0 else None)
 
 
 def measure_speedups_vllm(target: Target, speculators: Mapping[str, tuple[str, Any]],
