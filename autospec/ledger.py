@@ -21,6 +21,14 @@ On vLLM the measurement decodes ``concurrency`` requests at once and R is their 
 rate after the first token; a row's ``decode_s`` is then divided by the requests in flight
 it recorded, so both sides count seconds of the replica, not of each request.
 
+**R from a holdout.** Where the period holds at least :data:`HOLDOUT_MIN_REQUESTS`
+requests a native replica served with speculation off at random (its
+``holdout_fraction``, :mod:`autospec.serve.holdout`), R is theirs instead: their tokens
+after the first over their seconds after it — a control group timed in the period, at
+the load served, on the same traffic, where the gate's rate was timed earlier on a few
+prompts (``target_only.source``: ``holdout`` or ``gate``). The held-out rows stay in the
+tally: they saved nothing, which is what holding them out cost.
+
 **Spent.** The cycles that ended in the period: each one's wall time (start note to end
 note) and its stages (:mod:`autospec.controller.timings`: features, training, shadow,
 speed; ``other`` the rest). Cycles train on the whole window, so a segment's share of the
@@ -49,6 +57,7 @@ from autospec.store.models import utcnow
 #: the stages a cycle times (:mod:`autospec.controller.timings` writes them)
 STAGES = ("features", "training", "shadow", "speed")
 RATE_EVALUATIONS = 5  # newest evaluations whose target-only rates R is the median of
+HOLDOUT_MIN_REQUESTS = 10  # held-out requests in the period before R is theirs
 TOTAL = "(all)"  # the total line's name (kept apart from the segments' lines)
 
 
@@ -68,12 +77,15 @@ class Line:
 
 @dataclass(frozen=True)
 class Rate:
-    """R, the target-only rate the ledger divides by, and where it comes from."""
+    """R, the target-only rate the ledger divides by, and where it comes from: ``gate``
+    (the evaluations' speed measurements) or ``holdout`` (the period's held-out requests)."""
 
     tokens_per_s: float
     engine: str
     concurrency: int
     evaluations: list[int]
+    source: str = "gate"
+    requests: int = 0  # held-out requests R was timed on (source holdout)
 
 
 @dataclass
@@ -97,6 +109,19 @@ def pick_rate(rates: Sequence[TargetRate], until: datetime) -> Rate | None:
     return Rate(tokens_per_s=statistics.median(r.tokens_per_s for r in chosen),
                 engine=newest.engine, concurrency=newest.concurrency,
                 evaluations=[r.evaluation_id for r in chosen])
+
+
+def holdout_rate(rows: Sequence[DecodeRow], *,
+                 min_requests: int = HOLDOUT_MIN_REQUESTS) -> Rate | None:
+    """R from the period's held-out rows (served target-only at random, native engine:
+    :mod:`autospec.serve.holdout`): their tokens after the first over their seconds after
+    the first token; None under ``min_requests`` of them."""
+    held = [r for r in rows if r.holdout]
+    seconds = sum(r.seconds for r in held)
+    if len(held) < min_requests or seconds <= 0:
+        return None
+    return Rate(tokens_per_s=sum(r.tokens for r in held) / seconds, engine="native",
+                concurrency=1, evaluations=[], source="holdout", requests=len(held))
 
 
 def replica_seconds(row: DecodeRow, engine: str) -> float:
@@ -157,7 +182,7 @@ def account(rows: Sequence[DecodeRow], rates: Sequence[TargetRate],
             notes: Sequence[tuple[datetime, dict[str, Any]]], *, since: datetime,
             until: datetime) -> dict[str, Any]:
     """The ledger of a period from what the store holds (see the module doc), JSON-able."""
-    rate = pick_rate(rates, until)
+    rate = holdout_rate(rows) or pick_rate(rates, until)
     total, segments = tally(rows, rate)
     loop = loop_cost(notes, since)
     settle(total, segments, loop)
@@ -169,6 +194,8 @@ def account(rows: Sequence[DecodeRow], rates: Sequence[TargetRate],
         note = "no timed request in the period"
     return {"since": since, "until": until, "period_s": (until - since).total_seconds(),
             "target_only": asdict(rate) if rate else None,
+            "holdout": {"requests": sum(r.holdout for r in rows),
+                        "min_requests": HOLDOUT_MIN_REQUESTS},
             "total": asdict(total),
             "segments": [asdict(line) for line in segments],
             "loop": asdict(loop), "pays": None if total.net_s is None else total.net_s > 0,

@@ -22,9 +22,10 @@ The settings are one :class:`~autospec.bench.segments_request.SegmentsBenchReque
    request's segment version). Per segment and over the mix: τ, tokens/s, speedup over
    target-only and per-segment ÷ global, against the issue's goal (≥ 1.10 over the mix,
    never < 1.0 on a segment).
-5. **The ledger's check** (:mod:`autospec.bench.segments_ledger`): the ledger's saved
-   seconds for the segment arm's decodes, with R as the gate measures it, against the
-   target-only arm's decode seconds on the same requests (goal: within 25 %).
+5. **The ledger's checks** (:mod:`autospec.bench.segments_ledger`): the ledger's saved
+   seconds for the segment arm's decodes against the target-only arm's decode seconds on
+   the same requests (goal: within 25 %), with R as the gate measures it, and again with R
+   from a holdout (one request in three of the period served target-only).
 
 The tables are :mod:`autospec.bench.segments_print`'s.
 """
@@ -52,7 +53,7 @@ def run_segments_bench(bench: SegmentsBenchRequest) -> dict:
     """Traffic -> global and segment candidates -> picks -> both arms decoded; the report
     (also as JSON at ``bench.json_path`` as each stage finishes, markdown at ``output``)."""
     from autospec import store
-    from autospec.bench.segments_ledger import ledger_check
+    from autospec.bench.segments_ledger import holdout_check, ledger_check
     from autospec.bench.segments_measure import measure_arms, pick_versions
     from autospec.bench.segments_print import print_report, write_markdown
     from autospec.engine.target import load_target
@@ -83,6 +84,7 @@ def run_segments_bench(bench: SegmentsBenchRequest) -> dict:
                                           max_tokens=bench.max_new_tokens, progress=progress)
     report["goal"] = _goal(report["measured"])
     report["ledger_check"] = ledger_check(report["measured"], report["picks"])
+    report["ledger_check_holdout"] = holdout_check(report["measured"])
     report["loadavg_1min"]["end"] = os.getloadavg()[0]
     progress.finish()
     print_report(report)

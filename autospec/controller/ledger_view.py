@@ -32,6 +32,13 @@ def period_text(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.3g} h"
 
 
+def rate_source(rate: dict[str, Any]) -> str:
+    """Where R came from: the period's held-out requests or the gate's evaluations."""
+    if rate.get("source") == "holdout":
+        return f"{rate['requests']} held-out requests of the period"
+    return f"{rate['engine']}, evaluations {', '.join(f'#{i}' for i in rate['evaluations'])}"
+
+
 def summary(ledger: dict[str, Any]) -> str:
     """One line: the period, R, the loop's cycles and stages, whether it paid."""
     rate, loop = ledger["target_only"], ledger["loop"]
@@ -39,8 +46,7 @@ def summary(ledger: dict[str, Any]) -> str:
     cycles = f"{loop['cycles']} cycle{'s' * (loop['cycles'] != 1)}"
     paid = {None: "not known", True: "yes", False: "no"}[ledger["pays"]]
     rate_text = ("target-only rate not measured" if rate is None else
-                 f"target-only {rate['tokens_per_s']:.1f} tokens/s ({rate['engine']}, "
-                 f"evaluations {', '.join(f'#{i}' for i in rate['evaluations'])})")
+                 f"target-only {rate['tokens_per_s']:.1f} tokens/s ({rate_source(rate)})")
     return (f"last {period_text(ledger['period_s'])}; {rate_text}; loop: {cycles}, "
             f"{loop['seconds']:,.0f} s ({stages or 'no stage timings'}); "
             f"paid for itself: {paid}" + (f" — {ledger['note']}" if ledger["note"] else ""))

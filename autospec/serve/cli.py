@@ -88,6 +88,11 @@ def serve(
         "that load; see docs/vllm.md, 'Speed at the load served'); on vLLM the batch size of "
         "a step, on the native engine the requests in flight when one starts; `autospec bench "
         "serve --engine vllm --concurrency 1,4,8` shows where speculation stops paying")] = None,
+    holdout_fraction: Annotated[float, typer.Option(
+        min=0.0, max=0.5, help="share of requests served with speculation off, drawn at "
+        "random (native engine only): the ledger's control group, whose decode rate is its "
+        "target-only rate for the period, timed at the load served (docs/ledger.md); 0: "
+        "none")] = 0.0,
     engine: Annotated[str, typer.Option(help=ENGINE_HELP)] = "auto",
     vllm_option: Annotated[list[str] | None, typer.Option(
         help="--engine vllm: a vLLM engine argument as KEY=VALUE (VALUE as JSON, else a "
@@ -150,7 +155,8 @@ def serve(
         config = ServeConfig.model_validate(dict(  # the options' strings, checked by it
             target=target, replicas=replicas, max_ongoing_requests=max_ongoing_requests,
             max_pending_requests=max_pending_requests, max_queue_wait_s=max_queue_wait_s,
-            speculator_k=speculator_k, k_bands=k_bands, speculation=speculation,
+            speculator_k=speculator_k, k_bands=k_bands, holdout_fraction=holdout_fraction,
+            speculation=speculation,
             deployment=deployment, dtype=dtype,
             engine=engine, vllm_options=_engine_options(vllm_option or []),
             vllm_api_options=_engine_options(vllm_api_option or [], "--vllm-api-option"),

@@ -37,6 +37,11 @@ __all__ = ["BUILTIN_VERSION", "OFF_VERSION", "ServeConfig"]
 
 #: the version name served with speculation off (target-only decoding)
 OFF_VERSION = "off"
+#: why a holdout is refused on vLLM (autospec/serve/holdout.py)
+HOLDOUT_ON_VLLM = (
+    "holdout_fraction needs the native engine: in a vLLM batch a request without drafts "
+    "still waits for the step that verifies the others' drafts, so its rate is not the "
+    "target's alone (the ledger keeps the gate's rate on vLLM; docs/ledger.md)")
 
 
 class ServeConfig(BaseModel):
@@ -71,6 +76,11 @@ class ServeConfig(BaseModel):
         "batch size of a step, on the native engine the requests in flight when one starts; "
         "`autospec bench serve --engine vllm --concurrency 1,4,8` shows where speculation "
         "stops paying")
+    holdout_fraction: float = Field(
+        0.0, ge=0.0, le=0.5, description="share of requests served with speculation off, "
+        "drawn at random (native engine only): the ledger's control group, whose decode "
+        "rate is its target-only rate for the period, timed at the load served "
+        "(docs/ledger.md); 0: none")
     segments: list[SegmentRule] = Field(
         default_factory=list, description="segment rules, first match wins: each names a "
         "`segment` and matches by `model`, `system_sha256` (hex prefix) and/or `header` + "
@@ -154,6 +164,12 @@ class ServeConfig(BaseModel):
                 f"max_ongoing_requests ({ongoing}) must exceed max_pending_requests "
                 f"({self.max_pending_requests}): otherwise Ray Serve refuses overload with its "
                 "own text/plain 503 before the replica can answer in the OpenAI shape")
+        return self
+
+    @model_validator(mode="after")
+    def _holdout_on_native(self) -> ServeConfig:
+        if self.holdout_fraction and self.engine == "vllm":
+            raise ValueError(HOLDOUT_ON_VLLM)
         return self
 
     @property

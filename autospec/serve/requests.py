@@ -47,6 +47,8 @@ class Prepared:
     #: vLLM's OpenAI layer: the settings beyond autospec's, what replay cannot apply and the
     #: logprobs asked (:mod:`autospec.serve.vllm_openai`)
     vllm: dict[str, Any] | None = None
+    #: served with speculation off as the ledger's control group (autospec/serve/holdout.py)
+    held_out: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,3 +133,21 @@ class Overloaded(APIError):
     def queued_too_long(cls, waited_s: float, bound_s: float) -> Overloaded:
         return cls(f"server overloaded: the request waited {waited_s:.1f}s in this replica's "
                    f"queue without starting (max_queue_wait_s {bound_s:g}); retry shortly")
+
+
+def end_user(ctx: RequestContext) -> dict[str, Any]:
+    """A traffic row's end-user id, when the request named one (an opted-out row drops it)."""
+    return {} if ctx.user is None else {"user": ctx.user}
+
+
+def shaping(params: SamplingParams) -> dict[str, Any]:
+    """A traffic row's logit bias and penalties, when a request set them (replay applies
+    them)."""
+    out: dict[str, Any] = {}
+    if params.logit_bias:
+        out["logit_bias"] = {str(t): b for t, b in params.logit_bias}
+    if params.presence_penalty:
+        out["presence_penalty"] = params.presence_penalty
+    if params.frequency_penalty:
+        out["frequency_penalty"] = params.frequency_penalty
+    return out

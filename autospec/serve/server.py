@@ -57,10 +57,11 @@ from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target, load_target
 from autospec.numerics import record_served
 from autospec.serve.bands import drafted_fewer
-from autospec.serve.config import ServeConfig
+from autospec.serve.config import HOLDOUT_ON_VLLM, OFF_VERSION, ServeConfig
 from autospec.serve.decode import Decoder, ThreadDecoder
 from autospec.serve.engines import DEFAULT_DEVICE, engine_parts
 from autospec.serve.errors import APIError
+from autospec.serve.holdout import Holdout
 from autospec.serve.kernel_caches import CACHE_VARS
 from autospec.serve.load import InFlight
 from autospec.serve.metrics import ServeMetrics
@@ -72,9 +73,12 @@ from autospec.serve.requests import (
     RequestContext,
     Served,
     Streamed,
+    end_user,
+    shaping,
 )
 from autospec.serve.schemas import ChatCompletionRequest, CompletionRequest, _Request
 from autospec.serve.versions import ServedVersion, VersionManager
+from autospec.store.ledger import HOLDOUT_KEY
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +109,8 @@ class LLMServer:
         self._lock = threading.Lock()
         self._load = InFlight()  # admitted and not finished, over time; guarded by _lock
         self._closed = False
+        #: which requests are served with speculation off (autospec/serve/holdout.py)
+        self.holdout = Holdout(config.holdout_fraction)
         versions.on_swap = self._on_swap
         versions.on_failure = lambda _version, _reason: self.metrics.load_failures.inc()
         cur = versions.current
@@ -123,6 +129,8 @@ class LLMServer:
         log.info("replica engine: %s%s", engine, " (auto)" if config.engine == AUTO else "")
         if engine == "vllm":
             check_vllm_installed()
+            if config.holdout_fraction:
+                raise ValueError(HOLDOUT_ON_VLLM)
         target = load_target(config.target, dtype=config.dtype,
                              device=config.device or DEFAULT_DEVICE[engine])
         need_db = config.log_traffic or config.speculation == "live"
@@ -228,9 +236,13 @@ class LLMServer:
         self.check_features(req)
         # the version this request is served by, to the end: its segment's, else the live one
         version = self.versions.for_segment(ctx.segment)
+        held_out = version.name != OFF_VERSION and self.holdout.draw()
+        if held_out:  # the ledger's control group: speculation off for this one
+            version = self.versions.target_only
         params = self._params(req, max_tokens, len(ids), version)
         version.engine.check_request(ids, params)  # RequestError -> 400
-        return Prepared(ctx, ids, text, params, version, n=req.n, logprobs=req.wanted_logprobs)
+        return Prepared(ctx, ids, text, params, version, n=req.n, logprobs=req.wanted_logprobs,
+                        held_out=held_out)
 
     def check_features(self, req: _Request) -> None:
         """A 400 for what this engine does not serve: autospec's engine decodes one choice
@@ -422,25 +434,11 @@ class LLMServer:
                "stop": list(params.stop), "ignore_eos": params.ignore_eos,
                "k": s.version.engine.k if s.k is None else s.k, "route": p.ctx.route,
                "concurrency": round(s.concurrency, 3), "in_flight": s.in_flight,
-               **_shaping(params), **_user(p.ctx), **self.decoder.record(p, s)}
+               **shaping(params), **end_user(p.ctx), **self.decoder.record(p, s)}
+        if p.held_out:
+            out[HOLDOUT_KEY] = True
         if drafted_fewer(s.version.engine.k, k=s.k, bands=out.get("k_bands"),
                          in_flight=s.in_flight, concurrency=s.concurrency):
             out["banded"] = True
         return out
 
-
-def _user(ctx: RequestContext) -> dict[str, Any]:
-    """The row's end-user id, when the request named one (an opted-out row drops it)."""
-    return {} if ctx.user is None else {"user": ctx.user}
-
-
-def _shaping(params: SamplingParams) -> dict[str, Any]:
-    """The row's logit bias and penalties, when a request set them (replay applies them)."""
-    out: dict[str, Any] = {}
-    if params.logit_bias:
-        out["logit_bias"] = {str(t): b for t, b in params.logit_bias}
-    if params.presence_penalty:
-        out["presence_penalty"] = params.presence_penalty
-    if params.frequency_penalty:
-        out["frequency_penalty"] = params.frequency_penalty
-    return out

@@ -150,6 +150,7 @@ class VersionManager:
         self._segment_failed: dict[str, tuple[str, int]] = {}  # refused (no retry)
         self._trim_due: float | None = None  # monotonic time to return freed memory
         self._sizes: dict[str, int | None] = {}  # version -> speculator bytes, counted
+        self._target_only: ServedVersion | None = None  # the holdout's (target_only)
 
     def _initial(self, speculation: bool) -> ServedVersion | None:
         """What the replica serves before (or without) following the pointer (None: nothing
@@ -173,6 +174,14 @@ class VersionManager:
         else :attr:`current` (read it once per request)."""
         held = self._by_segment.get(segment) if segment is not None else None
         return held if held is not None else self.current
+
+    @property
+    def target_only(self) -> ServedVersion:
+        """Speculation off, for the requests the replica holds out (autospec/serve/holdout.py):
+        made on first use, sharing the target."""
+        if self._target_only is None:
+            self._target_only = off_version(self.target)
+        return self._target_only
 
     @property
     def segments(self) -> dict[str, str]:

@@ -21,6 +21,7 @@ from autospec.store.load import recorded_concurrency
 from autospec.store.models import Evaluation, Event, Request
 
 TARGET_ONLY = "target-only"  # the baseline's name in an evaluation's speed record
+HOLDOUT_KEY = "holdout"  # a held-out row's ``sampling`` mark (autospec/serve/holdout.py)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class DecodeRow:
     tokens: int
     seconds: float
     concurrency: float | None  # mean requests in flight on its replica (None: not recorded)
+    holdout: bool = False  # served with speculation off as the ledger's control group
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ def decode_rows(session: Session, *, deployment: str, since: datetime,
         Request.ttft_ms >= 0, Request.output_tokens > 1)
     return [DecodeRow(segment=r.segment, version=r.speculator_version,
                       tokens=r.output_tokens - 1, seconds=(r.latency_ms - r.ttft_ms) / 1e3,
-                      concurrency=recorded_concurrency(r.sampling))
+                      concurrency=recorded_concurrency(r.sampling),
+                      holdout=bool((r.sampling or {}).get(HOLDOUT_KEY)))
             for r in session.execute(query)]
 
 

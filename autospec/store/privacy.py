@@ -65,10 +65,11 @@ def no_redaction(text: str) -> str:
 #: the ``sampling`` entries an opted-out row keeps: numbers the server reads, no client text
 #: (``engine`` and ``vllm_spec_decode``: what served the request and vLLM's acceptance of it;
 #: ``concurrency``, ``in_flight``, ``k_bands`` and ``banded``: the load it was served under
-#: and whether a band drafted fewer tokens for it)
+#: and whether a band drafted fewer tokens for it; ``holdout``: served with speculation off
+#: as the ledger's control group)
 OPT_OUT_SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "ignore_eos", "k",
                          "route", "engine", "vllm_spec_decode", "concurrency", "in_flight",
-                         "k_bands", "banded")
+                         "k_bands", "banded", "holdout")
 
 
 def apply_privacy(row: dict[str, Any], redact: Redactor | None) -> dict[str, Any]:

@@ -84,9 +84,22 @@ def test_both_arms_decode_the_same_requests_and_ratios_come_from_them_tiny(
     assert check["ledger_saved_s"] == pytest.approx(tokens / rate - spent[SEGMENT])
     assert check["replay_saved_s"] == pytest.approx(spent[TARGET_ONLY] - spent[SEGMENT])
     assert "ledger check" in result.output
+    held = report["ledger_check_holdout"]  # round 3 of 4 held out: R is its target-only rate
+    rest = [r for i, r in enumerate(rounds) if i != 2]
+    own = (rounds[2]["tokens"][TARGET_ONLY] - 1) / spent_in(rounds[2], TARGET_ONLY)
+    assert held["held_out"] == 1 and held["rate_tokens_per_s"] == pytest.approx(own)
+    assert held["replay_saved_s"] == pytest.approx(
+        sum(spent_in(r, TARGET_ONLY) - spent_in(r, SEGMENT) for r in rest))
+    assert held["ledger_saved_s"] == pytest.approx(
+        sum((r["tokens"][SEGMENT] - 1) / own - spent_in(r, SEGMENT) for r in rest))
+    assert "R from 1 held-out request" in result.output
     assert "picked" in result.output and "(4/4)" in result.output  # progress lines
     text = (tmp_path / "s.md").read_text()
     assert "| mix | 4 |" in text and "| json | 2 |" in text and "goal (segment" in text
+
+
+def spent_in(rec: dict, arm: str) -> float:
+    return rec["seconds"][arm] - rec["ttft"][arm]
 
 
 @pytest.mark.slow

@@ -14,9 +14,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from autospec.controller.ledger_view import ledger_markdown, summary
 from autospec.controller.timings import StageTimer
 from autospec.ledger import (
+    HOLDOUT_MIN_REQUESTS,
     RATE_EVALUATIONS,
     Loop,
     account,
+    holdout_rate,
     loop_cost,
     pick_rate,
     replica_seconds,
@@ -74,6 +76,32 @@ def test_without_a_rate_nothing_is_saved_or_netted() -> None:
     assert total.saved_s is None and total.net_s is None and total.loop_s == 2.0
     ledger = account(_rows(), [], [], since=T, until=T + timedelta(hours=1))
     assert ledger["pays"] is None and "no target-only rate" in ledger["note"]
+
+
+def _held(n: int, tokens: int = 10, seconds: float = 2.0) -> list[DecodeRow]:
+    return [DecodeRow("a", "off", tokens, seconds, None, holdout=True) for _ in range(n)]
+
+
+def test_held_out_requests_of_the_period_give_r_where_there_are_enough() -> None:
+    """R is the held-out rows' rate (5 tokens/s), not the gate's 10, once the period holds
+    HOLDOUT_MIN_REQUESTS of them; they stay in the tally and save nothing."""
+    gate = [_rate(7, 10.0, 0)]
+    rows = _rows() + _held(HOLDOUT_MIN_REQUESTS)
+    rate = holdout_rate(rows)
+    assert rate is not None and rate.source == "holdout" and rate.tokens_per_s == 5.0
+    assert rate.requests == HOLDOUT_MIN_REQUESTS and rate.evaluations == []
+    ledger = account(rows, gate, [], since=T, until=T + timedelta(hours=1))
+    assert ledger["target_only"]["source"] == "holdout"
+    assert ledger["holdout"]["requests"] == HOLDOUT_MIN_REQUESTS
+    total = ledger["total"]
+    # 40 speculative tokens at 5/s = 8 s, decoded in 1.5 s; the held-out rows: 0 saved
+    assert total["saved_s"] == pytest.approx(8.0 - 1.5)
+    assert "10 held-out requests of the period" in summary({"deployment": "d", **ledger})
+    fewer = _rows() + _held(HOLDOUT_MIN_REQUESTS - 1)
+    assert holdout_rate(fewer) is None
+    kept = account(fewer, gate, [], since=T, until=T + timedelta(hours=1))
+    assert kept["target_only"]["source"] == "gate" and kept["target_only"]["tokens_per_s"] == 10
+    assert holdout_rate(_held(HOLDOUT_MIN_REQUESTS, seconds=0.0)) is None
 
 
 def test_the_loop_is_the_cycles_that_ended_in_the_period() -> None:
