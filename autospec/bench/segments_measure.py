@@ -118,17 +118,30 @@ def measure_arms(target: Target, specs: Mapping, picks: dict,
 
 def figures(records: list[dict]) -> dict:
     """τ, tokens/s, speedup over target-only and identical outputs of each arm over
-    ``records`` (rounds), and the segment arm's tokens/s over the global arm's."""
+    ``records`` (rounds), and the segment arm's tokens/s over the global arm's: over whole
+    decodes (what a client waits for) and after the first token (``decode_``: prefill left
+    out, as the gate's rounds compare)."""
     arms = {}
     for arm in ARMS:
         tokens = sum(r["tokens"][arm] for r in records)
         seconds = sum(r["seconds"][arm] for r in records)
+        after = sum(r["seconds"][arm] - r["ttft"][arm] for r in records)
         arms[arm] = {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                     "decode_tokens_per_s": (tokens - len(records)) / after if after > 0
+                     else None,
                      "tau": tau(sum(r["accepted"][arm] for r in records),
                                 sum(r["steps"][arm] for r in records)),
                      "versions": sorted({r["version"][arm] for r in records})}
     for arm in (GLOBAL, SEGMENT):
         arms[arm]["speedup"] = arms[arm]["tokens_per_s"] / arms[TARGET_ONLY]["tokens_per_s"]
+        arms[arm]["decode_speedup"] = _ratio(arms[arm], arms[TARGET_ONLY])
         arms[arm]["identical"] = sum(r["identical"][arm] for r in records)
     return {"requests": len(records), "arms": arms,
-            "segment_over_global": arms[SEGMENT]["tokens_per_s"] / arms[GLOBAL]["tokens_per_s"]}
+            "segment_over_global": arms[SEGMENT]["tokens_per_s"] / arms[GLOBAL]["tokens_per_s"],
+            "segment_over_global_decode": _ratio(arms[SEGMENT], arms[GLOBAL])}
+
+
+def _ratio(a: dict, b: dict) -> float | None:
+    """``a``'s rate after the first token over ``b``'s (None where either is unknown)."""
+    x, y = a["decode_tokens_per_s"], b["decode_tokens_per_s"]
+    return x / y if x and y else None

@@ -71,6 +71,11 @@ def test_both_arms_decode_the_same_requests_and_ratios_come_from_them_tiny(
         assert arms[TARGET_ONLY]["tau"] == pytest.approx(1.0)
         assert group["segment_over_global"] == pytest.approx(
             _recomputed(mine, SEGMENT) / _recomputed(mine, GLOBAL))
+        after = {a: sum(r["tokens"][a] - 1 for r in mine) / sum(spent_in(r, a) for r in mine)
+                 for a in ARMS}
+        assert arms[SEGMENT]["decode_tokens_per_s"] == pytest.approx(after[SEGMENT])
+        assert arms[GLOBAL]["decode_speedup"] == pytest.approx(after[GLOBAL] / after[TARGET_ONLY])
+        assert group["segment_over_global_decode"] == pytest.approx(after[SEGMENT] / after[GLOBAL])
     goal = report["goal"]
     worst = min(s["segment_over_global"] for s in measured["segments"].values())
     assert goal["worst_segment_ratio"] == pytest.approx(worst)
@@ -142,7 +147,7 @@ def test_figures_sum_tokens_and_seconds_over_the_rounds() -> None:
     def rnd(tokens: dict[str, int], seconds: dict[str, float], steps: dict[str, int],
             accepted: dict[str, int]) -> dict:
         return {"segment": "json", "tokens": tokens, "seconds": seconds, "steps": steps,
-                "accepted": accepted, "identical": {GLOBAL: True, SEGMENT: False},
+                "accepted": accepted, "ttft": dict.fromkeys(ARMS, 0.1), "identical": {GLOBAL: True, SEGMENT: False},
                 "version": {TARGET_ONLY: TARGET_ONLY, GLOBAL: "global/suffix",
                             SEGMENT: "json/eagle3"}}
 
@@ -161,6 +166,10 @@ def test_figures_sum_tokens_and_seconds_over_the_rounds() -> None:
     assert arms[GLOBAL]["tokens_per_s"] == pytest.approx(20.0)  # 40 in 2 s, not a mean of rates
     assert arms[SEGMENT]["speedup"] == pytest.approx(2.0)
     assert out["segment_over_global"] == pytest.approx(1.0)
+    # after the first token (0.1 s each): target-only 38 tokens in 3.8 s, global 38 in 1.8 s
+    assert arms[TARGET_ONLY]["decode_tokens_per_s"] == pytest.approx(10.0)
+    assert arms[GLOBAL]["decode_speedup"] == pytest.approx(38 / 1.8 / 10.0)  # above 2.0
+    assert out["segment_over_global_decode"] == pytest.approx(1.0)
     assert arms[GLOBAL]["tau"] == pytest.approx((26 + 14) / 14)
     assert arms[TARGET_ONLY]["tau"] == pytest.approx(1.0)
     assert (arms[GLOBAL]["identical"], arms[SEGMENT]["identical"]) == (2, 0)
