@@ -33,10 +33,11 @@ def ledger(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
-    """Decode time saved by speculation (tokens served ÷ the target-only rate the gate
-    measured, minus the decode time the requests took) against the time the controller's
-    cycles spent (features, training, shadow evaluation, speed measurement), and the net,
-    per segment and in total. See docs/ledger.md."""
+    """Decode time saved by speculation (tokens served ÷ the target-only rate, minus the
+    decode time the requests took) against the time the controller's cycles spent
+    (features, training, shadow evaluation, speed measurement), and the net, per segment
+    and in total. The target-only rate is the period's held-out requests' where there are
+    10 (serve --holdout-fraction), else the gate's. See docs/ledger.md."""
     from autospec.controller.ledger_view import ledger_table
     from autospec.ledger import ledger_for
     from autospec.store.cli import parse_duration

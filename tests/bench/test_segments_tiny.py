@@ -147,7 +147,8 @@ def test_figures_sum_tokens_and_seconds_over_the_rounds() -> None:
     def rnd(tokens: dict[str, int], seconds: dict[str, float], steps: dict[str, int],
             accepted: dict[str, int]) -> dict:
         return {"segment": "json", "tokens": tokens, "seconds": seconds, "steps": steps,
-                "accepted": accepted, "ttft": dict.fromkeys(ARMS, 0.1), "identical": {GLOBAL: True, SEGMENT: False},
+                "accepted": accepted, "ttft": dict.fromkeys(ARMS, 0.1),
+                "identical": {GLOBAL: True, SEGMENT: False},
                 "version": {TARGET_ONLY: TARGET_ONLY, GLOBAL: "global/suffix",
                             SEGMENT: "json/eagle3"}}
 

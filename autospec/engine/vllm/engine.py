@@ -192,9 +192,11 @@ class VllmEngine:
         (``n`` choices; ``logprobs``: alternatives per token, None for none).
 
         Closing the iterator early aborts the request in vLLM."""
+        from vllm.inputs import tokens_input  # rendered: a raw prompt is deprecated in 0.32
+
         sampling = vllm_sampling(params, n=n, logprobs=logprobs)
-        async for output in self.generate_raw({"prompt_token_ids": list(prompt_ids)},
-                                              sampling, request_id):
+        async for output in self.generate_raw(tokens_input(list(prompt_ids)), sampling,
+                                              request_id):
             yield output
 
     async def generate_raw(self, prompt: Any, sampling_params: Any, request_id: str,
