@@ -119,4 +119,5 @@ def ledger_text(check: dict | None) -> str:
             f"replay): {'reached' if check['reached'] else 'NOT reached'} — ledger "
             f"{check['ledger_saved_s']:.2f} s saved (R {check['rate_tokens_per_s']:.1f} "
             f"tokens/s) vs replay {check['replay_saved_s']:.2f} s "
-            f"({check['relative_error']:.0%} off) over {check['requests']} requests")
+            f"({check['relative_error']:.0%} off) over {check['requests'] - n} requests"
+            + (f" ({n} more held out)" if n else ""))

@@ -32,6 +32,8 @@ def test_a_holdout_timed_in_the_period_follows_a_load_the_gate_missed() -> None:
     assert held["replay_saved_s"] == pytest.approx(4.0)  # the 4 requests served by the arm
     assert held["ledger_saved_s"] == pytest.approx(4.0) and held["reached"]
     assert "R from 2 held-out requests" in ledger_text(held) and "reached" in ledger_text(held)
+    assert "over 4 requests (2 more held out)" in ledger_text(held)
+    assert "R the gate's" in ledger_text(gate) and "over 6 requests" in ledger_text(gate)
     assert "R the gate's" in ledger_text(gate) and "NOT reached" in ledger_text(gate)
 
 
