@@ -123,21 +123,30 @@ def _predict(m: Any, replayed: dict[str, Any], truth: Any, src: str,
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--target", default="smollm2-135m")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--engine", choices=["native", "vllm"], default="vllm")
+    p.add_argument("--target", default="smollm2-135m", help="target: a name or directory")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="target dtype (float32: replay equals the engine's acceptance)")
+    p.add_argument("--engine", choices=["native", "vllm"], default="vllm",
+                   help="the engine the rounds are timed on")
     p.add_argument("--domains", default="json,support",
                    help="two or three of support, coding, json")
     p.add_argument("--train", type=int, default=24, help="requests per domain indexed")
     p.add_argument("--heldout", type=int, default=8, help="held-out prompts per domain")
     p.add_argument("--train-tokens", type=int, default=64, help="tokens per indexed request")
     p.add_argument("--max-tokens", type=int, default=32, help="tokens per timed decode")
-    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--k", type=int, default=5, help="draft tokens per step")
     p.add_argument("--concurrency", type=int, default=4, help="vLLM: requests at once")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds per prompt set")
+    p.add_argument("--seed", type=int, default=1, help="which prompts each domain draws")
+    p.add_argument("--json", type=Path, default=None, help="write the report here")
     args = p.parse_args()
+    from autospec.workloads import DOMAINS
+
+    domains = args.domains.split(",")
+    unknown = sorted(set(domains) - set(DOMAINS))
+    if unknown or not 2 <= len(set(domains)) <= 3:
+        p.error(f"--domains: give two or three of {', '.join(sorted(DOMAINS))}"
+                + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
     args.options = {"enforce_eager": True, "kv_cache_memory_bytes": 256 << 20}
 
     from autospec.engine.target import load_target
@@ -146,7 +155,7 @@ def main() -> int:
     started = time.perf_counter()
     target = load_target(args.target, dtype=args.dtype)
     prompts = {d: [target.encode_chat(c) for c in domain_prompts(
-        d, args.train + args.heldout, args.seed)] for d in args.domains.split(",")}
+        d, args.train + args.heldout, args.seed)] for d in domains}
     report = check(target, prompts, args,
                    lambda text: say(f"[{time.perf_counter() - started:6.0f} s] {text}"))
     for row in report["predictions"]:

@@ -43,3 +43,15 @@ def test_each_domain_predicts_the_other_both_ways_tiny_random_init(tiny) -> None
         assert row["error_at_replayed_drafts"] == pytest.approx(
             row["at_replayed_drafts"] / row["decoded"] - 1)
     assert any("measuring speed" in line for line in lines)
+
+
+@pytest.mark.parametrize("domains", ["json,legal", "json", "json,json"])
+def test_domains_it_cannot_check_are_a_usage_error(domains: str, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    script = _script()
+    monkeypatch.setattr("sys.argv", ["step_cost_check.py", "--domains", domains])
+    with pytest.raises(SystemExit) as exit_:
+        script.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--domains: give two or three of coding, json, support" in err
+    assert ("unknown: legal" in err) == ("legal" in domains)
