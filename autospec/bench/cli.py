@@ -321,7 +321,8 @@ def train(
     from pydantic import ValidationError
 
     from autospec.bench.train import run_train_bench
-    from autospec.bench.train_request import TrainBenchRequest, first_error
+    from autospec.bench.train_request import TrainBenchRequest
+    from autospec.option_errors import first_error
 
     try:  # one field per option, same names (tests/bench/test_train_request.py)
         request = TrainBenchRequest(
@@ -382,7 +383,7 @@ def segments(
 
     from autospec.bench.segments import run_segments_bench
     from autospec.bench.segments_request import HeldoutTooSmall, SegmentsBenchRequest
-    from autospec.bench.train_request import first_error
+    from autospec.option_errors import first_error
 
     try:  # one field per option, same names (tests/bench/test_segments_request.py)
         request = SegmentsBenchRequest(

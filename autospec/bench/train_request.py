@@ -16,7 +16,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -99,13 +98,3 @@ def check_bench_input(*, domain: str, kinds: tuple[str, ...], variants: tuple[st
                          f"add {VARIANT_KIND} to --kinds")
     if not 0.0 < synthetic_share < 1.0 and "synthetic" in variants:
         raise ValueError(f"--synthetic-share must be in (0, 1), got {synthetic_share}")
-
-
-def first_error(exc: ValidationError) -> str:
-    """A request's first error in the words of its check (pydantic's ``Value error, ``
-    prefix dropped), after the option it concerns where it concerns one field."""
-    error = exc.errors()[0]
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if not error["loc"]:
-        return message
-    return f"--{str(error['loc'][0]).replace('_', '-')}: {message}"

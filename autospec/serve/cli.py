@@ -140,6 +140,7 @@ def serve(
     """Serve the target with speculative decoding over an OpenAI-compatible HTTP API."""
     from pydantic import ValidationError
 
+    from autospec.option_errors import option_errors
     from autospec.serve.config import ServeConfig
 
     if detach and address is None:
@@ -165,7 +166,7 @@ def serve(
             segments=_segment_rules(segment_rules),
             api_key_file=api_key_file.resolve() if api_key_file else None))
     except ValidationError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        raise typer.BadParameter(option_errors(exc)) from None
     _check_key_file(config.api_key_file)
     _check_api_options(config.vllm_api_options)
     config = config.model_copy(update={"database_url": _prepare_database(database_url)})

@@ -33,6 +33,16 @@ def test_a_bad_option_value_is_a_usage_error():
     assert out.exit_code == 2 and "speculation" in out.output
 
 
+def test_a_whole_config_check_is_a_usage_error_without_pydantics_dump():
+    """A check over several fields (no option to name) reads as its message alone: not
+    pydantic's dump of every option's value, which may hold an API key."""
+    out = CliRunner().invoke(app, ["serve", "--engine", "vllm", "--holdout-fraction", "0.1",
+                                   "--api-key", "sk-secret-key"])
+    assert out.exit_code == 2 and "holdout_fraction needs the native engine" in out.output
+    assert "input_value" not in out.output and "errors.pydantic.dev" not in out.output
+    assert "sk-secret" not in out.output
+
+
 def test_the_serve_config_file_builds_the_application():
     config = yaml.safe_load((ROOT / "ops" / "serve_config.yaml").read_text())
     [application] = config["applications"]
