@@ -166,7 +166,7 @@ def serve(
             segments=_segment_rules(segment_rules),
             api_key_file=api_key_file.resolve() if api_key_file else None))
     except ValidationError as exc:
-        raise typer.BadParameter(option_errors(exc)) from None
+        raise typer.BadParameter(option_errors(exc, OPTION_OF)) from None
     _check_key_file(config.api_key_file)
     _check_api_options(config.vllm_api_options)
     config = config.model_copy(update={"database_url": _prepare_database(database_url)})
