@@ -14,11 +14,14 @@ aggregate them with ``max by (segment)``, not ``sum``.
 | ``autospec:ledger_decode_seconds{segment}`` | decode seconds the requests took |
 | ``autospec:ledger_loop_seconds{segment}`` | the cycles' seconds (a segment: its share) |
 | ``autospec:ledger_net_seconds{segment}`` | saved − loop |
-| ``autospec:ledger_target_only_tokens_per_second`` | R, the gate's target-only rate |
+| ``autospec:ledger_target_only_tokens_per_second`` | R, the target-only rate (below) |
+| ``autospec:ledger_holdout_requests`` | the period's held-out requests (below) |
 | ``autospec:ledger_period_seconds`` | the period the figures cover |
 
-The total is the series with ``segment="(all)"``. Figures that cannot be known (no
-measured target-only rate) are left out rather than exported as 0.
+R is the rate of the period's requests served with speculation off as the control group
+(:mod:`autospec.serve.holdout`) where there are :data:`~autospec.ledger.HOLDOUT_MIN_REQUESTS`
+of them, else the gate's. The total is the series with ``segment="(all)"``. Figures that
+cannot be known (no measured target-only rate) are left out rather than exported as 0.
 """
 
 from __future__ import annotations
@@ -82,8 +85,13 @@ class LedgerCollector:
             yield family
         if ledger["target_only"] is not None:
             yield GaugeMetricFamily("autospec:ledger_target_only_tokens_per_second",
-                                    "Target-only tokens/s the gate measured (the ledger's R).",
+                                    "Target-only tokens/s (the ledger's R): the period's "
+                                    "held-out requests', else the gate's measurement.",
                                     value=ledger["target_only"]["tokens_per_s"])
+        yield GaugeMetricFamily("autospec:ledger_holdout_requests",
+                                "Requests of the period served with speculation off as the "
+                                "ledger's control group.",
+                                value=ledger["holdout"]["requests"])
         yield GaugeMetricFamily("autospec:ledger_period_seconds",
                                 "The period the ledger's figures cover.",
                                 value=ledger["period_s"])

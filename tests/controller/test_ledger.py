@@ -190,6 +190,7 @@ def test_the_ledger_as_prometheus_gauges(monkeypatch) -> None:
     assert 'autospec:ledger_net_seconds{segment="a"}' in text
     assert "autospec:ledger_target_only_tokens_per_second 10.0" in text
     assert "autospec:ledger_period_seconds 7200.0" in text
+    assert "autospec:ledger_holdout_requests 0.0" in text  # R is the gate's
 
 
 def test_the_gauges_from_a_real_store_leave_out_what_is_not_known(tmp_path) -> None:  # type: ignore[no-untyped-def]
