@@ -236,11 +236,12 @@ class LLMServer:
         self.check_features(req)
         # the version this request is served by, to the end: its segment's, else the live one
         version = self.versions.for_segment(ctx.segment)
-        held_out = version.name != OFF_VERSION and self.holdout.draw()
-        if held_out:  # the ledger's control group: speculation off for this one
-            version = self.versions.target_only
         params = self._params(req, max_tokens, len(ids), version)
         version.engine.check_request(ids, params)  # RequestError -> 400
+        # the ledger's control group: speculation off for this one, limits as for the rest
+        held_out = version.name != OFF_VERSION and self.holdout.draw()
+        if held_out:
+            version = self.versions.target_only
         return Prepared(ctx, ids, text, params, version, n=req.n, logprobs=req.wanted_logprobs,
                         held_out=held_out)
 

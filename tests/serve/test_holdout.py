@@ -73,3 +73,25 @@ def test_a_holdout_is_refused_on_vllm_and_bounded() -> None:
     with pytest.raises(ValidationError, match="holdout_fraction"):
         ServeConfig(holdout_fraction=0.9)
     assert ServeConfig(engine="vllm").holdout_fraction == 0.0
+
+
+def test_a_held_out_request_keeps_the_limits_of_the_version_it_was_drawn_from(tiny_llm) -> None:  # type: ignore[no-untyped-def]
+    """Holding a request out must not change what the client may ask: a request that only
+    fits without the version's k drafts is refused either way (not at random)."""
+    from fastapi.testclient import TestClient
+
+    from autospec.serve.http import make_app
+
+    server = make_server(tiny_llm, None, poll_interval_s=60)
+    context, k = tiny_llm.info.max_position_embeddings, server.versions.current.engine.k
+    prompt = list(range(1, 9))
+    body = {"prompt": prompt, "max_tokens": context - len(prompt) - k + 1, "temperature": 0}
+    try:
+        codes = []
+        with TestClient(make_app(server)) as client:
+            for fraction in (0.0, 1.0):
+                server.holdout = Holdout(fraction)
+                codes.append(client.post("/v1/completions", json=body).status_code)
+    finally:
+        server.close()
+    assert codes == [400, 400]
