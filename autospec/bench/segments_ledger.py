@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 
-from autospec.bench.segments_measure import GLOBAL, SEGMENT, TARGET_ONLY
+from autospec.bench.segments_measure import GLOBAL, SEGMENT, TARGET_ONLY, decode_seconds
 from autospec.ledger import Rate, holdout_rate, tally
 from autospec.store.ledger import DecodeRow
 
@@ -33,11 +33,6 @@ from autospec.store.ledger import DecodeRow
 LEDGER_TOLERANCE = 0.25
 #: one request in this many of the period is held out in :func:`holdout_check`
 HOLDOUT_EVERY = 3
-
-
-def decode_seconds(rec: dict, arm: str) -> float:
-    """A round's seconds after the first token for ``arm`` (latency − TTFT, as logged)."""
-    return rec["seconds"][arm] - rec["ttft"][arm]
 
 
 def gate_rate(picks: dict) -> float:
@@ -95,7 +90,7 @@ def holdout_check(measured: dict, arm: str = SEGMENT, every: int = HOLDOUT_EVERY
     target alone) and the rest by ``arm``, R the held-out requests' rate, against the
     target-only replay of the rest (module doc). None: too few requests to hold any out."""
     rounds = _timed(measured, _arm(arm))
-    held = [r for i, r in enumerate(rounds) if i % every == every - 1]
+    held = rounds[every - 1::every]
     served = [r for i, r in enumerate(rounds) if i % every != every - 1]
     if not held or not served:
         return None
@@ -108,7 +103,8 @@ def holdout_check(measured: dict, arm: str = SEGMENT, every: int = HOLDOUT_EVERY
 def ledger_text(check: dict | None) -> str:
     """The check in one line."""
     if check is None:
-        return "ledger check with a holdout: too few requests to hold one in three out"
+        return (f"ledger check with a holdout: too few requests to hold one in "
+                f"{HOLDOUT_EVERY} out")
     n = check.get("held_out", 0)
     how = (f"R from {n} held-out request{'s' * (n != 1)}" if check["rate_source"] == "holdout"
            else "R the gate's")

@@ -116,6 +116,11 @@ def measure_arms(target: Target, specs: Mapping, picks: dict,
             "overall": figures(records)}
 
 
+def decode_seconds(rec: dict, arm: str) -> float:
+    """A round's seconds after the first token for ``arm`` (latency − TTFT, as logged)."""
+    return rec["seconds"][arm] - rec["ttft"][arm]
+
+
 def figures(records: list[dict]) -> dict:
     """τ, tokens/s, speedup over target-only and identical outputs of each arm over
     ``records`` (rounds), and the segment arm's tokens/s over the global arm's: over whole
@@ -125,7 +130,7 @@ def figures(records: list[dict]) -> dict:
     for arm in ARMS:
         tokens = sum(r["tokens"][arm] for r in records)
         seconds = sum(r["seconds"][arm] for r in records)
-        after = sum(r["seconds"][arm] - r["ttft"][arm] for r in records)
+        after = sum(decode_seconds(r, arm) for r in records)
         arms[arm] = {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
                      "decode_tokens_per_s": (tokens - len(records)) / after if after > 0
                      else None,

@@ -87,8 +87,7 @@ def print_report(report: dict) -> None:
         console.print(table)
     console.print(verdict(report))
     console.print(ledger_text(report["ledger_check"]))
-    if "ledger_check_holdout" in report:
-        console.print(ledger_text(report["ledger_check_holdout"]))
+    console.print(ledger_text(report["ledger_check_holdout"]))
 
 
 def _title(report: dict) -> str:
@@ -102,8 +101,7 @@ def markdown(report: dict) -> str:
     lines = [f"# bench segments: {report['target']}", "", _title(report) + ":", "",
              *_md_table(HEAD, arm_rows(report)), "", verdict(report), "",
              ledger_text(report["ledger_check"]), "",
-             *([ledger_text(report["ledger_check_holdout"]), ""]
-               if "ledger_check_holdout" in report else []),
+             ledger_text(report["ledger_check_holdout"]), "",
              "Versions picked (the gate's measurement, on other held-out requests):", "",
              *_md_table(PICK_HEAD, pick_rows(report)), ""]
     return "\n".join(lines)
