@@ -35,7 +35,8 @@ tokens, and τ 2.12 ÷ 2.15 read 0.98× for a version whose decodes ran 1.60× (
 So each round also yields ``c`` (its step cost − 1, over its drafts per step; the median is
 kept in ``draft_cost``), and :meth:`SpeedMeasurement.projected` prices a step at the drafts
 per step the replay counted over every held-out request: ``τ ÷ (1 + c·d)``. For a version
-that drafts the same number every step that is the measured step cost, unchanged.
+that drafts the same number every step that is the measured step cost, unchanged. A step
+costs at least one target-only token (:data:`MIN_STEP_COST`), so no projection exceeds τ.
 
 **After the first token.** A decode's time holds its prompt's prefill, the same for every
 side. Counted in, it pulls every ratio towards 1 by a share that grows with τ, and the step
@@ -77,6 +78,14 @@ from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target
 
 TARGET_ONLY = "target-only"
+
+#: A speculative step runs the target at least once, so it costs at least one target-only
+#: token's time. Timing noise on short decodes can read less: a round faster than its τ
+#: allows gives a step cost below 1 and a negative cost per draft, and priced at the replay's
+#: larger drafts per step, ``1 + c·d`` came near 0 and an n-gram index of τ 1.02 read 105.82×
+#: (CI, 2026-12-05, a tiny random-init target). Costs are floored here, so a projection
+#: never exceeds its τ.
+MIN_STEP_COST = 1.0
 
 
 class SpeedSettings(BaseModel):
@@ -146,11 +155,12 @@ class SpeedMeasurement:
     def step_cost_at(self, version: str, drafts: float | None) -> float | None:
         """A step's cost for ``version`` drafting ``drafts`` tokens a step: ``1 + c·d`` where a
         draft cost was measured and ``drafts`` is known, else the measured median step cost
-        (None: none measured)."""
+        (None: none measured); never below 1, see :data:`MIN_STEP_COST`."""
         c = self.draft_cost.get(version)
         if c is not None and drafts is not None:
-            return 1.0 + c * drafts
-        return self.step_cost.get(version) or None
+            return max(MIN_STEP_COST, 1.0 + c * drafts)
+        cost = self.step_cost.get(version)
+        return max(MIN_STEP_COST, cost) if cost else None
 
     def projected(self, tau: Mapping[str, float | None],
                   drafts: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -159,7 +169,7 @@ class SpeedMeasurement:
         :meth:`step_cost_at`; the decoded median where no step cost was measured or no τ
         was replayed (None)."""
         drafts = drafts or {}
-        return {v: t / c if (c := self.step_cost_at(v, drafts.get(v))) and c > 0
+        return {v: t / c if (c := self.step_cost_at(v, drafts.get(v))) is not None
                 and (t := tau[v]) is not None else self.speedup[v] for v in self.speedup}
 
 

@@ -183,3 +183,16 @@ def test_a_round_compares_rates_after_the_first_token() -> None:
     assert m.step_cost["v"] == pytest.approx((2.4 / 2.0 + 2.4 / (100 / 60)) / 2)
     assert m.decode_tokens_per_s == pytest.approx(55.0)  # the ledger's target-only rate
     assert m.tokens_per_s == {TARGET_ONLY: 40.0, "v": 60.0}  # whole decodes, as before
+
+
+def test_a_noisy_round_cheaper_than_the_target_never_projects_beyond_tau() -> None:
+    """Rounds timed faster than their τ allows (step cost 0.9 at 1 draft a step: a cost per
+    draft of −0.1) priced at the replay's 9.5 drafts a step gave 1 − 0.95 = 0.05, and an
+    index of τ 1.02 read 20×; in CI it read 105.82× and the gate rejected the better
+    candidate. A step costs at least one target-only token."""
+    m = _rounds("ngram", [(1.02, 1.0, 0.9)] * 3)
+    assert m.draft_cost["ngram"] == pytest.approx(-0.1)
+    assert m.step_cost_at("ngram", 9.5) == 1.0
+    assert m.step_cost_at("ngram", None) == 1.0  # the median step cost (0.9), floored too
+    assert m.projected({"ngram": 1.02}, {"ngram": 9.5})["ngram"] == pytest.approx(1.02)
+    assert m.projected({"ngram": 1.02})["ngram"] == pytest.approx(1.02)
