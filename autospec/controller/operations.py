@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from autospec import store
 from autospec.controller import records
-from autospec.controller.segment_watch import VLLM_SEGMENTS, serves_on_vllm
+from autospec.controller.segment_watch import vllm_segment_refusal
 from autospec.controller.speedcheck import promotion_speeds
 from autospec.versions import BUILTIN_VERSION
 
@@ -113,10 +113,11 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
         where = f"deployment {deployment}" + (f", segment {segment}" if segment else "")
         if (own.version if own else current if segment is None else None) == version:
             raise _refused(f"{version} is already live for {where}")
-        if segment is not None and serves_on_vllm(session, deployment):
+        if segment is not None and (why := vllm_segment_refusal(
+                session, deployment=deployment, version=version)) is not None:
             raise _refused(f"not moving segment {segment}'s pointer of deployment "
-                           f"{deployment}: {VLLM_SEGMENTS}; `autospec serve --engine native` "
-                           "replicas follow segment pointers")
+                           f"{deployment}: {why}; `autospec serve --engine native` "
+                           "replicas follow every segment pointer")
         ev, details = _evidence(session, version, current, segment)
         if ev is None and not force:
             raise _refused(_why_not(session, version, current, segment))

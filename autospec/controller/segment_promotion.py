@@ -47,7 +47,7 @@ from autospec import store
 from autospec.controller.candidates import Candidate
 from autospec.controller.policy import Policy
 from autospec.controller.result import CycleResult
-from autospec.controller.segment_watch import VLLM_SEGMENTS
+from autospec.controller.segment_watch import vllm_segment_refusal
 from autospec.evaluate.compare import Evaluation, SegmentResult
 from autospec.versions import BUILTIN_VERSION
 
@@ -100,10 +100,11 @@ def plan(session: Session, *, policy: Policy, candidates: list[Candidate],
          best: Candidate | None, engine: str = "native") -> list[SegmentOutcome]:
     """Each held-out segment's outcome, decided against the pointers as they are now —
     call inside the cycle's transaction, before the deployment's pointer moves. On a
-    deployment whose replicas serve on ``engine`` vLLM a segment's winner is named but not
-    promoted (``not_followed``): one vLLM engine drafts every segment with the deployment's
-    version, so the pointer would not be followed and its canary would wait for requests
-    that never come."""
+    deployment whose replicas serve on ``engine`` vLLM a segment's winner is promoted only
+    where they would draft with it (a suffix version, the deployment's version after this
+    cycle a suffix version too: :func:`vllm_segment_refusal`); elsewhere it is named but not
+    promoted (``not_followed``), since the pointer would not be followed and its canary
+    would wait for requests that never come."""
     evaluated = [c for c in candidates if c.evaluation is not None]
     if not policy.promotion.per_segment.enabled or not evaluated:
         return []
@@ -118,9 +119,14 @@ def plan(session: Session, *, policy: Policy, candidates: list[Candidate],
         outcome = SegmentOutcome(name, n, serving, "too_few", own_pointer=name in own)
         if n >= policy.promotion.per_segment.min_requests:
             _decide(outcome, evaluated, policy, best)
-            if engine == "vllm" and outcome.action == "promoted":
+            why = None if engine != "vllm" or outcome.action != "promoted" else \
+                vllm_segment_refusal(session, deployment=policy.deployment,
+                                     version=str(outcome.version),
+                                     follows=best.version if best else follows,
+                                     on_vllm=True)
+            if why is not None:
                 outcome.action = "not_followed"
-                outcome.reason += (f"; not promoted: {VLLM_SEGMENTS}")
+                outcome.reason += f"; not promoted: {why}"
         else:
             outcome.reason = (f"{n} held-out requests; per-segment promotion needs "
                               f"{policy.promotion.per_segment.min_requests}")

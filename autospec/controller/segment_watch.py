@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from autospec import store
 from autospec.controller import records
 from autospec.controller.policy import Policy
+from autospec.speculators.registry import vllm_per_request
 from autospec.store.queries import TauStat
 from autospec.versions import BUILTIN_VERSION
 
@@ -60,28 +61,57 @@ def canary_open(session: Session, *, deployment: str, move: Any | None) -> bool:
                    for e in records.notes(session, deployment=deployment, type_="canary"))
 
 
-#: why a vLLM deployment gets no segment pointers (its replicas would not follow them)
-VLLM_SEGMENTS = ("the deployment serves on vLLM, whose replicas draft every segment with the "
-                 "deployment's version (one engine, one version: docs/vllm.md), so a segment "
-                 "pointer would not be followed")
-
-
 def serves_on_vllm(session: Session, deployment: str) -> bool:
     """Whether ``deployment``'s replicas recorded that they serve on vLLM."""
     row = store.get_deployment(session, name=deployment)
     return row is not None and row.engine == "vllm"
 
 
+def version_kind(session: Session, version: str) -> str | None:
+    """``version``'s kind (the built-in version's: ngram; None: not registered)."""
+    if version == BUILTIN_VERSION:
+        return "ngram"
+    try:
+        return store.get_speculator(session, version=version).kind
+    except store.NotFound:
+        return None
+
+
+def vllm_segment_refusal(session: Session, *, deployment: str, version: str,
+                         follows: str | None = None, on_vllm: bool | None = None) -> str | None:
+    """Why ``deployment``'s replicas would not draft a segment with ``version`` of its own
+    (None: they would, or they serve natively; ``on_vllm``: whether they serve on vLLM,
+    default as they recorded). A vLLM engine has one drafter: a segment's version is held in
+    a slot of a proposer that holds several versions of its kind
+    (:func:`~autospec.speculators.registry.vllm_per_request`: suffix), so both it and the
+    version drafting the deployment (``follows``; default: its pointer's) must be of such a
+    kind, the same one."""
+    if not (serves_on_vllm(session, deployment) if on_vllm is None else on_vllm):
+        return None
+    follows = follows or store.serving_version(session, deployment=deployment) \
+        or BUILTIN_VERSION
+    kinds = {name: version_kind(session, name) for name in (version, follows)}
+    for name, role in ((version, "the segment's"), (follows, "the deployment's")):
+        kind = kinds[name]
+        if not vllm_per_request(kind) or kind != kinds[version]:
+            return (f"the deployment serves on vLLM, where a segment is drafted by a version of "
+                    f"its own only when it and the deployment's are both suffix versions (one "
+                    f"engine has one drafter; autospec's proposer holds an index per segment: "
+                    f"docs/vllm.md), and {role} {name} is "
+                    f"{'not registered' if kind is None else f'of kind {kind}'}")
+    return None
+
+
 def pending_segment_canaries(session: Session, *, deployment: str) -> list[Any]:
-    """The segments' promotion events whose canary is open, by segment name; none on a
-    deployment whose replicas serve on vLLM, which do not follow segment pointers (their
-    canaries would wait for requests a pointer's version never drafts, and keep the drift
-    watch waiting behind them)."""
-    if serves_on_vllm(session, deployment):
-        return []
+    """The segments' promotion events whose canary is open, by segment name; on a deployment
+    whose replicas serve on vLLM only those its replicas draft with (a canary of a pointer
+    they do not follow would wait for requests its version never drafts, and keep the drift
+    watch waiting behind it: :func:`vllm_segment_refusal`)."""
     moves = newest_moves(session, deployment=deployment)
     return [moves[s] for s in sorted(k for k in moves if k is not None)
-            if canary_open(session, deployment=deployment, move=moves[s])]
+            if canary_open(session, deployment=deployment, move=moves[s])
+            and vllm_segment_refusal(session, deployment=deployment,
+                                     version=moves[s].version) is None]
 
 
 def segment_live(session: Session, *, deployment: str, version: str, segment: str,

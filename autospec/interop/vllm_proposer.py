@@ -32,6 +32,14 @@ so vLLM's counts are the emitted ones and equal replay's request by request. Una
 (``vllm serve`` on an export) it drafts k tokens whatever is left, as vLLM's own proposers
 do.
 
+**Segments.** Besides the deployment's index the proposer holds one index per segment version
+(:meth:`SuffixIndexProposer.load_index` with a ``slot``: the version's name). A request
+whose sampling parameters carry ``extra_args[DRAFT_SLOT]`` (the replica sets it for a segment
+with a version of its own) drafts from that slot's index, every other request from the
+deployment's; a request whose slot was dropped while it ran keeps the index it started on,
+and one naming a slot not loaded drafts from the deployment's. Reading a row's request needs
+the proposer attached (above).
+
 Until an index is loaded the proposer drafts from each request's own n-grams only. With a
 per-batch-size schedule (``num_speculative_tokens_per_batch_size``: the deployment's
 concurrency bands) it drafts the schedule's k for the step's batch size, as vLLM's own
@@ -48,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from autospec.interop.vllm_request_end import RequestEnd, request_end
+from autospec.interop.vllm_request_end import RequestEnd, request_end, request_extra
 from autospec.speculators.suffix import VLLM_INDEX_ENV, VLLM_PROPOSER
 
 log = logging.getLogger(__name__)
@@ -57,6 +65,8 @@ log = logging.getLogger(__name__)
 #: class's import path (what the suffix kind's exporter writes; declared there, once)
 INDEX_ENV = VLLM_INDEX_ENV
 CLASS_PATH = VLLM_PROPOSER
+#: the key of vLLM's ``SamplingParams.extra_args`` naming the slot a request drafts from
+DRAFT_SLOT = "autospec_draft_slot"
 
 
 def read_index(directory: str | Path, sha256: dict[str, str]) -> Any:
@@ -82,10 +92,12 @@ def read_index(directory: str | Path, sha256: dict[str, str]) -> Any:
 
 
 class _Row:
-    """One batch row's request: its tokens so far and its own speculator state."""
+    """One batch row's request: its tokens so far, its own speculator state, and the slot
+    whose index it drafts from (None: the deployment's)."""
 
-    def __init__(self, index: Any, capacity: int) -> None:
+    def __init__(self, index: Any, capacity: int, slot: str | None = None) -> None:
         self.index = index
+        self.slot = slot
         self.spec = index.fork()
         self.tokens = np.empty(capacity, dtype=np.int64)
         self.n = 0
@@ -130,6 +142,7 @@ class SuffixIndexProposer:
         self.index: Any = SuffixSpeculator(  # an empty corpus
             SuffixConfig(target_id="vllm", target_revision="none"))
         self.version: str | None = None
+        self.slots: dict[str, Any] = {}  # segment versions' indexes, by version name
         self._rows: dict[int, _Row] = {}
         self._runner: Any = None  # vLLM's model runner, once attached
         directory = os.environ.get(INDEX_ENV)
@@ -138,13 +151,23 @@ class SuffixIndexProposer:
             self.load_index(directory, manifest["files"])
 
     def load_index(self, directory: str, sha256: dict[str, str],
-                   version: str | None = None) -> dict[str, Any]:
-        """Draft from the index in ``directory`` from the next step on."""
+                   version: str | None = None, slot: str | None = None) -> dict[str, Any]:
+        """Draft from the index in ``directory`` from the next step on: every request's
+        (``slot`` None), or the requests that name ``slot`` (module doc)."""
         index = read_index(directory, sha256)
-        self.index, self.version = index, version
-        log.info("suffix index of %s loaded (%d tokens)", version or directory,
-                 index.corpus_tokens)
-        return {"corpus_tokens": index.corpus_tokens, "version": version}
+        if slot is None:
+            self.index, self.version = index, version
+        else:
+            self.slots = {**self.slots, slot: index}  # replaced whole: propose() reads it
+        log.info("suffix index of %s loaded (%d tokens)%s", version or directory,
+                 index.corpus_tokens, "" if slot is None else f" for slot {slot}")
+        return {"corpus_tokens": index.corpus_tokens, "version": version, "slot": slot,
+                "slots": sorted(self.slots)}
+
+    def drop_index(self, slot: str) -> dict[str, Any]:
+        """Forget ``slot``'s index (requests drafting from it keep it to their end)."""
+        self.slots = {name: index for name, index in self.slots.items() if name != slot}
+        return {"dropped": slot, "slots": sorted(self.slots)}
 
     def attach(self, runner: Any) -> None:
         """Read each row's request from vLLM's model runner (``input_batch.req_ids`` and
@@ -175,10 +198,32 @@ class SuffixIndexProposer:
         """Where row ``i``'s request (``n`` tokens so far) can end; None unattached."""
         return None if self._runner is None else request_end(self._runner, i, n, self.k)
 
-    def _row(self, i: int, tokens: np.ndarray) -> Any:
+    def _row_slot(self, i: int) -> str | None:
+        """The slot row ``i``'s request names (None: none, or unattached)."""
+        if self._runner is None:
+            return None
+        return request_extra(self._runner, i).get(DRAFT_SLOT)
+
+    def _index_for(self, i: int, slot: str | None, tokens: np.ndarray) -> Any:
+        """The index row ``i`` (``tokens`` so far) drafts from: its slot's; where that slot
+        was dropped since the request started on it, the one it started on; else the
+        deployment's."""
+        if slot is None:
+            return self.index
+        index = self.slots.get(slot)
+        if index is not None:
+            return index
         row = self._rows.get(i)
-        if row is None or not row.matches(self.index, tokens):
-            row = self._rows[i] = _Row(self.index, self.max_model_len)
+        if row is not None and row.slot == slot and row.matches(row.index, tokens):
+            return row.index  # the same request, going on
+        return self.index
+
+    def _row(self, i: int, tokens: np.ndarray) -> Any:
+        slot = self._row_slot(i)
+        index = self._index_for(i, slot, tokens)
+        row = self._rows.get(i)
+        if row is None or not row.matches(index, tokens):
+            row = self._rows[i] = _Row(index, self.max_model_len, slot)
         row.extend(tokens)
         return row.spec
 

@@ -58,6 +58,15 @@ class RequestEnd:
         return draft
 
 
+def request_extra(runner: Any, i: int) -> dict[str, Any]:
+    """The ``extra_args`` of the sampling parameters of the request in row ``i`` of
+    ``runner``'s batch (empty: none, or a row the runner does not know)."""
+    req_ids = runner.input_batch.req_ids
+    state = runner.requests.get(req_ids[i]) if i < len(req_ids) else None
+    params = getattr(state, "sampling_params", None)
+    return dict(getattr(params, "extra_args", None) or {})
+
+
 def request_end(runner: Any, i: int, n: int, k: int) -> RequestEnd | None:
     """Where the request in row ``i`` of ``runner``'s batch (``n`` tokens so far, prompt
     included) can end; None when the runner does not know the row's request."""

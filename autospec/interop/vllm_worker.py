@@ -16,7 +16,9 @@ so no forward pass sees a half-loaded speculator). Two moves, one per kind of dr
   target's, else the swap is refused and nothing is changed.
 - :meth:`~AutospecWorkerExtension.autospec_load_index`: a new traffic index for autospec's
   custom proposer (:class:`autospec.interop.vllm_proposer.SuffixIndexProposer`), which it
-  also attaches to the model runner (each row's request, so drafts stop at its end).
+  also attaches to the model runner (each row's request, so drafts stop at its end) — the
+  deployment's, or a segment version's in a slot of its own
+  (:meth:`~AutospecWorkerExtension.autospec_drop_index` forgets one).
 
 And one call at the engine's start, :meth:`~AutospecWorkerExtension.autospec_cap_drafts`:
 whatever proposer drafts, its drafts stop where the request can end, so vLLM's per-request
@@ -135,16 +137,28 @@ class AutospecWorkerExtension:
         return {"capped": True, "new": cap_drafts(self.model_runner)}
 
     def autospec_load_index(self, directory: str, sha256: dict[str, str],
-                            version: str | None = None) -> dict[str, Any]:
-        """Give autospec's custom proposer the index in ``directory`` (files checked)."""
+                            version: str | None = None,
+                            slot: str | None = None) -> dict[str, Any]:
+        """Give autospec's custom proposer the index in ``directory`` (files checked): the
+        one every request drafts from, or ``slot``'s (a segment's version: the requests
+        that name it)."""
         started = time.perf_counter()
-        drafter = getattr(self.model_runner, "drafter", None)
-        load = getattr(drafter, "load_index", None)
-        if load is None:
-            raise RuntimeError(f"the drafter {type(drafter).__name__} is not autospec's "
-                               "custom proposer: no index to load")
+        drafter = _custom_proposer(self.model_runner, "load")
         attach = getattr(drafter, "attach", None)
         if attach is not None:  # each row's request: drafts stop where the request can end
             attach(self.model_runner)
-        info = load(directory, sha256, version)
+        info = drafter.load_index(directory, sha256, version, slot)
         return {**info, "seconds": time.perf_counter() - started}
+
+    def autospec_drop_index(self, slot: str) -> dict[str, Any]:
+        """Forget ``slot``'s index (requests drafting from it keep it to their end)."""
+        return dict(_custom_proposer(self.model_runner, "drop").drop_index(slot))
+
+
+def _custom_proposer(runner: Any, what: str) -> Any:
+    """autospec's custom proposer, ``runner``'s drafter; :class:`RuntimeError` if another."""
+    drafter = getattr(runner, "drafter", None)
+    if getattr(drafter, "load_index", None) is None:
+        raise RuntimeError(f"the drafter {type(drafter).__name__} is not autospec's custom "
+                           f"proposer: no index to {what}")
+    return drafter

@@ -91,6 +91,9 @@ class ServedVersion:
     kind: str  # a kind of autospec.speculators.registry.KINDS, or "none" for target-only
     engine: DecodingEngine
     loaded_at: float = field(default_factory=time.time)
+    #: on vLLM, a segment's version held beside the deployment's in the same engine: the
+    #: slot of autospec's proposer its requests name (None: the engine's own drafter)
+    slot: str | None = None
 
 
 def builtin_version(target: Target, k: int) -> ServedVersion:
@@ -340,11 +343,14 @@ class VersionManager:
             log.warning("cannot read the live pointer of %r: %s", self.deployment, message)
         self.last_poll_error = message
 
+    def _held(self, version: str) -> ServedVersion | None:
+        """``version`` as a segment holds it, to serve the deployment too (None: not held)."""
+        return next((v for v in self._by_segment.values() if v.name == version), None)
+
     def _swap_to(self, version: str, generation: int) -> bool:
         started = time.perf_counter()
-        held = {v.name: v for v in self._by_segment.values()}
         try:
-            new = held[version] if version in held else self._load(version)
+            new = self._held(version) or self._load(version)
         except VersionLoadError as exc:
             self._refused(version, generation, exc)
             return False

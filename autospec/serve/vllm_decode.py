@@ -116,7 +116,7 @@ class VllmDecoder:
         (a streamed request has one choice)."""
         engine = vllm_engine(p.version.engine)
         outputs = engine.generate(p.prompt_ids, p.params, f"autospec-{uuid.uuid4().hex}",
-                                  n=p.n, logprobs=p.logprobs)
+                                  n=p.n, logprobs=p.logprobs, slot=p.version.slot)
         sent = 0
         try:
             async for out in outputs:
@@ -149,7 +149,7 @@ def vllm_served(p: Prepared, output: Any, ttft_s: float, first: int = 0) -> Serv
     logprobs = None if p.logprobs is None else \
         [position_logprobs(c, p.logprobs) for c in completions]
     version, drafted_by = p.version, []
-    if p.version.engine.loaded:
+    if p.version.slot is None and p.version.engine.loaded:  # a slot's version never changes
         drafted = p.version.engine.drafted_by(first)
         if len(drafted) > 1:
             drafted_by = drafted

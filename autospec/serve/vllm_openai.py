@@ -123,7 +123,7 @@ class EngineProxy:
         whole, ttft, done = Accumulated(_is_delta(sampling_params)), 0.0, False
         try:
             async for output in engine.generate_raw(prompt, sampling_params, request_id,
-                                                    **kwargs):
+                                                    slot=binding.version.slot, **kwargs):
                 ttft = ttft or time.perf_counter() - binding.ctx.arrived
                 whole.add(output)
                 done = bool(output.finished)

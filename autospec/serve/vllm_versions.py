@@ -28,9 +28,20 @@ Every swap is audited (event ``swap``: ``in-place`` or ``new engine`` and why). 
 that fails (refused kind, load error, vLLM failing to start) leaves the replica serving what
 it had and is audited once (``failure`` event), exactly as on the native path.
 
-**Segments.** Per-segment versions (``autospec promote VERSION --segment S``) are refused
-here: one engine drafts with one version, so the replica drafts every segment with the
-deployment's version, and says so once (log and audit event ``note``).
+**Segments.** One engine has one drafter, so a segment's version of its own
+(``autospec promote VERSION --segment S``) is held where that drafter can hold several: in
+autospec's proposer, which keeps an index per segment version beside the deployment's
+(:mod:`autospec.interop.vllm_proposer`, a *slot* named after the version). A segment's
+suffix version is exported and loaded into a slot of the running engine (no second engine);
+its requests name the slot in their sampling parameters and are drafted from it, their rows
+and responses named after it. A slot no segment pointer names any more is dropped (requests
+drafting from it keep it to their end). A segment version of another kind, or any while the
+deployment's version is not a suffix version (its engine has no autospec proposer), is
+refused like a failed load (audited ``failure``, ``details.segment``): its segment is
+drafted by the deployment's version, and the controller does not set such pointers on a
+vLLM deployment (:func:`autospec.controller.segment_watch.vllm_segment_refusal`). When the
+deployment's version moves to an engine of its own (another kind), the slots stay with the
+old engine for its last requests and are loaded into the new one at the next poll.
 
 :func:`~autospec.speculators.registry.vllm_refusal` says why a version cannot be served on
 vLLM, as its kind declares it (e.g. an ``eagle3`` version that drafts
@@ -51,13 +62,20 @@ from typing import Any, cast
 from autospec import store
 from autospec.engine.interface import Engine
 from autospec.engine.vllm.engine import VllmEngine
-from autospec.engine.vllm.swap import DraftShape, draft_shape, in_place_refusal, load_in_place
+from autospec.engine.vllm.swap import (
+    DraftShape,
+    draft_shape,
+    drop_slot,
+    in_place_refusal,
+    load_in_place,
+    load_slot,
+)
 from autospec.interop.export import export_speculator, target_dir
 from autospec.serve.bands import KBands, vllm_schedule
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION, ServeConfig
 from autospec.serve.versions import ServedVersion, VersionManager
 from autospec.settings import get_settings
-from autospec.speculators.registry import vllm_refusal, vllm_seeded
+from autospec.speculators.registry import vllm_per_request, vllm_refusal, vllm_seeded
 from autospec.versions import VersionLoadError, load_speculator_version
 
 log = logging.getLogger(__name__)
@@ -79,7 +97,6 @@ class VllmVersionManager(VersionManager):
         self.options = options
         self.model_dir = target_dir(self.target)
         self.export_root = get_settings().data_dir / "vllm-exports"
-        self._segments_noted = False  # segment pointers refused: said once
 
     def _initial(self, speculation: bool) -> ServedVersion | None:
         return None  # an engine starts in prime(), not here
@@ -145,8 +162,20 @@ class VllmVersionManager(VersionManager):
                 shutil.rmtree(out, ignore_errors=True)
         else:
             new = self._engine_version(version, kind, exported.speculative_config, out)
+            self._unseat_segments()
         self._record_swap(version, why, time.perf_counter() - started)
         return new
+
+    def _held(self, version: str) -> ServedVersion | None:
+        """None: a segment's slot drafts only the requests that name it, so the deployment's
+        version is loaded as the engine's own even when a segment holds it too."""
+        return None
+
+    def _unseat_segments(self) -> None:
+        """A new engine serves the deployment: the segments' slots are in the old one (which
+        finishes its requests on them); the next poll loads them into the new one."""
+        if self._by_segment or self._segments_wanted:
+            self._by_segment, self._segments_wanted, self._segment_failed = {}, {}, {}
 
     def _bands_refusal(self, current: ServedVersion) -> str | None:
         """Why ``current``'s engine cannot take new versions: its bands are no longer the
@@ -166,27 +195,80 @@ class VllmVersionManager(VersionManager):
             self._swap_to(current.name, wanted[1] if wanted else 0)
 
     def _follow_segments(self, wanted: dict[str, tuple[str, int]]) -> None:
-        """Segment pointers are not followed on vLLM: one engine has one drafter, so every
-        segment is drafted by the deployment's version. Said once per replica, in the log
-        and the audit log (event ``note``), the first time segment pointers are seen."""
-        self._segments_wanted = dict(wanted)
-        if not wanted or self._segments_noted:
+        """Hold one slot per version the segment pointers name, in the running engine's
+        proposer (see the module doc), then drop the slots no pointer names any more."""
+        current = self._current
+        if current is None:
             return
-        self._segments_noted = True
-        names = ", ".join(f"{s}={v}" for s, (v, _) in sorted(wanted.items()))
-        reason = (f"segment pointers ({names}) are not followed on the vLLM engine: one engine "
-                  "drafts with one version, so this replica drafts every segment with the "
-                  "deployment's version (`autospec serve --engine native` follows them)")
-        log.warning("%s", reason)
+        loaded = {v.name: v for v in self._by_segment.values()}
+        held: dict[str, ServedVersion] = {}
+        for segment, (version, generation) in sorted(wanted.items()):
+            if version not in loaded and self._segment_failed.get(segment) != (version,
+                                                                               generation):
+                try:
+                    loaded[version] = self._load_slot(version, current)
+                except VersionLoadError as exc:
+                    self._refused(version, generation, exc, segment=segment)
+            if version in loaded:
+                held[segment] = loaded[version]
+        old, self._by_segment = self._by_segment, held  # one reference assignment
+        self._segments_wanted = dict(wanted)
+        for name in {v.name for v in old.values()} - {v.name for v in held.values()}:
+            self._drop_slot(vllm_engine(current.engine), name)
+        log.info("drafting by segment: %s (others: %s)",
+                 ", ".join(f"{s}={v}" for s, v in self.segments.items()) or "none",
+                 current.name)
+
+    def _load_slot(self, version: str, current: ServedVersion) -> ServedVersion:
+        """``version`` loaded into a slot of ``current``'s engine, for a segment;
+        :class:`VersionLoadError` where it cannot be (not a suffix version, or the engine
+        has no autospec proposer)."""
+        kind, spec = load_speculator_version(self.db, self.target, version, actor=self.actor,
+                                             deployment=self.deployment)
+        engine = vllm_engine(current.engine)
+        running = engine.shape
+        if not vllm_per_request(kind):
+            raise VersionLoadError(f"version {version!r} is {kind}: on vLLM a segment is "
+                                   "drafted by a version of its own only if it is a suffix "
+                                   "version (one engine has one draft model)")
+        if current.kind != kind:
+            raise VersionLoadError(
+                f"version {version!r}: the deployment's version {current.name} is not a "
+                f"{kind} version, so its vLLM engine has no proposer to hold a segment's "
+                f"{kind} version")
+        reason = vllm_refusal(kind, getattr(spec, "config", None))
+        if reason is not None:
+            raise VersionLoadError(f"version {version!r}: {reason}")
+        started = time.perf_counter()
+        out, exported = self._export(version, spec)
         try:
-            with store.session_scope(self.db) as session:
-                store.record_event(session, kind="note", actor=self.actor, reason=reason,
-                                   deployment=self.deployment,
-                                   details={"type": "segments_unsupported", "engine": "vllm",
-                                            "replica": self.actor,
-                                            "segments": {s: v for s, (v, _) in wanted.items()}})
-        except Exception:  # the audit log is best effort here; the replica keeps serving
-            log.exception("could not record that segment pointers are not followed")
+            why = in_place_refusal(running, draft_shape(exported.speculative_config, out))
+            if why is not None:
+                raise VersionLoadError(f"version {version!r} does not fit the running vLLM "
+                                       f"engine: {why}")
+            load_slot(engine, out, version)
+        except VersionLoadError:
+            raise
+        except Exception as exc:
+            raise VersionLoadError(f"version {version!r}: loading it for a segment into the "
+                                   f"running vLLM engine failed: {type(exc).__name__}: "
+                                   f"{exc}") from exc
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        self._sizes[version] = sum(t.numel() * t.element_size()
+                                   for t in spec.state_tensors().values())
+        log.info("%s loaded into a slot of the running vLLM engine in %.2fs, for segments",
+                 version, time.perf_counter() - started)
+        return ServedVersion(version, kind, engine, slot=version)
+
+    def _drop_slot(self, engine: VllmEngine, version: str) -> None:
+        """Forget ``version``'s slot in ``engine`` (best effort: a slot left behind only
+        holds memory until the engine goes)."""
+        try:
+            drop_slot(engine, version)
+            log.info("freed %s: no segment pointer names it any more", version)
+        except Exception:
+            log.exception("could not drop the slot of %s", version)
 
     def _export(self, version: str, spec: Any) -> tuple[Path, Any]:
         """``spec`` exported for vLLM into a fresh directory under the export root."""

@@ -75,6 +75,9 @@ class VllmSupport:
     #: vLLM's proposer starts empty: the version's index is loaded into the engine after it
     #: starts (and at each in-place swap)
     seeded_with_index: bool = False
+    #: one engine's proposer holds several versions of the kind at once and drafts each
+    #: request with the one it names (a segment's version beside the deployment's)
+    per_request_versions: bool = False
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,13 @@ def vllm_seeded(name: str) -> bool:
     return entry is not None and entry.vllm is not None and entry.vllm.seeded_with_index
 
 
+def vllm_per_request(name: str | None) -> bool:
+    """Whether vLLM's proposer for ``name`` versions holds several at once, drafting each
+    request with the one it names (so a segment can have a version of its own on vLLM)."""
+    entry = KINDS.get(name or "")
+    return entry is not None and entry.vllm is not None and entry.vllm.per_request_versions
+
+
 def target_arch_hints(target: Target) -> dict[str, Any]:
     """Heads, MLP width, RoPE theta and RMS epsilon of the target, where its config says."""
     cfg = target.model.config

@@ -439,4 +439,4 @@ KIND = Kind(name="suffix", summary="the most frequent continuation in past traff
             "rebuilt in seconds", config=SuffixConfig, speculator=SuffixSpeculator,
             training=FitTraining(fit_suffix),
             vllm=VllmSupport(method="custom_class", export=export_suffix,
-                             seeded_with_index=True))
+                             seeded_with_index=True, per_request_versions=True))

@@ -136,8 +136,29 @@ def test_a_vllm_deployment_refuses_a_segment_pointer_and_says_why(cli, engine) -
     refused = cli("promote", "v1", "--segment", "alpha")
     assert refused.exit_code == 3, refused.output
     assert "serves on vLLM" in refused.output and "--engine native" in refused.output
+    assert "the segment's v1 is of kind ngram" in " ".join(refused.output.split())
     forced = cli("promote", "v2", "--segment", "beta", "--force", "--reason", "pin")
     assert forced.exit_code == 3  # --force overrides the evidence, not what replicas can do
     assert cli("promote", "v1", "--force", "--reason", "whole").exit_code == 0
     with store.session_scope(engine, readonly=True) as session:
         assert store.list_segment_pointers(session, deployment="default") == []
+
+
+def test_a_vllm_deployment_takes_a_suffix_segment_pointer_beside_a_suffix_deployment(
+        cli, engine) -> None:
+    """Its replicas hold a segment's suffix version in a slot of the engine's proposer."""
+    with store.session_scope(engine) as session:
+        for version in ("idx-dep", "idx-seg"):
+            store.register_speculator(session, version=version, kind="suffix", target_id="t",
+                                      artifact_uri=f"/nowhere/{version}", sha256="0" * 64,
+                                      verify=False)
+        store.record_deployment(session, name="default", target="t", target_id="t",
+                                target_revision="r", dtype="float32", actor="replica",
+                                engine="vllm")
+    assert cli("promote", "idx-seg", "--segment", "alpha", "--force", "--reason",
+               "pin").exit_code == 3  # the deployment's version is builtin-ngram
+    assert cli("promote", "idx-dep", "--force", "--reason", "whole").exit_code == 0
+    moved = cli("promote", "idx-seg", "--segment", "alpha", "--force", "--reason", "pin")
+    assert moved.exit_code == 0, moved.output
+    with store.session_scope(engine, readonly=True) as session:
+        assert store.serving_version(session, segment="alpha") == "idx-seg"

@@ -110,6 +110,34 @@ def test_each_segment_gets_the_candidate_that_wins_on_it(engine, tmp_path: Path)
     assert "cost model" in event.reason and "cycle cyc" in event.reason
 
 
+def _suffix_versions(engine, tmp_path: Path, *versions: str) -> None:  # type: ignore[no-untyped-def]
+    """``versions`` registered as suffix versions (the kind a vLLM replica holds per segment)."""
+    from autospec.store.artifacts import artifact_sha256
+    from tests.store.test_registry import make_artifact
+
+    with store.session_scope(engine) as s:
+        for v in versions:
+            uri = make_artifact(tmp_path, v)
+            store.register_speculator(s, version=v, kind="suffix", target_id="smollm2-135m",
+                                      artifact_uri=uri, sha256=artifact_sha256(uri))
+        store.set_live(s, version="inc", actor="t", reason="deployment")
+
+
+def test_on_a_vllm_deployment_suffix_versions_get_segment_pointers(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """vLLM replicas hold a suffix version per segment beside the deployment's suffix version
+    (autospec's proposer): the winner's pointer moves, as on the native engine."""
+    _suffix_versions(engine, tmp_path, "inc", "c1", "c2")
+    policy = fast_policy(promotion={"per_segment": {"enabled": True, "min_requests": 10}})
+    c1, c2 = _candidate("c1", RATES, SIZES, promote=True), _candidate("c2", RATES, SIZES)
+    result = CycleResult("failed", cycle_id="cyc", window_key="default/9/85")
+    with store.session_scope(engine) as s:
+        outcomes = _by_segment(plan(s, policy=policy, candidates=[c1, c2], best=c1,
+                                    engine="vllm"))
+        assert outcomes["json"].action == "promoted" and outcomes["json"].version == "c2"
+        assert apply(s, list(outcomes.values()), policy=policy, actor="ctl", result=result,
+                     token=3) == {"c2"}
+
+
 def test_on_a_vllm_deployment_a_segment_winner_is_named_not_promoted(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """vLLM replicas draft every segment with the deployment's version: a segment pointer
     would not be followed and its canary would wait for requests that never come."""
@@ -120,6 +148,7 @@ def test_on_a_vllm_deployment_a_segment_winner_is_named_not_promoted(engine, tmp
         json = outcomes["json"]
         assert json.action == "not_followed" and json.version == "c2"
         assert "wins on its" in json.reason and "serves on vLLM" in json.reason
+        assert "the segment's c2 is of kind eagle3" in json.reason
         assert outcomes["chat"].action == "follows"  # the deployment's winner: served anyway
         moved = apply(s, list(outcomes.values()), policy=policy, actor="ctl", result=result,
                       token=3)

@@ -14,7 +14,8 @@ from autospec import store
 from autospec.controller import records
 from autospec.controller.cycle import Controller
 from autospec.controller.watch import Watcher, pending_canary
-from tests.store.test_registry import register
+from autospec.store.artifacts import artifact_sha256
+from tests.store.test_registry import make_artifact, register
 
 from .helpers import fast_policy
 
@@ -36,12 +37,16 @@ def _rows(engine, version: str, segment: str, *, n: int, tau: float,  # type: ig
         created_at=start + timedelta(milliseconds=i)) for i in range(n)])
 
 
-def _setup(engine, tmp_path: Path, *, json_before: str | None) -> Controller:  # type: ignore[no-untyped-def]
+def _setup(engine, tmp_path: Path, *, json_before: str | None,  # type: ignore[no-untyped-def]
+           kind: str = "eagle3") -> Controller:
     """Deployment on ``inc``; segment json on ``seg`` by a controller-like promotion with a
-    segment shadow τ of 3.0 (after ``json_before``, its own earlier pointer, if any)."""
+    segment shadow τ of 3.0 (after ``json_before``, its own earlier pointer, if any); every
+    version of ``kind``."""
     with store.session_scope(engine) as s:
         for v in ("inc", "old", "seg"):
-            register(s, tmp_path, v)
+            uri = make_artifact(tmp_path, v)
+            store.register_speculator(s, version=v, kind=kind, target_id="smollm2-135m",
+                                      artifact_uri=uri, sha256=artifact_sha256(uri))
         store.set_live(s, version="inc", actor="t", reason="deployment")
         if json_before:
             store.set_live(s, version=json_before, actor="op", reason="by hand", segment="json")
@@ -101,6 +106,19 @@ def test_on_vllm_a_segment_canary_is_not_awaited_and_drift_is_watched(engine, tm
     assert result.action == "none" and result.reasons[0].startswith("no drift check"), \
         result.reasons
     assert _json_pointer(engine) == "seg"  # left as it is; the replicas say they ignore it
+
+
+def test_on_vllm_a_suffix_segment_canary_is_awaited(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Suffix versions: vLLM replicas draft the segment with its own version (a slot of the
+    engine's proposer), so its canary is judged as on the native engine."""
+    controller = _setup(engine, tmp_path, json_before="old", kind="suffix")
+    with store.session_scope(engine) as s:
+        store.record_deployment(s, name="default", target="t", target_id="t",
+                                target_revision="r", dtype="float32", actor="replica",
+                                engine="vllm")
+    _rows(engine, "seg", "json", n=4, tau=1.5)
+    pending = Watcher(controller).run()
+    assert pending.action == "canary_pending" and pending.segment == "json", pending.reasons
 
 
 def test_a_segment_canary_within_tolerance_passes(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -51,7 +51,8 @@ def test_each_row_gets_what_autospecs_suffix_speculator_drafts(tmp_path) -> None
     spec = suffix_from_documents(_config(), DOCS)
     proposer = _proposer()
     info = proposer.load_index(str(tmp_path), _export(tmp_path, spec), "v1")
-    assert info == {"corpus_tokens": spec.corpus_tokens, "version": "v1"}
+    assert info == {"corpus_tokens": spec.corpus_tokens, "version": "v1", "slot": None,
+                    "slots": []}
     a, b = [5, 1, 2, 3, 4], [9, 9, 4, 5, 6]
     for step in range(4):  # rows grow, then swap places (a request finished, say)
         a, b = [*a, 5 + step], [*b, 1 + step]
@@ -148,3 +149,48 @@ def test_attached_it_drafts_no_further_than_the_request_can_go(tmp_path) -> None
     AutospecWorkerExtension.autospec_load_index(worker, str(tmp_path), sums)  # attaches
     assert proposer.propose(sampled, n, ids) == [[1, 2], [], [1, 2], [1, 2, 3, 4],
                                                  [1, 2, 3, 4]]
+
+
+def _slotted_runner(slots: list[str | None]) -> SimpleNamespace:
+    """vLLM's model runner as the proposer reads it: each row's request names ``slot``."""
+    ids = [f"r{i}" for i in range(len(slots))]
+    return SimpleNamespace(
+        input_batch=SimpleNamespace(req_ids=ids),
+        requests={rid: SimpleNamespace(num_prompt_tokens=1, sampling_params=SimpleNamespace(
+            max_tokens=None, min_tokens=0, all_stop_token_ids=set(),
+            extra_args=None if slot is None else {"autospec_draft_slot": slot}))
+            for rid, slot in zip(ids, slots, strict=True)})
+
+
+def test_a_request_naming_a_slot_drafts_from_that_segments_index(tmp_path) -> None:
+    """A segment's version in a slot beside the deployment's index: the rows whose request
+    names it draft from it, the others from the deployment's; one naming a slot not loaded
+    drafts from the deployment's; a request started on a slot dropped since keeps it, a new
+    request in its row does not."""
+    deployment = suffix_from_documents(_config(), DOCS[:1])
+    segment = suffix_from_documents(_config(), DOCS[1:])
+    proposer = _proposer()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "s").mkdir()
+    proposer.load_index(str(tmp_path / "d"), _export(tmp_path / "d", deployment), "dep")
+    info = proposer.load_index(str(tmp_path / "s"), _export(tmp_path / "s", segment), "seg",
+                               "seg")
+    assert info["slot"] == "seg" and info["slots"] == ["seg"] and proposer.version == "dep"
+    proposer.attach(_slotted_runner(["seg", None, "other"]))
+
+    def drafted(spec, seq):  # type: ignore[no-untyped-def]
+        twin = spec.fork()
+        twin.extend(seq)
+        return twin.draft(K)
+
+    seq = [7, 7, 2, 4, 5, 6]  # the segment's index continues 1 2 3 4, the deployment's 7 8 9
+    assert drafted(segment, seq) != drafted(deployment, seq)
+    n, ids = _rows([seq] * 3)
+    assert proposer.propose([[1]] * 3, n, ids) == [
+        drafted(segment, seq), drafted(deployment, seq), drafted(deployment, seq)]
+    assert proposer.drop_index("seg") == {"dropped": "seg", "slots": []}
+    longer = [*seq, 1]
+    n, ids = _rows([longer] * 3)  # the same requests, a token on: row 0 keeps its index
+    assert proposer.propose([[1]] * 3, n, ids)[0] == drafted(segment, longer)
+    n, ids = _rows([[9, 9, 4, 5, 6]])  # a new request in row 0, naming the dropped slot
+    assert proposer.propose([[1]], n, ids) == [drafted(deployment, [9, 9, 4, 5, 6])]

@@ -2,8 +2,8 @@
 two segments drafted by two versions of their own (rows and headers name them), a third by
 the deployment's; a version loaded once however many pointers name it and freed when none
 does; a segment version that fails to load is refused, audited, and its segment drafted by
-the deployment's version. The vLLM manager (its fake engine, as in test_vllm_server) refuses
-per-segment versions and says so once."""
+the deployment's version. The vLLM manager (its fake engine, as in test_vllm_server) holds a
+segment's suffix version in a slot of the running engine and refuses other kinds."""
 
 from __future__ import annotations
 
@@ -48,10 +48,10 @@ def _until(condition, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyp
         time.sleep(0.02)
 
 
-def _unsupported_notes(db) -> list:  # type: ignore[no-untyped-def]
+def _failures(db) -> list:  # type: ignore[no-untyped-def]
     with store.session_scope(db, readonly=True) as session:
-        return [e for e in store.list_events(session, kinds=["note"])
-                if (e.details or {}).get("type") == "segments_unsupported"]
+        return [e for e in store.list_events(session, kinds=["failure"])
+                if (e.details or {}).get("segment")]
 
 
 def _complete(client: TestClient, **headers: str) -> str:
@@ -128,23 +128,49 @@ def test_a_segment_version_that_fails_is_refused_and_audited(seg_server, db, tin
     assert (row.segment, row.speculator_version) == ("alpha", "v-deploy")
 
 
-def test_the_vllm_replica_refuses_segment_versions_and_says_so_once(
+def test_the_vllm_replica_holds_a_segments_suffix_version_in_a_slot(
         vllm_server, fake_engines, db, tiny_llm, tmp_path):  # noqa: F811
-    register_artifact(db, tiny_llm, tmp_path, "v-seg")
-    _point(db, "alpha", "v-seg")  # the replica's watcher polls every 50 ms
-    _until(lambda: _unsupported_notes(db))
-    _point(db, "beta", "v-seg")
-    _until(lambda: "beta" in vllm_server.versions._segments_wanted)
-    time.sleep(0.2)  # a few more polls
-    assert [v for v, _ in fake_engines] == ["builtin-ngram"]  # no engine for v-seg
-    assert vllm_server.versions.for_segment("alpha") is vllm_server.versions.current
-    notes = _unsupported_notes(db)
-    assert len(notes) == 1 and "alpha=v-seg" in notes[0].reason  # said once
-    assert notes[0].details["segments"]["alpha"] == "v-seg"
+    """A vLLM engine has one drafter: a segment's suffix version goes into a slot of the
+    running engine's proposer beside the deployment's suffix version (no second engine), its
+    requests name the slot; a segment version of another kind, or any while the deployment's
+    is not a suffix version, is refused and audited; a slot no pointer names is dropped."""
+    versions = vllm_server.versions
+    register_artifact(db, tiny_llm, tmp_path, "idx-seg", "suffix")
+    register_artifact(db, tiny_llm, tmp_path, "v-ngram")  # a kind vLLM drafts on its own
+    _point(db, "alpha", "idx-seg")  # the deployment's version is builtin-ngram (vLLM's ngram)
+    _until(lambda: len(_failures(db)) == 1)
+    (early,) = _failures(db)
+    assert "builtin-ngram is not a suffix version" in early.reason
+    assert versions.for_segment("alpha") is versions.current
+    register_artifact(db, tiny_llm, tmp_path, "idx-dep", "suffix")
+    promote(db, "idx-dep")
+    _until(lambda: versions.current.name == "idx-dep")
+    # the new engine is tried again with the segment's version, without a pointer move
+    _point(db, "beta", "v-ngram")
+    _until(lambda: "idx-seg" in versions.segments.values() and len(_failures(db)) == 2)
+    engine = fake_engines[-1][1]
+    assert [v for v, _ in fake_engines] == ["builtin-ngram", "idx-dep"]  # no engine for a slot
+    load = [args for m, args in engine.rpcs if m == "autospec_load_index"][-1]
+    assert load[2:] == ("idx-seg", "idx-seg")  # version, slot
+    assert any("'v-ngram' is ngram" in e.reason and e.details["segment"] == "beta"
+               for e in _failures(db))
+    held = versions.for_segment("alpha")
+    assert held.slot == "idx-seg" and held.engine is engine
     with TestClient(make_app(vllm_server)) as client:
-        r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4},
-                        headers={"x-autospec-segment": "alpha"})
-    assert r.status_code == 200 and r.headers["x-autospec-speculator"] == "builtin-ngram"
+        assert _complete(client, **{"x-autospec-segment": "alpha"}) == "idx-seg"
+        assert _complete(client, **{"x-autospec-segment": "beta"}) == "idx-dep"
+        health = client.get("/health").json()
+    assert engine.slots[-2:] == ["idx-seg", None]
+    assert health["segments"] == {"alpha": "idx-seg"}
+    assert isinstance(health["segment_versions"]["idx-seg"], int)  # the index's bytes
+    rows = wait_for_rows(db, 2)
+    assert [(r.segment, r.speculator_version) for r in rows[-2:]] == [
+        ("alpha", "idx-seg"), ("beta", "idx-dep")]
+    assert not any("drafted_by" in (r.sampling or {}) for r in rows[-2:])
+    with store.session_scope(db) as session:
+        store.clear_segment(session, segment="alpha", actor="test", reason="unpin")
+    _until(lambda: any(m == "autospec_drop_index" for m, _ in engine.rpcs))
+    assert versions.for_segment("alpha") is versions.current
 
 
 def test_vllm_routes_resolve_the_segment_from_headers_and_body_once():

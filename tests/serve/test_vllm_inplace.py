@@ -46,19 +46,21 @@ def _engine(target, exported):  # type: ignore[no-untyped-def]
     return engine
 
 
-def _decode(engine, prompts):  # type: ignore[no-untyped-def]
+def _decode(engine, prompts, slots=None):  # type: ignore[no-untyped-def]
+    """``prompts`` decoded at once; ``slots``: the slot each names (None: none)."""
     from autospec.engine.sampling import SamplingParams
     from autospec.engine.vllm.stats import vllm_stats
 
-    async def one(i, prompt):  # type: ignore[no-untyped-def]
+    async def one(i, prompt, slot):  # type: ignore[no-untyped-def]
         last = None
         async for out in engine.generate(prompt, SamplingParams(max_new_tokens=MAX_NEW),
-                                         f"r{i}"):
+                                         f"r{i}", slot=slot):
             last = out
         return last.outputs[0]
 
     async def run():  # type: ignore[no-untyped-def]
-        return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+        return await asyncio.gather(*(one(i, p, s) for i, (p, s) in enumerate(
+            zip(prompts, slots or [None] * len(prompts), strict=True))))
 
     outs = asyncio.run(run())
     return [(list(o.token_ids), vllm_stats(o, prompt_tokens=len(p), k=K, ttft_s=0, total_s=0))
@@ -110,7 +112,8 @@ def test_suffix_index_served_by_vllm_equals_replay_and_swaps_in_place(target, tm
         full = _export(target, index, tmp_path / "full")
         report = load_in_place(engine, engine.shape, full.out, "full")
         assert report["workers"][0] == {"corpus_tokens": index.corpus_tokens,
-                                        "version": "full", "seconds": pytest.approx(
+                                        "version": "full", "slot": None, "slots": [],
+                                        "seconds": pytest.approx(
                                             report["workers"][0]["seconds"])}
         picked = [*range(0, 16, 4), *range(16, len(prompts))]  # seen, then unseen
         check = [prompts[i] for i in picked]
@@ -122,8 +125,32 @@ def test_suffix_index_served_by_vllm_equals_replay_and_swaps_in_place(target, tm
         assert sum(s.num_accepted_tokens for _, s in without) < accepted  # the index mattered
         _check_equal(target, suffix_from_documents(cfg, []), check, without)
         assert engine.rpc("autospec_drafter")[0]["drafter"] == "SuffixIndexProposer"
+        _check_slots(target, engine, cfg, index, full.out, check)
     finally:
         engine.close()
+
+
+def _check_slots(target, engine, cfg, index, out, check) -> None:  # type: ignore[no-untyped-def]
+    """A segment's version in a slot beside the deployment's (empty) index: in one batch the
+    requests naming the slot draft from it and the others from the deployment's, each equal
+    to replay with its own index; once the slot is dropped, a request naming it drafts from
+    the deployment's."""
+    from autospec.engine.vllm.swap import drop_slot, load_slot
+    from autospec.speculators.suffix import suffix_from_documents
+
+    report = load_slot(engine, out, "seg")
+    assert report["workers"][0]["slot"] == "seg" and report["workers"][0]["slots"] == ["seg"]
+    slots = ["seg" if i % 2 else None for i in range(len(check))]
+    mixed = _decode(engine, check, slots)
+    empty = suffix_from_documents(cfg, [])
+    on_slot = [i for i, s in enumerate(slots) if s]
+    off_slot = [i for i, s in enumerate(slots) if not s]
+    assert _check_equal(target, index, [check[i] for i in on_slot],
+                        [mixed[i] for i in on_slot]) > 0  # the segment's index drafted
+    _check_equal(target, empty, [check[i] for i in off_slot], [mixed[i] for i in off_slot])
+    assert drop_slot(engine, "seg")[0] == {"dropped": "seg", "slots": []}
+    gone = _decode(engine, check[:2], ["seg", "seg"])
+    _check_equal(target, empty, check[:2], gone)
 
 
 def test_an_eagle3_head_is_replaced_in_place_and_the_target_is_untouched(target, tmp_path):

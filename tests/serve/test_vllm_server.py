@@ -82,6 +82,7 @@ class FakeVllmEngine:
     rpcs: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     k_bands: str | None = None
     name: str = "vllm"
+    slots: list[str | None] = field(default_factory=list)  # each request's slot
 
     def __post_init__(self) -> None:
         self.k = (self.speculative_config or {}).get("num_speculative_tokens", 0)
@@ -90,7 +91,8 @@ class FakeVllmEngine:
         if len(prompt_ids) + params.max_new_tokens > self.max_model_len:
             raise RequestError("too long for the fake engine")
 
-    async def generate(self, prompt_ids, params, request_id, *, n=1, logprobs=None):  # type: ignore[no-untyped-def]
+    async def generate(self, prompt_ids, params, request_id, *, n=1, logprobs=None, slot=None):  # type: ignore[no-untyped-def]
+        self.slots.append(slot)
         self.active += 1
         ids: list[int] = []
         try:

@@ -187,22 +187,31 @@ class VllmEngine:
                    where="the engine's")
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str,
-                       *, n: int = 1, logprobs: int | None = None) -> AsyncIterator[Any]:
+                       *, n: int = 1, logprobs: int | None = None,
+                       slot: str | None = None) -> AsyncIterator[Any]:
         """vLLM's cumulative ``RequestOutput`` after each engine step, to the finished one
-        (``n`` choices; ``logprobs``: alternatives per token, None for none).
+        (``n`` choices; ``logprobs``: alternatives per token, None for none; ``slot``: see
+        :meth:`generate_raw`).
 
         Closing the iterator early aborts the request in vLLM."""
         from vllm.inputs import tokens_input  # rendered: a raw prompt is deprecated in 0.32
 
         sampling = vllm_sampling(params, n=n, logprobs=logprobs)
         async for output in self.generate_raw(tokens_input(list(prompt_ids)), sampling,
-                                              request_id):
+                                              request_id, slot=slot):
             yield output
 
-    async def generate_raw(self, prompt: Any, sampling_params: Any, request_id: str,
-                           **kwargs: Any) -> AsyncIterator[Any]:
+    async def generate_raw(self, prompt: Any, sampling_params: Any, request_id: str, *,
+                           slot: str | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         """``AsyncLLM.generate`` as vLLM's serving layer calls it (``prompt``: what its
-        renderer made; ``sampling_params``: vLLM's), relayed from the engine's loop."""
+        renderer made; ``sampling_params``: vLLM's), relayed from the engine's loop;
+        ``slot``: the segment version autospec's proposer drafts this request with (named in
+        the parameters' ``extra_args``, :mod:`autospec.interop.vllm_proposer`)."""
+        if slot is not None:
+            from autospec.interop.vllm_proposer import DRAFT_SLOT
+
+            sampling_params.extra_args = {**(sampling_params.extra_args or {}),
+                                          DRAFT_SLOT: slot}
         with self._lock:
             if self._closed:
                 raise RuntimeError("engine is shut down")

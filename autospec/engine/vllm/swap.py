@@ -114,3 +114,18 @@ def load_in_place(engine: Any, shape: DraftShape, out: Path | None,
     else:
         reports = []  # ngram with the same bounds: nothing to load
     return {"workers": reports, "seconds": time.perf_counter() - started}
+
+
+def load_slot(engine: Any, out: Path, version: str) -> dict[str, Any]:
+    """Load the suffix export in ``out`` into the running ``engine``'s custom proposer as
+    the slot ``version`` (the requests of a segment drafted by it); workers' reports and
+    ``seconds``."""
+    started = time.perf_counter()
+    sums = {name: artifacts.file_sha256(out / name) for name in ("config.json", WEIGHTS)}
+    reports = engine.rpc("autospec_load_index", str(out), sums, version, version)
+    return {"workers": reports, "seconds": time.perf_counter() - started}
+
+
+def drop_slot(engine: Any, version: str) -> list[Any]:
+    """Forget the slot ``version`` in the running ``engine``'s custom proposer."""
+    return engine.rpc("autospec_drop_index", version)
