@@ -98,8 +98,10 @@ def test_the_gate_measures_vllm_speed_at_the_served_concurrency(target):  # type
     assert m.rounds == 2 and len(m.ratios["builtin-ngram"]) == 2  # ⌈3 prompts × 1 / 2⌉
     assert m.tokens_per_s["target-only"] > 0 and m.speedup["builtin-ngram"] > 0
     assert m.step_cost["builtin-ngram"] > 0
+    # τ over the step cost, which is never priced below one target-only token (an n-gram
+    # step that drafted little read 0.96 in CI: noise)
     assert m.projected({"builtin-ngram": 2.0})["builtin-ngram"] == pytest.approx(
-        2.0 / m.step_cost["builtin-ngram"])
+        2.0 / max(1.0, m.step_cost["builtin-ngram"]))
     assert 0 <= m.drafts_per_step["builtin-ngram"] <= K  # vLLM's count of the drafts
     # the ledger's rate: after each request's first token, so above the whole round's
     assert m.decode_tokens_per_s is not None
