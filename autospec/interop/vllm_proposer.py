@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from autospec.engine.vllm.sampling import DRAFT_SLOT
 from autospec.interop.vllm_request_end import RequestEnd, request_end, request_extra
 from autospec.speculators.suffix import VLLM_INDEX_ENV, VLLM_PROPOSER
 
@@ -65,8 +66,6 @@ log = logging.getLogger(__name__)
 #: class's import path (what the suffix kind's exporter writes; declared there, once)
 INDEX_ENV = VLLM_INDEX_ENV
 CLASS_PATH = VLLM_PROPOSER
-#: the key of vLLM's ``SamplingParams.extra_args`` naming the slot a request drafts from
-DRAFT_SLOT = "autospec_draft_slot"
 
 
 def read_index(directory: str | Path, sha256: dict[str, str]) -> Any:

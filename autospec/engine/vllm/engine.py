@@ -32,7 +32,7 @@ from typing import Any
 
 from autospec.engine.interface import check_fits
 from autospec.engine.sampling import SamplingParams
-from autospec.engine.vllm.sampling import vllm_sampling
+from autospec.engine.vllm.sampling import vllm_sampling, with_slot
 from autospec.threads import set_num_threads_kept
 
 log = logging.getLogger(__name__)
@@ -207,11 +207,7 @@ class VllmEngine:
         renderer made; ``sampling_params``: vLLM's), relayed from the engine's loop;
         ``slot``: the segment version autospec's proposer drafts this request with (named in
         the parameters' ``extra_args``, :mod:`autospec.interop.vllm_proposer`)."""
-        if slot is not None:
-            from autospec.interop.vllm_proposer import DRAFT_SLOT
-
-            sampling_params.extra_args = {**(sampling_params.extra_args or {}),
-                                          DRAFT_SLOT: slot}
+        sampling_params = with_slot(sampling_params, slot)
         with self._lock:
             if self._closed:
                 raise RuntimeError("engine is shut down")

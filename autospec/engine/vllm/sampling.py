@@ -25,3 +25,15 @@ def vllm_sampling(params: SamplingParams, *, n: int = 1, logprobs: int | None = 
         logprobs=logprobs, presence_penalty=params.presence_penalty,
         frequency_penalty=params.frequency_penalty,
         logit_bias=dict(params.logit_bias) or None)
+
+
+#: the key of vLLM's ``SamplingParams.extra_args`` naming the slot of autospec's proposer a
+#: request drafts from (a segment's version: :mod:`autospec.interop.vllm_proposer`)
+DRAFT_SLOT = "autospec_draft_slot"
+
+
+def with_slot(sampling_params: Any, slot: str | None) -> Any:
+    """vLLM's ``sampling_params`` naming ``slot`` in its ``extra_args`` (None: as it is)."""
+    if slot is not None:
+        sampling_params.extra_args = {**(sampling_params.extra_args or {}), DRAFT_SLOT: slot}
+    return sampling_params
