@@ -29,6 +29,7 @@ a vLLM that moves them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,21 +59,25 @@ class RequestEnd:
         return draft
 
 
-def request_extra(runner: Any, i: int) -> dict[str, Any]:
-    """The ``extra_args`` of the sampling parameters of the request in row ``i`` of
-    ``runner``'s batch (empty: none, or a row the runner does not know)."""
+def _row_request(runner: Any, i: int) -> tuple[Any, Any]:
+    """The request state in row ``i`` of ``runner``'s batch and its sampling parameters
+    (None, None: a row the runner does not know)."""
     req_ids = runner.input_batch.req_ids
     state = runner.requests.get(req_ids[i]) if i < len(req_ids) else None
-    params = getattr(state, "sampling_params", None)
-    return dict(getattr(params, "extra_args", None) or {})
+    return state, getattr(state, "sampling_params", None)
+
+
+def request_extra(runner: Any, i: int) -> Mapping[str, Any]:
+    """The ``extra_args`` of the sampling parameters of the request in row ``i`` of
+    ``runner``'s batch (empty: none, or a row the runner does not know)."""
+    _, params = _row_request(runner, i)
+    return getattr(params, "extra_args", None) or {}
 
 
 def request_end(runner: Any, i: int, n: int, k: int) -> RequestEnd | None:
     """Where the request in row ``i`` of ``runner``'s batch (``n`` tokens so far, prompt
     included) can end; None when the runner does not know the row's request."""
-    req_ids = runner.input_batch.req_ids
-    state = runner.requests.get(req_ids[i]) if i < len(req_ids) else None
-    params = getattr(state, "sampling_params", None)
+    state, params = _row_request(runner, i)
     if params is None:
         return None
     generated = n - int(state.num_prompt_tokens)

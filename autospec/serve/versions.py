@@ -294,13 +294,13 @@ class VersionManager:
     def _follow_segments(self, wanted: dict[str, tuple[str, int]]) -> None:
         """Hold one loaded version per version the segment pointers name (reusing those
         loaded, the deployment's included), then free those no pointer names any more."""
-        loaded = {v.name: v for v in (*self._by_segment.values(), self.current)}
+        loaded = self._segment_reusable()
         held: dict[str, ServedVersion] = {}
         for segment, (version, generation) in sorted(wanted.items()):
             if version not in loaded and self._segment_failed.get(segment) != (version,
                                                                                generation):
                 try:
-                    loaded[version] = self._load(version)
+                    loaded[version] = self._load_for_segment(version)
                     log.info("segment %s: loaded %s", segment, version)
                 except VersionLoadError as exc:
                     self._refused(version, generation, exc, segment=segment)
@@ -308,14 +308,28 @@ class VersionManager:
                 held[segment] = loaded[version]
         old, self._by_segment = self._by_segment, held  # one reference assignment
         self._segments_wanted = dict(wanted)
+        self._free_segment_versions(old)
+        log.info("drafting by segment: %s (others: %s)",
+                 ", ".join(f"{s}={v}" for s, v in self.segments.items()) or "none",
+                 self.current.name)
+
+    def _segment_reusable(self) -> dict[str, ServedVersion]:
+        """The versions a segment pointer can name without a load: those held, and the
+        deployment's."""
+        return {v.name: v for v in (*self._by_segment.values(), self.current)}
+
+    def _load_for_segment(self, version: str) -> ServedVersion:
+        """``version`` ready to draft a segment; :class:`VersionLoadError` if refused."""
+        return self._load(version)
+
+    def _free_segment_versions(self, old: dict[str, ServedVersion]) -> None:
+        """Free the versions of ``old`` (segment -> version, before the pointers were
+        followed) that neither a segment nor the deployment drafts with now."""
         for version in {id(v): v for v in old.values()}.values():
             if version.engine is not self.current.engine and not self.holds(version.engine):
                 version.engine.retire()  # it closes once its running requests have ended
                 log.info("freed %s: no segment pointer names it any more", version.name)
                 self._trim_due = time.monotonic() + TRIM_AFTER_S
-        log.info("drafting by segment: %s (others: %s)",
-                 ", ".join(f"{s}={v}" for s, v in self.segments.items()) or "none",
-                 self.current.name)
 
     @property
     def serving_bands(self) -> KBands | None:

@@ -174,8 +174,7 @@ class VllmVersionManager(VersionManager):
     def _unseat_segments(self) -> None:
         """A new engine serves the deployment: the segments' slots are in the old one (which
         finishes its requests on them); the next poll loads them into the new one."""
-        if self._by_segment or self._segments_wanted:
-            self._by_segment, self._segments_wanted, self._segment_failed = {}, {}, {}
+        self._by_segment, self._segments_wanted, self._segment_failed = {}, {}, {}
 
     def _bands_refusal(self, current: ServedVersion) -> str | None:
         """Why ``current``'s engine cannot take new versions: its bands are no longer the
@@ -196,33 +195,27 @@ class VllmVersionManager(VersionManager):
 
     def _follow_segments(self, wanted: dict[str, tuple[str, int]]) -> None:
         """Hold one slot per version the segment pointers name, in the running engine's
-        proposer (see the module doc), then drop the slots no pointer names any more."""
-        current = self._current
-        if current is None:
-            return
-        loaded = {v.name: v for v in self._by_segment.values()}
-        held: dict[str, ServedVersion] = {}
-        for segment, (version, generation) in sorted(wanted.items()):
-            if version not in loaded and self._segment_failed.get(segment) != (version,
-                                                                               generation):
-                try:
-                    loaded[version] = self._load_slot(version, current)
-                except VersionLoadError as exc:
-                    self._refused(version, generation, exc, segment=segment)
-            if version in loaded:
-                held[segment] = loaded[version]
-        old, self._by_segment = self._by_segment, held  # one reference assignment
-        self._segments_wanted = dict(wanted)
-        for name in {v.name for v in old.values()} - {v.name for v in held.values()}:
-            self._drop_slot(vllm_engine(current.engine), name)
-        log.info("drafting by segment: %s (others: %s)",
-                 ", ".join(f"{s}={v}" for s, v in self.segments.items()) or "none",
-                 current.name)
+        proposer (see the module doc), then drop the slots no pointer names any more; once
+        an engine runs."""
+        if self._current is not None:
+            super()._follow_segments(wanted)
 
-    def _load_slot(self, version: str, current: ServedVersion) -> ServedVersion:
-        """``version`` loaded into a slot of ``current``'s engine, for a segment;
+    def _segment_reusable(self) -> dict[str, ServedVersion]:
+        """The slots held: never the engine's own drafter, which every other request drafts
+        with (a segment pinned to the deployment's version gets a slot of its own)."""
+        return {v.name: v for v in self._by_segment.values()}
+
+    def _free_segment_versions(self, old: dict[str, ServedVersion]) -> None:
+        """Drop the slots of ``old`` no segment pointer names any more."""
+        held = {v.name for v in self._by_segment.values()}
+        for name in {v.name for v in old.values()} - held:
+            self._drop_slot(vllm_engine(self.current.engine), name)
+
+    def _load_for_segment(self, version: str) -> ServedVersion:
+        """``version`` loaded into a slot of the running engine, for a segment;
         :class:`VersionLoadError` where it cannot be (not a suffix version, or the engine
         has no autospec proposer)."""
+        current = self.current
         kind, spec = load_speculator_version(self.db, self.target, version, actor=self.actor,
                                              deployment=self.deployment)
         engine = vllm_engine(current.engine)

@@ -109,8 +109,7 @@ def load_in_place(engine: Any, shape: DraftShape, out: Path | None,
         reports = engine.rpc("autospec_reload_draft", str(out / WEIGHTS), sha)
     elif shape.method == "custom_class":
         assert out is not None
-        sums = {name: artifacts.file_sha256(out / name) for name in ("config.json", WEIGHTS)}
-        reports = engine.rpc("autospec_load_index", str(out), sums, version)
+        reports = _load_index(engine, out, version, None)
     else:
         reports = []  # ngram with the same bounds: nothing to load
     return {"workers": reports, "seconds": time.perf_counter() - started}
@@ -121,9 +120,16 @@ def load_slot(engine: Any, out: Path, version: str) -> dict[str, Any]:
     the slot ``version`` (the requests of a segment drafted by it); workers' reports and
     ``seconds``."""
     started = time.perf_counter()
-    sums = {name: artifacts.file_sha256(out / name) for name in ("config.json", WEIGHTS)}
-    reports = engine.rpc("autospec_load_index", str(out), sums, version, version)
+    reports = _load_index(engine, out, version, version)
     return {"workers": reports, "seconds": time.perf_counter() - started}
+
+
+def _load_index(engine: Any, out: Path, version: str, slot: str | None) -> list[Any]:
+    """The suffix index exported in ``out`` into ``engine``'s custom proposer (its files'
+    checksums sent along): every request's (``slot`` None), or ``slot``'s."""
+    sums = {name: artifacts.file_sha256(out / name) for name in ("config.json", WEIGHTS)}
+    slotted = () if slot is None else (slot,)
+    return engine.rpc("autospec_load_index", str(out), sums, version, *slotted)
 
 
 def drop_slot(engine: Any, version: str) -> list[Any]:
