@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from autospec.evaluate.speed import MIN_STEP_COST
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "step_cost_check.py"
 
 
@@ -37,9 +39,10 @@ def test_each_domain_predicts_the_other_both_ways_tiny_random_init(tiny) -> None
         m, replayed = report["measured"][row["measured_on"]], report["replayed"][row["predicted"]]
         assert row["decoded"] == report["measured"][row["predicted"]]["decoded"]
         assert row["prompts_step_cost"] == pytest.approx(replayed["tau"] / m["step_cost"])
-        if m["draft_cost"] is not None:  # priced at the other domain's replayed drafts
-            assert row["at_replayed_drafts"] == pytest.approx(
-                replayed["tau"] / (1 + m["draft_cost"] * replayed["drafts_per_step"]))
+        if m["draft_cost"] is not None:  # priced at the other domain's replayed drafts, a
+            # step never below one target-only token (a noisy round here read 0.995)
+            assert row["at_replayed_drafts"] == pytest.approx(replayed["tau"] / max(
+                MIN_STEP_COST, 1 + m["draft_cost"] * replayed["drafts_per_step"]))
         assert row["error_at_replayed_drafts"] == pytest.approx(
             row["at_replayed_drafts"] / row["decoded"] - 1)
     assert any("measuring speed" in line for line in lines)
