@@ -135,7 +135,8 @@ def status(
 
 # -- promote / rollback ---------------------------------------------------------------------
 SEGMENT_HELP = ("move this traffic segment's own pointer instead of the deployment's (its "
-                "requests are then drafted by it on native replicas; docs/segments.md)")
+                "requests are then drafted by it: on native replicas any kind, on vLLM "
+                "replicas a suffix version while the deployment's is one; docs/segments.md)")
 
 
 def promote(
