@@ -19,6 +19,10 @@ Nothing is lost:
 - ``flush()`` waits until every row recorded so far is committed or spilled; ``close()``
   flushes, tries the spill once more, and stops the thread (also run at interpreter exit).
 
+A process killed outright (SIGKILL, the OOM killer) loses the rows still in its queue: those
+recorded since the last batch, every ``flush_interval_s`` (50 ms) plus the batch's
+transaction. A SIGTERM or an orderly exit flushes them (``close``).
+
 A row is *dropped* only if it cannot be stored at all (a value the database rejects, a number
 out of range) or if the spill file itself cannot be written; each drop is logged with its uid.
 Counters (:class:`WriterCounters`) are exposed for metrics, e.g. via

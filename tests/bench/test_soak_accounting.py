@@ -12,8 +12,8 @@ from autospec.bench.soak.storeview import Row
 
 
 def _o(n: int, start: float, end: float, kind: str = "answered",
-       version: str | None = "builtin-ngram") -> Outcome:
-    return Outcome(n=n, domain="support", stream=False, hang_up=False, start=start, end=end,
+       version: str | None = "builtin-ngram", domain: str = "support") -> Outcome:
+    return Outcome(n=n, domain=domain, stream=False, hang_up=False, start=start, end=end,
                    kind=kind, version=version if kind == "answered" else None)
 
 
@@ -37,7 +37,7 @@ def test_a_version_is_allowed_from_its_move_and_a_refused_one_never() -> None:
                 _o(2, 150, 151, version="builtin-ngram"),  # long after the move: not live
                 _o(3, 205, 206, version="v1"), _o(4, 206, 207, version="bad"),
                 _o(5, 90, 101, version="v1")]  # moved while it decoded
-    bad = acc.not_live(outcomes, [timeline], swap_grace_s=15.0)
+    bad = acc.not_live(outcomes, {None: timeline}, swap_grace_s=15.0)
     assert [b["n"] for b in bad] == [2, 4]
 
 
@@ -54,14 +54,48 @@ def test_a_version_live_on_a_segments_pointer_is_live() -> None:
     assert [v for _, v in timelines["support"]] == [None, "e2"]
     assert [v for _, v in timelines[None]] == ["builtin-ngram", "e1", "e4"]
     outcomes = [_o(0, 250, 251, version="e1"),  # the deployment's, other segments
-                _o(1, 350, 351, version="s3"), _o(2, 350, 351, version="e2"),
+                _o(1, 350, 351, version="s3", domain="json"), _o(2, 350, 351, version="e2"),
                 _o(3, 450, 451, version="e1"),  # replaced by e4 50 s before: not live
                 _o(4, 150, 151, version="e2")]  # before support's move: not live
-    bad = acc.not_live(outcomes, list(timelines.values()), swap_grace_s=15.0)
+    bad = acc.not_live(outcomes, timelines, swap_grace_s=15.0)
     assert [b["n"] for b in bad] == [3, 4]
     # one timeline, as the soak read them before: the deployment's version "not live"
     merged = acc.allowed_timeline(moves, refused=())
-    assert [b["n"] for b in acc.not_live(outcomes, [merged], 15.0)] == [0, 2, 3, 4]
+    assert [b["n"] for b in acc.not_live(outcomes, {None: merged}, 15.0)] == [0, 2, 3, 4]
+
+
+def test_another_segments_version_is_not_live_and_an_unpinned_one_stops_being() -> None:
+    """Each request names its segment (``x-autospec-segment``): it may be drafted by its own
+    segment's version or the deployment's, never by another segment's (a replica that
+    drafted json with support's version served the wrong one). After ``rollback --segment
+    --unpin`` the segment's old version is no longer its own."""
+    moves = [{"at": 100.0, "kind": "promotion", "version": "d1", "details": {}},
+             {"at": 200.0, "kind": "override", "version": "s2", "details": {"segment": "support"}},
+             {"at": 300.0, "kind": "unpin", "version": "d1", "details": {"segment": "support"}}]
+    timelines = acc.allowed_timelines(moves, refused=())
+    assert [v for _, v in timelines["support"]] == [None, "s2", None]
+    outcomes = [_o(0, 250, 251, version="s2"),  # support, on its own version
+                _o(1, 250, 251, version="s2", domain="json"),  # json on support's: wrong
+                _o(2, 250, 251, version="d1", domain="json"),  # json on the deployment's
+                _o(3, 350, 351, version="s2"),  # support 50 s after its unpin: not live
+                _o(4, 305, 306, version="s2"),  # within the grace of the unpin
+                _o(5, 350, 351, version="d1")]  # support on the deployment's again
+    bad = acc.not_live(outcomes, timelines, swap_grace_s=15.0)
+    assert [(b["n"], b["segment"]) for b in bad] == [(1, "json"), (3, "support")]
+
+
+def test_a_version_refused_for_a_segment_only_is_still_the_deployments() -> None:
+    """A vLLM replica refuses a segment version it cannot draft per request (another kind
+    than the deployment's suffix version): the segment keeps what it had, while the same
+    version moved to the deployment's pointer is served there."""
+    moves = [{"at": 100.0, "version": "e1", "details": {"segment": "json"}},
+             {"at": 200.0, "version": "e1", "details": {}}]
+    timelines = acc.allowed_timelines(moves, refused=(), refused_by_segment={"json": {"e1"}})
+    assert [v for _, v in timelines["json"]] == [None, None]
+    assert [v for _, v in timelines[None]] == ["builtin-ngram", "e1"]
+    outcomes = [_o(0, 150, 151, version="e1", domain="json"),  # refused there: not live
+                _o(1, 250, 251, version="e1", domain="json")]  # the deployment's since 200
+    assert [b["n"] for b in acc.not_live(outcomes, timelines, 15.0)] == [0]
 
 
 def test_the_version_before_is_allowed_until_a_new_engine_swap_is_done() -> None:
@@ -75,8 +109,8 @@ def test_the_version_before_is_allowed_until_a_new_engine_swap_is_done() -> None
     outcomes = [_o(0, 125, 126, version="builtin-ngram"),  # the new engine not up yet
                 _o(1, 150, 151, version="builtin-ngram"),  # after the swap: not live
                 _o(2, 230, 231, version="v1")]  # an in-place swap gets no more than the grace
-    assert [b["n"] for b in acc.not_live(outcomes, [timeline], 15.0, starts)] == [1, 2]
-    assert [b["n"] for b in acc.not_live(outcomes, [timeline], 15.0)] == [0, 1, 2]
+    assert [b["n"] for b in acc.not_live(outcomes, {None: timeline}, 15.0, starts)] == [1, 2]
+    assert [b["n"] for b in acc.not_live(outcomes, {None: timeline}, 15.0)] == [0, 1, 2]
 
 
 def test_rows_are_matched_to_answers_by_request_number() -> None:
@@ -89,6 +123,18 @@ def test_rows_are_matched_to_answers_by_request_number() -> None:
     assert got["rows_without_answer_by_client_outcome"] == {"disconnected": 1}
     assert got["row_version_differs_from_header"] == 2  # request 1's two rows say v1
     assert got["other_rows"] == 1
+
+
+def test_a_row_lost_with_a_killed_replica_is_explained_and_no_other() -> None:
+    """The short soak of 2026-12-05: request 29 was answered 0.03 s before its replica was
+    SIGKILLed and its row, still in the traffic writer's queue, died with it. A row missing
+    for an answer that ended long before any kill stays unexplained."""
+    outcomes = [_o(0, 0, 1), _o(1, 27.0, 29.07), _o(2, 10, 11), _o(3, 40, 41)]
+    rows = [Row(0, "builtin-ngram", 1, 5, 3), Row(3, "builtin-ngram", 41, 5, 3)]
+    got = acc.rows_vs_answers(outcomes, rows, kills=[29.1])
+    assert got["row_lost_at_replica_kill"] == 1 and got["lost_examples"] == [1]
+    assert got["answered_without_row"] == 1 and got["missing_examples"] == [2]
+    assert acc.rows_vs_answers(outcomes, rows)["answered_without_row"] == 2  # no kill
 
 
 def test_per_minute_latency_and_tau_and_memory_growth_after_warmup() -> None:

@@ -1,10 +1,11 @@
 """The soak's short form (issue 28): about four minutes of constant traffic on a tiny
 random-init target through ``autospec serve`` (native) and ``autospec controller run``, with
 the faults that fit (a replica SIGKILL, the database locked, the controller SIGKILLed in
-training, a corrupt version pointed live, the artifact directory read-only, an operator
-promotion and rollback) and ``autospec serve`` stopped with SIGTERM at the end. Everything
-is accounted for: no failure a fault does not explain, a traffic row for every answered
-request, no response from a version that was not live, no process left."""
+training, a corrupt version pointed live, the artifact directory read-only, an operator's
+promotion and rollback of the deployment and of a segment) and ``autospec serve`` stopped
+with SIGTERM at the end. Everything is accounted for: no failure a fault does not explain,
+a traffic row for every answered request, no response from a version that was not live, no
+process left."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from autospec.bench.soak.load import FAILURE_KINDS, Outcome
@@ -85,28 +85,39 @@ def _round(x: float | None, nd: int = 3) -> float | None:
 def allowed_timeline(moves: list[dict[str, Any]], refused: Iterable[str],
                      start: str | None = BUILTIN) -> list[tuple[float, str | None]]:
     """(from time, version the replicas may serve) after each move of one pointer: the
-    version moved to, or — when replicas refused it — the one they kept. ``start``: what the
-    pointer names before its first move (None: nothing of its own)."""
+    version moved to, or — when replicas refused it — the one they kept; after an ``unpin``
+    (a segment's own pointer dropped) None, nothing of its own. ``start``: what the pointer
+    names before its first move (None: nothing of its own)."""
     refused = set(refused)
     timeline: list[tuple[float, str | None]] = [(-math.inf, start)]
     for move in sorted(moves, key=lambda m: m["at"]):
+        if move.get("kind") == "unpin":
+            timeline.append((move["at"], None))
+            continue
         version = move["version"] or BUILTIN
         timeline.append((move["at"], timeline[-1][1] if version in refused else version))
     return timeline
 
 
-def allowed_timelines(moves: list[dict[str, Any]], refused: Iterable[str]
-                      ) -> dict[str | None, list[tuple[float, str | None]]]:
+Timeline = list[tuple[float, str | None]]
+
+
+def allowed_timelines(moves: list[dict[str, Any]], refused: Iterable[str],
+                      refused_by_segment: Mapping[str, Iterable[str]] | None = None
+                      ) -> dict[str | None, Timeline]:
     """One timeline per live pointer: the deployment's (``None``, builtin-ngram before its
     first move) and each traffic segment's (a move whose ``details.segment`` names it; the
-    segment falls back to the deployment's pointer until then). A response may name a
-    version live on any of them: the soak does not know which segment a request fell in."""
-    refused = set(refused)
+    segment falls back to the deployment's pointer until then). ``refused``: versions the
+    replicas refused (for every pointer); ``refused_by_segment``: those they refused as one
+    segment's version only (a vLLM replica refuses a segment version it cannot draft per
+    request)."""
+    refused, by_segment = set(refused), refused_by_segment or {}
     groups: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
     for move in moves:
         groups[(move.get("details") or {}).get("segment")].append(move)
     groups.setdefault(None, [])
-    return {seg: allowed_timeline(ms, refused, BUILTIN if seg is None else None)
+    return {seg: allowed_timeline(ms, refused | set(by_segment.get(seg, ()) if seg else ()),
+                                  BUILTIN if seg is None else None)
             for seg, ms in groups.items()}
 
 
@@ -128,13 +139,17 @@ def engine_starts(timeline: list[tuple[float, str | None]],
     return spans
 
 
-def not_live(outcomes: list[Outcome], timelines: list[list[tuple[float, str | None]]],
+def not_live(outcomes: list[Outcome], timelines: Mapping[str | None, Timeline],
              swap_grace_s: float,
              starts: Iterable[tuple[float, float, str]] = ()) -> list[dict[str, Any]]:
-    """Answered requests whose ``x-autospec-speculator`` names a version not allowed on any
-    of the ``timelines`` (:func:`allowed_timelines`) at any moment from ``swap_grace_s``
-    before it was sent (replicas swap between requests, after their next poll) until its
-    answer; ``starts``: :func:`engine_starts`."""
+    """Answered requests whose ``x-autospec-speculator`` names a version allowed neither on
+    the deployment's timeline (key ``None``) nor on their own segment's (the request's
+    domain, the ``x-autospec-segment`` it sent: :func:`allowed_timelines`) at any moment
+    from ``swap_grace_s`` before it was sent (replicas swap between requests, after their
+    next poll) until its answer; ``starts``: :func:`engine_starts`. Another segment's
+    version is never allowed: a request drafted by it is one served the wrong version. The
+    deployment's stays allowed for every segment (a segment whose version the replicas
+    refused, or not loaded yet, is drafted by it)."""
     starts = list(starts)
     bad = []
     for o in outcomes:
@@ -142,28 +157,44 @@ def not_live(outcomes: list[Outcome], timelines: list[list[tuple[float, str | No
             continue
         lo = o.start - swap_grace_s
         ok: set[str | None] = set()
-        for timeline in timelines:
+        for timeline in (timelines[None], timelines.get(o.domain)):
+            if timeline is None:
+                continue
             ok |= {v for t, v in timeline if lo < t <= o.end}
             ok.add(max((e for e in timeline if e[0] <= lo), key=lambda e: e[0])[1])
         ok |= {v for a, b, v in starts if a <= o.end and lo <= b}
-        allowed = {v for v in ok if v is not None}  # None: a segment not yet its own
+        allowed = {v for v in ok if v is not None}  # None: a segment not (or no more) its own
         if o.version not in allowed:
             bad.append({"n": o.n, "version": o.version, "start": round(o.start, 2),
-                        "allowed": sorted(allowed)})
+                        "segment": o.domain, "allowed": sorted(allowed)})
     return bad
 
 
-def rows_vs_answers(outcomes: list[Outcome], rows: list[Row]) -> dict[str, Any]:
-    """Traffic rows matched to requests by their number (the request's seed)."""
+#: a replica SIGKILL takes the rows still in its traffic writer's queue with it (the writer
+#: commits every 50 ms; a kill gives it no chance to flush): a row missing for an answer that
+#: ended this long before a kill (or just after, the kill seen late) is explained by it
+ROW_LOSS_WINDOW_S = 2.0
+
+
+def rows_vs_answers(outcomes: list[Outcome], rows: list[Row],
+                    kills: Iterable[float] = ()) -> dict[str, Any]:
+    """Traffic rows matched to requests by their number (the request's seed). An answer
+    without a row that ended within :data:`ROW_LOSS_WINDOW_S` of a replica SIGKILL
+    (``kills``) is counted as lost with the replica, the others as unexplained (the goal)."""
+    kills = list(kills)
     by_n = {o.n: o for o in outcomes}
     seeds = Counter(r.seed for r in rows if r.seed is not None and r.seed in by_n)
     answered = {o.n for o in outcomes if o.kind == "answered"}
     missing = sorted(answered - set(seeds))
+    lost = [n for n in missing if any(k - ROW_LOSS_WINDOW_S <= by_n[n].end <= k + 0.5
+                                      for k in kills)]
     extra = Counter(by_n[n].kind for n in seeds if n not in answered)
     wrong_version = sum(1 for r in rows if r.seed in answered and by_n[r.seed].version
                         and r.version != by_n[r.seed].version)
     return {"rows": sum(seeds.values()), "answered": len(answered),
-            "answered_without_row": len(missing), "missing_examples": missing[:20],
+            "answered_without_row": len(missing) - len(lost),
+            "missing_examples": [n for n in missing if n not in lost][:20],
+            "row_lost_at_replica_kill": len(lost), "lost_examples": lost[:20],
             "rows_without_answer_by_client_outcome": dict(extra),
             "duplicate_rows": sum(c - 1 for c in seeds.values() if c > 1),
             "row_version_differs_from_header": wrong_version,

@@ -22,6 +22,7 @@ FULL_SCHEDULE: list[tuple[float, str, dict[str, float]]] = [
     (0.48, "artifacts_read_only", {}),
     (0.60, "bad_version", {}),
     (0.70, "operator_promote_rollback", {}),
+    (0.74, "operator_segment_promote_rollback", {}),
     (0.78, "controller_sigkill_gated", {}),
 ]
 #: the short form's subset (the database lock shortened to fit)
@@ -30,8 +31,9 @@ SHORT_SCHEDULE: list[tuple[float, str, dict[str, float]]] = [
     (0.25, "db_locked", {"hold_s": 20.0}),
     (0.38, "controller_sigkill_training", {}),
     (0.50, "bad_version", {}),
-    (0.62, "operator_promote_rollback", {}),  # before the read-only fault, which waits for
-    (0.75, "artifacts_read_only", {}),        # a cycle to save (a minute or more)
+    (0.62, "operator_promote_rollback", {}),  # these two before the read-only fault, which
+    (0.66, "operator_segment_promote_rollback", {}),  # waits for a cycle to save (a minute or
+    (0.75, "artifacts_read_only", {}),                # more)
 ]
 
 

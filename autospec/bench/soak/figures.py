@@ -5,7 +5,7 @@ memory, the shutdown, and the machine's load. ``verdict`` lists the goals missed
 from __future__ import annotations
 
 import platform
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 from autospec.bench.soak import accounting as acc
@@ -36,7 +36,7 @@ def figures(*, cfg: SoakConfig, t0: float, ended: float, startup_s: float,
         "machine": {"cpus": _cpus(), "python": platform.python_version(),
                     "loadavg_1min": [round(v, 2) for _, v in loadavg]},
         "requests": acc.counts(outcomes, kills),
-        "rows": {**acc.rows_vs_answers(outcomes, rows), "spill_files_left": spill_files},
+        "rows": {**acc.rows_vs_answers(outcomes, rows, kills), "spill_files_left": spill_files},
         "not_live": judge_not_live(outcomes, events, cfg.swap_grace_s),
         "per_minute": acc.per_minute(outcomes, rows, t0),
         "memory": judge_memory(samples, events, t0, cfg.warmup_s),
@@ -59,11 +59,15 @@ def judge_not_live(outcomes: list[Outcome], events: list[dict[str, Any]],
                    swap_grace_s: float) -> list[dict[str, Any]]:
     """:func:`accounting.not_live` against every live pointer's timeline (the deployment's
     and each segment's), a refused version counting as the one kept."""
-    refused = {e["version"] for e in refusals(events)}
-    timelines = acc.allowed_timelines(pointer_moves(events), refused)
+    refused: set[str] = set()
+    by_segment: dict[str, set[str]] = defaultdict(set)
+    for e in refusals(events):
+        segment = e["details"].get("segment")
+        (by_segment[segment] if segment else refused).add(e["version"])
+    timelines = acc.allowed_timelines(pointer_moves(events), refused, by_segment)
     swaps = [e for e in events if e["kind"] == "swap"]
     starts = [span for tl in timelines.values() for span in acc.engine_starts(tl, swaps)]
-    return acc.not_live(outcomes, list(timelines.values()), swap_grace_s, starts)
+    return acc.not_live(outcomes, timelines, swap_grace_s, starts)
 
 
 def judge_memory(samples: list[tuple[float, str, int]], events: list[dict[str, Any]],

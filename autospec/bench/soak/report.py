@@ -44,7 +44,9 @@ def markdown(r: dict[str, Any]) -> str:
         f"| failed, cut by a replica SIGKILL | {req['failed_explained_by_replica_kill']} |",
         f"| **failed, unexplained** | **{req['failed_unexplained']}** |",
         f"| traffic rows (matched) | {rows['rows']} |",
-        f"| answered without a row | {rows['answered_without_row']} |",
+        f"| answered, row lost with a SIGKILLed replica | "
+        f"{rows.get('row_lost_at_replica_kill', 0)} |",
+        f"| **answered without a row, unexplained** | **{rows['answered_without_row']}** |",
         f"| rows of hung-up / failed requests | {rows['rows_without_answer_by_client_outcome']} |",
         f"| duplicate rows | {rows['duplicate_rows']} |",
         f"| responses from a version not live | {len(r['not_live'])} |",

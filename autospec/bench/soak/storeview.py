@@ -17,7 +17,7 @@ from sqlalchemy import select
 from autospec import store
 from autospec.store.models import Evaluation, Event, Request, TrainingRun
 
-POINTER_KINDS = ("promotion", "rollback", "override")
+POINTER_KINDS = ("promotion", "rollback", "override", "unpin")
 REFUSALS = ("speculator load", "artifact mismatch")
 
 
@@ -76,10 +76,17 @@ class StoreView:
         events = self.events()
         return events[-1]["id"] if events else 0
 
-    def live(self) -> str | None:
+    def live(self, segment: str | None = None) -> str | None:
+        """The deployment's pointer (or ``segment``'s own: None where it has none)."""
         with store.session_scope(self.engine, readonly=True) as session:
-            pointer = store.get_live(session)
+            pointer = store.get_live(session, segment=segment)
             return pointer.version if pointer else None
+
+    def serving(self, segment: str) -> str:
+        """The version that should draft ``segment``: its own pointer's, else the
+        deployment's (builtin-ngram before any)."""
+        with store.session_scope(self.engine, readonly=True) as session:
+            return store.serving_version(session, segment=segment) or "builtin-ngram"
 
     def versions(self) -> list[dict[str, Any]]:
         """Registered versions: name, kind, state, artifact, SHA-256."""
