@@ -31,9 +31,9 @@ SHORT_SCHEDULE: list[tuple[float, str, dict[str, float]]] = [
     (0.25, "db_locked", {"hold_s": 20.0}),
     (0.38, "controller_sigkill_training", {}),
     (0.50, "bad_version", {}),
-    (0.62, "operator_promote_rollback", {}),  # these two before the read-only fault, which
-    (0.66, "operator_segment_promote_rollback", {}),  # waits for a cycle to save (a minute or
-    (0.75, "artifacts_read_only", {}),                # more)
+    (0.58, "operator_promote_rollback", {}),  # these two before the read-only fault, which
+    (0.64, "operator_segment_promote_rollback", {}),  # waits for a cycle to save (a minute or
+    (0.72, "artifacts_read_only", {}),                # more)
 ]
 
 
