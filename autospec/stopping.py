@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from types import FrameType
 
 import psutil
@@ -26,22 +27,38 @@ import psutil
 log = logging.getLogger(__name__)
 
 
-def reap_children(grace_s: float = 5.0) -> list[int]:
+def reap_children(grace_s: float = 5.0, poll_s: float = 0.1) -> list[int]:
     """SIGTERM the direct children, then SIGKILL every process below this one still running
-    after ``grace_s``; the pids of all that were below."""
+    after ``grace_s``; the pids of all that were below. The tree is read again every
+    ``poll_s`` while the children stop: a child starting a process of its own meanwhile (a
+    vLLM ``EngineCore`` still starting its worker when SIGTERM came) would otherwise leave
+    it behind, no longer below this one once its parent is gone (the 30-minute vLLM soak of
+    2026-12-05)."""
     me = psutil.Process()
-    everyone = me.children(recursive=True)
+    everyone = {p.pid: p for p in me.children(recursive=True)}
     direct = me.children()
     for proc in direct:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.terminate()
-    psutil.wait_procs(direct, timeout=grace_s)
-    left = [p for p in everyone if _running(p)]
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        _gather(me, everyone)
+        if not any(_running(p) for p in direct):
+            break
+        time.sleep(poll_s)
+    _gather(me, everyone)
+    left = [p for p in everyone.values() if _running(p)]
     for proc in left:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
     psutil.wait_procs(left, timeout=grace_s)
-    return [p.pid for p in everyone]
+    return list(everyone)
+
+
+def _gather(me: psutil.Process, seen: dict[int, psutil.Process]) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for proc in me.children(recursive=True):
+            seen.setdefault(proc.pid, proc)
 
 
 def _running(proc: psutil.Process) -> bool:

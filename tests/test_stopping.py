@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 
@@ -80,3 +81,48 @@ def test_sigterm_kills_a_grandchild_its_parent_left_behind() -> None:
         assert all(_gone(p) for p in pids), [p for p in pids if not _gone(p)]
     finally:
         proc.kill()
+
+
+LATE_SPAWN = textwrap.dedent("""
+    import subprocess, sys, time
+    from autospec.stopping import exit_on_sigterm
+    exit_on_sigterm(grace_s=3.0)
+    # a child that, asked to stop, first starts a process of its own (a vLLM EngineCore
+    # still starting its worker), then exits: the new process is below the child only for
+    # the half second before the child dies
+    child = subprocess.Popen([sys.executable, "-c",
+        "import signal, subprocess, sys, time\\n"
+        "def late(signum, frame):\\n"
+        "    g = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'])\\n"
+        "    open(sys.argv[1], 'w').write(str(g.pid))\\n"
+        "    time.sleep(0.5)\\n"
+        "    sys.exit(0)\\n"
+        "signal.signal(signal.SIGTERM, late)\\n"
+        "print('ready', flush=True)\\n"
+        "time.sleep(600)\\n", sys.argv[1]], stdout=subprocess.PIPE, text=True)
+    child.stdout.readline()
+    print(child.pid, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_sigterm_kills_a_process_a_child_started_while_stopping(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    proc = subprocess.Popen([sys.executable, "-c", LATE_SPAWN, str(pid_file)],
+                            stdout=subprocess.PIPE, text=True)
+    grandchild = None
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        grandchild = int(pid_file.read_text())
+        deadline = time.monotonic() + 10
+        while not all(_gone(p) for p in (child, grandchild)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(child) and _gone(grandchild), "the late process outlived its controller"
+    finally:
+        proc.kill()
+        if grandchild is not None and not _gone(grandchild):
+            psutil.Process(grandchild).kill()
