@@ -33,6 +33,7 @@ from autospec import store
 from autospec.controller import records
 from autospec.controller.operations import cycle_rows
 from autospec.controller.policy import Policy
+from autospec.controller.segment_watch import vllm_segment_refusal
 from autospec.controller.speedcheck import expected_gain
 from autospec.controller.watch import evaluated_tau_k, evaluation_k, left_out, pending_canary
 from autospec.ledger import collect_ledger
@@ -88,11 +89,37 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy, cycles: i
 
 def segment_pointers(session, deployment: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """The deployment's per-segment pointers (segment, version, since, previous); a segment
-    without one is drafted by the live pointer's version."""
+    without one is drafted by the live pointer's version. ``refused``: why the replicas do
+    not draft the segment with its pointer's version (None: nothing says so) — a replica's
+    refusal since the pointer moved (a ``failure`` event naming the segment and version:
+    checksum, missing file), or on a vLLM deployment the rule a vLLM engine's drafter sets
+    (:func:`~autospec.controller.segment_watch.vllm_segment_refusal`); the segment is then
+    drafted by the deployment's version."""
+    pointers = store.list_segment_pointers(session, deployment=deployment)
+    refusals = _segment_refusals(session, deployment, pointers)
     return [{"segment": p.segment, "version": p.version, "since": p.updated_at,
              "previous_version": p.previous_version, "updated_by": p.updated_by,
-             "generation": p.generation}
-            for p in store.list_segment_pointers(session, deployment=deployment)]
+             "generation": p.generation,
+             "refused": refusals.get((p.segment, p.version, p.updated_at))
+             or vllm_segment_refusal(session, deployment=deployment, version=p.version)}
+            for p in pointers]
+
+
+def _segment_refusals(session, deployment: str,  # type: ignore[no-untyped-def]
+                      pointers: list[Any]) -> dict[tuple[str, str, datetime], str]:
+    """(segment, version, pointer moved at) → the newest replica refusal of that version
+    for that segment since the move."""
+    if not pointers:
+        return {}
+    found: dict[tuple[str, str, datetime], str] = {}
+    by_segment = {p.segment: p for p in pointers}
+    since = min(p.updated_at for p in pointers)
+    for e in store.list_events(session, kinds=["failure"], deployment=deployment,
+                               since=since, limit=200):
+        p = by_segment.get((e.details or {}).get("segment"))
+        if p is not None and e.version == p.version and e.created_at >= p.updated_at:
+            found.setdefault((p.segment, p.version, p.updated_at), f"{e.actor}: {e.reason}")
+    return found
 
 
 def evaluated_speedup(session, version: str) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]

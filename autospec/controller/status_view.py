@@ -132,11 +132,13 @@ def _served_text(served: dict[str, Any], pointer: str) -> str:
 
 def _segments(segments: list[dict[str, Any]]) -> Table:
     table = Table(title="segment pointers (other segments: the live pointer's version)")
-    for col in ("segment", "version", "since", "previous", "by"):
+    for col in ("segment", "version", "since", "previous", "by", "drafted by it"):
         table.add_column(col)
     for s in segments:
+        refused = s.get("refused")
         table.add_row(s["segment"], s["version"], str(s["since"])[:19],
-                      str(s["previous_version"] or "—"), s["updated_by"])
+                      str(s["previous_version"] or "—"), s["updated_by"],
+                      "yes" if refused is None else f"[red]no — {refused}[/]")
     return table
 
 

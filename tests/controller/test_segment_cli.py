@@ -162,3 +162,37 @@ def test_a_vllm_deployment_takes_a_suffix_segment_pointer_beside_a_suffix_deploy
     assert moved.exit_code == 0, moved.output
     with store.session_scope(engine, readonly=True) as session:
         assert store.serving_version(session, segment="alpha") == "idx-seg"
+    status = json.loads(cli("status", "--json").stdout)
+    assert [(s["segment"], s["refused"]) for s in status["segments"]] == [("alpha", None)]
+    # the deployment's version moves to another kind: its engine has no proposer to hold
+    # alpha's index, and status says so for the pointer that stays
+    assert cli("promote", "v1", "--force", "--reason", "whole").exit_code == 0
+    status = json.loads(cli("status", "--json").stdout)
+    why = " ".join(status["segments"][0]["refused"].split())
+    assert "serves on vLLM" in why and "the deployment's v1 is of kind ngram" in why
+
+
+def test_status_says_when_replicas_refused_a_segments_version(cli, engine) -> None:
+    """A replica that cannot load a segment's version (checksum, missing file) records a
+    ``failure`` naming the segment; ``status`` shows that segment as not drafted by its
+    pointer's version, with the replica's reason, until the pointer moves again."""
+    assert cli("promote", "v1", "--segment", "alpha").exit_code == 0
+    assert cli("promote", "v2", "--segment", "beta", "--force", "--reason", "pin").exit_code == 0
+    with store.session_scope(engine) as session:
+        store.record_event(session, kind="failure", actor="replica-7",
+                           reason="version 'v2': model.safetensors: sha256 mismatch",
+                           deployment="default", version="v2",
+                           details={"what": "speculator load", "segment": "beta"})
+        store.record_event(session, kind="failure", actor="replica-7", reason="elsewhere",
+                           deployment="default", version="v1",
+                           details={"what": "speculator load", "segment": "gamma"})
+    status = json.loads(cli("status", "--json").stdout)
+    refused = {s["segment"]: s["refused"] for s in status["segments"]}
+    assert refused["alpha"] is None
+    assert refused["beta"] == "replica-7: version 'v2': model.safetensors: sha256 mismatch"
+    table = cli("status")
+    assert table.exit_code == 0 and "drafted by it" in table.stdout and "no —" in table.stdout
+    # the pointer moves on: the old refusal no longer speaks for it
+    assert cli("rollback", "--segment", "beta").exit_code == 0
+    status = json.loads(cli("status", "--json").stdout)
+    assert {s["segment"]: s["refused"] for s in status["segments"]}["beta"] is None
