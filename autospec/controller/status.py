@@ -17,7 +17,8 @@ agree with the pointer (a version that failed to load leaves them on the previou
 (:mod:`autospec.numerics`), with the concurrency bands the controller set (``k_bands``).
 ``segments`` lists the deployment's per-segment pointers (segment, version, since, previous:
 ``autospec promote VERSION --segment S``); native replicas draft those segments with them,
-vLLM replicas where the segment's version and the deployment's are suffix versions.
+vLLM replicas where the segment's version and the deployment's are suffix versions; each
+pointer's ``refused`` says why its segment is not drafted by it (None: nothing says so).
 ``concurrency`` is the load the replicas served over the last hour: requests in flight per
 replica as the traffic rows recorded it (p50, p90, max, mean; None before any row did).
 """
