@@ -53,6 +53,10 @@ def swap(
     side_by_side: Annotated[bool, typer.Option(
         help="then start a second engine beside the first (what a swap cost before) and "
              "report its start time and memory")] = True,
+    segments: Annotated[bool, typer.Option(
+        "--segments", help="suffix only: swap a segment's version instead, in a slot of the "
+        "running engine's proposer beside the deployment's index (the slot before dropped); "
+        "half the clients' requests name the newest slot")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Swaps inside a running vLLM engine under constant load: time to the first response
@@ -70,11 +74,15 @@ def swap(
     if kind not in ("suffix", "eagle3"):
         typer.echo(f"--kind must be suffix or eagle3, not {kind!r}", err=True)
         raise typer.Exit(2)
+    if segments and kind != "suffix":
+        typer.echo("--segments needs --kind suffix: a vLLM engine holds segment versions only "
+                   "as suffix indexes in autospec's proposer (docs/vllm.md)", err=True)
+        raise typer.Exit(2)
     with tempfile.TemporaryDirectory(prefix="autospec-bench-swap-") as tmp:
         bench = run_swap_bench(target_name=target, dtype=dtype, kind=kind, swaps=swaps,
                                clients=clients, k=k, max_tokens=max_tokens,
                                interval_s=interval, side_by_side=side_by_side,
-                               workdir=Path(tmp))
+                               workdir=Path(tmp), segments=segments)
     figures = bench.as_dict()
     text = json.dumps(figures, indent=2)
     if json_path is not None:

@@ -44,6 +44,7 @@ def say(line: str) -> None:
 class SwapBench:
     kind: str
     clients: int
+    segments: bool = False
     swaps: list[dict[str, float]] = field(default_factory=list)
     answered: int = 0
     failed: list[str] = field(default_factory=list)
@@ -53,7 +54,8 @@ class SwapBench:
 
     def as_dict(self) -> dict[str, Any]:
         loads = [s["load_s"] for s in self.swaps]
-        return {"kind": self.kind, "clients": self.clients, "swaps": self.swaps,
+        return {"kind": self.kind, "clients": self.clients, "segments": self.segments,
+                "swaps": self.swaps,
                 "load_s_median": statistics.median(loads) if loads else None,
                 **self._spread("first_named_s"), **self._spread("first_response_s"),
                 "answered": self.answered, "failed": len(self.failed),
@@ -125,7 +127,7 @@ def _versions(target: Any, kind: str, k: int, out: Path, answers: list[Any]) -> 
 
 def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clients: int,
                    k: int, max_tokens: int, interval_s: float, side_by_side: bool,
-                   workdir: Path) -> SwapBench:
+                   workdir: Path, segments: bool = False) -> SwapBench:
     from autospec.engine.target import load_target
     from autospec.engine.vllm.engine import VllmEngine
     from autospec.engine.vllm.swap import draft_shape, load_in_place
@@ -163,14 +165,16 @@ def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clien
     if vllm_seeded(kind):
         load_in_place(engine, engine.shape, versions[0].out, "v0")
     engine.loaded.append("v0")
-    bench = SwapBench(kind=kind, clients=clients)
+    bench = SwapBench(kind=kind, clients=clients, segments=segments)
     _decode_all(engine, prompts[:clients], max_tokens)  # warm
+    slots = _Slots(engine, versions) if segments else None
     bench.rss_before_mb = tree_rss_mb()
     sampler = _Sampler()
     sampler.start()
-    asyncio.run(_load(engine, prompts, bench, swaps, clients, max_tokens, interval_s,
-                      lambda i: load_in_place(engine, engine.shape, versions[i % 2].out,
-                                              f"v{i % 2}")))
+    swap = slots.swap if slots is not None else (
+        lambda i: load_in_place(engine, engine.shape, versions[i % 2].out, f"v{i % 2}"))
+    asyncio.run(_load(engine, prompts, bench, swaps, clients, max_tokens, interval_s, swap,
+                      slots))
     bench.rss_peak_mb = sampler.stop()
     if side_by_side:
         say("side by side: starting a second engine beside the first (the old swap)")
@@ -185,6 +189,32 @@ def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clien
         second.close()
     engine.close()
     return bench
+
+
+class _Slots:
+    """``--segments``: each swap loads the other version into a new slot of the running
+    engine's proposer (a segment's version, as a replica loads a segment pointer's), then
+    drops the slot before; the odd clients' requests name the newest slot, as a segment's requests
+    do, the even ones none (the deployment's index drafts them)."""
+
+    def __init__(self, engine: Any, versions: list[Any]) -> None:
+        from autospec.engine.vllm.swap import load_slot
+
+        self.engine, self.versions = engine, versions
+        load_slot(engine, versions[0].out, "slot0")
+        self.current: str = "slot0"
+
+    def slot_for(self, client: int) -> str | None:
+        return self.current if client % 2 else None
+
+    def swap(self, n: int) -> dict[str, Any]:
+        from autospec.engine.vllm.swap import drop_slot, load_slot
+
+        name, before = f"slot{n}", self.current  # a name per load: no answer is ambiguous
+        report = load_slot(self.engine, self.versions[n % 2].out, name)
+        self.current = name
+        drop_slot(self.engine, before)  # its requests in flight keep it to their end
+        return report
 
 
 def _decode_all(engine: Any, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
@@ -204,24 +234,28 @@ def _decode_all(engine: Any, prompts: list[list[int]], max_tokens: int) -> list[
 
 
 async def _load(engine: Any, prompts: list[list[int]], bench: SwapBench, swaps: int,
-                clients: int, max_tokens: int, interval_s: float, swap: Any) -> None:
-    """``clients`` request loops while ``swaps`` in-place loads happen every ``interval_s``."""
+                clients: int, max_tokens: int, interval_s: float, swap: Any,
+                slots: _Slots | None = None) -> None:
+    """``clients`` request loops while ``swaps`` in-place loads happen every ``interval_s``
+    (with ``slots``: slot loads, and only the requests naming the new slot count as drafted
+    by the new version)."""
     from autospec.engine.sampling import SamplingParams
 
     done = asyncio.Event()
-    finished: list[tuple[float, float]] = []  # (admitted, finished) of each answered request
+    finished: list[tuple[float, float, str | None]] = []  # (admitted, finished, slot)
 
     async def client(c: int) -> None:
         i = c
         while not done.is_set():
             admitted = time.perf_counter()
+            slot = slots.slot_for(c) if slots is not None else None
             try:
                 async for _ in engine.generate(prompts[i % len(prompts)],
                                                SamplingParams(max_new_tokens=max_tokens),
-                                               f"c{c}-{i}"):
+                                               f"c{c}-{i}", slot=slot):
                     pass
                 bench.answered += 1
-                finished.append((admitted, time.perf_counter()))
+                finished.append((admitted, time.perf_counter(), slot))
             except Exception as exc:  # counted, never hidden
                 bench.failed.append(f"{type(exc).__name__}: {exc}")
             i += clients
@@ -232,10 +266,13 @@ async def _load(engine: Any, prompts: list[list[int]], bench: SwapBench, swaps: 
         begun = time.perf_counter()
         report = await asyncio.to_thread(swap, n)
         loaded = time.perf_counter()
-        while not any(a >= loaded for a, _ in finished) and loaded + 120 > time.perf_counter():
+        new = slots.current if slots is not None else None
+        mine = [(a, f) for a, f, slot in finished if new in (None, slot)]
+        while not any(a >= loaded for a, _ in mine) and loaded + 120 > time.perf_counter():
             await asyncio.sleep(0.02)
-        named = min((f for _, f in finished if f >= loaded), default=begun - 1) - begun
-        first = min((f for a, f in finished if a >= loaded), default=begun - 1) - begun
+            mine = [(a, f) for a, f, slot in finished if new in (None, slot)]
+        named = min((f for _, f in mine if f >= loaded), default=begun - 1) - begun
+        first = min((f for a, f in mine if a >= loaded), default=begun - 1) - begun
         bench.swaps.append({"load_s": report["seconds"], "first_named_s": named,
                             "first_response_s": first})
         say(f"swap {n}/{swaps}: loaded in {report['seconds']:.2f}s; after the swap began, "
