@@ -177,18 +177,27 @@ def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clien
                       slots))
     bench.rss_peak_mb = sampler.stop()
     if side_by_side:
-        say("side by side: starting a second engine beside the first (the old swap)")
-        sampler = _Sampler()
-        sampler.start()
-        started = time.perf_counter()
-        second = start(versions[1])
-        if vllm_seeded(kind):
-            load_in_place(second, second.shape, versions[1].out, "v1")
-        bench.side_by_side = {"start_s": time.perf_counter() - started,
-                              "rss_peak_mb": max(sampler.stop(), tree_rss_mb())}
-        second.close()
+        bench.side_by_side = _second_engine(start, versions[1], kind)
     engine.close()
     return bench
+
+
+def _second_engine(start: Any, version: Any, kind: str) -> dict[str, float]:
+    """Start a second engine beside the first, as a swap did before in-place loads: its
+    start time and the memory of both."""
+    from autospec.engine.vllm.swap import load_in_place
+
+    say("side by side: starting a second engine beside the first (the old swap)")
+    sampler = _Sampler()
+    sampler.start()
+    started = time.perf_counter()
+    second = start(version)
+    if vllm_seeded(kind):
+        load_in_place(second, second.shape, version.out, "v1")
+    figures = {"start_s": time.perf_counter() - started,
+               "rss_peak_mb": max(sampler.stop(), tree_rss_mb())}
+    second.close()
+    return figures
 
 
 class _Slots:
