@@ -127,8 +127,8 @@ def test_rows_are_matched_to_answers_by_request_number() -> None:
 
 def test_a_row_lost_with_a_killed_replica_is_explained_and_no_other() -> None:
     """The short soak of 2026-12-05: request 29 was answered 29.1 s into the run, as its
-    replica was SIGKILLed, and its row, still in the traffic writer's queue, died with it. A row missing
-    for an answer that ended long before any kill stays unexplained."""
+    replica was SIGKILLed, and its row, still in the traffic writer's queue, died with it.
+    A row missing for an answer that ended long before any kill stays unexplained."""
     outcomes = [_o(0, 0, 1), _o(1, 27.0, 29.07), _o(2, 10, 11), _o(3, 40, 41)]
     rows = [Row(0, "builtin-ngram", 1, 5, 3), Row(3, "builtin-ngram", 41, 5, 3)]
     got = acc.rows_vs_answers(outcomes, rows, kills=[29.1])
