@@ -34,6 +34,14 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _still_running(pids: list[int], within_s: float = 10.0) -> list[int]:
+    """The ``pids`` not gone after waiting up to ``within_s`` for them all to go."""
+    deadline = time.monotonic() + within_s
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if not _gone(p)]
+
+
 def test_sigterm_takes_every_child_down_and_exits_143() -> None:
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, text=True)
     try:
@@ -42,10 +50,8 @@ def test_sigterm_takes_every_child_down_and_exits_143() -> None:
         assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
-        deadline = time.monotonic() + 10
-        while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert all(_gone(p) for p in pids), [p for p in pids if not _gone(p)]
+        left = _still_running(pids)
+        assert not left, left
     finally:
         proc.kill()
 
@@ -75,10 +81,8 @@ def test_sigterm_kills_a_grandchild_its_parent_left_behind() -> None:
         time.sleep(0.5)  # the grandchild's SIG_IGN in place
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
-        deadline = time.monotonic() + 10
-        while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert all(_gone(p) for p in pids), [p for p in pids if not _gone(p)]
+        left = _still_running(pids)
+        assert not left, left
     finally:
         proc.kill()
 
@@ -118,10 +122,7 @@ def test_sigterm_kills_a_process_a_child_started_while_stopping(tmp_path: Path) 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
         grandchild = int(pid_file.read_text())
-        deadline = time.monotonic() + 10
-        while not all(_gone(p) for p in (child, grandchild)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _gone(child) and _gone(grandchild), "the late process outlived its controller"
+        assert not _still_running([child, grandchild]), "the late process outlived its controller"
     finally:
         proc.kill()
         if grandchild is not None and not _gone(grandchild):
