@@ -226,6 +226,13 @@ class _Slots:
         return report
 
 
+def _drafted_by(finished: list[tuple[float, float, str | None]],
+                slot: str | None) -> list[tuple[float, float]]:
+    """(admitted, finished) of the answers a swap's new version may have drafted: every one
+    after an in-place load (``slot`` None), those naming the new slot after a slot load."""
+    return [(a, f) for a, f, named in finished if slot in (None, named)]
+
+
 def _decode_all(engine: Any, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
     from autospec.engine.sampling import SamplingParams
 
@@ -276,10 +283,10 @@ async def _load(engine: Any, prompts: list[list[int]], bench: SwapBench, swaps: 
         report = await asyncio.to_thread(swap, n)
         loaded = time.perf_counter()
         new = slots.current if slots is not None else None
-        mine = [(a, f) for a, f, slot in finished if new in (None, slot)]
-        while not any(a >= loaded for a, _ in mine) and loaded + 120 > time.perf_counter():
+        while (not any(a >= loaded for a, _ in _drafted_by(finished, new))
+               and loaded + 120 > time.perf_counter()):
             await asyncio.sleep(0.02)
-            mine = [(a, f) for a, f, slot in finished if new in (None, slot)]
+        mine = _drafted_by(finished, new)
         named = min((f for _, f in mine if f >= loaded), default=begun - 1) - begun
         first = min((f for a, f in mine if a >= loaded), default=begun - 1) - begun
         bench.swaps.append({"load_s": report["seconds"], "first_named_s": named,

@@ -34,7 +34,7 @@ from autospec import store
 from autospec.controller import records
 from autospec.controller.operations import cycle_rows
 from autospec.controller.policy import Policy
-from autospec.controller.segment_watch import vllm_segment_refusal
+from autospec.controller.segment_watch import serves_on_vllm, vllm_segment_refusal
 from autospec.controller.speedcheck import expected_gain
 from autospec.controller.watch import evaluated_tau_k, evaluation_k, left_out, pending_canary
 from autospec.ledger import collect_ledger
@@ -98,11 +98,13 @@ def segment_pointers(session, deployment: str) -> list[dict[str, Any]]:  # type:
     drafted by the deployment's version."""
     pointers = store.list_segment_pointers(session, deployment=deployment)
     refusals = _segment_refusals(session, deployment, pointers)
+    on_vllm = bool(pointers) and serves_on_vllm(session, deployment)  # read once, not per pointer
     return [{"segment": p.segment, "version": p.version, "since": p.updated_at,
              "previous_version": p.previous_version, "updated_by": p.updated_by,
              "generation": p.generation,
              "refused": refusals.get((p.segment, p.version, p.updated_at))
-             or vllm_segment_refusal(session, deployment=deployment, version=p.version)}
+             or vllm_segment_refusal(session, deployment=deployment, version=p.version,
+                                     on_vllm=on_vllm)}
             for p in pointers]
 
 

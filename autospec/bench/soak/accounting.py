@@ -188,12 +188,12 @@ def rows_vs_answers(outcomes: list[Outcome], rows: list[Row],
     missing = sorted(answered - set(seeds))
     lost = [n for n in missing if any(k - ROW_LOSS_WINDOW_S <= by_n[n].end <= k + 0.5
                                       for k in kills)]
+    unexplained = [n for n in missing if n not in lost]
     extra = Counter(by_n[n].kind for n in seeds if n not in answered)
     wrong_version = sum(1 for r in rows if r.seed in answered and by_n[r.seed].version
                         and r.version != by_n[r.seed].version)
     return {"rows": sum(seeds.values()), "answered": len(answered),
-            "answered_without_row": len(missing) - len(lost),
-            "missing_examples": [n for n in missing if n not in lost][:20],
+            "answered_without_row": len(unexplained), "missing_examples": unexplained[:20],
             "row_lost_at_replica_kill": len(lost), "lost_examples": lost[:20],
             "rows_without_answer_by_client_outcome": dict(extra),
             "duplicate_rows": sum(c - 1 for c in seeds.values() if c > 1),

@@ -411,7 +411,7 @@ def operator_segment_promote_rollback(ctx: FaultContext) -> FaultRecord:
     now = ctx.view.serving(segment)
     rec.detail.append(f"rollback --segment {segment}{'' if had_own else ' --unpin'}: exit "
                       f"{back.returncode}; {segment} drafted by {now} (before: {before})")
-    again = _served_after(ctx, now or "builtin-ngram", rolled, segment)
+    again = _served_after(ctx, now, rolled, segment)
     rec.recovery_s = None if again is None else again - rolled
     rec.ok = got.returncode == 0 and back.returncode == 0 and bool(served) and bool(again)
     return rec
@@ -425,10 +425,11 @@ def _busiest_segment(ctx: FaultContext) -> str:
 def _segment_pick(view: StoreView, drafting: str | None) -> str | None:
     """A registered version to put on a segment now drafted by ``drafting``: of its kind
     where one is, the newest."""
-    versions = [v for v in view.versions() if v["version"] not in (drafting, "builtin-ngram")
+    registered = view.versions()
+    versions = [v for v in registered if v["version"] not in (drafting, "builtin-ngram")
                 and not v["version"].startswith("soak-") and v["state"] != "pruned"
                 and v["artifact_uri"]]
-    kind = next((v["kind"] for v in view.versions() if v["version"] == drafting), None)
+    kind = next((v["kind"] for v in registered if v["version"] == drafting), None)
     same = [v for v in versions if v["kind"] == kind]
     return (same or versions)[-1]["version"] if versions else None
 
