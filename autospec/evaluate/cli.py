@@ -33,7 +33,8 @@ def evaluate(
         help="candidate first, then the incumbent (and any others); one version: compared with "
         "the live one")],
     window: Annotated[str, typer.Option(
-        help="requests to replay: the newest N, or a duration such as 24h")] = "200",
+        help="requests to replay: the newest N, or a duration such as 24h; those a version "
+        "evaluated (or its parent) trained on are left out")] = "200",
     target: Annotated[str | None, typer.Option(
         help="the target the versions were built for (default: what the deployment's "
         "replicas serve, else smollm2-135m)")] = None,
@@ -61,9 +62,9 @@ def evaluate(
     json_path: Annotated[Path | None, typer.Option(
         "--json-path", help="also write JSON here")] = None,
 ) -> None:
-    """Replay held-out logged requests with each version: τ, a paired CI of Δτ, per-segment
-    results, estimated and measured speedup and the gate's decision (exit 0: promote,
-    3: reject)."""
+    """Replay held-out logged requests with each version (the window less any request a
+    version evaluated trained on): τ, a paired CI of Δτ, per-segment results, estimated and
+    measured speedup and the gate's decision (exit 0: promote, 3: reject)."""
     from autospec import store
     from autospec.engine.target import TargetLoadError
     from autospec.evaluate.run import (
@@ -90,6 +91,7 @@ def evaluate(
         if not examples:
             raise EvaluationError(f"no usable logged requests in the window {window!r} of "
                                   f"deployment {deployment!r} (none logged, or all opted out)")
+        examples, left_out = _held_out(db, versions, examples, window, quiet=json_out)
         tgt = load_served_target(db, deployment=deployment, target=target, dtype=dtype)
         replicas = served(db, deployment=deployment)
         with Progress(console=err, transient=True, disable=json_out) as bar:
@@ -108,6 +110,7 @@ def evaluate(
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None
     data = _as_json(report)
+    data["left_out_trained_on"] = left_out
     if json_path:
         json_path.write_text(json.dumps(data, indent=2, default=str))
     if json_out:
@@ -116,6 +119,30 @@ def evaluate(
         _print(report)
     if report.decision is not None and not report.decision.promote:
         raise typer.Exit(3)
+
+
+def _held_out(db, versions: list[str], examples: list, window: str, *,
+              quiet: bool) -> tuple[list, dict[str, int]]:
+    """``examples`` less the requests a version evaluated (or an ancestor of it) trained on,
+    said on stderr; an :class:`EvaluationError` where none is left."""
+    from autospec.evaluate.run import EvaluationError
+    from autospec.evaluate.unseen import trained_on, unseen
+
+    windows = trained_on(db, versions)
+    kept, left_out = unseen(examples, windows)
+    if left_out and not quiet:
+        err.print(f"left out {len(examples) - len(kept)} of {len(examples)} requests of the "
+                  f"window: a version evaluated trained on them", highlight=False)
+        for w in windows:
+            if left_out.get(w.version):
+                err.print(f"  • {w.describe()}", highlight=False)
+    if not kept:
+        trained = "; ".join(w.describe() for w in windows if left_out.get(w.version))
+        raise EvaluationError(
+            f"every one of the {len(examples)} requests of the window {window!r} was trained "
+            f"on by a version evaluated ({trained}): a replay of them would not be held "
+            f"out. Send traffic after the newest training, then evaluate again")
+    return kept, left_out
 
 
 def _as_json(report) -> dict:
