@@ -152,7 +152,8 @@ def promote(
     """Make VERSION live — only with a passing evaluation against the live version, unless
     --force --reason "..." (exit 0 promoted, 3 refused, 2 error). With --segment, for that
     segment: passing there means an evaluation of VERSION against the version drafting the
-    segment now whose per-segment results show the segment with Δτ ≥ 0."""
+    segment now whose per-segment results show the segment with Δτ ≥ 0 on at least the
+    gate's min_segment_requests (10) of its requests."""
     from autospec.controller.operations import promote_version
 
     if force and not reason.strip():

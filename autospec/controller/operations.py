@@ -11,7 +11,8 @@ Each move takes ``segment=``: the pointer of one traffic segment of the deployme
 instead (:mod:`autospec.serve.segments`; a segment without a pointer is drafted by the
 deployment's version). For a segment, *passing* means: an evaluation of the version against
 the version drafting that segment now (its pointer's, else the deployment's) whose
-per-segment results have the segment with Δτ ≥ 0 (:func:`passing_segment_evaluation`) — the
+per-segment results have the segment with Δτ ≥ 0 on at least the gate's
+``min_segment_requests`` of its requests (:func:`passing_segment_evaluation`) — the
 overall decision may be a rejection: that is what a segment's own pointer is for. The first
 move of a segment first pins its pointer at the version drafting it then
 (:func:`ensure_segment_pointer`), so a rollback has somewhere to go.
@@ -30,6 +31,7 @@ from autospec import store
 from autospec.controller import records
 from autospec.controller.segment_watch import vllm_segment_refusal
 from autospec.controller.speedcheck import promotion_speeds
+from autospec.evaluate.gate import GatePolicy
 from autospec.versions import BUILTIN_VERSION
 
 #: what ``autospec history`` shows: every move of a pointer, decision and failure, the
@@ -84,12 +86,21 @@ def segment_result(ev: Any, segment: str) -> dict[str, Any] | None:
 def passing_segment_evaluation(session: Session, *, version: str, incumbent: str,
                                segment: str) -> Any | None:
     """The newest evaluation of ``version`` against ``incumbent`` in which ``segment`` has a
-    Δτ ≥ 0 (whatever the overall decision)."""
+    Δτ ≥ 0 on at least the gate's ``min_segment_requests`` requests, as that evaluation's
+    policy set it (whatever the overall decision)."""
     for ev in store.list_evaluations(session, candidate=version, limit=200):
         result = segment_result(ev, segment) if ev.incumbent == incumbent else None
-        if result is not None and result.get("delta") is not None and result["delta"] >= 0:
+        if result is not None and result.get("delta") is not None and result["delta"] >= 0 \
+                and (result.get("num_requests") or 0) >= min_segment_requests(ev):
             return ev
     return None
+
+
+def min_segment_requests(ev: Any) -> int:
+    """The fewest requests of a segment evaluation ``ev`` judged (its gate policy's
+    ``min_segment_requests``): fewer, and its Δτ there is reported, not evidence."""
+    recorded = (ev.policy or {}).get("min_segment_requests")
+    return int(recorded) if recorded else GatePolicy().min_segment_requests
 
 
 def passing_evaluation(session: Session, *, version: str, incumbent: str) -> Any | None:
@@ -172,8 +183,10 @@ def _why_not(session: Session, version: str, current: str, segment: str | None =
     last = against[0]
     if segment is not None:
         result = segment_result(last, segment)
+        least = min_segment_requests(last)
         found = "has no requests of it" if result is None or result.get("delta") is None \
-            else f"has Δτ {result['delta']:+.3f} on it (a segment passes with Δτ ≥ 0)"
+            else (f"has Δτ {result['delta']:+.3f} on {result.get('num_requests') or 0} of its "
+                  f"requests (a segment passes with Δτ ≥ 0 on at least {least})")
         return (f"no evaluation of {version} against {current} passes segment {segment}: "
                 f"the newest (#{last.id}) {found}; {hint} to override")
     return (f"the newest evaluation of {version} against {current} (#{last.id}) decided "

@@ -1,5 +1,6 @@
 """Operators move segment pointers: ``promote VERSION --segment S`` (passing there: the
-version's evaluation has S with Δτ ≥ 0, whatever the overall decision; else --force),
+version's evaluation has S with Δτ ≥ 0 on at least the gate's min_segment_requests,
+whatever the overall decision; else --force),
 ``rollback --segment S``, ``status`` listing the segment pointers and ``history --segment S``
 — on SQLite and PostgreSQL (the ``engine`` fixture)."""
 
@@ -35,7 +36,8 @@ def cli(engine, db_url, monkeypatch):  # type: ignore[no-untyped-def]
                                 reasons=["segment 'beta' regressed"], num_requests=60,
                                 tau_candidate=2.1, tau_incumbent=2.05,
                                 per_segment={"segments": {"alpha": _segment(0.4),
-                                                          "beta": _segment(-0.2)}})
+                                                          "beta": _segment(-0.2),
+                                                          "delta": _segment(0.9, 3)}})
 
     def invoke(*args: str):  # type: ignore[no-untyped-def]
         return runner.invoke(app, list(args))
@@ -56,6 +58,9 @@ def test_promote_and_rollback_a_segment(cli) -> None:
     assert lost.exit_code == 3 and "-0.200" in lost.output and "--force" in lost.output
     whole = cli("promote", "v1")  # the deployment's gate decided reject
     assert whole.exit_code == 3 and "decided reject" in whole.output
+    few = cli("promote", "v1", "--segment", "delta")  # a gain, on 3 requests: not judged
+    assert few.exit_code == 3 and "+0.900 on 3 of its requests" in few.output
+    assert "on at least 10" in few.output
     unseen = cli("promote", "v1", "--segment", "gamma")
     assert unseen.exit_code == 3 and "no requests of it" in unseen.output
     untested = cli("promote", "v2", "--segment", "beta")
