@@ -347,18 +347,21 @@ class Controller:
     def _evaluate(self, cand: Candidate, snap: Snapshot, target: Target, incumbent: str,
                   result: CycleResult) -> None:
         from autospec.evaluate.run import EvaluationError, evaluate_versions, serving_load
+        from autospec.evaluate.unseen import held_out_only
 
         served = numerics.served(self.engine, deployment=self.deployment)
         speed = self.policy.evaluation.speed.within(self.threads)
         versions = segment_promotion.with_segment_versions(self.engine, self.policy,
                                                            [cand.version, incumbent])
         timed_on = speed.enabled and (served.engine if speed.engine == "serving" else "native")
-        try:
+        try:  # a version trained by hand may have seen part of the held-out window
+            heldout, _, _ = held_out_only(self.engine, versions, snap.window.heldout,
+                                          f"cycle {result.cycle_id}'s held-out part")
             with self.stages.evaluation(f"cycle {result.cycle_id}: {cand.version}", incumbent,
-                                        len(snap.window.heldout), timed_on) as marks:
+                                        len(heldout), timed_on) as marks:
                 report = evaluate_versions(
                     db=self.engine, target=target, versions=versions,
-                    examples=snap.window.heldout, k=self.policy.evaluation.k, speed=speed,
+                    examples=heldout, k=self.policy.evaluation.k, speed=speed,
                     policy=self.policy.gate, record=True, training_run_id=cand.run_id,
                     synthetic_heldout=self.policy.training.synthetic.heldout_sequences,
                     progress=marks.replay, speed_progress=marks.speed,

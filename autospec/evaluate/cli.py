@@ -125,23 +125,14 @@ def _held_out(db, versions: list[str], examples: list, window: str, *,
               quiet: bool) -> tuple[list, dict[str, int]]:
     """``examples`` less the requests a version evaluated (or an ancestor of it) trained on,
     said on stderr; an :class:`EvaluationError` where none is left."""
-    from autospec.evaluate.run import EvaluationError
-    from autospec.evaluate.unseen import trained_on, unseen
+    from autospec.evaluate.unseen import held_out_only
 
-    windows = trained_on(db, versions)
-    kept, left_out = unseen(examples, windows)
+    kept, left_out, took = held_out_only(db, versions, examples, f"the window {window!r}")
     if left_out and not quiet:
         err.print(f"left out {len(examples) - len(kept)} of {len(examples)} requests of the "
                   f"window: a version evaluated trained on them", highlight=False)
-        for w in windows:
-            if left_out.get(w.version):
-                err.print(f"  • {w.describe()}", highlight=False)
-    if not kept:
-        trained = "; ".join(w.describe() for w in windows if left_out.get(w.version))
-        raise EvaluationError(
-            f"every one of the {len(examples)} requests of the window {window!r} was trained "
-            f"on by a version evaluated ({trained}): a replay of them would not be held "
-            f"out. Send traffic after the newest training, then evaluate again")
+        for w in took:
+            err.print(f"  • {w.describe()}", highlight=False)
     return kept, left_out
 
 

@@ -9,15 +9,18 @@ evaluated version (or one of its ancestors) trained on: replaying a suffix index
 answers it indexed gives a τ near k + 1 whatever it would do on new traffic, and a gate
 that passes on it promotes a version nobody measured.
 
-The controller's cycle needs none of this: its candidates train on the older part of the
-window whose newest part it evaluates on. ``autospec evaluate`` replays the newest requests
-of the deployment, which an ``autospec train`` run just before may have trained on.
+``autospec evaluate`` replays the newest requests of the deployment, which an ``autospec
+train`` run just before may have trained on. The controller's cycle applies it too: its own
+candidates train on the older part of the window whose newest part it evaluates on, so only
+a version trained by hand (a live or segment version evaluated beside them) can take
+requests out there.
 
 This module reads the registry; it knows nothing of replay.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +30,8 @@ from sqlalchemy import Engine
 
 from autospec import store
 from autospec.store.queries import TrafficExample
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,27 @@ def unseen(examples: list[TrafficExample], windows: list[TrainedOn]
         if not mine:
             kept.append(ex)
     return kept, dropped
+
+
+def held_out_only(db: Engine, versions: Sequence[str], examples: list[TrafficExample],
+                  where: str) -> tuple[list[TrafficExample], dict[str, int], list[TrainedOn]]:
+    """:func:`unseen` for ``versions``: the requests kept, how many each version's training
+    took out, and the windows that took them; :class:`EvaluationError` where ``examples``
+    (``where``: "the window '200'", say) held some and none is left."""
+    from autospec.evaluate.run import EvaluationError
+
+    windows = trained_on(db, versions)
+    kept, dropped = unseen(examples, windows)
+    took = [w for w in windows if dropped.get(w.version)]
+    if took:
+        log.info("%s: %d of %d requests left out: %s", where, len(examples) - len(kept),
+                 len(examples), "; ".join(w.describe() for w in took))
+    if examples and not kept:
+        raise EvaluationError(
+            f"every one of the {len(examples)} requests of {where} was trained on by a version "
+            f"evaluated ({'; '.join(w.describe() for w in took)}): a replay of them would not "
+            f"be held out. Send traffic after the newest training, then evaluate again")
+    return kept, dropped, took
 
 
 def _speculator(session: Any, version: str) -> Any:

@@ -132,3 +132,19 @@ def test_on_a_vllm_deployment_a_cycle_trains_suffix_and_refuses_another_engine(
     assert native.candidates == []
     auto = Controller(db, fast_policy(), tiny).run_cycle()
     assert [c.split("-")[0] for c in auto.candidates] == ["suffix"], auto.reasons
+
+
+def test_a_cycle_does_not_judge_on_requests_the_incumbent_was_trained_on(db, tiny,
+                                                                          traffic) -> None:
+    from autospec.train import TrainRequest, WindowSpec, train_candidate
+
+    log_traffic(db, traffic)
+    by_hand = train_candidate(TrainRequest(kind="suffix", window=WindowSpec(
+        heldout_fraction=0.0)), engine=db, target=tiny).version  # every request indexed
+    with store.session_scope(db) as session:
+        store.set_live(session, version=by_hand, actor="test", reason="trained by hand")
+    result = Controller(db, fast_policy(), tiny).run_cycle()
+    assert result.outcome == "rejected" and live_version(db) == by_hand
+    (reason,) = result.reasons  # (shortened in the cycle's record)
+    assert "evaluation failed: every one of the 12 requests of cycle" in reason
+    assert "held-out part was trai" in reason and "would not be held out" in reason
