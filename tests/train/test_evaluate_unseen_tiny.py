@@ -1,5 +1,5 @@
 """``autospec evaluate`` replays only requests no evaluated version trained on: training runs
-on a tiny random-init target and a real SQLite store, then the requests their windows
+on a tiny random-init target, on SQLite and PostgreSQL, then the requests their windows
 cover (:mod:`autospec.evaluate.unseen`)."""
 
 from __future__ import annotations
@@ -14,6 +14,12 @@ from autospec.evaluate.run import EvaluationError, select_requests
 from autospec.evaluate.unseen import trained_on, unseen
 from autospec.train import TrainRequest, WindowSpec, train_candidate
 from tests.train.conftest import T0, log_traffic
+
+
+@pytest.fixture
+def db(engine):  # type: ignore[no-untyped-def]
+    """The store on both backends (the ``engine`` fixture) instead of SQLite alone."""
+    return engine
 
 
 def _suffix(db, tiny, **window) -> str:
