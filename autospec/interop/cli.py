@@ -66,6 +66,9 @@ def export(
 
         if fmt not in FORMATS:
             raise ExportError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+        if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+            # said before the target loads (seconds), as export_speculator would say it
+            raise ExportError(f"{out_dir} exists and is not an empty directory")
         db = store.open_store(database_url, upgrade="create")
         check_registered(db, [version])
         source = _source(db, version) if version != BUILTIN_VERSION else {"version": version}
