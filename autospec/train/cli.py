@@ -256,3 +256,8 @@ def _print(outcome: TrainOutcome, *, as_json: bool) -> None:
               f"{outcome.parent or 'none'}) from run {outcome.run_id}: "
               f"{m.get('examples_seen', 0)} examples seen; {detail}")
     out.print(f"artifact {outcome.artifact} sha256 {outcome.sha256[:16]}…")
+    held = (m.get("window") or {}).get("heldout_requests")
+    if held is not None:
+        out.print(f"`autospec evaluate {outcome.version}` replays its {held} held-out requests "
+                  f"and those logged after them, never the ones it trained on (the gate needs "
+                  f"30 by default)")
