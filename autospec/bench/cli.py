@@ -115,7 +115,7 @@ def serve(
     """Requests/s and p50/p99 over HTTP: logging on vs off, speculation on vs off; with
     --engine, the engines side by side."""
     from autospec.bench.serve import run_serve_bench
-    from autospec.serve.cli import _engine_options
+    from autospec.serve.cli import _check_engine_options, _engine_options
 
     if engine is not None:
         from autospec.bench.serve_engines import fresh_pool_size, run_engine_bench
@@ -130,6 +130,7 @@ def serve(
         if fresh_prompts and domain is None:
             raise typer.BadParameter("--fresh-prompts: needs --domain (the prompts to draw)")
         pool = fresh_pool_size(rounds, counts) if fresh_prompts else None
+        _check_engine_options(_engine_options(vllm_option or []))
         run_engine_bench(engines=names, target=target, dtype=dtype, max_tokens=max_tokens,
                          rounds=rounds, clients=counts, k=k, fresh_prompts=fresh_prompts,
                          database_url=database_url, deployment=deployment, json_path=json_path,

@@ -169,6 +169,7 @@ def serve(
         raise typer.BadParameter(option_errors(exc, OPTION_OF)) from None
     _check_key_file(config.api_key_file)
     _check_api_options(config.vllm_api_options)
+    _check_engine_options(config.vllm_options)
     config = config.model_copy(update={"database_url": _prepare_database(database_url)})
     _signals_interrupt()  # SIGTERM as Ctrl-C, from here on: start-up included
     try:
@@ -240,6 +241,21 @@ def _check_api_options(options: dict[str, Any]) -> None:
     except ImportError:
         raise typer.BadParameter("--vllm-api-option needs vLLM installed (`--engine vllm`)") \
             from None
+
+
+def _check_engine_options(options: dict[str, Any]) -> None:
+    """Refuse, before Ray starts, a ``--vllm-option`` vLLM's engine does not take (each
+    replica would fail to start with it, and Serve retry it) or one autospec sets."""
+    if not options:
+        return
+    try:
+        from autospec.engine.vllm.engine import engine_option_refusal
+        why = engine_option_refusal(options)
+    except ImportError:
+        raise typer.BadParameter("--vllm-option needs vLLM installed (`--engine vllm`)") \
+            from None
+    if why is not None:
+        raise typer.BadParameter(why, param_hint="--vllm-option")
 
 
 def _engine_options(pairs: list[str], option: str = "--vllm-option") -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from autospec.cli import app
 from autospec.serve.config import ServeConfig
+from tests.text import unwrapped
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,7 +63,25 @@ def test_a_vllm_api_option_vllm_does_not_take_is_refused_before_serving():
     pytest.importorskip("vllm")
     out = CliRunner().invoke(app, ["serve", "--engine", "vllm",
                                    "--vllm-api-option", "tool_parser=hermes"])
-    assert out.exit_code == 2 and "'tool_parser' is not an option" in out.output
+    assert out.exit_code == 2 and "'tool_parser'isnotanoption" in unwrapped(out.output)
+
+
+def test_a_vllm_option_vllm_s_engine_does_not_take_is_refused_before_serving():
+    """Before, each replica failed to start with it and ``serve`` ended in Ray's traceback."""
+    pytest.importorskip("vllm")
+
+    def refused(*args: str) -> str:
+        out = CliRunner().invoke(app, list(args))
+        assert out.exit_code == 2 and "Traceback" not in out.output, out.output
+        return unwrapped(out.output)
+
+    typo = refused("serve", "--engine", "vllm", "--vllm-option", "max_model_length=2048")
+    assert "'max_model_length'isnotanargument" in typo
+    assert "max_model_len" in typo.split("didyoumean")[1]
+    managed = refused("serve", "--engine", "vllm", "--vllm-option", "dtype=float16")
+    assert "'dtype'issetbyautospec" in managed
+    bench = refused("bench", "serve", "--engine", "vllm", "--vllm-option", "enforce_eagre=1")
+    assert "'enforce_eagre'isnotanargument" in bench
 
 
 def test_every_serve_config_field_is_an_option_with_its_default_and_help():

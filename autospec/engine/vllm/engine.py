@@ -83,6 +83,38 @@ class EngineLoop:
         self._thread.join(timeout=10)
 
 
+#: engine arguments autospec sets itself, and why an option may not replace them
+MANAGED_ARGS = {
+    "model": "the target directory, from --target",
+    "dtype": "from --dtype, recorded as the deployment's numerics",
+    "speculative_config": "from the live pointer's version",
+    "worker_extension_cls": "autospec's worker extension, which swaps versions in place",
+    "per_request_spec_decode_metrics": "each request's acceptance, which its traffic row keeps",
+}
+
+
+def engine_option_refusal(options: dict[str, Any]) -> str | None:
+    """Why vLLM's engine would not start with ``options`` (``vllm_options``) as its
+    arguments, found without starting it: a key :class:`AsyncEngineArgs` does not take
+    (with the closest it does), or one autospec sets itself; None where the keys are
+    fine (their values are vLLM's to check)."""
+    import difflib
+    from dataclasses import fields
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    known = {f.name for f in fields(AsyncEngineArgs)}
+    for key in options:
+        if key in MANAGED_ARGS:
+            return f"vllm_options: {key!r} is set by autospec ({MANAGED_ARGS[key]})"
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            return (f"vllm_options: {key!r} is not an argument of vLLM's engine "
+                    f"(AsyncEngineArgs){hint}")
+    return None
+
+
 def engine_kwargs(model_dir: str, *, dtype: str, speculative_config: dict[str, Any] | None,
                   max_model_len: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """vLLM's engine arguments: per-request acceptance metrics whenever it speculates
