@@ -307,6 +307,8 @@ def deploy(config: ServeConfig, *, host: str, port: int, address: str | None,
             future.result(timeout=config.startup_timeout_s)
         except FutureTimeout:
             raise typer.Exit(_startup_failed(config.startup_timeout_s)) from None
+        except RuntimeError as exc:  # Serve gave up on the replicas (each start failed)
+            raise typer.Exit(_deploy_failed(exc, APP_NAME)) from None
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     return f"http://{shown}:{port}"
 
@@ -314,6 +316,28 @@ def deploy(config: ServeConfig, *, host: str, port: int, address: str | None,
 def _startup_failed(timeout: float) -> int:
     typer.echo(f"replicas were not ready within {timeout:.0f}s; see `serve status`", err=True)
     return 1
+
+
+def _deploy_failed(exc: RuntimeError, app_name: str) -> int:
+    """Say why Serve could not deploy the application: its error, and the last line of the
+    replicas' (Serve's status keeps their tracebacks; the log above has them whole)."""
+    cause = _replica_failure(app_name)
+    typer.echo(f"error: {exc}" + (f"\n  a replica failed to start: {cause}" if cause else ""),
+               err=True)
+    return 1
+
+
+def _replica_failure(app_name: str) -> str | None:
+    """The last line of the first failed deployment's message in Serve's status, or None."""
+    try:
+        from ray import serve
+
+        app = serve.status().applications.get(app_name)
+        messages = [d.message for d in app.deployments.values() if d.message] if app else []
+    except Exception:  # the status is a courtesy: the error above stands without it
+        return None
+    lines = [line.strip() for line in (messages[0] if messages else "").splitlines()]
+    return next((line for line in reversed(lines) if line), None)
 
 
 def _signals_interrupt() -> None:

@@ -126,3 +126,31 @@ def test_a_port_another_process_holds_is_refused_before_ray_starts():
         port = holder.getsockname()[1]
         out = CliRunner().invoke(app, ["serve", "--port", str(port)])
     assert out.exit_code == 2 and f"127.0.0.1:{port} is already in use" in out.output
+
+
+def test_a_failed_deployment_is_said_with_the_replicas_last_error_line(monkeypatch, capsys):
+    """Serve's RuntimeError after every replica start failed (a vLLM engine without room for
+    its KV cache, say) ends ``serve`` with the error and the replicas' cause, not a
+    traceback; Serve's status is read as Ray 2 gives it (applications → deployments)."""
+    from types import SimpleNamespace
+
+    from ray import serve
+
+    from autospec.serve.cli import _deploy_failed
+
+    message = ("The deployment failed to start 3 times in a row.\nTraceback (most recent call "
+               "last):\n  File \"x.py\", line 1\nVersionLoadError: version 'builtin-ngram': vLLM "
+               "could not start with it: ValueError: No available memory for the cache blocks\n")
+    status = SimpleNamespace(applications={"autospec": SimpleNamespace(deployments={
+        "AutospecServer": SimpleNamespace(message=message)})})
+    monkeypatch.setattr(serve, "status", lambda: status)
+    code = _deploy_failed(RuntimeError("Deploying application autospec failed"), "autospec")
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("error: Deploying application autospec failed")
+    assert err.rstrip().endswith("a replica failed to start: VersionLoadError: version "
+                                 "'builtin-ngram': vLLM could not start with it: ValueError: "
+                                 "No available memory for the cache blocks")
+    monkeypatch.setattr(serve, "status", lambda: (_ for _ in ()).throw(
+        ConnectionError("Ray is down")))
+    assert _deploy_failed(RuntimeError("x"), "autospec") == 1  # no status: the error alone
+    assert capsys.readouterr().err == "error: x\n"
