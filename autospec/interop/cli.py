@@ -61,14 +61,17 @@ def export(
     with _refusals():
         from autospec import store
         from autospec.engine.target import load_target
-        from autospec.interop.export import FORMATS, ExportError, export_speculator
+        from autospec.interop.export import (
+            FORMATS,
+            ExportError,
+            check_out_dir,
+            export_speculator,
+        )
         from autospec.versions import BUILTIN_VERSION, check_registered, load_speculator_version
 
         if fmt not in FORMATS:
             raise ExportError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
-        if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-            # said before the target loads (seconds), as export_speculator would say it
-            raise ExportError(f"{out_dir} exists and is not an empty directory")
+        check_out_dir(out_dir)  # before the target loads (seconds)
         db = store.open_store(database_url, upgrade="create")
         check_registered(db, [version])
         source = _source(db, version) if version != BUILTIN_VERSION else {"version": version}

@@ -36,8 +36,9 @@ from autospec.speculators import registry
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.kind import target_dir
 
-__all__ = ["FORMATS", "SPEC_CONFIG_FILE", "ExportError", "ExportResult", "export_speculator",
-           "target_dir"]  # target_dir: the kinds' helper, re-exported for the vLLM callers
+#: target_dir: the kinds' helper, re-exported for the vLLM callers
+__all__ = ["FORMATS", "SPEC_CONFIG_FILE", "ExportError", "ExportResult", "check_out_dir",
+           "export_speculator", "target_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,7 @@ def export_speculator(spec: SavableSpeculator, target: Target, out: str | Path, 
     if k < 1:
         raise ExportError(f"num_speculative_tokens must be >= 1, got {k}")
     root = Path(out)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise ExportError(f"{root} exists and is not an empty directory")
+    check_out_dir(root)
     root.mkdir(parents=True, exist_ok=True)
     try:
         done = vllm.export(spec, target, root.resolve(), k)
@@ -95,6 +95,13 @@ def export_speculator(spec: SavableSpeculator, target: Target, out: str | Path, 
     return ExportResult(out=root.resolve(), kind=spec.kind, files=[*files, artifacts.MANIFEST],
                         speculative_config=done.speculative_config, sha256=digest,
                         notes=done.notes)
+
+
+def check_out_dir(root: Path) -> None:
+    """:class:`ExportError` unless ``root`` is a new or empty directory (the CLI asks before
+    it loads the target; :func:`export_speculator` asks again)."""
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise ExportError(f"{root} exists and is not an empty directory")
 
 
 def _write_manifest(root: Path, files: list[str], tensors: dict[str, dict[str, str]],
