@@ -130,13 +130,14 @@ def serve(
         if fresh_prompts and domain is None:
             raise typer.BadParameter("--fresh-prompts: needs --domain (the prompts to draw)")
         pool = fresh_pool_size(rounds, counts) if fresh_prompts else None
-        _check_engine_options(_engine_options(vllm_option or []))
+        options = _engine_options(vllm_option or [])
+        _check_engine_options(options)
         run_engine_bench(engines=names, target=target, dtype=dtype, max_tokens=max_tokens,
                          rounds=rounds, clients=counts, k=k, fresh_prompts=fresh_prompts,
                          database_url=database_url, deployment=deployment, json_path=json_path,
                          k_bands=_checked_bands(k_bands, k),
                          prompts=_bench_prompts(domain, pool),
-                         vllm_options=_engine_options(vllm_option or []), builtin=builtin,
+                         vllm_options=options, builtin=builtin,
                          vllm_suffix=_checked_vllm_suffix(vllm_suffix, names),
                          vllm_suffix_cached=_checked_suffix_cache(vllm_suffix_cache, vllm_suffix),
                          vllm_suffix_warm=_checked_suffix_warm(vllm_suffix_warm, vllm_suffix,

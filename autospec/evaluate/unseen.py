@@ -138,8 +138,7 @@ def _window(session: Any, run_id: int | None) -> dict[str, Any] | None:
         return window
     if run.window_end is None:
         return None
-    return {"start": None, "end": run.window_end.isoformat(), "split_at": None,
-            "segment": None, "anchor_requests": 1}
+    return {"end": run.window_end.isoformat()}  # no start, no split: everything up to its end
 
 
 def _trained(version: str, via: str, window: dict[str, Any]) -> TrainedOn:

@@ -258,6 +258,8 @@ def _print(outcome: TrainOutcome, *, as_json: bool) -> None:
     out.print(f"artifact {outcome.artifact} sha256 {outcome.sha256[:16]}…")
     held = (m.get("window") or {}).get("heldout_requests")
     if held is not None:
+        from autospec.evaluate.gate import GatePolicy
+
         out.print(f"`autospec evaluate {outcome.version}` replays its {held} held-out requests "
                   f"and those logged after them, never the ones it trained on (the gate needs "
-                  f"30 by default)")
+                  f"{GatePolicy().min_heldout} by default)")
