@@ -85,15 +85,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _grad_mode_restored(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Each test starts with autograd on; one that leaves it off is named in a warning (a
-    test that did so broke every later test that trains, in CI on 2026-12-03)."""
+    """Each test starts with autograd on; one that leaves it off, or leaves its thread in
+    inference mode, is named in a warning (a test that did so broke later tests that train,
+    in CI on 2026-12-03 and 2026-12-06; train_loop now trains whatever the mode)."""
     import warnings
 
     import torch
 
     torch.set_grad_enabled(True)
     yield
-    if not torch.is_grad_enabled():
+    if torch.is_inference_mode_enabled():
+        warnings.warn(f"{request.node.nodeid} left its thread in inference mode", stacklevel=1)
+    elif not torch.is_grad_enabled():
         torch.set_grad_enabled(True)
         warnings.warn(f"{request.node.nodeid} left autograd disabled", stacklevel=1)
 

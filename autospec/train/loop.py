@@ -99,7 +99,17 @@ def epoch_batches(lengths: torch.Tensor, batch_size: int, seed: int, epoch: int)
     return [batches[i] for i in shuffle]
 
 
-@torch.enable_grad()  # whatever grad mode the caller's thread was left in
+def _check_graph(loss: torch.Tensor) -> None:
+    """A loss without a graph names why, instead of autograd's 'element 0 of tensors ...'."""
+    if not loss.requires_grad:
+        raise RuntimeError(
+            "the training loss has no autograd graph (autograd enabled: "
+            f"{torch.is_grad_enabled()}, inference mode: {torch.is_inference_mode_enabled()}); "
+            "no trainable parameter reached it")
+
+
+@torch.inference_mode(False)  # whatever the caller's thread was left in: inference mode
+@torch.enable_grad()  # ... or autograd off (either way the loss would have no graph)
 def train_loop(
     trainee: nn.Module,
     cache: FeatureCache,
@@ -144,6 +154,7 @@ def train_loop(
                 group["lr"] = lr
             with _autocast(cfg.precision, params[0].device):
                 loss, correct, counted = model(**trainee.make_batch(cache, indices))
+            _check_graph(loss)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)

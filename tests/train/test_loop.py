@@ -168,3 +168,19 @@ def test_eagle3_tiny_random_init_feature_noise_only_while_training(tiny, seqs, c
     with torch.no_grad():
         clean = [float(trainee(**batch)[0]) for _ in range(2)]
     assert clean[0] == clean[1]  # evaluation sees the features as they are
+
+
+@pytest.mark.parametrize("left_on", ["inference_mode", "no_grad"])
+def test_loop_tiny_random_init_trains_whatever_mode_its_thread_was_left_in(
+        tiny, seqs, caches, left_on) -> None:
+    """A test (or an in-process engine) that leaves its thread in inference mode, or with
+    autograd off, must not break later training on that thread (CI, 2026-12-03 and -06)."""
+    train, _ = caches
+    spec, trainee = _trainee("eagle3", tiny, seqs)
+    before = {n: t.clone() for n, t in spec.state_tensors().items()}
+    mode = torch.inference_mode() if left_on == "inference_mode" else torch.no_grad()
+    with mode:
+        state = train_loop(trainee, train, LoopConfig(epochs=1))
+        assert not torch.is_grad_enabled()  # the caller's mode is back after the loop
+    assert state.step > 0
+    assert any(not torch.equal(t, before[n]) for n, t in spec.state_tensors().items())
