@@ -99,13 +99,18 @@ def epoch_batches(lengths: torch.Tensor, batch_size: int, seed: int, epoch: int)
     return [batches[i] for i in shuffle]
 
 
-def _check_graph(loss: torch.Tensor) -> None:
-    """A loss without a graph names why, instead of autograd's 'element 0 of tensors ...'."""
+def _batch_loss(model: nn.Module, trainee: nn.Module, cache: FeatureCache, indices: list[int],
+                precision: str, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(loss, correct, counted) of one batch; a loss without a graph names why, instead of
+    autograd's 'element 0 of tensors does not require grad'."""
+    with _autocast(precision, device):
+        loss, correct, counted = model(**trainee.make_batch(cache, indices))
     if not loss.requires_grad:
         raise RuntimeError(
             "the training loss has no autograd graph (autograd enabled: "
             f"{torch.is_grad_enabled()}, inference mode: {torch.is_inference_mode_enabled()}); "
             "no trainable parameter reached it")
+    return loss, correct, counted
 
 
 @torch.inference_mode(False)  # whatever the caller's thread was left in: inference mode
@@ -152,9 +157,8 @@ def train_loop(
             lr = get_lr(state.step, total, cfg, state.elapsed_s)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            with _autocast(cfg.precision, params[0].device):
-                loss, correct, counted = model(**trainee.make_batch(cache, indices))
-            _check_graph(loss)
+            loss, correct, counted = _batch_loss(model, trainee, cache, indices, cfg.precision,
+                                                 params[0].device)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
