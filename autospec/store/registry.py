@@ -253,6 +253,18 @@ def list_segment_pointers(session: Session, *,
                                 .execution_options(populate_existing=True)))
 
 
+def pointers_by_version(session: Session) -> dict[str, list[str]]:
+    """Every pointer, by the version it names: ``deployment`` for a deployment's,
+    ``deployment/segment`` for a segment's."""
+    named: dict[str, list[str]] = {}
+    for live in session.scalars(select(LivePointer).order_by(LivePointer.deployment)):
+        named.setdefault(live.version, []).append(live.deployment)
+    for seg in session.scalars(select(SegmentPointer).order_by(SegmentPointer.deployment,
+                                                               SegmentPointer.segment)):
+        named.setdefault(seg.version, []).append(f"{seg.deployment}/{seg.segment}")
+    return named
+
+
 def serving_version(session: Session, *, deployment: str = DEFAULT_DEPLOYMENT,
                     segment: str | None = None) -> str | None:
     """The version that drafts ``segment``'s requests: its own pointer's, else the

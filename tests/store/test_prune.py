@@ -131,6 +131,12 @@ def test_versions_group_lists_as_before_and_prunes(engine, monkeypatch) -> None:
         "eagle3-v8", "eagle3-v7", "eagle3-v6"]
     table = runner.invoke(app, ["versions", "--state", "live"])
     assert table.exit_code == 0 and "eagle3-v2" in table.stdout and "eagle3-v4" in table.stdout
+    with store.session_scope(engine) as session:
+        store.set_live(session, version="eagle3-v4", actor="t", reason="r", segment="json")
+    live = json.loads(runner.invoke(app, ["versions", "--json", "--state", "live"]).stdout)
+    assert {r["version"]: r["live_for"] for r in live} == {
+        "eagle3-v2": ["default"], "eagle3-v4": ["eu", "default/json"]}
+    assert not any(r["default_live"] for r in live)  # the built-in version is not registered
 
     dry = runner.invoke(app, ["versions", "prune", "--keep", "0", "--dry-run"])
     assert dry.exit_code == 0, dry.output
