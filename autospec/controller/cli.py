@@ -94,10 +94,17 @@ def _actor() -> str:
         return "cli"
 
 
-def _db():  # type: ignore[no-untyped-def]
+def _db(deployment: str | None = None):  # type: ignore[no-untyped-def]
+    """The store; a ``deployment`` this store has never heard of is named on stderr (a typo
+    would otherwise show an empty status, or stage a pointer nobody follows)."""
     from autospec import store
+    from autospec.controller.names import unknown_deployment
 
-    return store.open_store()
+    db = store.open_store()
+    note = unknown_deployment(db, deployment) if deployment is not None else None
+    if note:
+        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+    return db
 
 
 # -- status ---------------------------------------------------------------------------------
@@ -122,7 +129,7 @@ def status(
 
     with _errors():
         given = policy_in_force(None, deployment=deployment, given=policy) if policy else None
-        db = _db()
+        db = _db(deployment)
         in_force = given or policy_in_force(db, deployment=deployment)
         data = collect_status(db, deployment=deployment, policy=in_force.policy, cycles=cycles,
                               period=parse_duration(period))
@@ -159,7 +166,7 @@ def promote(
     if force and not reason.strip():
         _fail("--force needs --reason \"...\" (it is recorded in the audit log)", EXIT_ERROR)
     with _errors():
-        data = promote_version(_db(), version=version, actor=_actor(), force=force,
+        data = promote_version(_db(deployment), version=version, actor=_actor(), force=force,
                                reason=reason, deployment=deployment, segment=segment)
     if json_out:
         _emit(data)
@@ -190,9 +197,10 @@ def rollback(
         raise typer.BadParameter("--unpin needs --segment (the deployment's pointer cannot be "
                                  "unpinned)", param_hint="--unpin")
     with _errors():
-        data = (unpin_segment(_db(), actor=_actor(), reason=reason, deployment=deployment,
+        db = _db(deployment)
+        data = (unpin_segment(db, actor=_actor(), reason=reason, deployment=deployment,
                               segment=segment) if unpin and segment is not None else
-                rollback_version(_db(), actor=_actor(), reason=reason, deployment=deployment,
+                rollback_version(db, actor=_actor(), reason=reason, deployment=deployment,
                                  segment=segment))
     if json_out:
         _emit(data)
@@ -295,7 +303,7 @@ def history(
     from autospec.controller.operations import list_history
 
     with _errors():
-        rows = list_history(_db(), deployment=deployment, limit=limit, segment=segment)
+        rows = list_history(_db(deployment), deployment=deployment, limit=limit, segment=segment)
     if json_out:
         _emit(rows)
         return

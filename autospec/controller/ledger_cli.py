@@ -46,7 +46,7 @@ def ledger(
     if span.total_seconds() <= 0:
         _fail("--period must be longer than 0", 2)
     with _errors():
-        data = ledger_for(_db(), deployment=deployment, period=span, until=_until(until))
+        data = ledger_for(_db(deployment), deployment=deployment, period=span, until=_until(until))
     if json_out:
         _emit(data)
     else:

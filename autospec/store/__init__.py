@@ -30,6 +30,7 @@ from autospec.store.artifacts import artifact_sha256, write_manifest
 from autospec.store.db import make_engine, ping, session_scope
 from autospec.store.deployments import (
     get_deployment,
+    known_deployments,
     list_replicas,
     record_deployment,
     remove_replica,
@@ -138,6 +139,7 @@ __all__ = [
     "get_speculator",
     "get_training_run",
     "head_revision",
+    "known_deployments",
     "list_evaluations",
     "list_events",
     "list_replicas",

@@ -4,6 +4,7 @@
   revision and resolved dtype it serves; the row is the one source of truth the controller,
   ``train`` and ``evaluate`` read (:func:`get_deployment`). A change (a new target, another
   dtype) is audited as a ``note`` event.
+- :func:`known_deployments` — the names a replica or a pointer has given this store;
 - :func:`set_k_bands` — the controller sets the concurrency bands the replicas draft by
   (the policy's ``serving.k_bands``);
 - :func:`report_replica` — a replica's heartbeat: the version it actually serves now;
@@ -22,12 +23,27 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autospec.store.errors import Conflict
-from autospec.store.models import Deployment, ReplicaReport, utcnow
+from autospec.store.models import (
+    Deployment,
+    LivePointer,
+    ReplicaReport,
+    SegmentPointer,
+    utcnow,
+)
 from autospec.store.registry import record_event
 
 
 def get_deployment(session: Session, *, name: str) -> Deployment | None:
     return session.get(Deployment, name, populate_existing=True)
+
+
+def known_deployments(session: Session) -> list[str]:
+    """Every deployment a replica has recorded or reported, or a pointer names, sorted."""
+    names: set[str] = set()
+    for column in (Deployment.name, ReplicaReport.deployment, LivePointer.deployment,
+                   SegmentPointer.deployment):
+        names.update(session.scalars(select(column).distinct()))
+    return sorted(names)
 
 
 def record_deployment(session: Session, *, name: str, target: str, target_id: str,
