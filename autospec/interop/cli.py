@@ -128,7 +128,9 @@ def import_(
         from autospec.engine.target import load_target
         from autospec.interop.importer import ImportRefused, import_head
 
-        if not (directory / "config.json").is_file():  # before the target is loaded
+        if not directory.is_dir():  # before the target is loaded
+            raise ImportRefused(f"{directory}: no such directory")
+        if not (directory / "config.json").is_file():
             raise ImportRefused(f"{directory}: no config.json (not a speculators directory)")
         db = store.open_store(database_url, upgrade="create")
         model = load_target(_target(db, target), dtype="float32")

@@ -283,7 +283,10 @@ def test_cli_refusals_are_one_line_exit_2(sqlite_url, tmp_path):
 
     runner = CliRunner()
     missing = runner.invoke(app, ["import", str(tmp_path / "nowhere"), "--url", sqlite_url])
-    assert missing.exit_code == 2 and "no config.json" in missing.output
+    assert missing.exit_code == 2 and "nowhere: no such directory" in missing.output
+    (tmp_path / "empty").mkdir()
+    empty = runner.invoke(app, ["import", str(tmp_path / "empty"), "--url", sqlite_url])
+    assert empty.exit_code == 2 and "no config.json" in empty.output
     unknown = runner.invoke(app, ["export", "nope", "--out", str(tmp_path / "o"),
                                   "--url", sqlite_url])
     assert unknown.exit_code == 2 and "'nope' is not registered" in unknown.output
