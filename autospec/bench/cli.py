@@ -225,6 +225,8 @@ def _bench_prompts(domain: str | None, count: int | None = None
         raise typer.BadParameter(f"--domain: {exc}") from None
 
 
+AUTO_DTYPE_HELP = "target dtype: float32, bfloat16 or auto (bfloat16 where the CPU has it)"
+
 #: seed of ``bench serve --domain``'s prompts: not the demo's or loadgen's default (0), so a
 #: head trained on that traffic is measured on other prompts of its domain
 DOMAIN_PROMPT_SEED = 7919
@@ -246,7 +248,7 @@ def train(
         min=1, help="held-out requests decoded per method")] = 24,
     draft_vocab_size: Annotated[int, typer.Option(min=2, help="eagle3 reduced vocabulary")] = 4096,
     ttt_steps: Annotated[int, typer.Option(min=1, help="eagle3 training-time-test depth")] = 3,
-    dtype: Annotated[str, typer.Option(help="target dtype")] = "bfloat16",
+    dtype: Annotated[str, typer.Option(help=AUTO_DTYPE_HELP)] = "auto",
     draft_epochs: Annotated[int, typer.Option(min=1, help="epochs for draft")] = 2,
     feature_noise: Annotated[float, typer.Option(
         min=0.0, help="eagle3 training feature noise")] = 0.2,
@@ -321,7 +323,7 @@ def segments(
         min=1, help="other held-out requests per domain decoded by both arms")] = 8,
     draft_vocab_size: Annotated[int, typer.Option(min=2, help="eagle3 reduced vocabulary")] = 4096,
     ttt_steps: Annotated[int, typer.Option(min=1, help="eagle3 training-time-test depth")] = 3,
-    dtype: Annotated[str, typer.Option(help="target dtype")] = "bfloat16",
+    dtype: Annotated[str, typer.Option(help=AUTO_DTYPE_HELP)] = "auto",
     feature_noise: Annotated[float, typer.Option(
         min=0.0, help="eagle3 training feature noise")] = 0.2,
     heldout_fraction: Annotated[float, typer.Option(

@@ -38,7 +38,8 @@ class SegmentsBenchRequest(BaseModel):
         8, ge=1, description="other held-out requests per domain decoded by both arms")
     draft_vocab_size: int = Field(4096, ge=2, description="eagle3 reduced vocabulary")
     ttt_steps: int = Field(3, ge=1, description="eagle3 training-time-test depth")
-    dtype: str = Field("bfloat16", description="target dtype")
+    dtype: str = Field("auto", description="target dtype: float32, bfloat16 or auto "
+                       "(bfloat16 where the CPU has it)")
     feature_noise: float = Field(0.2, ge=0.0, description="eagle3 training feature noise")
     heldout_fraction: float = Field(
         0.2, gt=0.0, lt=1.0, description="newest share of each domain's logged requests "

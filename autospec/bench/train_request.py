@@ -37,7 +37,8 @@ class TrainBenchRequest(BaseModel):
     eval_requests: int = Field(24, ge=1, description="held-out requests decoded per method")
     draft_vocab_size: int = Field(4096, ge=2, description="eagle3 reduced vocabulary")
     ttt_steps: int = Field(3, ge=1, description="eagle3 training-time-test depth")
-    dtype: str = Field("bfloat16", description="target dtype")
+    dtype: str = Field("auto", description="target dtype: float32, bfloat16 or auto "
+                       "(bfloat16 where the CPU has it)")
     draft_epochs: int = Field(2, ge=1, description="epochs for draft")
     feature_noise: float = Field(0.2, ge=0.0, description="eagle3 training feature noise")
     heldout_fraction: float = Field(
