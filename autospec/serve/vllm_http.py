@@ -175,6 +175,8 @@ def _route(app: FastAPI, server: Replica, path: str, route: str, model: type[Bas
                     lambda req: chat_content_format(api.chat, req))
         if isinstance(req, ValidationError):
             return await _invalid(request, req)
+        if isinstance(req, Exception):  # a vLLM validator's own error: its 400, not a 500
+            return vllm_error_response(req)
         refused = limit_tokens(req, server.config, route)
         if refused is not None:
             return refused
@@ -203,6 +205,14 @@ def limit_tokens(req: Any, config: ServeConfig, route: str) -> Response | None:
     return None
 
 
+def vllm_error_response(exc: Exception) -> JSONResponse:
+    """vLLM's answer to one of its client errors (its status, type and ``param``)."""
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+
+    error = create_error_response(exc)
+    return JSONResponse(error.model_dump(), status_code=error.error.code)
+
+
 async def _invalid(request: Request, exc: ValidationError) -> Response:
     """vLLM's answer to a body its request model refuses (its own handler)."""
     from fastapi.exceptions import RequestValidationError
@@ -215,16 +225,19 @@ async def _invalid(request: Request, exc: ValidationError) -> Response:
 
 def parse(data: dict[str, Any], model: type[BaseModel],
           content_format: Callable[[Any], str | None] | None = None) -> Any:
-    """``data`` as vLLM's request ``model`` (or the ``ValidationError`` vLLM's server would
+    """``data`` as vLLM's request ``model`` (or the ``ValidationError``, or the client error
+    a vLLM validator raises past pydantic — an empty prompt's — that vLLM's server would
     answer); a 400 for a key at any level that vLLM's types do not
     declare (:func:`~autospec.serve.vllm_fields.unknown_keys`: vLLM would ignore it) —
     but a content part's undeclared key when ``content_format(request)`` is ``"openai"``:
     vLLM hands it to that chat template. The keys are read after vLLM's own validators have
     run on ``data``: they rename in place what vLLM still takes under an old name (a
     message's ``reasoning_content``)."""
+    from vllm.exceptions import VLLMClientError
+
     try:
         req = model.model_validate(data)
-    except ValidationError as exc:
+    except (ValidationError, VLLMClientError) as exc:
         return exc
     unknown = unknown_keys(data, model)
     parts = any(is_content_part_key(k) for k in unknown)

@@ -133,8 +133,12 @@ def test_free_form_values_are_not_walked():
 def test_every_body_of_the_parity_set_parses_without_an_unknown_field(case):
     route, body, _ = BODIES[case]
     req = parse(copy.deepcopy(body), MODELS[route])
-    if body.get("temperature") == "hot":  # the set's one body vLLM's model refuses
+    if body.get("temperature") == "hot":  # the set's bodies vLLM's model refuses
         assert isinstance(req, ValidationError)
+    elif body.get("prompt") == "":
+        from vllm.exceptions import VLLMValidationError
+
+        assert isinstance(req, VLLMValidationError)
     else:
         assert isinstance(req, MODELS[route])
 
@@ -243,6 +247,35 @@ def test_the_route_answers_an_openai_shaped_400_before_vllms_handler_runs():
     assert (error["param"], error["code"], error["type"]) == \
         ("messages.0.nmae", "unknown_field", "invalid_request_error")
     assert "vLLM's OpenAI server would ignore it" in error["message"]
+
+
+def test_an_error_a_vllm_validator_raises_past_pydantic_is_vllms_400_not_a_500():
+    """An empty prompt: vLLM's validator raises its own VLLMValidationError, which pydantic
+    does not wrap (it answered 500 'internal error' here before)."""
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from vllm.exceptions import VLLMValidationError
+
+    from autospec.serve.config import ServeConfig
+    from autospec.serve.errors import install_handlers
+    from autospec.serve.vllm_http import add_routes
+
+    assert isinstance(parse({"prompt": ""}, CompletionRequest), VLLMValidationError)
+
+    class Layer:
+        config, api_args = ServeConfig(), SimpleNamespace()
+
+    app = FastAPI()
+    install_handlers(app)
+    add_routes(app, Layer())  # type: ignore[arg-type]
+    with TestClient(app) as client:
+        r = client.post("/v1/completions", json={"prompt": "", "max_tokens": 2})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["type"], error["code"]) == ("prompt", "BadRequestError", 400)
+    assert "must be provided and non-empty" in error["message"]
 
 
 PART = [{"role": "user", "content": [{"type": "text", "text": "hi",
