@@ -52,7 +52,8 @@ def validation_error(exc: ValidationError | RequestValidationError) -> APIError:
     first = (extra or errors or [{"loc": (), "msg": "invalid request"}])[0]
     loc = [str(p) for p in first.get("loc", ()) if not _is_union_tag(p)]
     param = ".".join(loc) or None
-    msg = str(first.get("msg", "invalid request"))
+    # a validator's ValueError reads "Value error, <its message>": the message is enough
+    msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     text = f"{param}: {msg}" if param else msg
     if len(errors) > 1:
         text += f" (and {len(errors) - 1} more problems)"

@@ -61,6 +61,12 @@ def test_bad_completion_bodies(client, body, status, param):
     _assert_error(r, status, param)
 
 
+def test_a_validators_message_is_given_without_pydantics_prefix(client):
+    body = {"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}
+    err = _assert_error(client.post("/v1/completions", json=body), 400, "stop")
+    assert err["message"] == "stop: at most 4 stop strings"
+
+
 @pytest.mark.parametrize("body, param", [
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
