@@ -102,9 +102,24 @@ def make_engine(
 
 
 def _ensure_sqlite_dir(url: URL) -> None:
-    database = url.database or ""
-    if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_file(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def sqlite_file(url: str | URL | None) -> Path | None:
+    """The file of a SQLite ``url`` (default: ``AUTOSPEC_DATABASE_URL``'s); None for another
+    backend, an in-memory database or a ``file:`` URI."""
+    if url is None:
+        from autospec.settings import get_settings
+
+        url = get_settings().resolved_database_url
+    parsed = parse_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" \
+            or database.startswith("file:"):
+        return None
+    return Path(database).expanduser()
 
 
 def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float) -> None:

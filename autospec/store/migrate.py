@@ -38,7 +38,14 @@ from alembic.util import CommandError
 from sqlalchemy import URL, Connection, Engine, delete, insert, inspect, select
 
 from autospec.shipped import shipped_dir
-from autospec.store.db import describe, make_engine, parse_url, ping, writer_engine
+from autospec.store.db import (
+    describe,
+    make_engine,
+    parse_url,
+    ping,
+    sqlite_file,
+    writer_engine,
+)
 from autospec.store.errors import SchemaNotInitialized, SchemaOutdated, StoreError, UnknownRevision
 from autospec.store.models import SchemaCompat, metadata, utcnow
 
@@ -280,6 +287,11 @@ def open_store(url: str | URL | None = None, *,
     may not, a schema mismatch raises a :class:`~autospec.store.errors.SchemaError` telling the
     operator to run ``autospec db upgrade``.
     """
+    missing = sqlite_file(url)
+    if _mode(upgrade) == "never" and missing is not None and not missing.exists():
+        raise SchemaNotInitialized(  # checked, not created: a mistyped path stays a mistake
+            f"database file {missing} does not exist; run `autospec db upgrade` to create it "
+            "(or set AUTOSPEC_DATABASE_URL to an existing store)")
     engine = make_engine(url)
     ping(engine)
     current = current_revision(engine)

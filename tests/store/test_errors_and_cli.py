@@ -42,11 +42,15 @@ def test_unopenable_sqlite_file(tmp_path) -> None:  # type: ignore[no-untyped-de
         migrate.open_store(f"sqlite:///{tmp_path / 'dir.db'}")
 
 
-def test_open_store_upgrades_or_refuses(sqlite_url: str) -> None:
+def test_open_store_upgrades_or_refuses(sqlite_url: str, tmp_path) -> None:
     from autospec.store.errors import SchemaNotInitialized
 
     with pytest.raises(SchemaNotInitialized, match="autospec db upgrade"):
         migrate.open_store(sqlite_url)
+    typo = tmp_path / "no" / "such" / "store.db"  # checked, never created by a read
+    with pytest.raises(SchemaNotInitialized, match=f"database file {typo} does not exist"):
+        migrate.open_store(f"sqlite:///{typo}")
+    assert not (tmp_path / "no").exists()
     engine = migrate.open_store(sqlite_url, upgrade=True)
     assert migrate.check_schema(engine) == migrate.head_revision()
 
