@@ -81,6 +81,10 @@ def make_engine(
         url = get_settings().resolved_database_url
     parsed = parse_url(url)
     backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise BadDatabaseURL(f"cannot use database URL {describe(parsed)!r}: autospec stores "
+                             "in SQLite (sqlite:///path/to/file.db) or PostgreSQL "
+                             "(postgresql://user@host:5432/db), not " + backend)
     kwargs: dict[str, Any] = {"echo": echo}
     if backend == "sqlite":
         _ensure_sqlite_dir(parsed)

@@ -23,7 +23,13 @@ def test_malformed_url(url: str) -> None:
 
 def test_unknown_driver() -> None:
     with pytest.raises(BadDatabaseURL, match="unknown database driver"):
-        db.make_engine("nosuchdb+nodriver://x/y")
+        db.make_engine("postgresql+nodriver://x/y")
+
+
+@pytest.mark.parametrize("url", ["mysql://x@y/z", "nosuchdb+nodriver://x/y"])
+def test_a_backend_other_than_sqlite_or_postgresql_is_named(url: str) -> None:
+    with pytest.raises(BadDatabaseURL, match=r"autospec stores in SQLite .* or PostgreSQL"):
+        db.make_engine(url)
 
 
 def test_unreachable_server_is_named() -> None:
