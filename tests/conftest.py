@@ -85,16 +85,24 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _grad_mode_restored(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Each test starts with autograd on; one that leaves it off, or leaves its thread in
-    inference mode, is named in a warning (a test that did so broke later tests that train,
-    in CI on 2026-12-03 and 2026-12-06; train_loop now trains whatever the mode)."""
+    """Each test starts with autograd on and inference mode off; one that leaves autograd
+    off, or its thread in inference mode, is named in a warning (a test that did so broke
+    later tests that train, in CI on 2026-12-03 and 2026-12-06; train_loop now trains
+    whatever the mode). A leaked inference mode cannot be undone from outside its guard:
+    each later test runs inside ``inference_mode(False)``."""
     import warnings
 
     import torch
 
+    off = None
+    if torch.is_inference_mode_enabled():  # left on by an earlier test: off for this one
+        off = torch.inference_mode(False)
+        off.__enter__()
     torch.set_grad_enabled(True)
     yield
-    if torch.is_inference_mode_enabled():
+    if off is not None:
+        off.__exit__(None, None, None)  # back to what the earlier test left
+    elif torch.is_inference_mode_enabled():
         warnings.warn(f"{request.node.nodeid} left its thread in inference mode", stacklevel=1)
     elif not torch.is_grad_enabled():
         torch.set_grad_enabled(True)
