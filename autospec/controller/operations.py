@@ -124,6 +124,10 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
         where = f"deployment {deployment}" + (f", segment {segment}" if segment else "")
         if (own.version if own else current if segment is None else None) == version:
             raise _refused(f"{version} is already live for {where}")
+        if own is None and current == version:  # a segment drafted by the deployment's
+            raise _refused(f"{version} already drafts segment {segment} of deployment "
+                           f"{deployment}: the segment follows the deployment's pointer, so "
+                           "there is nothing to move")
         if segment is not None and (why := vllm_segment_refusal(
                 session, deployment=deployment, version=version)) is not None:
             raise _refused(f"not moving segment {segment}'s pointer of deployment "

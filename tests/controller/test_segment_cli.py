@@ -79,6 +79,18 @@ def test_promote_and_rollback_a_segment(cli) -> None:
     assert none.exit_code == 3 and "segment gamma" in none.output
 
 
+def test_promoting_a_segment_to_the_version_that_drafts_it_is_refused_not_an_error(
+        cli, engine) -> None:
+    """The segment follows the deployment's pointer: a refusal (exit 3) that says so, and no
+    pointer is created (it was a store conflict, exit 2)."""
+    assert cli("promote", "v1", "--force", "--reason", "whole").exit_code == 0
+    same = cli("promote", "v1", "--segment", "alpha", "--force", "--reason", "pin")
+    assert same.exit_code == 3, same.output
+    assert "already drafts segment alpha" in same.output and "nothing to move" in same.output
+    with store.session_scope(engine, readonly=True) as session:
+        assert store.get_live(session, segment="alpha") is None
+
+
 def test_status_lists_segment_pointers_and_history_filters_by_segment(cli) -> None:
     assert cli("promote", "v1", "--segment", "alpha").exit_code == 0
     assert cli("promote", "v2", "--segment", "beta", "--force", "--reason", "pin").exit_code == 0
