@@ -224,10 +224,10 @@ def versions(
     limit: Annotated[int, typer.Option(min=1, help="newest N")] = 50,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Registered speculator versions, newest first: the pointers each is live for
-    (deployment, deployment/segment; the built-in version also drafts wherever nothing was
-    promoted) and its last evaluation (`autospec versions prune`: delete old versions'
-    artifacts)."""
+    """Registered speculator versions, newest first: state, the pointers each is live for
+    (deployment, deployment/segment; the built-in version drafts for every deployment while
+    nothing is promoted) and its last evaluation (`autospec versions prune`: delete old
+    versions' artifacts)."""
     from autospec.controller.operations import list_versions
 
     if ctx.invoked_subcommand is not None:
@@ -240,23 +240,23 @@ def versions(
         return
     table = Table(title="speculator versions")
     table.add_column("version", no_wrap=True)
-    for col in ("kind", "state", "live for", "parent", "created", "last evaluation"):
+    for col in ("kind", "state", "parent", "created", "last evaluation"):
         table.add_column(col)
     for r in rows:
         ev = r["evaluation"]
         kind = r["kind"] + (" (base)" if r["base"] else "")
-        table.add_row(r["version"], kind, r["state"], _live_for(r), str(r["parent"] or "—"),
-                      str(r["created_at"])[:16], "—" if not ev else
+        table.add_row(r["version"], kind, _state(r), str(r["parent"] or "—"),
+                      str(r["created_at"])[5:16], "—" if not ev else
                       f"#{ev['id']} {ev['decision']} vs {ev['incumbent']}: τ "
                       f"{fmt(ev['tau_candidate'])} vs {fmt(ev['tau_incumbent'])}")
     out.print(table)
 
 
-def _live_for(row: dict) -> str:
-    named = ", ".join(row["live_for"])
+def _state(row: dict) -> str:
+    """The version's state, and the pointers it is live for."""
     if row["default_live"]:
-        return ", ".join(filter(None, [named, "(nothing promoted)"]))
-    return named or "—"
+        return "live for every deployment (nothing promoted yet)"
+    return row["state"] + (f" for {', '.join(row['live_for'])}" if row["live_for"] else "")
 
 
 @versions_app.command("prune")

@@ -228,8 +228,8 @@ def unpin_segment(engine: Engine, *, actor: str, reason: str, deployment: str = 
 
 def list_versions(engine: Engine, *, state: str | None, limit: int) -> list[dict[str, Any]]:
     """Registered versions, newest first; ``live_for``: the pointers naming each one
-    (``deployment``, ``deployment/segment``), and the built-in version is also live wherever
-    a deployment has nothing promoted (``default_live``)."""
+    (``deployment``, ``deployment/segment``); ``default_live``: the built-in version while no
+    pointer exists at all (every deployment drafts with it)."""
     with store.session_scope(engine, readonly=True) as session:
         evaluations: dict[str, Any] = {}
         for ev in store.list_evaluations(session, limit=1000):
@@ -241,7 +241,8 @@ def list_versions(engine: Engine, *, state: str | None, limit: int) -> list[dict
             rows.append({
                 "version": spec.version, "kind": spec.kind, "state": spec.state,
                 "live_for": pointers.get(spec.version, []),
-                "default_live": spec.version == BUILTIN_VERSION, "parent": spec.parent,
+                "default_live": spec.version == BUILTIN_VERSION and not pointers,
+                "parent": spec.parent,
                 "created_at": spec.created_at,
                 "target_id": spec.target_id, "training_run_id": spec.training_run_id,
                 "base": bool((spec.meta or {}).get("base")),  # autospec pretrain's heads

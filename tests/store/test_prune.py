@@ -172,3 +172,19 @@ def test_a_promotion_waits_for_a_prune_in_flight_on_postgres(postgres_url: str) 
             store.set_live(session, version="eagle3-race", actor="t", reason="r")
     finally:
         eng.dispose()
+
+
+def test_the_builtin_version_is_listed_live_for_every_deployment_until_a_promotion(
+        sqlite_url: str) -> None:
+    from autospec.controller.operations import list_versions
+
+    fresh = migrate.open_store(sqlite_url, upgrade=True)
+    (builtin,) = list_versions(fresh, state=None, limit=10)
+    assert (builtin["version"], builtin["default_live"], builtin["live_for"]) == \
+        ("builtin-ngram", True, [])
+    with store.session_scope(fresh) as session:
+        store.set_live(session, version="builtin-ngram", actor="t", reason="r",
+                       deployment="eu")
+    (builtin,) = list_versions(fresh, state=None, limit=10)
+    assert (builtin["default_live"], builtin["live_for"]) == (False, ["eu"])
+    fresh.dispose()
