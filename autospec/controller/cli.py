@@ -239,9 +239,9 @@ def versions(
         _emit(rows)
         return
     table = Table(title="speculator versions")
-    table.add_column("version", no_wrap=True)
+    table.add_column("version", no_wrap=True)  # a name, never cut
     for col in ("kind", "state", "parent", "created", "last evaluation"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold" if col == "parent" else "ellipsis")
     for r in rows:
         ev = r["evaluation"]
         kind = r["kind"] + (" (base)" if r["base"] else "")
@@ -308,8 +308,8 @@ def history(
         _emit(rows)
         return
     table = Table(title="history")
-    for col in ("time", "event", "actor", "version", "from", "reason"):
-        table.add_column(col)
+    for col in ("time", "event", "actor", "version", "from", "reason"):  # names fold, not cut
+        table.add_column(col, overflow="fold" if col in ("version", "from") else "ellipsis")
     for r in rows:
         event = r["event"] + (escape(f" [{r['segment']}]") if r.get("segment") else "")
         table.add_row(str(r["time"])[:19], event, r["actor"], str(r["version"] or "—"),
