@@ -176,7 +176,7 @@ def _route(app: FastAPI, server: Replica, path: str, route: str, model: type[Bas
         if isinstance(req, ValidationError):
             return await _invalid(request, req)
         if isinstance(req, Exception):  # a vLLM validator's own error: its 400, not a 500
-            return vllm_error_response(req)
+            return _error(req)
         refused = limit_tokens(req, server.config, route)
         if refused is not None:
             return refused
@@ -191,26 +191,14 @@ def limit_tokens(req: Any, config: ServeConfig, route: str) -> Response | None:
     value past the context the same way); a chat that sends neither field gets
     ``default_max_tokens`` (vLLM still clamps it to what the context leaves, where the native
     engine does the same; a completion's default is 16 on both). None: within bounds."""
-    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
-
     for field in ("max_completion_tokens", "max_tokens"):
         value = getattr(req, field, None)
         if value is not None and value > config.max_tokens_limit:
-            error = create_error_response(
-                f"{field} must be between 1 and {config.max_tokens_limit}, got {value} (the "
-                "deployment's max_tokens_limit)", param=field)
-            return JSONResponse(error.model_dump(), status_code=error.error.code)
+            return _error(f"{field} must be between 1 and {config.max_tokens_limit}, got "
+                          f"{value} (the deployment's max_tokens_limit)", param=field)
     if route == "chat" and req.max_tokens is None and req.max_completion_tokens is None:
         req.max_tokens = config.default_max_tokens
     return None
-
-
-def vllm_error_response(exc: Exception) -> JSONResponse:
-    """vLLM's answer to one of its client errors (its status, type and ``param``)."""
-    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
-
-    error = create_error_response(exc)
-    return JSONResponse(error.model_dump(), status_code=error.error.code)
 
 
 async def _invalid(request: Request, exc: ValidationError) -> Response:
@@ -293,14 +281,15 @@ async def serve(server: Replica, request: Request, ctx: RequestContext,
     return JSONResponse(body, headers=version_headers(binding.served))
 
 
-def _error(exc: Exception) -> JSONResponse:
+def _error(exc: Exception | str, param: str | None = None) -> JSONResponse:
     """The answer vLLM's server gives for ``exc`` (its own mapping: a validation error is a
-    400 naming the parameter, a server error a 500...)."""
+    400 naming the parameter, a server error a 500...), or a 400 of ``exc``'s text naming
+    ``param``."""
     from vllm.entrypoints.serve.exception_handling.error_response import (
         create_error_response,
     )
 
-    error = create_error_response(exc)
+    error = create_error_response(exc, param=param)
     return JSONResponse(error.model_dump(), status_code=error.error.code)
 
 
