@@ -46,9 +46,10 @@ def loadgen(
     timeout: Annotated[float, typer.Option(
         help="seconds per request before it counts as failed")] = 300.0,
     api_key: Annotated[str | None, typer.Option(
-        envvar="AUTOSPEC_API_KEY", show_envvar=True, show_default=False,
-        help="the deployment's API key, sent as 'Authorization: Bearer' (default: env "
-        "AUTOSPEC_API_KEY)")] = None,
+        show_default=False,
+        help="the deployment's API key, sent as 'Authorization: Bearer' (default: the first "
+        "key of AUTOSPEC_API_KEY, else of AUTOSPEC_API_KEY_FILE, as `autospec serve` reads "
+        "them)")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the summary here")] = None,
     per_request: Annotated[bool, typer.Option(help="with --json: include every request")] = False,
 ) -> None:

@@ -34,10 +34,15 @@ class Served:
 
 @pytest.fixture
 def served(tiny_llm: Target, sqlite_url: str, tmp_path: Path) -> Iterator[Served]:
+    yield from serve(tiny_llm, sqlite_url)
+
+
+def serve(tiny_llm: Target, sqlite_url: str, **config) -> Iterator[Served]:  # type: ignore[no-untyped-def]
+    """The app on a loopback port until the generator is closed (``config``: ServeConfig's)."""
     import uvicorn
 
     db = store.open_store(sqlite_url, upgrade=True)
-    server = make_server(tiny_llm, db, poll_interval_s=0.1)
+    server = make_server(tiny_llm, db, poll_interval_s=0.1, **config)
     port = free_port()
     config = uvicorn.Config(make_app(server, replica="id=loopback; host=test"), host="127.0.0.1",
                             port=port, log_level="warning")

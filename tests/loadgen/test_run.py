@@ -133,3 +133,28 @@ def test_loadgen_cli_usage_errors_and_unreachable(tmp_path: Path):
     down = runner.invoke(app, ["loadgen", "--url", f"http://127.0.0.1:{free_port()}",
                                "--requests", "1", "--timeout", "5"])
     assert down.exit_code == 1 and "cannot reach" in down.output
+
+
+@pytest.fixture
+def keyed_served(tiny_llm, sqlite_url, monkeypatch):  # type: ignore[no-untyped-def]
+    """A deployment requiring either of two keys, AUTOSPEC_API_KEY holding both (rotation)."""
+    from autospec.settings import get_settings
+    from tests.loadgen.conftest import serve
+
+    monkeypatch.setenv("AUTOSPEC_API_KEY", "key-one-0123, key-two-4567")
+    monkeypatch.delenv("AUTOSPEC_API_KEY_FILE", raising=False)
+    get_settings.cache_clear()
+    yield from serve(tiny_llm, sqlite_url, api_key="key-one-0123,key-two-4567")
+    get_settings.cache_clear()
+
+
+def test_loadgen_sends_the_first_of_several_keys_as_serve_reads_them(keyed_served,
+                                                                     tmp_path: Path):
+    """``AUTOSPEC_API_KEY=k1,k2`` (two keys during a rotation): loadgen sends k1, as demo and
+    bench serve do, not the whole value (which the server answers with 401)."""
+    out = tmp_path / "summary.json"
+    result = CliRunner().invoke(app, ["loadgen", "--url", keyed_served.url, "--requests", "2",
+                                      "--max-tokens", "2", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["requests"] == 2 and data["errors"] == 0, data
