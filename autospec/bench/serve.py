@@ -110,17 +110,17 @@ def _phase(urls: dict[str, str], bodies: list[dict[str, Any]], rounds: int,
 
 
 def _deploy(target: str, data_dir: Path, k: int) -> dict[str, str]:
-    import ray
     from ray import serve
 
     from autospec import store
+    from autospec.raylocal import start_local
     from autospec.serve.app import build_app
 
     url = f"sqlite:///{data_dir / 'autospec.db'}"
     store.open_store(url, upgrade=True).dispose()
     port = free_port()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             namespace="autospec-bench")
+    start_local(num_cpus=4, log_to_driver=False,
+                namespace="autospec-bench")  # a new Ray, on loopback: autospec.raylocal
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     env = {"AUTOSPEC_DATA_DIR": str(data_dir)}
     urls = {}

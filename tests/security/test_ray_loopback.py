@@ -69,3 +69,21 @@ def test_serve_starts_its_local_ray_on_loopback_and_opens_it_only_when_asked(
                        expose_ray=expose)
     assert is_loopback(seen[0])
     assert seen[1] == services.node_ip_address_from_perspective(None)  # Ray's own choice
+
+
+def test_every_ray_the_package_starts_goes_through_start_local() -> None:
+    """A plain ``ray.init(...)`` starts a Ray on the machine's outward address (or joins one
+    found on the machine); the package calls it only to join a cluster named by
+    ``address=``, and starts its own Rays with :func:`autospec.raylocal.start_local`."""
+    import ast
+
+    bare = []
+    for path in sorted((ROOT / "autospec").rglob("*.py")):
+        if path.name == "raylocal.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "ray.init":
+                address = next((k.value for k in node.keywords if k.arg == "address"), None)
+                if not isinstance(address, ast.Name):  # a cluster's address, given by a user
+                    bare.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bare, f"ray.init that starts a Ray of its own (use start_local): {bare}"
