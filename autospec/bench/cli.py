@@ -346,7 +346,7 @@ def segments(
     from autospec.bench.segments_request import HeldoutTooSmall, SegmentsBenchRequest
     from autospec.option_errors import first_error
 
-    try:  # one field per option, same names (tests/bench/test_segments_request.py)
+    try:  # one field per option, same names (tests/bench/test_segments_tiny.py)
         request = SegmentsBenchRequest(
             target=target, domains=domains, requests=requests, max_new_tokens=max_new_tokens,
             kinds=kinds, k=k, epochs=epochs, select_requests=select_requests,
