@@ -315,6 +315,7 @@ class Controller:
         budget = tp.time_budget.total_seconds()
         deadline = time.monotonic() + 1.5 * budget + 60  # hard stop if the run overruns
         request = TrainRequest(kind=kind, window=spec, epochs=tp.epochs, workers=tp.workers,
+                               use_gpu=tp.use_gpu,
                                from_scratch=tp.from_scratch, deployment=self.deployment,
                                min_requests=tp.min_train_requests, seed=self.policy.seed,
                                batch_size=tp.batch_size, time_budget_s=budget,

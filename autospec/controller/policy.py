@@ -185,6 +185,9 @@ class Training(_Strict):
     min_train_requests: int = Field(
         50, ge=1, description="fewest training (not held-out) requests to train on")
     workers: int = Field(0, ge=0, description="0: train in the controller; N: Ray Train workers")
+    use_gpu: bool = Field(
+        False, description="with workers > 0: each Ray Train worker takes one GPU (as "
+        "`autospec train --use-gpu`); with 0 the controller trains in its own process")
     batch_size: int = Field(8, ge=1, description="training batch size (gradient kinds)")
     from_scratch: bool = Field(
         False, description="never warm-start from the live version of the same kind")
@@ -207,6 +210,10 @@ class Training(_Strict):
     def _unique(self) -> Training:
         if len(set(self.kinds)) != len(self.kinds):
             raise ValueError(f"kinds are listed twice: {self.kinds}")
+        if self.use_gpu and self.workers == 0:
+            raise ValueError("use_gpu: true needs workers > 0 (Ray Train workers); with "
+                             "workers: 0 the controller trains in its own process, on "
+                             "the device it was given")
         return self
 
     def overrides(self, kind: str, engine: str | None = None) -> dict[str, Any]:

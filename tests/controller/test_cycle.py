@@ -148,3 +148,24 @@ def test_a_cycle_does_not_judge_on_requests_the_incumbent_was_trained_on(db, tin
     (reason,) = result.reasons  # (shortened in the cycle's record)
     assert "evaluation failed: every one of the 12 requests of cycle" in reason
     assert "held-out part was trai" in reason and "would not be held out" in reason
+
+
+def test_the_policys_gpu_switch_reaches_the_ray_train_request(db, tiny, traffic,
+                                                              monkeypatch) -> None:
+    """``training: {workers: 2, use_gpu: true}`` (ops/kuberay/controller.yaml): the cycle asks
+    Ray Train for GPU workers. The training itself is cut short here (no GPU, no Ray)."""
+    import autospec.train.run as run
+    from autospec.speculators.training import TrainingError
+
+    asked = []
+
+    def refuse(request, **_):  # type: ignore[no-untyped-def]
+        asked.append(request)
+        raise TrainingError("no GPU workers in this test")
+
+    monkeypatch.setattr(run, "train_candidate", refuse)
+    log_traffic(db, traffic)
+    policy = fast_policy(training={"workers": 2, "use_gpu": True})
+    result = Controller(db, policy, tiny).run_cycle()
+    assert asked and all(r.use_gpu and r.workers == 2 for r in asked), asked
+    assert "no GPU workers in this test" in " ".join(result.reasons)

@@ -46,6 +46,7 @@ BAD = [
     ("training: {kinds: [eagle4]}", "training.kinds.0", "eagle3"),
     ("training: {kinds: []}", "training.kinds", "at least 1"),
     ("training: {kinds: [suffix, suffix]}", "training", "twice"),
+    ("training: {use_gpu: true}", "training", "needs workers > 0"),
     ("schedule: {cron: '61 * * * *'}", "schedule.cron", "crontab"),
     ("schedule: {interval: 1h, cron: '0 3 * * *'}", "schedule", "exactly one"),
     ("window: {heldout_fraction: 1.5}", "window.heldout_fraction", "less than 1"),

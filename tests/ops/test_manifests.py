@@ -123,7 +123,7 @@ def test_serve_config_args_are_autospecs(where: str) -> None:
 def test_controller_policy_parses() -> None:
     (config_map,) = [d for d in BY_KIND["ConfigMap"] if d["metadata"]["name"] == "autospec-policy"]
     policy = parse_policy(config_map["data"]["policy.yaml"], source="controller.yaml")
-    assert policy.training.workers == 2
+    assert policy.training.workers == 2 and policy.training.use_gpu  # GPU workers
 
 
 # -- the pieces fit together -------------------------------------------------------------------
