@@ -92,8 +92,8 @@ def test_the_commands_that_matter_are_found() -> None:
             "autospec db current"} <= found("ops/kuberay/controller.yaml")
     assert {"autospec controller run --policy /shared/autospec/policy.yaml"} <= found(
         "ops/systemd/autospec-controller.service")
-    assert {"autospec db upgrade", "autospec serve --address auto --detach"} <= found(
-        "ops/cluster.yaml")
+    assert {"autospec db upgrade", "autospec serve --address auto --detach --host 0.0.0.0 "
+            "--replicas 2 --num-gpus 1"} <= found("ops/cluster.yaml")  # clients reach it
 
 
 def test_resolve_catches_a_wrong_command_or_option() -> None:
