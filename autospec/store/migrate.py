@@ -20,8 +20,9 @@ The migration scripts live in the top-level ``migrations/`` directory, installed
   at start-up (here, not in :mod:`~autospec.store.db`, so the two do not import each other).
   Whether it may create or migrate the schema is decided in one place, :func:`may_migrate`:
   only ``autospec db upgrade`` migrates a PostgreSQL database or an existing SQLite store
-  other processes use; ``serve``/``demo`` upgrade their own SQLite file; ``train``, ``export``,
-  ``import``, ``synth``, ``pretrain`` only create a brand-new SQLite file.
+  other processes use; ``serve``/``demo`` upgrade their own SQLite file; ``export``,
+  ``import``, ``synth``, ``pretrain`` only create a brand-new SQLite file; ``train`` (which
+  needs logged traffic) and the read-only commands never create one.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Prints the registered version (``--json``: one JSON object with version, run id,
 artifact, SHA-256 and metrics). The target and its dtype are the deployment's
 (what its replicas recorded; :mod:`autospec.numerics`) unless given. Bad input — an empty
 window, a window below the policy minimum, an incumbent built for another target, a
-target or dtype the deployment does not serve, an unknown kind or a bad option — is one
+target or dtype the deployment does not serve, an unknown kind, a bad option, a database
+URL autospec cannot use or a SQLite file that does not exist (never created here) — is one
 line on stderr, no traceback, exit status 2; a run that fails is recorded as failed
 (nothing registered) and exits with status 1.
 """
@@ -45,13 +46,13 @@ def _errors() -> Iterator[None]:
     from autospec.engine.target import TargetLoadError
     from autospec.numerics import NumericsMismatch
     from autospec.speculators.registry import UnknownSpeculatorKind
-    from autospec.store.errors import StoreError
+    from autospec.store.errors import BadDatabaseURL, SchemaError, StoreError
     from autospec.train.errors import TrainingError, TrainingInputError
 
     try:
         yield
     except (TrainingInputError, UnknownSpeculatorKind, TargetLoadError, NumericsMismatch,
-            pydantic.ValidationError) as exc:
+            pydantic.ValidationError, BadDatabaseURL, SchemaError) as exc:
         _fail(exc, 2)
     except (TrainingError, StoreError) as exc:
         _fail(exc, 1)
@@ -210,6 +211,7 @@ def _request(*, kind: str, window: str, assignments: list[str], segment: str | N
                                  f"{', '.join(trainable_kinds())}")
     if address and not fields["workers"]:
         raise TrainingInputError("--address needs --workers N (it is where Ray Train runs)")
+    _check_choices(loss=fields["loss"], precision=fields["precision"])
     spec = parse_window(window)
     spec = type(spec)(since=spec.since, limit=spec.limit, segment=segment,
                       heldout_fraction=heldout_fraction, anchor_requests=anchors)
@@ -218,13 +220,24 @@ def _request(*, kind: str, window: str, assignments: list[str], segment: str | N
                         synthetic=mix, **fields)
 
 
+def _check_choices(*, loss: str, precision: str) -> None:
+    """--loss and --precision, which a run reads only after its features (minutes in)."""
+    from autospec.speculators.training import LOSSES
+    from autospec.train import TrainingInputError
+
+    if loss not in LOSSES:
+        raise TrainingInputError(f"--loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+    if precision not in ("auto", "fp32", "bf16"):
+        raise TrainingInputError(f"--precision must be auto, fp32 or bf16, got {precision!r}")
+
+
 def _run(request: TrainRequest, *, database_url: str | None, address: str | None,
          target: str | None, dtype: str | None, quiet: bool) -> TrainOutcome:
     from autospec import store
     from autospec.numerics import load_served_target
     from autospec.train.run import train_candidate
 
-    engine = store.open_store(database_url, upgrade="create")
+    engine = store.open_store(database_url)  # a store with traffic: never a new one
     if address:  # join the cluster now, before any work is done
         from autospec.train.ray_trainer import connect_ray
 

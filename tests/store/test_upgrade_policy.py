@@ -1,9 +1,10 @@
 """Only ``autospec db upgrade`` migrates a store other processes use (issue 31, item 4).
 
-``train``, ``export``, ``import``, ``synth`` and ``pretrain`` may create a brand-new SQLite
-file; on a PostgreSQL database, or an existing SQLite store at an older revision, they refuse
-naming ``autospec db upgrade`` and leave the revision as it was. ``serve``/``demo`` upgrade
-their own SQLite file. One rule decides it all: :func:`autospec.store.migrate.may_migrate`.
+``export``, ``import``, ``synth`` and ``pretrain`` may create a brand-new SQLite file
+(``train``, which needs logged traffic, does not); on a PostgreSQL database, or an existing
+SQLite store at an older revision, they refuse naming ``autospec db upgrade`` and leave the
+revision as it was. ``serve``/``demo`` upgrade their own SQLite file. One rule decides it
+all: :func:`autospec.store.migrate.may_migrate`.
 """
 
 from __future__ import annotations

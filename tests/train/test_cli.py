@@ -69,9 +69,34 @@ def test_cli_train_tiny_random_init_bad_input_is_one_line_without_traceback(
 
 def test_cli_train_empty_window_is_a_clear_error(monkeypatch, tmp_path, tiny) -> None:
     import autospec.engine.target as target_module
+    from autospec import store
 
-    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", f"sqlite:///{tmp_path / 'empty.db'}")
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    store.open_store(url, upgrade=True).dispose()
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", url)
     monkeypatch.setattr(target_module, "load_target", lambda *a, **k: tiny)
     result = _run("--kind", "draft")
     assert result.exit_code == 2
     assert "no usable request" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--loss", "bogus"], "--loss must be one of kl, ce, got 'bogus'"),
+    (["--precision", "fp16"], "--precision must be auto, fp32 or bf16, got 'fp16'"),
+    (["--url", "bogus://x"], "cannot use database URL 'bogus://x'"),
+    (["--url", "sqlite:///{tmp}/typo.db"], "typo.db does not exist"),
+])
+def test_cli_train_refuses_before_any_work(monkeypatch, tmp_path, args, message) -> None:
+    """Options a run reads late, and a store it cannot use, are refused up front (exit 2):
+    no target is loaded and a mistyped SQLite path is not created."""
+    import autospec.engine.target as target_module
+
+    def no_load(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError("the target was loaded before the options were checked")
+
+    monkeypatch.setattr(target_module, "load_target", no_load)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    result = _run("--kind", "eagle3", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "typo.db").exists()
