@@ -127,12 +127,13 @@ def status(
     from autospec.controller.status import collect_status
     from autospec.store.cli import parse_duration
 
+    span = parse_duration(period, "--period")  # before the store is opened
     with _errors():
         given = policy_in_force(None, deployment=deployment, given=policy) if policy else None
         db = _db(deployment)
         in_force = given or policy_in_force(db, deployment=deployment)
         data = collect_status(db, deployment=deployment, policy=in_force.policy, cycles=cycles,
-                              period=parse_duration(period))
+                              period=span)
         data["policy_in_force"] = in_force.as_dict()
     if json_out:
         _emit(data)
@@ -233,6 +234,11 @@ def versions(
     if ctx.invoked_subcommand is not None:
         return
 
+    from autospec.store.models import SPECULATOR_STATES
+
+    if state is not None and state not in SPECULATOR_STATES:
+        raise typer.BadParameter(f"{state!r} is not a state; states: "
+                                 f"{', '.join(SPECULATOR_STATES)}", param_hint="--state")
     with _errors():
         rows = list_versions(_db(), state=state, limit=limit)
     if json_out:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from autospec.controller.cli import _db, _emit, _errors, _fail, out
+from autospec.controller.cli import _db, _emit, _errors, out
 
 
 def _until(text: str | None) -> datetime | None:
@@ -20,7 +20,8 @@ def _until(text: str | None) -> datetime | None:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise typer.BadParameter(f"{text!r} is not an ISO time like 2026-12-03T16:00") from None
+        raise typer.BadParameter(f"{text!r} is not an ISO time like 2026-12-03T16:00",
+                                 param_hint="--until") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
@@ -42,11 +43,9 @@ def ledger(
     from autospec.ledger import ledger_for
     from autospec.store.cli import parse_duration
 
-    span = parse_duration(period)
-    if span.total_seconds() <= 0:
-        _fail("--period must be longer than 0", 2)
+    span, end = parse_duration(period, "--period"), _until(until)  # before the store opens
     with _errors():
-        data = ledger_for(_db(deployment), deployment=deployment, period=span, until=_until(until))
+        data = ledger_for(_db(deployment), deployment=deployment, period=span, until=end)
     if json_out:
         _emit(data)
     else:

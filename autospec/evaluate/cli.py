@@ -23,9 +23,10 @@ def parse_window(text: str) -> dict:
     if text.strip().isdigit():
         n = int(text)
         if n < 1:
-            raise typer.BadParameter("the window must hold at least 1 request")
+            raise typer.BadParameter("the window must hold at least 1 request",
+                                     param_hint="--window")
         return {"last": n}
-    return {"since": parse_duration(text)}
+    return {"since": parse_duration(text, "--window")}
 
 
 def evaluate(

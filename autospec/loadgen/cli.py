@@ -44,7 +44,7 @@ def loadgen(
         help="model name (default: the first one served)")] = None,
     seed: Annotated[int, typer.Option(help="prompt draw and mix seed")] = 0,
     timeout: Annotated[float, typer.Option(
-        help="seconds per request before it counts as failed")] = 300.0,
+        min=0.001, help="seconds per request before it counts as failed")] = 300.0,
     api_key: Annotated[str | None, typer.Option(
         show_default=False,
         help="the deployment's API key, sent as 'Authorization: Bearer' (default: the first "
@@ -61,6 +61,9 @@ def loadgen(
 
     if requests is None and duration is None:
         requests = 20
+    _check_url(url)
+    if json_path is not None and not json_path.parent.is_dir():
+        raise typer.BadParameter(f"{json_path.parent} is not a directory", param_hint="--json")
     try:
         known = known_domains()
         plan = parse_schedule(schedule, known=known) if schedule \
@@ -91,6 +94,16 @@ def loadgen(
         json_path.write_text(json.dumps(out, indent=2) + "\n")
     if summary["errors"]:
         raise typer.Exit(1)
+
+
+def _check_url(url: str) -> None:
+    """An http(s) URL with a host, or a usage error naming it (not 'cannot reach /v1')."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise typer.BadParameter(f"{url!r} is not an http:// or https:// URL with a host",
+                                 param_hint="--url")
 
 
 def _check_reachable(driver: Any) -> None:

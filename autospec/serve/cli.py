@@ -114,8 +114,8 @@ def serve(
         help="traffic store URL (default: AUTOSPEC_DATABASE_URL or the data dir)")] = None,
     log_traffic: Annotated[bool, typer.Option(
         help="log every request to the traffic store")] = True,
-    num_cpus: Annotated[float, typer.Option(help="CPUs reserved per replica")] = 1.0,
-    num_gpus: Annotated[float, typer.Option(help="GPUs per replica")] = 0.0,
+    num_cpus: Annotated[float, typer.Option(min=0.0, help="CPUs reserved per replica")] = 1.0,
+    num_gpus: Annotated[float, typer.Option(min=0.0, help="GPUs per replica")] = 0.0,
     startup_timeout: Annotated[float, typer.Option(
         help="seconds `autospec serve` waits for the replicas to be ready")] = 300.0,
     detach: Annotated[bool, typer.Option(help="with --address: deploy and return")] = False,

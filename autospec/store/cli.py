@@ -37,12 +37,18 @@ _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``2w``, ``45s`` → timedelta."""
+def parse_duration(text: str, option: str | None = None) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``2w``, ``45s`` → a timedelta longer than 0; else a usage
+    error naming ``option``."""
     match = _DURATION.match(text)
     if not match:
-        raise typer.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m, 2w")
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+        raise typer.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m, 2w",
+                                 param_hint=option)
+    span = timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    if not span:
+        raise typer.BadParameter(f"{text!r}: a duration must be longer than 0",
+                                 param_hint=option)
+    return span
 
 
 @contextmanager
@@ -130,7 +136,7 @@ def purge(
     """Delete requests older than --older-than (retention)."""
     from autospec.store import db, migrate, queries, registry
 
-    age = parse_duration(older_than)
+    age = parse_duration(older_than, "--older-than")
 
     def go() -> int:
         engine = migrate.open_store(url)

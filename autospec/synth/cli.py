@@ -63,8 +63,8 @@ def synth(
     window: Annotated[int, typer.Option(
         min=1, help="resampled: prompts of the newest N usable logged requests")] = 1000,
     seed: Annotated[int, typer.Option(
-        help="sampling seed and domain prompt draw (use another than the load generator's "
-        "to keep synthetic prompts apart from traffic ones)")] = 0,
+        help="sampling seed and domain prompt draw (domain prompts come from the half of each "
+        "domain's prompt space the load generator never sends)")] = 0,
     engine: EngineOption = "auto",
     deployment: Annotated[str, typer.Option(help="whose traffic and target")] = "default",
     target: Annotated[str | None, typer.Option(
@@ -151,7 +151,8 @@ def pretrain(
         "synthetic sequences only)")] = 400,
     max_sequences: Annotated[int, typer.Option(
         min=1, help="newest synthetic sequences of the target trained on")] = 4000,
-    temperature: TemperatureOption = 0.0,
+    temperature: Annotated[float, typer.Option(
+        min=0.0, help="sampling temperature of the answers (0: greedy)")] = 0.0,
     max_tokens: Annotated[int, typer.Option(min=1, help="new tokens per answer at most")] = 128,
     gen_batch_size: Annotated[int, typer.Option(
         min=1, help="prompts decoded together while generating")] = 32,

@@ -141,7 +141,8 @@ def train(
         help="deployment whose live version is the incumbent")] = "default",
     segment: Annotated[str | None, typer.Option(help="only traffic of this segment")] = None,
     min_requests: Annotated[int, typer.Option(
-        min=1, help="policy minimum of training requests")] = 20,
+        min=1, help="fewest training (not held-out) requests to train on (the controller "
+        "takes its policy's training.min_train_requests; this command reads no policy)")] = 20,
     heldout_fraction: Annotated[float, typer.Option(
         min=0.0, max=0.9, help="newest share held out, never trained on")] = 0.1,
     anchors: Annotated[int, typer.Option(

@@ -1,0 +1,33 @@
+"""Usage errors found by walking the CLI as a new user would: each is exit 2 naming the
+option, before any work (no server, store or model is needed to refuse them)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from autospec.cli import app
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["versions", "--state", "rolled-back"], "'rolled-back' is not a state; states: "),
+    (["loadgen", "--url", ""], "'' is not an http:// or https:// URL with a host"),
+    (["loadgen", "--url", "127.0.0.1:8000"], "is not an http:// or https:// URL"),
+    (["loadgen", "--timeout", "-1"], "--timeout"),
+    (["loadgen", "--json", "/no/such/dir/summary.json"], "/no/such/dir is not a directory"),
+    (["serve", "--num-cpus", "-1"], "--num-cpus"),
+    (["serve", "--num-gpus", "-2"], "--num-gpus"),
+    (["status", "--period", "bogus"], "Invalid value for --period: 'bogus' is not a duration"),
+    (["status", "--period", "0h"], "--period: '0h': a duration must be longer than 0"),
+    (["ledger", "--period", "0s"], "--period: '0s': a duration must be longer than 0"),
+    (["ledger", "--until", "soon"], "Invalid value for --until"),
+    (["db", "purge", "--older-than", "0d"], "--older-than: '0d': a duration must be longer"),
+    (["evaluate", "v1", "--window", "soon"], "Invalid value for --window"),
+])
+def test_a_bad_option_is_exit_2_naming_it(args: list[str], words: str, tmp_path,
+                                          monkeypatch) -> None:
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "data"))
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "data").exists()  # nothing created on the way
