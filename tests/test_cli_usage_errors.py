@@ -31,3 +31,30 @@ def test_a_bad_option_is_exit_2_naming_it(args: list[str], words: str, tmp_path,
     assert result.exit_code == 2, result.output
     assert words in result.output and "Traceback" not in result.output
     assert not (tmp_path / "data").exists()  # nothing created on the way
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--dtype", "float16"], "Invalid value for --dtype: unknown dtype 'float16'"),
+    (["--target", "/no/such/model"], "Invalid value for --target: target '/no/such/model' is"),
+])
+def test_demo_refuses_a_target_or_dtype_before_ray_starts(args: list[str], words: str,
+                                                          tmp_path) -> None:
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(app, ["demo", "--quick", "--engine", "native", "--base", "none",
+                                      "--out", str(out), *args])
+    assert result.exit_code == 2, result.output
+    assert words in result.output and not out.exists()
+
+
+def test_the_controller_refuses_an_unknown_dtype_on_a_store_no_replica_has_recorded(
+        tmp_path, monkeypatch) -> None:
+    """No replica has recorded numerics, so nothing else would check the name until a
+    cycle loads the target (a cron job with the typo exited 0 until traffic came)."""
+    from autospec import store
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    store.open_store(url, upgrade=True).dispose()
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", url)
+    result = CliRunner().invoke(app, ["controller", "once", "--dtype", "float16", "--json"])
+    assert result.exit_code == 2, result.output
+    assert "unknown dtype 'float16': use float32, bfloat16 or auto" in result.output

@@ -86,6 +86,7 @@ def demo(
                                  "the traffic from one to the other")
     if engine not in ("auto", *ENGINES):
         raise typer.BadParameter(f"--engine must be auto, native or vllm, not {engine!r}")
+    _check_target(target, dtype)
     resolved = resolve_engine(engine)
     if resolved == "vllm":
         try:
@@ -114,6 +115,23 @@ def demo(
     except KeyboardInterrupt:  # a second Ctrl-C while shutting down or writing the report
         err.print("[bold red]interrupted[/] (again): the report may be incomplete")
         raise typer.Exit(130) from None
+
+
+def _check_target(target: str, dtype: str) -> None:
+    """``--target`` names a target and ``--dtype`` is one the replicas take, before Ray
+    starts (exit 2 if not)."""
+    import torch
+
+    from autospec.engine.target import TargetLoadError, check_spec, pick_dtype
+
+    try:
+        pick_dtype(dtype, torch.device("cpu"))
+    except TargetLoadError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--dtype") from None
+    try:
+        check_spec(target)
+    except TargetLoadError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--target") from None
 
 
 def _check_base(base: str) -> None:

@@ -246,17 +246,34 @@ def load_target(
     return Target(model, tokenizer, info)
 
 
+def check_spec(spec: str) -> None:
+    """Refuse (:class:`TargetLoadError`) a target spec that names no target, without loading
+    or dequantizing it: for a command that would load it only minutes later."""
+    if spec in _EMBEDDED:
+        embedded_gguf(spec)
+    else:
+        _local(spec)
+
+
 def _resolve(spec: str) -> tuple[Path, str]:
     """A directory holding safetensors weights for ``spec``, and the target id."""
     if spec in _EMBEDDED:
         return _cached_from_gguf(embedded_gguf(spec), spec), spec
+    path = _local(spec)
+    if path.suffix == ".gguf":
+        return _cached_from_gguf(path, str(path.resolve())), str(path.resolve())
+    return path, str(path.resolve())
+
+
+def _local(spec: str) -> Path:
+    """``spec`` as a .gguf file or a model directory with a config.json."""
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        return _cached_from_gguf(path, str(path.resolve())), str(path.resolve())
+        return path
     if path.is_dir():
         if not (path / "config.json").exists():
             raise TargetLoadError(f"{path} is not a Hugging Face model directory (no config.json)")
-        return path, str(path.resolve())
+        return path
     known = ", ".join(sorted(_EMBEDDED))
     raise TargetLoadError(
         f"target {spec!r} is neither a known name ({known}), a model directory nor a .gguf file"
