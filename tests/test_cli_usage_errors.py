@@ -58,3 +58,16 @@ def test_the_controller_refuses_an_unknown_dtype_on_a_store_no_replica_has_recor
     result = CliRunner().invoke(app, ["controller", "once", "--dtype", "float16", "--json"])
     assert result.exit_code == 2, result.output
     assert "unknown dtype 'float16': use float32, bfloat16 or auto" in result.output
+
+
+@pytest.mark.parametrize("command", [["train", "--kind", "suffix"], ["db", "current"],
+                                     ["db", "purge", "--older-than", "30d"]])
+def test_database_url_is_one_name_across_commands(command: list[str], tmp_path) -> None:
+    """``--database-url`` (serve's, bench's) is taken by the commands whose option was only
+    ``--url``; both names reach the same store (here: a file that does not exist)."""
+    for name in ("--database-url", "--url"):
+        url = f"sqlite:///{tmp_path / 'nowhere' / 'a.db'}"
+        result = CliRunner().invoke(app, [*command, name, url])
+        assert result.exit_code in (1, 2), result.output  # db current: 1, not ready
+        assert "does not exist" in result.output or "missing" in result.output, result.output
+        assert not (tmp_path / "nowhere").exists()  # a read, not a create

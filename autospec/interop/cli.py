@@ -22,8 +22,9 @@ err = Console(stderr=True)
 TargetOpt = Annotated[str | None, typer.Option(
     help="the target: a name, a directory or a .gguf (default: what the default deployment's "
     "replicas serve, else smollm2-135m)")]
-UrlOpt = Annotated[str | None, typer.Option("--url",
-                                            help="database (default AUTOSPEC_DATABASE_URL)")]
+UrlOpt = Annotated[str | None, typer.Option(
+    "--database-url", "--url",
+    help="database URL (default: AUTOSPEC_DATABASE_URL; --url: the same)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 
 

@@ -3,7 +3,7 @@
 Commands: ``upgrade``, ``downgrade``, ``current`` (database revision vs the one this code
 expects; ``--json``), ``purge --older-than 30d``, ``backup PATH`` and ``restore PATH`` (the
 store's rows and the artifacts, portable between SQLite and PostgreSQL;
-:mod:`autospec.store.backup`). Every command takes ``--url`` (default
+:mod:`autospec.store.backup`). Every command takes ``--database-url`` (or ``--url``; default
 ``AUTOSPEC_DATABASE_URL``). A :class:`~autospec.store.errors.StoreError` is printed as one
 line on stderr, without a traceback, and the command exits with status 2.
 """
@@ -31,7 +31,8 @@ db_app = typer.Typer(help="Create, migrate, inspect and purge the autospec datab
 out = Console()
 err = Console(stderr=True)
 
-UrlOption = typer.Option("--url", help="database URL (default: AUTOSPEC_DATABASE_URL)")
+UrlOption = typer.Option("--database-url", "--url",
+                         help="database URL (default: AUTOSPEC_DATABASE_URL; --url: the same)")
 T = TypeVar("T")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -97,6 +98,10 @@ def downgrade(revision: Annotated[str, typer.Argument(help="target revision, or 
 def current_status(url: str | None) -> dict[str, Any]:
     from autospec.store import db, migrate
 
+    missing = db.sqlite_file(url)
+    if missing is not None and not missing.exists():  # read only: nothing is created
+        return {"url": f"sqlite:///{missing}", "current": None,
+                "expected": migrate.head_revision(), "state": "missing", "min_reader": None}
     engine = db.make_engine(url)
     state, current = migrate.schema_state(engine)
     compat = migrate.recorded_compat(engine)
@@ -110,8 +115,9 @@ def current(url: Annotated[str | None, UrlOption] = None,
             as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Say which revision the database is at and which this code expects.
 
-    States: current, empty, outdated (run `autospec db upgrade`), ahead-compatible (newer,
-    but this code can run against it), unknown. Exit 0 when this code can run against it.
+    States: current, empty, missing (no such SQLite file; none is created), outdated (run
+    `autospec db upgrade`), ahead-compatible (newer, but this code can run against it),
+    unknown. Exit 0 when this code can run against it.
     """
     status = _run(lambda: current_status(url))
     if as_json:

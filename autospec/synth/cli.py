@@ -35,7 +35,8 @@ err = Console(stderr=True)
 DtypeOption = Annotated[str | None, typer.Option(
     help="target dtype (default: the deployment's; another one is refused)")]
 UrlOption = Annotated[str | None, typer.Option(
-    "--url", help="database (default AUTOSPEC_DATABASE_URL)")]
+    "--database-url", "--url",
+    help="database URL (default: AUTOSPEC_DATABASE_URL; --url: the same)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 EngineOption = Annotated[str, typer.Option(
     help="who answers: native (the target's model in batches), vllm (vLLM's offline engine, "

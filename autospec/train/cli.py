@@ -179,7 +179,8 @@ def train(
         help="target dtype: float32, bfloat16 or auto (default: the deployment's; another "
         "one is refused)")] = None,
     database_url: Annotated[str | None, typer.Option(
-        "--url", help="database (default AUTOSPEC_DATABASE_URL)")] = None,
+        "--database-url", "--url",
+        help="database URL (default: AUTOSPEC_DATABASE_URL; --url: the same)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Train a candidate speculator on fresh traffic and register it."""

@@ -82,7 +82,13 @@ def test_sqlite_connections_use_wal_and_busy_timeout(sqlite_url: str) -> None:
 def test_cli_upgrade_current_purge(sqlite_url: str) -> None:
     result = runner.invoke(db_app, ["current", "--url", sqlite_url, "--json"])
     assert result.exit_code == 1
-    assert json.loads(result.stdout)["state"] == "empty"
+    assert json.loads(result.stdout)["state"] == "missing"  # and it is not created:
+    assert not db.sqlite_file(sqlite_url).exists()
+    empty = db.make_engine(sqlite_url)
+    empty.connect().close()  # an empty file
+    empty.dispose()
+    result = runner.invoke(db_app, ["current", "--url", sqlite_url, "--json"])
+    assert result.exit_code == 1 and json.loads(result.stdout)["state"] == "empty"
     result = runner.invoke(db_app, ["upgrade", "--url", sqlite_url])
     assert result.exit_code == 0, result.output
     result = runner.invoke(db_app, ["current", "--url", sqlite_url, "--json"])
