@@ -15,7 +15,6 @@ Errors are one line on stderr, never a traceback. Exit codes, for scripts:
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from autospec.actor import cli_actor
 from autospec.controller.status_view import fmt, print_status
 
 out = Console()
@@ -85,13 +85,6 @@ def _log_to_stderr(level: str) -> None:
 
 def _emit(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
-
-
-def _actor() -> str:
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):
-        return "cli"
 
 
 def _db(deployment: str | None = None):  # type: ignore[no-untyped-def]
@@ -167,7 +160,7 @@ def promote(
     if force and not reason.strip():
         _fail("--force needs --reason \"...\" (it is recorded in the audit log)", EXIT_ERROR)
     with _errors():
-        data = promote_version(_db(deployment), version=version, actor=_actor(), force=force,
+        data = promote_version(_db(deployment), version=version, actor=cli_actor(), force=force,
                                reason=reason, deployment=deployment, segment=segment)
     if json_out:
         _emit(data)
@@ -199,9 +192,9 @@ def rollback(
                                  "unpinned)", param_hint="--unpin")
     with _errors():
         db = _db(deployment)
-        data = (unpin_segment(db, actor=_actor(), reason=reason, deployment=deployment,
+        data = (unpin_segment(db, actor=cli_actor(), reason=reason, deployment=deployment,
                               segment=segment) if unpin and segment is not None else
-                rollback_version(db, actor=_actor(), reason=reason, deployment=deployment,
+                rollback_version(db, actor=cli_actor(), reason=reason, deployment=deployment,
                                  segment=segment))
     if json_out:
         _emit(data)
@@ -279,7 +272,7 @@ def versions_prune(
 
     with _errors():
         done = prune(_db(), artifact_dir=get_settings().resolved_artifact_dir, keep=keep,
-                     dry_run=dry_run, actor=_actor()).as_dict()
+                     dry_run=dry_run, actor=cli_actor()).as_dict()
     if json_out:
         _emit(done)
         return

@@ -16,6 +16,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from autospec.actor import cli_actor
+
 out = Console()
 err = Console(stderr=True)
 
@@ -117,7 +119,8 @@ def import_(
     name: Annotated[str | None, typer.Option(help="version name (default: the next "
                                              "eagle3-<date>-<n>)")] = None,
     target: TargetOpt = None,
-    actor: Annotated[str, typer.Option(help="who imports (audit log)")] = "cli",
+    actor: Annotated[str | None, typer.Option(
+        help="who imports (audit log; default: cli:<your user name>, as promote)")] = None,
     database_url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -135,7 +138,8 @@ def import_(
             raise ImportRefused(f"{directory}: no config.json (not a speculators directory)")
         db = store.open_store(database_url, upgrade="create")
         model = load_target(_target(db, target), dtype="float32")
-        done = import_head(directory, target=model, engine=db, name=name, actor=actor)
+        done = import_head(directory, target=model, engine=db, name=name,
+                           actor=actor or cli_actor())
     if as_json:
         out.print_json(json.dumps({"version": done.version, "artifact": str(done.artifact),
                                    "sha256": done.sha256, "source": done.source,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from autospec.actor import cli_actor
 from autospec.store.errors import StoreError
 
 if TYPE_CHECKING:
@@ -137,7 +138,8 @@ def purge(
     text_only: Annotated[bool, typer.Option(
         "--text-only", help="keep the rows' statistics, drop only text and token ids")] = False,
     url: Annotated[str | None, UrlOption] = None,
-    actor: Annotated[str, typer.Option(help="who purges (for the audit log)")] = "cli",
+    actor: Annotated[str | None, typer.Option(
+        help="who purges (audit log; default: cli:<your user name>, as promote)")] = None,
 ) -> None:
     """Delete requests older than --older-than (retention)."""
     from autospec.store import db, migrate, queries, registry
@@ -148,7 +150,7 @@ def purge(
         engine = migrate.open_store(url)
         with db.session_scope(engine) as session:
             count = queries.purge_requests(session, older_than=age, text_only=text_only)
-            registry.record_event(session, kind="purge", actor=actor,
+            registry.record_event(session, kind="purge", actor=actor or cli_actor(),
                                   reason=f"older than {older_than}",
                                   details={"rows": count, "text_only": text_only})
         return count
@@ -208,7 +210,8 @@ def restore(
     url: Annotated[str | None, UrlOption] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="replace a store that is not empty (and artifacts that differ)")] = False,
-    actor: Annotated[str, typer.Option(help="who restores (for the audit log)")] = "cli",
+    actor: Annotated[str | None, typer.Option(
+        help="who restores (audit log; default: cli:<your user name>, as promote)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Restore a backup into the database (created if empty) and the artifact directory.
@@ -218,8 +221,9 @@ def restore(
     """
     from autospec.store import backup as backups
 
+    who = actor or cli_actor()
     done = _on_engine(url, lambda engine: backups.restore(
-        engine, path, force=force, actor=actor, progress=_progress(as_json)).as_dict())
+        engine, path, force=force, actor=who, progress=_progress(as_json)).as_dict())
     if as_json:
         out.print_json(json.dumps(done))
         return

@@ -97,6 +97,14 @@ def test_cli_upgrade_current_purge(sqlite_url: str) -> None:
     assert status["current"] == status["expected"] == migrate.head_revision()
     result = runner.invoke(db_app, ["purge", "--older-than", "30d", "--url", sqlite_url])
     assert result.exit_code == 0 and "deleted 0 requests" in result.stdout
+    from autospec.actor import cli_actor
+    from autospec.store import registry, session_scope
+
+    engine = db.make_engine(sqlite_url)
+    with session_scope(engine, readonly=True) as session:
+        (purge,) = registry.list_events(session, kinds=["purge"])
+        assert purge.actor == cli_actor()  # the actor promote and rollback record
+    engine.dispose()
     result = runner.invoke(db_app, ["downgrade", "base", "--url", sqlite_url])
     assert result.exit_code == 0 and "revision None" in result.stdout
 
