@@ -62,6 +62,9 @@ def loadgen(
     if requests is None and duration is None:
         requests = 20
     _check_url(url)
+    if json_path is not None and str(json_path).startswith("-"):
+        raise typer.BadParameter(f"takes a file to write the summary to, got {json_path}",
+                                 param_hint="--json")
     if json_path is not None and not json_path.parent.is_dir():
         raise typer.BadParameter(f"{json_path.parent} is not a directory", param_hint="--json")
     try:
