@@ -182,15 +182,20 @@ def _wins(cand: Candidate, segment: str, serving: str,
 
 
 def _lows(candidates: list[Candidate], outcome: SegmentOutcome) -> str:
-    """``: c1 Δτ +0.012 [−0.100, +0.130], ...`` — each candidate's Δτ against the serving
-    version on the segment, for a segment none won."""
+    """``: c1 Δτ +0.012 [−0.100, +0.130], speedup 0.91× vs 0.93×; ...`` — each candidate's
+    Δτ and segment speedup against the serving version's, for a segment none won (either
+    can be what kept it)."""
     parts = []
     for cand in candidates:
-        assert cand.evaluation is not None
-        seg = next((s for s in cand.evaluation.segments if s.segment == outcome.segment), None)
+        ev = cand.evaluation
+        assert ev is not None
+        seg = next((s for s in ev.segments if s.segment == outcome.segment), None)
         if seg is not None and (ci := seg.deltas.get(outcome.serving)) is not None:
-            parts.append(f"{cand.version} Δτ {ci.delta:+.3f} [{ci.low:+.3f}, {ci.high:+.3f}]")
-    return f": {', '.join(parts)}" if parts else ""
+            speeds, basis = segment_speedups(ev, seg)
+            parts.append(f"{cand.version} Δτ {ci.delta:+.3f} [{ci.low:+.3f}, {ci.high:+.3f}], "
+                         f"{basis} speedup {speeds[ev.candidate]:.2f}× vs "
+                         f"{speeds[outcome.serving]:.2f}×")
+    return f": {'; '.join(parts)}" if parts else ""
 
 
 def _reason(o: SegmentOutcome, min_gain: float, level: float) -> str:

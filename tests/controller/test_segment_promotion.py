@@ -210,10 +210,13 @@ def test_a_segment_win_that_decodes_slower_is_not_taken(engine, tmp_path: Path) 
     assert json_slow.speedup["c2"] < json_slow.speedup["inc"]  # ...but decodes slower
     policy = fast_policy(promotion={"per_segment": {"min_requests": 10}})
     with store.session_scope(engine) as s:
-        assert _by_segment(plan(s, policy=policy, candidates=[slow], best=None))[
-            "json"].action == "kept"
+        kept = _by_segment(plan(s, policy=policy, candidates=[slow], best=None))["json"]
         assert _by_segment(plan(s, policy=policy, candidates=[fast], best=None))[
             "json"].action == "promoted"
+    # the reason says what kept it: the Δτ passes, the speedups do not
+    speeds = (json_slow.speedup["c2"], json_slow.speedup["inc"])
+    assert kept.action == "kept" and kept.version is None
+    assert f"estimated speedup {speeds[0]:.2f}× vs {speeds[1]:.2f}×" in kept.reason, kept.reason
 
 
 def test_segment_results_compare_the_candidate_with_every_other_version() -> None:
