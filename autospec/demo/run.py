@@ -177,7 +177,7 @@ class Demo:
                  f"(~{drift_requests(plan) + 2} requests at the measured pace)")
         self._watch("A2", window)
         if self._shift_phase(b, n, window):
-            self._phase("B2", f"{b} traffic, after the drift retrain", b, n)
+            self._phase("B2", f"{b} traffic, after the drift-triggered cycle", b, n)
         else:  # the next scheduled cycle does what the drift trigger would have
             self._cycle("B1")
             self._phase("B2", f"{b} traffic, after the scheduled cycle", b, n)
