@@ -226,10 +226,11 @@ def _check_choices(*, loss: str, precision: str) -> None:
     """--loss and --precision, which a run reads only after its features (minutes in)."""
     from autospec.speculators.training import LOSSES
     from autospec.train import TrainingInputError
+    from autospec.train.loop import PRECISIONS
 
     if loss not in LOSSES:
         raise TrainingInputError(f"--loss must be one of {', '.join(LOSSES)}, got {loss!r}")
-    if precision not in ("auto", "fp32", "bf16"):
+    if precision not in ("auto", *PRECISIONS):
         raise TrainingInputError(f"--precision must be auto, fp32 or bf16, got {precision!r}")
 
 

@@ -208,9 +208,13 @@ class _Clock:
         return value
 
 
+#: the loop's numerics (a request's ``auto`` is resolved to one of them before the loop)
+PRECISIONS = ("fp32", "bf16")
+
+
 def _autocast(precision: str, device: torch.device):
     """bfloat16 autocast for ``"bf16"`` (weights and optimiser stay float32), else a no-op."""
-    if precision not in ("fp32", "bf16"):
+    if precision not in PRECISIONS:
         raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 

@@ -74,7 +74,7 @@ from autospec.train.dead_runs import sweep_dead_runs, this_process
 from autospec.train.errors import IncumbentMismatch, TrainingInputError, TrainingStopped
 from autospec.train.features import FeatureCache, cached_extract
 from autospec.train.kinds import TraineeOptions, gradient, training_of
-from autospec.train.loop import LoopConfig, LoopState, StepMetrics, evaluate, train_loop
+from autospec.train.loop import PRECISIONS, LoopConfig, LoopState, StepMetrics, evaluate, train_loop
 from autospec.train.partials import partial_dir
 from autospec.versions import VersionLoadError, load_speculator_version
 
@@ -313,7 +313,7 @@ def resolve_precision(precision: str, target: Target) -> str:
     """``auto`` -> ``bf16`` on CUDA and on CPUs with native bfloat16, else ``fp32``."""
     from autospec.engine.target import pick_dtype
 
-    if precision not in ("auto", "fp32", "bf16"):
+    if precision not in ("auto", *PRECISIONS):
         raise TrainingInputError(f"precision must be auto, fp32 or bf16, got {precision!r}")
     if precision != "auto":
         return precision
