@@ -137,27 +137,48 @@ def purge(
     older_than: Annotated[str, typer.Option("--older-than", help="age, e.g. 30d, 12h, 2w")],
     text_only: Annotated[bool, typer.Option(
         "--text-only", help="keep the rows' statistics, drop only text and token ids")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="count what would go, change nothing (no audit event either)")] = False,
     url: Annotated[str | None, UrlOption] = None,
     actor: Annotated[str | None, typer.Option(
         help="who purges (audit log; default: cli:<your user name>, as promote)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Delete requests older than --older-than (retention)."""
+    """Delete requests older than --older-than (retention), and the synthetic sequences
+    resampled from them. --dry-run first to see how many would go."""
+    age = parse_duration(older_than, "--older-than")
+    count = _run(lambda: _purge(url, age, text_only=text_only, dry_run=dry_run,
+                                reason=f"older than {older_than}", actor=actor or cli_actor()))
+    if as_json:
+        out.print_json(json.dumps({"rows": count, "older_than": older_than,
+                                   "text_only": text_only, "dry_run": dry_run}))
+        return
+    what = "strip" if text_only else "delete"
+    if dry_run:
+        out.print(f"would {what} {count} requests older than {older_than} (dry run: nothing "
+                  "changed)")
+    else:
+        out.print(f"{what}{'ped' if text_only else 'd'} {count} requests older than {older_than}")
+
+
+def _purge(url: str | None, age: timedelta, *, text_only: bool, dry_run: bool, reason: str,
+           actor: str) -> int:
+    """Purge (or, ``dry_run``, purge and roll back: the exact count, nothing changed)."""
+    from sqlalchemy.orm import Session
+
     from autospec.store import db, migrate, queries, registry
 
-    age = parse_duration(older_than, "--older-than")
-
-    def go() -> int:
-        engine = migrate.open_store(url)
-        with db.session_scope(engine) as session:
+    engine = migrate.open_store(url)
+    if dry_run:
+        with Session(bind=db.writer_engine(engine)) as session:
             count = queries.purge_requests(session, older_than=age, text_only=text_only)
-            registry.record_event(session, kind="purge", actor=actor or cli_actor(),
-                                  reason=f"older than {older_than}",
-                                  details={"rows": count, "text_only": text_only})
+            session.rollback()
         return count
-
-    count = _run(go)
-    what = "stripped" if text_only else "deleted"
-    out.print(f"{what} {count} requests older than {older_than}")
+    with db.session_scope(engine) as session:
+        count = queries.purge_requests(session, older_than=age, text_only=text_only)
+        registry.record_event(session, kind="purge", actor=actor, reason=reason,
+                              details={"rows": count, "text_only": text_only})
+    return count
 
 
 def _on_engine(url: str | None, fn: Callable[[Engine], T]) -> T:

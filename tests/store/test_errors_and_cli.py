@@ -146,3 +146,37 @@ def test_parse_duration(text: str, delta: timedelta) -> None:
 def test_cli_rejects_bad_duration(sqlite_url: str) -> None:
     result = runner.invoke(db_app, ["purge", "--older-than", "soon", "--url", sqlite_url])
     assert result.exit_code == 2 and "duration" in result.output
+
+
+def test_purge_dry_run_counts_and_changes_nothing(sqlite_url: str) -> None:
+    from datetime import datetime, timezone
+
+    from autospec.store import registry, request_counts, session_scope
+    from autospec.store.traffic import RequestRecord, write_requests
+
+    engine = db.make_engine(sqlite_url)
+    migrate.upgrade(engine)
+    old = datetime.now(timezone.utc) - timedelta(days=40)
+    write_requests(engine, [RequestRecord(request_uid=f"r{i}", created_at=old if i < 3 else None,
+                                          prompt_ids=[1, 2], output_ids=[3])
+                            for i in range(5)])
+    for args, needle in [(["--dry-run"], "would delete 3 requests older than 30d"),
+                         (["--dry-run", "--text-only"], "would strip 3 requests")]:
+        result = runner.invoke(db_app, ["purge", "--older-than", "30d", "--url", sqlite_url,
+                                        *args])
+        assert result.exit_code == 0 and needle in result.stdout, result.output
+    result = runner.invoke(db_app, ["purge", "--older-than", "30d", "--url", sqlite_url,
+                                    "--dry-run", "--json"])
+    assert json.loads(result.stdout) == {"rows": 3, "older_than": "30d", "text_only": False,
+                                         "dry_run": True}
+    with session_scope(engine, readonly=True) as session:
+        assert request_counts(session) == {None: 5}  # nothing deleted
+        assert registry.list_events(session, kinds=["purge"]) == []  # nothing audited
+    result = runner.invoke(db_app, ["purge", "--older-than", "30d", "--url", sqlite_url,
+                                    "--json"])
+    assert json.loads(result.stdout)["rows"] == 3
+    with session_scope(engine, readonly=True) as session:
+        assert request_counts(session) == {None: 2}
+        (event,) = registry.list_events(session, kinds=["purge"])
+        assert event.details["rows"] == 3
+    engine.dispose()
