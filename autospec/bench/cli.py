@@ -19,7 +19,8 @@ def decode(
     target: Annotated[str, typer.Option(
         help="target: a name, a model directory or .gguf")] = "smollm2-135m",
     dtype: Annotated[str, typer.Option(help="float32, bfloat16, auto, or a comma list")] = "auto",
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="tokens generated per prompt")] = 64,
+    max_new_tokens: Annotated[int, typer.Option(
+        "--max-tokens", "--max-new-tokens", min=1, help="tokens generated per prompt")] = 64,
     k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
     prompts: Annotated[int, typer.Option(min=1, max=6, help="how many of the fixed prompts")] = 4,
     kinds: Annotated[str, typer.Option(
@@ -240,7 +241,8 @@ def train(
         help="workload domain: support, coding or json")] = "support",
     requests: Annotated[int, typer.Option(min=20, help="logged requests (cached traffic)")] = 300,
     max_new_tokens: Annotated[int, typer.Option(
-        min=8, help="output tokens per logged request")] = 128,
+        "--max-tokens", "--max-new-tokens", min=8,
+        help="output tokens per logged request")] = 128,
     kinds: Annotated[str, typer.Option(help="kinds to train and measure")] = "eagle3,suffix,draft",
     k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
     epochs: Annotated[int, typer.Option(min=1, help="training epochs (eagle3, draft)")] = 16,
@@ -311,7 +313,8 @@ def segments(
     requests: Annotated[int, typer.Option(
         min=20, help="logged requests per domain (cached traffic)")] = 120,
     max_new_tokens: Annotated[int, typer.Option(
-        min=8, help="output tokens per logged request and per measured decode")] = 64,
+        "--max-tokens", "--max-new-tokens", min=8,
+        help="output tokens per logged request and per measured decode")] = 64,
     kinds: Annotated[str, typer.Option(
         help="kinds trained globally and per segment")] = "suffix,eagle3",
     k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,

@@ -25,7 +25,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _args(tiny_dir: Path, work: Path, out: Path, *extra: str) -> list[str]:
     return ["bench", "train", "--target", str(tiny_dir), "--dtype", "float32",
-            "--requests", "20", "--max-new-tokens", "8", "--kinds", "eagle3", "--epochs", "1",
+            "--requests", "20", "--max-tokens", "8", "--kinds", "eagle3", "--epochs", "1",
             "--eval-requests", "2", "--draft-vocab-size", "128", "--synthetic-count", "4",
             "--workdir", str(work), "--json", str(out), *extra]
 
