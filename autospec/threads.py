@@ -17,6 +17,8 @@ the client's timeout. On a big machine one CPU is a small price; a GPU machine's
 barely uses CPU threads at all.
 
 Knows nothing of policies or Ray: callers hand it a setting and, for workers, their count.
+Torch is imported by the functions that call it (a policy loads, and the CLI answers
+``--help``, without it).
 """
 
 from __future__ import annotations
@@ -25,8 +27,6 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
-
-import torch
 
 AUTO = "auto"
 #: a thread cap as policies and options give it: a count, or ``auto``
@@ -45,6 +45,8 @@ def resolve_threads(setting: ThreadSetting) -> int:
     """The thread count ``setting`` means in this process: a count as it is, ``auto`` as the
     module docstring says."""
     if setting == AUTO:
+        import torch
+
         return max(1, min(torch.get_num_threads(), usable_cpus() - 1))
     if not isinstance(setting, int) or isinstance(setting, bool) or setting < 1:
         raise ValueError(f"threads must be 'auto' or a count of at least 1, got {setting!r}")
@@ -71,6 +73,8 @@ def worker_threads(setting: ThreadSetting | None, local_workers: int) -> int:
 @contextmanager
 def torch_threads(n: int | None) -> Iterator[int]:
     """Run the block on ``n`` torch threads (None: as it is); the count it ran on."""
+    import torch
+
     before = torch.get_num_threads()
     if n is None or n == before:
         yield before
@@ -88,6 +92,8 @@ def set_num_threads_kept() -> Iterator[None]:
     this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): vLLM's CPU worker replaces it with a
     no-op for the rest of the process, which would silently lift every later cap
     (:func:`torch_threads`: a cycle's training after the gate's vLLM measurement)."""
+    import torch
+
     real = torch.set_num_threads
     try:
         yield

@@ -61,8 +61,9 @@ def main() -> int:
     from autospec.engine.generate import SpeculativeEngine
     from autospec.engine.target import load_target
     from autospec.evaluate.run import evaluate_versions
-    from autospec.evaluate.speed import SpeedSettings
-    from autospec.train import TrainRequest, WindowSpec, train_candidate
+    from autospec.evaluate.speed_settings import SpeedSettings
+    from autospec.train.data import WindowSpec
+    from autospec.train.run import TrainRequest, train_candidate
     from autospec.versions import BUILTIN_VERSION, load_speculator_version
 
     report: dict = {"load_before": _load(), "args": {k: str(v) for k, v in vars(args).items()},

@@ -84,8 +84,14 @@ def _internal_imports(module: str, path: Path, known: dict[str, Path]) -> set[st
 
 
 def import_graph() -> dict[str, set[str]]:
+    """Module → the autospec modules it imports; the registry imports each listed kind's
+    module by name (on first use), an edge as real as a written import."""
+    from autospec.speculators.registry import LISTED
+
     known = package_modules()
-    return {module: _internal_imports(module, path, known) for module, path in known.items()}
+    graph = {module: _internal_imports(module, path, known) for module, path in known.items()}
+    graph["autospec.speculators.registry"].update(listed.module for listed in LISTED.values())
+    return graph
 
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -137,6 +143,7 @@ def test_the_graph_sees_relative_and_deferred_imports() -> None:
     assert "autospec.engine.protocol" in graph["autospec.engine.generate"]
     assert "autospec.store.migrate" in graph["autospec.store"]  # the package's __init__
     assert "autospec.store.db" in graph["autospec.store.cli"]  # a function-level import
+    assert "autospec.speculators.eagle3" in graph["autospec.speculators.registry"]  # by name
 
 
 def test_no_import_cycles_between_modules() -> None:
@@ -154,16 +161,44 @@ class Block:
         if name.split(".")[0] in ("torch", "transformers"):
             raise ImportError(f"{name} imported")
 sys.meta_path.insert(0, Block())
-from autospec.speculators.config import Eagle3Config, TargetInfo
-print(Eagle3Config.__name__, TargetInfo.__name__)
 """
 
 
+def _without_torch(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", TORCH_BLOCKER + code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
 def test_speculator_configs_import_without_torch() -> None:
-    done = subprocess.run([sys.executable, "-c", TORCH_BLOCKER], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = _without_torch("from autospec.speculators.config import Eagle3Config, TargetInfo\n"
+                          "print(Eagle3Config.__name__, TargetInfo.__name__)")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["Eagle3Config", "TargetInfo"]
+
+
+EVERY_HELP = """
+import click, typer
+from autospec.cli import app
+root = typer.main.get_command(app)
+def walk(command, path):
+    yield path
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from walk(sub, [*path, name])
+helped = 0
+for path in walk(root, []):
+    root.main([*path, "--help"], prog_name="autospec", standalone_mode=False)
+    helped += 1
+print("helped", helped)
+"""
+
+
+def test_the_cli_and_every_help_import_without_torch() -> None:
+    """``autospec --help`` and each command's help answer in about a second: torch and
+    transformers (seconds to import) load only when a command does work that needs them."""
+    done = _without_torch(EVERY_HELP)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Usage: autospec train" in done.stdout and "Usage: autospec db purge" in done.stdout
+    assert int(done.stdout.split()[-1]) >= 35  # every command and group
 
 
 if __name__ == "__main__":

@@ -149,8 +149,7 @@ def _train_one(bench: SegmentsBenchRequest, name: str, kind: str, data: Training
                engine: Engine, target: Target, work: Path, progress: BenchProgress):  # type: ignore[no-untyped-def]
     """One candidate trained from scratch on ``data`` and registered; its speculator."""
     from autospec.speculators.checkpoint import load_speculator
-    from autospec.train import TrainRequest
-    from autospec.train.run import train_on
+    from autospec.train.run import TrainRequest, train_on
 
     overrides = ({"draft_vocab_size": bench.draft_vocab_size, "ttt_steps": bench.ttt_steps}
                  if kind == "eagle3" else {})

@@ -164,7 +164,7 @@ def _train_all(bench: TrainBenchRequest, report: dict, engine: Engine, target: T
     speculators by method name, and the held-out prompts they are measured on."""
     from autospec.bench.train_variants import VARIANT_KIND
     from autospec.speculators.registry import new_speculator
-    from autospec.train import WindowSpec
+    from autospec.train.data import WindowSpec
 
     kinds, variants, reuse = bench.kinds, bench.variants, bench.reuse
     window = WindowSpec(heldout_fraction=bench.heldout_fraction, greedy_only=True)
@@ -202,7 +202,7 @@ def _workdir(workdir: Path | None, url: str, reuse: bool) -> Path:
 
 def _request(kind: str, report: dict, window, work: Path):  # type: ignore[no-untyped-def]
     """The from-scratch training request of ``kind`` with the bench's settings."""
-    from autospec.train import TrainRequest
+    from autospec.train.run import TrainRequest
 
     overrides = ({"draft_vocab_size": report["draft_vocab_size"],
                   "ttt_steps": report["ttt_steps"]} if kind == "eagle3" else {})
@@ -219,7 +219,7 @@ def _train_kind(kind: str, request, engine, target: Target, progress: BenchProgr
     """Train (or find, with ``reuse``) one kind; its speculator(s) by method name."""
     from autospec.bench.train_variants import reused_run
     from autospec.speculators.checkpoint import load_speculator
-    from autospec.train import train_candidate
+    from autospec.train.run import train_candidate
 
     started = time.perf_counter()
     outcome = reused_run(engine, kind) if reuse else None

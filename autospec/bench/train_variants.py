@@ -31,7 +31,7 @@ from sqlalchemy import Engine
 from autospec import store
 from autospec.engine.target import Target
 from autospec.speculators.registry import KINDS
-from autospec.train import TrainOutcome, TrainRequest
+from autospec.train.run import TrainOutcome, TrainRequest
 
 VARIANTS = {
     "scratch": "eagle3",

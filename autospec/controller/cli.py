@@ -222,11 +222,10 @@ def versions(
     (deployment, deployment/segment; the built-in version drafts for every deployment while
     nothing is promoted) and its last evaluation (`autospec versions prune`: delete old
     versions' artifacts)."""
-    from autospec.controller.operations import list_versions
-
     if ctx.invoked_subcommand is not None:
         return
 
+    from autospec.controller.operations import list_versions
     from autospec.store.models import SPECULATOR_STATES
 
     if state is not None and state not in SPECULATOR_STATES:

@@ -38,7 +38,7 @@ from pydantic import (
 )
 
 from autospec.evaluate.gate import GatePolicy
-from autospec.evaluate.speed import SpeedSettings
+from autospec.evaluate.speed_settings import SpeedSettings
 from autospec.shipped import shipped_dir
 from autospec.speculators.registry import trainable_kinds, vllm_overrides
 from autospec.threads import AUTO, ThreadSetting, resolve_threads

@@ -74,7 +74,7 @@ def evaluate(
         select_requests,
         serving_load,
     )
-    from autospec.evaluate.speed import SpeedSettings
+    from autospec.evaluate.speed_settings import SpeedSettings
     from autospec.numerics import NumericsMismatch, load_served_target, served
     from autospec.versions import BUILTIN_VERSION, VersionLoadError, check_registered
 

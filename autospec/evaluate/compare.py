@@ -24,12 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autospec.engine.stats import tau
-from autospec.evaluate.replay import ReplayStats
-from autospec.evaluate.speed import SpeedMeasurement
+
+if TYPE_CHECKING:
+    from autospec.evaluate.replay import ReplayStats
+    from autospec.evaluate.speed import SpeedMeasurement
 
 
 @dataclass(frozen=True)

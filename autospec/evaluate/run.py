@@ -41,12 +41,8 @@ from autospec.evaluate.compare import (
 from autospec.evaluate.gate import Decision, GatePolicy, decide
 from autospec.evaluate.guard import guard, overfits
 from autospec.evaluate.replay import ReplayRequest, ReplayStats, replay
-from autospec.evaluate.speed import (
-    SpeedMeasurement,
-    SpeedSettings,
-    measure_speedups,
-    spread_prompts,
-)
+from autospec.evaluate.speed import SpeedMeasurement, measure_speedups, spread_prompts
+from autospec.evaluate.speed_settings import SpeedSettings
 from autospec.store.models import utcnow
 from autospec.store.queries import TrafficExample
 from autospec.threads import torch_threads

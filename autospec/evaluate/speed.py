@@ -66,10 +66,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from autospec.engine.clock import clock
 from autospec.engine.generate import SpeculativeEngine
@@ -86,38 +85,6 @@ TARGET_ONLY = "target-only"
 #: (CI, 2026-12-05, a tiny random-init target). Costs are floored here, so a projection
 #: never exceeds its τ.
 MIN_STEP_COST = 1.0
-
-
-class SpeedSettings(BaseModel):
-    """How the speedup is measured (the policy's ``evaluation.speed`` section)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enabled: bool = Field(True, description="measure the speedup by decoding (off: the gate "
-                          "ranks on the estimate from τ and a cost model, and says so)")
-    prompts: int = Field(4, ge=1, le=64, description="held-out prompts decoded, spread over "
-                         "the held-out set")
-    repeats: int = Field(2, ge=1, le=20, description="rounds per prompt (each: target-only "
-                         "and every version, back to back)")
-    max_tokens: int = Field(32, ge=4, le=1024, description="new tokens per decode")
-    threads: int | None = Field(None, ge=1, le=1024, description="torch CPU threads the "
-                                "decodes run on (default: as many as the deployment's "
-                                "replicas recorded, else this process's)")
-    concurrency: int | None = Field(
-        None, ge=1, le=256, description="requests decoded at once when the deployment serves "
-        "on vLLM (default: the median requests in flight its replicas recorded over the last "
-        "day, rounded, at least 1); the native engine decodes one at a time and is measured so")
-    engine: Literal["serving", "native"] = Field(
-        "serving", description="serving: measure on the engine the replicas recorded (vLLM: "
-        "one engine per version, batched at the served concurrency); native: autospec's "
-        "engine, one request at a time, whatever the replicas run (cheaper, and blind to load)")
-
-    def within(self, cap: int) -> SpeedSettings:
-        """These settings with ``threads`` at most ``cap`` (the controller's cap on its torch
-        threads, :mod:`autospec.threads`)."""
-        if self.threads is None or self.threads <= cap:
-            return self
-        return self.model_copy(update={"threads": cap})
 
 
 @dataclass

@@ -84,8 +84,7 @@ class VllmSupport:
 class Kind:
     """A speculator kind; see the module docstring."""
 
-    name: str
-    summary: str  # one line, for CLI help
+    name: str  # its registry line (autospec/speculators/registry.py) gives its summary
     config: type[KindConfig]
     speculator: Callable[[Any, Target], SavableSpeculator]  # its class: (config, target)
     has_layers: bool = False

@@ -87,6 +87,5 @@ def export_ngram(spec: SavableSpeculator, target: Target, out: Path, k: int) -> 
                                         "prompt_lookup_min": c.min_ngram})
 
 
-KIND = Kind(name="ngram", summary="prompt lookup over the request itself (no training)",
-            config=NgramConfig, speculator=NgramSpeculator,
+KIND = Kind(name="ngram", config=NgramConfig, speculator=NgramSpeculator,
             vllm=VllmSupport(method="ngram", export=export_ngram))

@@ -1,31 +1,93 @@
 """The registry of speculator kinds: :data:`KINDS`, the only list of them.
 
 Each kind's module declares a :class:`~autospec.speculators.kind.Kind` (``KIND``): its
-config model, its speculator class, how it trains, how vLLM serves it. Everything that
-depends on the kinds reads it from here: config parsing (:func:`parse_config`), building
-(:func:`build_speculator`, :func:`new_speculator`), training (:func:`trainable_kinds`),
-export and vLLM serving (:func:`vllm_refusal`, :func:`vllm_overrides`), the CLI's choices.
-No import-time magic: adding a kind means writing its module and adding it to
-:data:`KINDS` (a test adds one for its own duration with :func:`registered`).
+config model, its speculator class, how it trains, how vLLM serves it. The registry lists
+each kind once, in a :class:`Listed` line: the module that declares it, its one-line summary
+(CLI help) and whether it trains. Everything that depends on the kinds reads it from here:
+config parsing (:func:`parse_config`), building (:func:`build_speculator`,
+:func:`new_speculator`), training (:func:`trainable_kinds`), export and vLLM serving
+(:func:`vllm_refusal`, :func:`vllm_overrides`), the CLI's choices.
+
+A kind's module is imported the first time its declaration is asked for (:func:`kind`, or
+reading :data:`KINDS`' values), not when the registry is: the kinds' modules import torch,
+and the CLI's help, ``status`` and the store's commands need none of it. No import-time
+magic: adding a kind means writing its module and adding its line to :data:`LISTED` (a test
+adds one for its own duration with :func:`registered`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from autospec.engine.target import Target
-from autospec.speculators import draft, eagle3, ngram, suffix
-from autospec.speculators.common import SavableSpeculator
-from autospec.speculators.config import KindConfig
-from autospec.speculators.kind import Kind
+if TYPE_CHECKING:
+    from autospec.engine.target import Target
+    from autospec.speculators.common import SavableSpeculator
+    from autospec.speculators.config import KindConfig
+    from autospec.speculators.kind import Kind
 
-KINDS: dict[str, Kind] = {k.name: k for k in (ngram.KIND, suffix.KIND, draft.KIND, eagle3.KIND)}
+
+@dataclass(frozen=True)
+class Listed:
+    """A kind's line in the registry: what can be said of it without importing it."""
+
+    module: str  # declares ``KIND``
+    summary: str  # one line, for CLI help
+    trainable: bool  # ``KIND.training`` is not None (checked when the module loads)
+
+
+#: the kinds, in the order the CLI lists them
+LISTED: dict[str, Listed] = {
+    "ngram": Listed("autospec.speculators.ngram",
+                    "prompt lookup over the request itself (no training)", trainable=False),
+    "suffix": Listed("autospec.speculators.suffix",
+                     "the most frequent continuation in past traffic, an index rebuilt in "
+                     "seconds", trainable=True),
+    "draft": Listed("autospec.speculators.draft",
+                    "a small causal LM on the target's vocabulary, distilled from the target",
+                    trainable=True),
+    "eagle3": Listed("autospec.speculators.eagle3",
+                     "an EAGLE-3 head on three target layers' hidden states, with a traffic "
+                     "suffix index beside it", trainable=True),
+}
 
 
 class UnknownSpeculatorKind(ValueError):
     """A kind not in :data:`KINDS`; the message lists the known ones."""
+
+
+class _Kinds(Mapping[str, "Kind"]):
+    """Name → :class:`Kind` of every listed kind, each module imported on first access."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Kind] = {}
+
+    def __getitem__(self, name: str) -> Kind:
+        if name not in self._loaded:
+            self._loaded[name] = _load(name, LISTED[name])  # KeyError: not listed
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(LISTED)
+
+    def __len__(self) -> int:
+        return len(LISTED)
+
+
+def _load(name: str, listed: Listed) -> Kind:
+    entry: Kind = importlib.import_module(listed.module).KIND
+    if entry.name != name or entry.trainable != listed.trainable:
+        raise RuntimeError(f"{listed.module}.KIND ({entry.name!r}, trainable="
+                           f"{entry.trainable}) does not match its registry line ({name!r}, "
+                           f"trainable={listed.trainable})")
+    return entry
+
+
+#: every kind, by name (a read-only mapping; a kind's module loads when its value is read)
+KINDS: Mapping[str, Kind] = _Kinds()
 
 
 def kind(name: str) -> Kind:
@@ -40,24 +102,26 @@ def kind(name: str) -> Kind:
 
 def trainable_kinds() -> list[str]:
     """The kinds ``autospec train`` and the controller's policies accept, registry order."""
-    return [name for name, k in KINDS.items() if k.trainable]
+    return [name for name, listed in LISTED.items() if listed.trainable]
 
 
 def kinds_help(names: list[str] | None = None) -> str:
     """``name (summary)`` of each kind (of ``names``), for CLI help."""
-    return "; ".join(f"{n} ({KINDS[n].summary})" for n in (names or list(KINDS)))
+    return "; ".join(f"{n} ({LISTED[n].summary})" for n in (names or list(LISTED)))
 
 
 @contextmanager
-def registered(entry: Kind) -> Iterator[Kind]:
+def registered(entry: Kind, summary: str) -> Iterator[Kind]:
     """``entry`` in :data:`KINDS` for the block's duration (a kind defined by a test)."""
-    if entry.name in KINDS:
+    if entry.name in LISTED:
         raise ValueError(f"kind {entry.name!r} is already registered")
-    KINDS[entry.name] = entry
+    LISTED[entry.name] = Listed("(registered)", summary, trainable=entry.trainable)
+    KINDS._loaded[entry.name] = entry  # type: ignore[attr-defined]
     try:
         yield entry
     finally:
-        del KINDS[entry.name]
+        del LISTED[entry.name]
+        KINDS._loaded.pop(entry.name, None)  # type: ignore[attr-defined]
 
 
 def parse_config(data: dict[str, Any]) -> KindConfig:

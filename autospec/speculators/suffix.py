@@ -435,8 +435,7 @@ def export_suffix(spec: SavableSpeculator, target: Target, out: Path, k: int) ->
                f"named by {VLLM_INDEX_ENV} (autospec must be installed beside vLLM)"])
 
 
-KIND = Kind(name="suffix", summary="the most frequent continuation in past traffic, an index "
-            "rebuilt in seconds", config=SuffixConfig, speculator=SuffixSpeculator,
+KIND = Kind(name="suffix", config=SuffixConfig, speculator=SuffixSpeculator,
             training=FitTraining(fit_suffix),
             vllm=VllmSupport(method="custom_class", export=export_suffix,
                              seeded_with_index=True, per_request_versions=True))

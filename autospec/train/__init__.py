@@ -12,37 +12,12 @@ Layout (each module's docstring states its contract):
 - :mod:`~autospec.train.run` — one run end to end, with registration;
   :mod:`~autospec.train.cli` — ``autospec train``.
 
-Knows nothing of serving. Typical use::
+Knows nothing of serving. The package itself imports nothing (``autospec train --help``
+needs no torch): import from the modules. Typical use::
 
-    from autospec.train import TrainRequest, train_candidate, parse_window
+    from autospec.train.data import parse_window
+    from autospec.train.run import TrainRequest, train_candidate
     outcome = train_candidate(TrainRequest(kind="eagle3", window=parse_window("24h")),
                               engine=store_engine, target=target)
     outcome.version  # registered as a candidate
 """
-
-from autospec.train.data import TrainingData, TrainSequence, WindowSpec, parse_window
-from autospec.train.errors import (
-    EmptyWindow,
-    IncumbentMismatch,
-    TrainingError,
-    TrainingInputError,
-    TrainingStopped,
-    WindowTooSmall,
-)
-from autospec.train.run import TrainOutcome, TrainRequest, train_candidate
-
-__all__ = [
-    "EmptyWindow",
-    "IncumbentMismatch",
-    "TrainOutcome",
-    "TrainRequest",
-    "TrainSequence",
-    "TrainingData",
-    "TrainingError",
-    "TrainingInputError",
-    "TrainingStopped",
-    "WindowSpec",
-    "WindowTooSmall",
-    "parse_window",
-    "train_candidate",
-]

@@ -204,9 +204,10 @@ def _request(*, kind: str, window: str, assignments: list[str], segment: str | N
              heldout_fraction: float, anchors: int, address: str | None,
              synthetic_share: float = 0.0, **fields: Any) -> TrainRequest:
     """The TrainRequest of the command line; TrainingInputError naming a bad option."""
-    from autospec.train import TrainingInputError, TrainRequest
     from autospec.train.data import SyntheticMix, parse_window
+    from autospec.train.errors import TrainingInputError
     from autospec.train.overrides import parse_overrides
+    from autospec.train.run import TrainRequest
 
     if kind not in trainable_kinds():
         raise TrainingInputError(f"unknown kind {kind!r}; trainable kinds: "
@@ -225,7 +226,7 @@ def _request(*, kind: str, window: str, assignments: list[str], segment: str | N
 def _check_choices(*, loss: str, precision: str) -> None:
     """--loss and --precision, which a run reads only after its features (minutes in)."""
     from autospec.speculators.training import LOSSES
-    from autospec.train import TrainingInputError
+    from autospec.train.errors import TrainingInputError
     from autospec.train.loop import PRECISIONS
 
     if loss not in LOSSES:

@@ -78,7 +78,8 @@ def test_serving_training_and_promotion_across_two_nodes(cluster, tmp_path: Path
     from autospec.engine.target import load_target
     from autospec.serve.app import AutospecServer
     from autospec.serve.config import ServeConfig
-    from autospec.train import TrainRequest, WindowSpec, train_candidate
+    from autospec.train.data import WindowSpec
+    from autospec.train.run import TrainRequest, train_candidate
 
     nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len(nodes) == 2

@@ -136,7 +136,8 @@ def test_on_a_vllm_deployment_a_cycle_trains_suffix_and_refuses_another_engine(
 
 def test_a_cycle_does_not_judge_on_requests_the_incumbent_was_trained_on(db, tiny,
                                                                           traffic) -> None:
-    from autospec.train import TrainRequest, WindowSpec, train_candidate
+    from autospec.train.data import WindowSpec
+    from autospec.train.run import TrainRequest, train_candidate
 
     log_traffic(db, traffic)
     by_hand = train_candidate(TrainRequest(kind="suffix", window=WindowSpec(

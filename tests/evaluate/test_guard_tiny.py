@@ -12,7 +12,7 @@ from autospec.controller.status import last_evaluation
 from autospec.evaluate.cli import _as_json
 from autospec.evaluate.gate import GatePolicy
 from autospec.evaluate.run import evaluate_versions, select_requests
-from autospec.evaluate.speed import SpeedSettings
+from autospec.evaluate.speed_settings import SpeedSettings
 from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.config import SuffixConfig
 from autospec.speculators.suffix import suffix_from_documents

@@ -9,7 +9,8 @@ from datetime import timedelta
 from autospec import store
 from autospec.evaluate import run as run_module
 from autospec.evaluate.run import ServingLoad, serving_load
-from autospec.evaluate.speed import SpeedMeasurement, SpeedSettings
+from autospec.evaluate.speed import SpeedMeasurement
+from autospec.evaluate.speed_settings import SpeedSettings
 from autospec.store.models import utcnow
 
 

@@ -13,9 +13,11 @@ from autospec.speculators.kind import FitTraining, GradientTraining
 from autospec.speculators.ngram import NgramSpeculator
 from autospec.speculators.registry import (
     KINDS,
+    LISTED,
     UnknownSpeculatorKind,
     build_speculator,
     kind,
+    kinds_help,
     new_speculator,
     registered,
     trainable_kinds,
@@ -31,7 +33,8 @@ def test_registry_lists_the_four_kinds() -> None:
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_each_declaration_names_its_own_config_and_speculator(name) -> None:
     entry = kind(name)
-    assert entry.name == name and entry.summary
+    assert entry.name == name and LISTED[name].summary
+    assert entry.trainable == LISTED[name].trainable  # the line agrees with the module
     assert entry.config.model_fields["kind"].default == name
     assert entry.speculator.kind == name
 
@@ -53,11 +56,21 @@ def test_how_each_kind_trains_and_serves_on_vllm() -> None:
 
 def test_registered_adds_a_kind_for_the_block_only() -> None:
     toy = replace(kind("ngram"), name="toy")
-    with registered(toy):
+    with registered(toy, "a toy"):
         assert kind("toy") is toy and "toy" not in trainable_kinds()
-        with pytest.raises(ValueError, match="already registered"), registered(toy):
+        assert "toy (a toy)" in kinds_help()
+        with pytest.raises(ValueError, match="already registered"), registered(toy, "again"):
             pass
-    assert "toy" not in KINDS
+    assert "toy" not in KINDS and "toy" not in LISTED
+
+
+def test_a_registry_line_that_disagrees_with_its_module_is_an_error() -> None:
+    from autospec.speculators.registry import Listed, _load
+
+    with pytest.raises(RuntimeError, match="does not match its registry line"):
+        _load("ngram", Listed("autospec.speculators.ngram", "x", trainable=True))
+    with pytest.raises(RuntimeError, match="does not match"):
+        _load("suffix", Listed("autospec.speculators.ngram", "x", trainable=False))
 
 
 @pytest.mark.parametrize(

@@ -22,13 +22,14 @@ from autospec.engine.sampling import SamplingParams
 from autospec.engine.target import Target, load_target
 from autospec.evaluate.gate import GatePolicy
 from autospec.evaluate.run import evaluate_versions, select_requests
-from autospec.evaluate.speed import SpeedSettings
+from autospec.evaluate.speed_settings import SpeedSettings
 from autospec.serve.http import make_app
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.config import KindConfig
 from autospec.speculators.kind import FitTraining, Kind
 from autospec.speculators.registry import registered, trainable_kinds
-from autospec.train import TrainRequest, WindowSpec, train_candidate
+from autospec.train.data import WindowSpec
+from autospec.train.run import TrainRequest, train_candidate
 from tests.serve.helpers import make_server, make_tiny_model_dir, promote, wait_for_rows
 
 
@@ -74,8 +75,7 @@ def fit_repeat(config: RepeatConfig, documents: list[tuple[list[int], list[int]]
     return spec, {"token_share": seen / sum(counts.values())}
 
 
-REPEAT = Kind(name="repeat", summary="the window's most frequent output token, k times",
-              config=RepeatConfig, speculator=RepeatSpeculator,
+REPEAT = Kind(name="repeat", config=RepeatConfig, speculator=RepeatSpeculator,
               training=FitTraining(fit_repeat))
 
 
@@ -95,7 +95,7 @@ def db(sqlite_url: str) -> Iterator[Any]:
 
 @pytest.fixture
 def repeat_kind() -> Iterator[Kind]:
-    with registered(REPEAT) as entry:  # the one line that adds the kind
+    with registered(REPEAT, "the window's most frequent output token, k times") as entry:
         yield entry
 
 

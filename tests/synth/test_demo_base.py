@@ -7,7 +7,8 @@ import pytest
 
 from autospec import store
 from autospec.demo.base import BaseUnavailable, adopt_base, find_base
-from autospec.train import TrainRequest, WindowSpec, train_candidate
+from autospec.train.data import WindowSpec
+from autospec.train.run import TrainRequest, train_candidate
 from tests.synth.test_pretrain import EAGLE, _base
 
 

@@ -6,10 +6,9 @@ import pytest
 
 from autospec import store
 from autospec.synth.run import SynthRequest, synthesize
-from autospec.train import TrainRequest, WindowSpec, train_candidate
-from autospec.train.data import SyntheticMix, load_training_data, mix_synthetic
+from autospec.train.data import SyntheticMix, WindowSpec, load_training_data, mix_synthetic
 from autospec.train.errors import TrainingInputError
-from autospec.train.run import synthetic_target
+from autospec.train.run import TrainRequest, synthetic_target, train_candidate
 
 
 def _window(engine, target, mix: SyntheticMix):  # type: ignore[no-untyped-def]

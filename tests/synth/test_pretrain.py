@@ -7,7 +7,8 @@ import pytest
 from autospec import store
 from autospec.synth.pretrain import PretrainRequest, pretrain_base
 from autospec.synth.run import SynthError, SynthRequest, synthesize
-from autospec.train import TrainRequest, WindowSpec, train_candidate
+from autospec.train.data import WindowSpec
+from autospec.train.run import TrainRequest, train_candidate
 
 EAGLE = {"draft_vocab_size": 40}
 

@@ -13,8 +13,9 @@ import psutil
 
 from autospec import store
 from autospec.settings import get_settings
-from autospec.train import TrainRequest, WindowSpec, train_candidate
+from autospec.train.data import WindowSpec
 from autospec.train.dead_runs import is_dead, sweep_dead_runs, this_process
+from autospec.train.run import TrainRequest, train_candidate
 
 _KILLED_RUN = textwrap.dedent("""
     import os, signal, sys

@@ -12,7 +12,8 @@ from autospec import store
 from autospec.evaluate.cli import _held_out
 from autospec.evaluate.run import EvaluationError, select_requests
 from autospec.evaluate.unseen import trained_on, unseen
-from autospec.train import TrainRequest, WindowSpec, train_candidate
+from autospec.train.data import WindowSpec
+from autospec.train.run import TrainRequest, train_candidate
 from tests.train.conftest import T0, log_traffic
 
 

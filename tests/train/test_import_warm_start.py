@@ -13,7 +13,8 @@ from autospec.engine.sampling import SamplingParams
 from autospec.interop.export import export_speculator
 from autospec.interop.importer import import_head
 from autospec.speculators.registry import new_speculator
-from autospec.train import TrainRequest, WindowSpec, train_candidate
+from autospec.train.data import WindowSpec
+from autospec.train.run import TrainRequest, train_candidate
 from autospec.versions import load_speculator_version
 
 PUBLISHED = {"num_heads": 8, "num_kv_heads": 2, "intermediate_size": 48,

@@ -8,7 +8,9 @@ import torch
 from autospec import store
 from autospec.settings import get_settings
 from autospec.speculators.checkpoint import load_speculator
-from autospec.train import TrainingError, TrainRequest, WindowSpec, train_candidate
+from autospec.train.data import WindowSpec
+from autospec.train.errors import TrainingError
+from autospec.train.run import TrainRequest, train_candidate
 
 pytestmark = pytest.mark.slow
 

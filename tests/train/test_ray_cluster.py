@@ -51,7 +51,8 @@ import json, os, sys
 import ray
 from autospec import store
 from tests.tiny import tiny_target
-from autospec.train import TrainRequest, WindowSpec, train_candidate
+from autospec.train.data import WindowSpec
+from autospec.train.run import TrainRequest, train_candidate
 engine = store.open_store(sys.argv[1])
 outcome = train_candidate(
     TrainRequest(kind="eagle3", epochs=1, workers=2, window=WindowSpec(heldout_fraction=0.2),

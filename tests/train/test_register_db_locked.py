@@ -23,8 +23,10 @@ from autospec import store
 from autospec.settings import get_settings
 from autospec.store import retry
 from autospec.store.db import make_engine
-from autospec.train import TrainingStopped, TrainRequest, WindowSpec, train_candidate
 from autospec.train import run as run_module
+from autospec.train.data import WindowSpec
+from autospec.train.errors import TrainingStopped
+from autospec.train.run import TrainRequest, train_candidate
 
 from .conftest import log_traffic
 

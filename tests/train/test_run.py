@@ -11,15 +11,9 @@ from autospec import store
 from autospec.settings import get_settings
 from autospec.speculators.checkpoint import load_speculator, save_speculator
 from autospec.speculators.eagle3 import Eagle3Speculator
-from autospec.train import (
-    EmptyWindow,
-    IncumbentMismatch,
-    TrainingStopped,
-    TrainRequest,
-    WindowSpec,
-    WindowTooSmall,
-    train_candidate,
-)
+from autospec.train.data import WindowSpec
+from autospec.train.errors import EmptyWindow, IncumbentMismatch, TrainingStopped, WindowTooSmall
+from autospec.train.run import TrainRequest, train_candidate
 
 EAGLE = {"draft_vocab_size": 40}
 

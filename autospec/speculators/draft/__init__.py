@@ -43,7 +43,6 @@ def export_draft(spec: SavableSpeculator, target: Target, out: Path, k: int) -> 
                     files=sorted(set(files)), tensors=sums)
 
 
-KIND = Kind(name="draft", summary="a small causal LM on the target's vocabulary, distilled "
-            "from the target", config=DraftConfig, speculator=DraftSpeculator,
+KIND = Kind(name="draft", config=DraftConfig, speculator=DraftSpeculator,
             has_layers=True, training=GradientTraining(DraftRecipe(), lr=3e-4),
             vllm=VllmSupport(method="draft_model", export=export_draft))

@@ -29,9 +29,7 @@ __all__ = ["KIND", "SUFFIX_PREFIX", "Eagle3Head", "Eagle3Recipe", "Eagle3Specula
 #: the variants ``autospec bench train`` measures (autospec/bench/train_variants.py)
 BENCH_VARIANTS = ("scratch", "synthetic", "base", "base+finetune")
 
-KIND = Kind(name="eagle3", summary="an EAGLE-3 head on three target layers' hidden states, "
-            "with a traffic suffix index beside it", config=Eagle3Config,
-            speculator=Eagle3Speculator, has_layers=True,
+KIND = Kind(name="eagle3", config=Eagle3Config, speculator=Eagle3Speculator, has_layers=True,
             training=GradientTraining(Eagle3Recipe(), lr=3e-3),
             # vLLM runs a head alone, in chains: a candidate for it drafts no trees, no index
             vllm=VllmSupport(method="eagle3", export=export_eagle3, refusal=vllm_refusal,
