@@ -10,6 +10,7 @@ module-level ones: deferring an import hides a cycle, it does not remove it.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -199,6 +200,28 @@ def test_the_cli_and_every_help_import_without_torch() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Usage: autospec train" in done.stdout and "Usage: autospec db purge" in done.stdout
     assert int(done.stdout.split()[-1]) >= 35  # every command and group
+
+
+OPERATOR_READS = """
+import typer
+from autospec.cli import app
+root = typer.main.get_command(app)
+for args in (["db", "upgrade"], ["status", "--json"], ["history"], ["versions"], ["ledger"],
+             ["db", "purge", "--older-than", "30d", "--dry-run"]):
+    code = root.main(args, prog_name="autospec", standalone_mode=False)
+    print("exit", code or 0)
+"""
+
+
+def test_an_operators_reads_run_without_torch(tmp_path: Path) -> None:
+    """``status``, ``history``, ``versions`` and ``ledger`` (and the store's commands) read
+    the store: no torch, so they answer in about a second."""
+    done = subprocess.run([sys.executable, "-c", TORCH_BLOCKER + OPERATOR_READS], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AUTOSPEC_DATA_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [line for line in done.stdout.splitlines() if line.startswith("exit")] == [
+        "exit 0"] * 6, done.stdout[-3000:]
 
 
 if __name__ == "__main__":

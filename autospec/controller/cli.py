@@ -42,22 +42,29 @@ POLICY_HELP = "a shipped policy (default, conservative) or the path of a YAML fi
 
 @contextmanager
 def _errors() -> Iterator[None]:
-    from autospec.controller.operations import Refused
-    from autospec.controller.policy import PolicyError
-    from autospec.engine.target import TargetLoadError
-    from autospec.evaluate.run import EvaluationError
-    from autospec.numerics import NumericsMismatch
-    from autospec.store.errors import StoreError
-    from autospec.train.errors import TrainingError
-    from autospec.versions import VersionLoadError
-
+    """A refusal or a known error as one line (exit 3 or 2); anything else propagates. The
+    error types are imported only when something was raised: some live in modules that
+    import torch, which ``status`` and ``history`` never need."""
     try:
         yield
-    except Refused as exc:
-        _fail(str(exc), EXIT_REFUSED)
-    except (PolicyError, StoreError, TrainingError, EvaluationError, VersionLoadError,
-            TargetLoadError, NumericsMismatch) as exc:
-        _fail(str(exc), EXIT_ERROR)
+    except (typer.Exit, typer.Abort, typer.BadParameter):
+        raise
+    except Exception as exc:
+        from autospec.controller.operations import Refused
+        from autospec.controller.policy import PolicyError
+        from autospec.engine.target import TargetLoadError
+        from autospec.evaluate.run import EvaluationError
+        from autospec.numerics import NumericsMismatch
+        from autospec.store.errors import StoreError
+        from autospec.train.errors import TrainingError
+        from autospec.versions import VersionLoadError
+
+        if isinstance(exc, Refused):
+            _fail(str(exc), EXIT_REFUSED)
+        if isinstance(exc, (PolicyError, StoreError, TrainingError, EvaluationError,
+                            VersionLoadError, TargetLoadError, NumericsMismatch)):
+            _fail(str(exc), EXIT_ERROR)
+        raise
 
 
 def _fail(message: str, code: int) -> None:

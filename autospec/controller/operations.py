@@ -32,7 +32,7 @@ from autospec.controller import records
 from autospec.controller.segment_watch import vllm_segment_refusal
 from autospec.controller.speedcheck import promotion_speeds
 from autospec.evaluate.gate import GatePolicy
-from autospec.versions import BUILTIN_VERSION
+from autospec.store.models import BUILTIN_VERSION
 
 #: what ``autospec history`` shows: every move of a pointer, decision and failure, the
 #: replicas' swaps (in place or a new engine), imported heads, the policies controllers ran

@@ -49,7 +49,7 @@ from autospec.controller.policy import Policy
 from autospec.controller.result import CycleResult
 from autospec.controller.segment_watch import vllm_segment_refusal
 from autospec.evaluate.compare import Evaluation, SegmentResult
-from autospec.versions import BUILTIN_VERSION
+from autospec.store.models import BUILTIN_VERSION
 
 log = logging.getLogger(__name__)
 

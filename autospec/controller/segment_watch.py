@@ -33,8 +33,8 @@ from autospec import store
 from autospec.controller import records
 from autospec.controller.policy import Policy
 from autospec.speculators.registry import vllm_per_request
+from autospec.store.models import BUILTIN_VERSION
 from autospec.store.queries import TauStat
-from autospec.versions import BUILTIN_VERSION
 
 MOVES = ["promotion", "override", "rollback"]
 _SCAN = 500  # newest pointer moves scanned for a deployment's or its segments' canaries

@@ -38,8 +38,7 @@ from autospec.controller.segment_watch import serves_on_vllm, vllm_segment_refus
 from autospec.controller.speedcheck import expected_gain
 from autospec.controller.watch import evaluated_tau_k, evaluation_k, left_out, pending_canary
 from autospec.ledger import collect_ledger
-from autospec.store.models import utcnow
-from autospec.versions import BUILTIN_VERSION
+from autospec.store.models import BUILTIN_VERSION, utcnow
 
 FRESH_REPORT_S = 60.0  # a replica report older than this is stale (the replica is gone?)
 

@@ -42,13 +42,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
 from autospec import store
 from autospec.controller import records
-from autospec.controller.cycle import Controller
 from autospec.controller.lease import HeldLease
 from autospec.controller.policy import Drift
 from autospec.controller.result import CycleResult
@@ -63,8 +62,10 @@ from autospec.controller.segment_watch import (
     segment_live,
 )
 from autospec.controller.speedcheck import SpeedVerdict, check_speed
-from autospec.store.models import Evaluation, utcnow
-from autospec.versions import BUILTIN_VERSION
+from autospec.store.models import BUILTIN_VERSION, Evaluation, utcnow
+
+if TYPE_CHECKING:
+    from autospec.controller.cycle import Controller
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from autospec.serve.segments import SegmentRule
 
 # the version name served while no version is live (the training-free n-gram speculator);
 # defined with the shared version resolver so evaluation and serving agree on it
-from autospec.versions import BUILTIN_VERSION
+from autospec.store.models import BUILTIN_VERSION
 
 __all__ = ["BUILTIN_VERSION", "OFF_VERSION", "ServeConfig"]
 
