@@ -1,11 +1,13 @@
-"""The import graph of autospec, read from the source with `ast` (nothing is imported):
+"""The import graph of autospec, read from the source with `ast` (only the speculator
+registry is imported, for the kinds' modules it imports by name):
 every third-party import is a runtime dependency in pyproject.toml; no module imports one
 that imports it back, directly or through others, and no subpackage does either (the layer
 below owns the interface the layer above calls). Imports inside functions count as much as
 module-level ones: deferring an import hides a cycle, it does not remove it.
 `python -m tests.test_imports` (from the repository root) prints the graph's summary and any cycles.
 
-`autospec.speculators.config` imports without torch (checked in a fresh interpreter)."""
+`autospec.speculators.config` imports without torch, and the CLI's help and an operator's
+reads of the store run without it (checked in fresh interpreters)."""
 
 from __future__ import annotations
 

@@ -55,8 +55,10 @@ memory-bound, so the step cost depends on the thread count (the demo's SmolLM2 f
 versions read 4–8 % faster against target-only on 2 threads than on the replicas' 1, and
 with another process busy on one of the 2 cores an eagle3 head read 0.99× on 2 threads
 against 0.81× on 1). A controller runs them within its cap on torch threads
-(:mod:`autospec.threads`; :meth:`SpeedSettings.within`): on fewer threads than the replicas
-when they record more than the cap, and the measurement records the count it ran on.
+(:mod:`autospec.threads`;
+:meth:`~autospec.evaluate.speed_settings.SpeedSettings.within`): on fewer threads than the
+replicas when they record more than the cap, and the measurement records the count it ran
+on.
 
 Knows nothing of the store or the gate: it takes a target, speculators and token ids.
 """

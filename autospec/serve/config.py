@@ -30,7 +30,7 @@ from autospec.serve.bands import MAX_K, KBands, parse_bands
 from autospec.serve.segments import SegmentRule
 
 # the version name served while no version is live (the training-free n-gram speculator);
-# defined with the shared version resolver so evaluation and serving agree on it
+# one name in the store's models, read by serving, evaluation and the controller alike
 from autospec.store.models import BUILTIN_VERSION
 
 __all__ = ["BUILTIN_VERSION", "OFF_VERSION", "ServeConfig"]

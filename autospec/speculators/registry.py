@@ -115,8 +115,8 @@ def registered(entry: Kind, summary: str) -> Iterator[Kind]:
     """``entry`` in :data:`KINDS` for the block's duration (a kind defined by a test)."""
     if entry.name in LISTED:
         raise ValueError(f"kind {entry.name!r} is already registered")
+    KINDS._loaded[entry.name] = entry  # type: ignore[attr-defined]  # before it is listed
     LISTED[entry.name] = Listed("(registered)", summary, trainable=entry.trainable)
-    KINDS._loaded[entry.name] = entry  # type: ignore[attr-defined]
     try:
         yield entry
     finally:

@@ -138,7 +138,8 @@ def purge(
     text_only: Annotated[bool, typer.Option(
         "--text-only", help="keep the rows' statistics, drop only text and token ids")] = False,
     dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="count what would go, change nothing (no audit event either)")] = False,
+        "--dry-run", help="count what would go, change nothing (a read: no write lock, no "
+        "audit event)")] = False,
     url: Annotated[str | None, UrlOption] = None,
     actor: Annotated[str | None, typer.Option(
         help="who purges (audit log; default: cli:<your user name>, as promote)")] = None,
@@ -163,17 +164,13 @@ def purge(
 
 def _purge(url: str | None, age: timedelta, *, text_only: bool, dry_run: bool, reason: str,
            actor: str) -> int:
-    """Purge (or, ``dry_run``, purge and roll back: the exact count, nothing changed)."""
-    from sqlalchemy.orm import Session
-
+    """Purge (or, ``dry_run``, count what a purge would touch: a read, no write lock)."""
     from autospec.store import db, migrate, queries, registry
 
     engine = migrate.open_store(url)
     if dry_run:
-        with Session(bind=db.writer_engine(engine)) as session:
-            count = queries.purge_requests(session, older_than=age, text_only=text_only)
-            session.rollback()
-        return count
+        with db.session_scope(engine, readonly=True) as session:
+            return queries.count_purgeable(session, older_than=age, text_only=text_only)
     with db.session_scope(engine) as session:
         count = queries.purge_requests(session, older_than=age, text_only=text_only)
         registry.record_event(session, kind="purge", actor=actor, reason=reason,

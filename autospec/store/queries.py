@@ -325,21 +325,38 @@ def purge_requests(
     Returns the number of rows affected. Run inside one session; on SQLite the write lock is
     held for the duration, so purge regularly rather than rarely.
     """
-    if older_than <= timedelta(0):
-        raise StoreError(f"older_than must be positive, got {older_than}")
-    cutoff = (now or utcnow()) - older_than
+    cutoff = _cutoff(older_than, now)
     resampled = purge_resampled(session, before=cutoff)  # they hold the requests' prompts
+    where = _purgeable(cutoff, text_only)
     if text_only:
-        stmt = (
-            update(Request)
-            .where(Request.created_at < cutoff)
-            .where(Request.prompt_text.is_not(None) | Request.prompt_ids.is_not(None)
-                   | Request.output_text.is_not(None) | Request.output_ids.is_not(None))
-            .values(prompt_text=None, output_text=None, prompt_ids=None, output_ids=None)
-        )
+        stmt = update(Request).where(*where).values(prompt_text=None, output_text=None,
+                                                    prompt_ids=None, output_ids=None)
     else:
-        stmt = delete(Request).where(Request.created_at < cutoff)
+        stmt = delete(Request).where(*where)
     count = session.execute(stmt.execution_options(synchronize_session=False)).rowcount
     log.info("purged %d requests older than %s (text_only=%s) and %d synthetic sequences "
              "resampled from them", count, cutoff, text_only, resampled)
     return count
+
+
+def count_purgeable(session: Session, *, older_than: timedelta, text_only: bool = False,
+                    now: datetime | None = None) -> int:
+    """The rows :func:`purge_requests` would affect, read without writing (a dry run takes no
+    write lock)."""
+    where = _purgeable(_cutoff(older_than, now), text_only)
+    return session.scalar(select(func.count()).select_from(Request).where(*where)) or 0
+
+
+def _cutoff(older_than: timedelta, now: datetime | None) -> datetime:
+    if older_than <= timedelta(0):
+        raise StoreError(f"older_than must be positive, got {older_than}")
+    return (now or utcnow()) - older_than
+
+
+def _purgeable(cutoff: datetime, text_only: bool) -> list[ColumnElement[bool]]:
+    """The requests a purge touches: older than ``cutoff`` (``text_only``: with text left)."""
+    where = [Request.created_at < cutoff]
+    if text_only:
+        where.append(Request.prompt_text.is_not(None) | Request.prompt_ids.is_not(None)
+                     | Request.output_text.is_not(None) | Request.output_ids.is_not(None))
+    return where

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from autospec import store
+from autospec.store.queries import count_purgeable
 from autospec.store.traffic import RequestRecord, write_requests
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -115,8 +116,12 @@ def test_request_counts(engine) -> None:  # type: ignore[no-untyped-def]
 def test_purge(engine) -> None:  # type: ignore[no-untyped-def]
     _seed(engine)
     now = T0 + timedelta(days=30, minutes=10)  # rows r0..r9 are older than 30 days
+    with store.session_scope(engine, readonly=True) as s:  # what a dry run counts
+        assert count_purgeable(s, older_than=timedelta(days=30), text_only=True, now=now) == 9
+        assert count_purgeable(s, older_than=timedelta(days=30), now=now) == 10
     with store.session_scope(engine) as s:
         assert store.purge_requests(s, older_than=timedelta(days=30), text_only=True, now=now) == 9
+        assert count_purgeable(s, older_than=timedelta(days=30), text_only=True, now=now) == 0
         assert store.purge_requests(s, older_than=timedelta(days=30), now=now) == 10
         with pytest.raises(store.StoreError):
             store.purge_requests(s, older_than=timedelta(0))
