@@ -24,6 +24,11 @@ from autospec.cli import app
     (["ledger", "--until", "soon"], "Invalid value for --until"),
     (["db", "purge", "--older-than", "0d"], "--older-than: '0d': a duration must be longer"),
     (["evaluate", "v1", "--window", "soon"], "Invalid value for --window"),
+    (["loadgen", "--duration", "5 minutes"], "--duration: '5 minutes' is not a length like 90 "
+                                             "(seconds), 45s"),
+    (["loadgen", "--duration", "0m"], "--duration: '0m': a duration must be longer than 0"),
+    (["bench", "soak", "--duration", "30s"], "--duration: '30s': a soak runs at least 1 minute"),
+    (["bench", "soak", "--duration", "2x"], "is not a length like 90 (minutes)"),
 ])
 def test_a_bad_option_is_exit_2_naming_it(args: list[str], words: str, tmp_path,
                                           monkeypatch) -> None:
@@ -73,3 +78,16 @@ def test_database_url_is_one_name_across_commands(command: list[str], tmp_path) 
         assert result.exit_code in (1, 2), result.output  # db current: 1, not ready
         assert "does not exist" in result.output or "missing" in result.output, result.output
         assert not (tmp_path / "nowhere").exists()  # a read, not a create
+
+
+@pytest.mark.parametrize(("text", "bare", "seconds"), [
+    ("90", "s", 90), ("90", "m", 5400), ("2h", "s", 7200), ("2h", "m", 7200), ("45s", "m", 45),
+    ("1.5", "m", 90), ("1.5m", "s", 90), (" 3 m ", "s", 180),
+])
+def test_a_runs_length_takes_a_unit_and_a_bare_number_keeps_the_options_own(
+        text: str, bare: str, seconds: float) -> None:
+    """``loadgen --duration`` (bare: seconds) and ``bench soak --duration`` (bare: minutes)
+    read ``2h`` alike."""
+    from autospec.durations import parse_span
+
+    assert parse_span(text, "--duration", bare).total_seconds() == seconds

@@ -390,7 +390,8 @@ def soak_report(
 
 @bench_app.command("soak")
 def soak(
-    duration: Annotated[float, typer.Option(min=1, help="minutes of traffic")] = 30.0,
+    duration: Annotated[str, typer.Option(
+        help="how long the traffic runs: minutes, or with a unit (90s, 45m, 2h)")] = "30",
     rate: Annotated[float, typer.Option(min=0.01, help="requests per second, constant")] = 1.0,
     engine: Annotated[str, typer.Option(help="serving engine: native or vllm")] = "native",
     target: Annotated[str, typer.Option(
@@ -408,7 +409,12 @@ def soak(
     """Constant traffic through serve + controller for --duration with faults injected;
     every request, row, pointer move and process accounted for (docs/soak.md)."""
     from autospec.bench.soak.cli import run_soak
+    from autospec.durations import parse_span
 
-    raise typer.Exit(run_soak(duration_min=duration, rate=rate, engine=engine, target=target,
+    minutes = parse_span(duration, "--duration", "m").total_seconds() / 60
+    if minutes < 1:
+        raise typer.BadParameter(f"{duration!r}: a soak runs at least 1 minute",
+                                 param_hint="--duration")
+    raise typer.Exit(run_soak(duration_min=minutes, rate=rate, engine=engine, target=target,
                               dtype=dtype, out=out, max_tokens=max_tokens,
                               cycle_interval_s=cycle_interval, short=short, faults=faults))

@@ -125,7 +125,7 @@ def status(
     scheduled run, lease, failures, and the ledger over --period (docs/ledger.md)."""
     from autospec.controller.policy_record import policy_in_force
     from autospec.controller.status import collect_status
-    from autospec.store.cli import parse_duration
+    from autospec.durations import parse_duration
 
     span = parse_duration(period, "--period")  # before the store is opened
     with _errors():

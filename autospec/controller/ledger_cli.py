@@ -40,8 +40,8 @@ def ledger(
     and in total. The target-only rate is the period's held-out requests' where there are
     10 (serve --holdout-fraction), else the gate's. See docs/ledger.md."""
     from autospec.controller.ledger_view import ledger_table
+    from autospec.durations import parse_duration
     from autospec.ledger import ledger_for
-    from autospec.store.cli import parse_duration
 
     span, end = parse_duration(period, "--period"), _until(until)  # before the store opens
     with _errors():

@@ -18,7 +18,7 @@ err = Console(stderr=True)
 
 def parse_window(text: str) -> dict:
     """``500`` (the newest 500 requests) or a duration ``24h`` / ``90m`` / ``7d``."""
-    from autospec.store.cli import parse_duration
+    from autospec.durations import parse_duration
 
     if text.strip().isdigit():
         n = int(text)

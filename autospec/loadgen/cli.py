@@ -16,6 +16,8 @@ from typing import Annotated, Any
 
 import typer
 
+from autospec.durations import parse_span
+
 log = logging.getLogger(__name__)
 
 
@@ -25,7 +27,8 @@ def loadgen(
     concurrency: Annotated[int, typer.Option(min=1, help="clients sending at once")] = 1,
     rate: Annotated[float | None, typer.Option(
         help="requests per second at most (default: as fast as the clients go)")] = None,
-    duration: Annotated[float | None, typer.Option(help="stop after this many seconds")] = None,
+    duration: Annotated[str | None, typer.Option(
+        help="stop after this long: seconds, or with a unit (90s, 5m, 2h)")] = None,
     requests: Annotated[int | None, typer.Option(
         help="stop after this many requests (default 20 when no --duration)")] = None,
     mix: Annotated[str, typer.Option(
@@ -61,6 +64,7 @@ def loadgen(
 
     if requests is None and duration is None:
         requests = 20
+    duration_s = parse_span(duration, "--duration", "s").total_seconds() if duration else None
     _check_url(url)
     if json_path is not None and str(json_path).startswith("-"):
         raise typer.BadParameter(f"takes a file to write the summary to, got {json_path}",
@@ -73,7 +77,7 @@ def loadgen(
             else Schedule.constant(parse_mix(mix, known=known))
         source: Any = ReplaySource(replay) if replay else DomainSource(seed=seed)
         spec = LoadSpec(schedule=plan, concurrency=concurrency, rate=rate,
-                        requests=requests, duration_s=duration, seed=seed)
+                        requests=requests, duration_s=duration_s, seed=seed)
     except (MixError, SourceError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     driver = Driver(url, model=model, max_tokens=max_tokens, temperature=temperature,
@@ -82,7 +86,7 @@ def loadgen(
     what = f"replay of {replay}" if replay else plan.describe()
     typer.echo(f"loadgen → {driver.url} ({driver.model}): {what}; concurrency {concurrency}, "
                f"rate {rate or 'max'}/s, " + (f"{requests} requests" if requests else "")
-               + (f" within {duration:g}s" if duration else ""))
+               + (f" within {duration_s:g}s" if duration_s else ""))
     counter = _Counter()
     started = time.perf_counter()
     results = run_load(spec, source, driver, on_result=counter.add,

@@ -11,7 +11,6 @@ line on stderr, without a traceback, and the command exits with status 2.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -22,6 +21,7 @@ import typer
 from rich.console import Console
 
 from autospec.actor import cli_actor
+from autospec.durations import parse_duration
 from autospec.store.errors import StoreError
 
 if TYPE_CHECKING:
@@ -35,24 +35,6 @@ err = Console(stderr=True)
 UrlOption = typer.Option("--database-url", "--url",
                          help="database URL (default: AUTOSPEC_DATABASE_URL; --url: the same)")
 T = TypeVar("T")
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_duration(text: str, option: str | None = None) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``2w``, ``45s`` → a timedelta longer than 0; else a usage
-    error naming ``option``."""
-    match = _DURATION.match(text)
-    if not match:
-        raise typer.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m, 2w",
-                                 param_hint=option)
-    span = timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
-    if not span:
-        raise typer.BadParameter(f"{text!r}: a duration must be longer than 0",
-                                 param_hint=option)
-    return span
-
-
 @contextmanager
 def _errors() -> Iterator[None]:
     try:

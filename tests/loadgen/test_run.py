@@ -124,6 +124,15 @@ def test_loadgen_cli_writes_json_and_exits_zero(served, tmp_path: Path):
     assert "τ" in result.output and "by segment" in result.output
 
 
+def test_loadgen_cli_duration_takes_a_unit(served):
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["loadgen", "--url", served.url, "--duration", "0.03m",
+                                      "--rate", "2", "--max-tokens", "2"])
+    assert result.exit_code == 0, result.output
+    assert "within 1.8s" in result.output  # 0.03 minutes, not 0.03 seconds
+    assert time.monotonic() - started >= 1.5
+
+
 def test_loadgen_cli_usage_errors_and_unreachable(tmp_path: Path):
     runner = CliRunner()
     bad = runner.invoke(app, ["loadgen", "--mix", "poetry=1"])

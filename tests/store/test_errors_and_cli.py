@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from typer.testing import CliRunner
 
+from autospec.durations import parse_duration
 from autospec.store import db, migrate
-from autospec.store.cli import db_app, parse_duration
+from autospec.store.cli import db_app
 from autospec.store.errors import BadDatabaseURL, DatabaseUnreachable, UnknownRevision
 
 runner = CliRunner()
