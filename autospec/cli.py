@@ -27,6 +27,22 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        print(f"autospec {version('autospec')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(_: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print autospec's version and exit")) -> None:
+    """Keep an LLM's speculative-decoding speculator fitted to the traffic it serves."""
+
+
 app.add_typer(db_app, name="db")
 app.add_typer(bench_app, name="bench")
 app.command("serve")(serve)

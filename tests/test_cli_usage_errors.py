@@ -91,3 +91,10 @@ def test_a_runs_length_takes_a_unit_and_a_bare_number_keeps_the_options_own(
     from autospec.durations import parse_span
 
     assert parse_span(text, "--duration", bare).total_seconds() == seconds
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout == f"autospec {version('autospec')}\n"
