@@ -59,16 +59,17 @@ class UnknownSpeculatorKind(ValueError):
     """A kind not in :data:`KINDS`; the message lists the known ones."""
 
 
+#: the kinds whose declaration has been read (or a test registered), by name
+_LOADED: dict[str, Kind] = {}
+
+
 class _Kinds(Mapping[str, "Kind"]):
     """Name → :class:`Kind` of every listed kind, each module imported on first access."""
 
-    def __init__(self) -> None:
-        self._loaded: dict[str, Kind] = {}
-
     def __getitem__(self, name: str) -> Kind:
-        if name not in self._loaded:
-            self._loaded[name] = _load(name, LISTED[name])  # KeyError: not listed
-        return self._loaded[name]
+        if name not in _LOADED:
+            _LOADED[name] = _load(name, LISTED[name])  # KeyError: not listed
+        return _LOADED[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(LISTED)
@@ -115,13 +116,13 @@ def registered(entry: Kind, summary: str) -> Iterator[Kind]:
     """``entry`` in :data:`KINDS` for the block's duration (a kind defined by a test)."""
     if entry.name in LISTED:
         raise ValueError(f"kind {entry.name!r} is already registered")
-    KINDS._loaded[entry.name] = entry  # type: ignore[attr-defined]  # before it is listed
+    _LOADED[entry.name] = entry  # before it is listed: a reader never imports "(registered)"
     LISTED[entry.name] = Listed("(registered)", summary, trainable=entry.trainable)
     try:
         yield entry
     finally:
         del LISTED[entry.name]
-        KINDS._loaded.pop(entry.name, None)  # type: ignore[attr-defined]
+        del _LOADED[entry.name]
 
 
 def parse_config(data: dict[str, Any]) -> KindConfig:
