@@ -83,7 +83,7 @@ def resolve(db: Engine, *, deployment: str, target: str | None = None,
     A target given explicitly is loaded as given and checked by :func:`check_target`.
     """
     if dtype is not None:
-        targets.pick_dtype(dtype, torch.device("cpu"))  # an unknown name: TargetLoadError
+        targets.check_dtype(dtype)  # an unknown name: TargetLoadError
     rec = served(db, deployment=deployment)
     if dtype not in (None, AUTO) and rec.recorded and dtype != rec.dtype:
         raise NumericsMismatch(

@@ -120,12 +120,10 @@ def demo(
 def _check_target(target: str, dtype: str) -> None:
     """``--target`` names a target and ``--dtype`` is one the replicas take, before Ray
     starts (exit 2 if not)."""
-    import torch
-
-    from autospec.engine.target import TargetLoadError, check_spec, pick_dtype
+    from autospec.engine.target import TargetLoadError, check_dtype, check_spec
 
     try:
-        pick_dtype(dtype, torch.device("cpu"))
+        check_dtype(dtype)
     except TargetLoadError as exc:
         raise typer.BadParameter(str(exc), param_hint="--dtype") from None
     try:

@@ -188,13 +188,21 @@ def pick_device(device: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def check_dtype(dtype: str) -> None:
+    """Refuse (:class:`TargetLoadError`) a name ``--dtype`` does not take: float32, bfloat16
+    or auto."""
+    if dtype not in _DTYPES and dtype != "auto":
+        raise TargetLoadError(f"unknown dtype {dtype!r}: use float32, bfloat16 or auto")
+
+
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """``float32`` / ``bfloat16``, or ``auto``: bfloat16 on CUDA and on CPUs with native bf16."""
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-    if dtype in table:
-        return table[dtype]
-    if dtype != "auto":
-        raise TargetLoadError(f"unknown dtype {dtype!r}: use float32, bfloat16 or auto")
+    check_dtype(dtype)
+    if dtype in _DTYPES:
+        return _DTYPES[dtype]
     if device.type == "cuda":
         return torch.bfloat16
     return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
