@@ -227,12 +227,11 @@ def _check_choices(*, loss: str, precision: str) -> None:
     """--loss and --precision, which a run reads only after its features (minutes in)."""
     from autospec.speculators.training import LOSSES
     from autospec.train.errors import TrainingInputError
-    from autospec.train.loop import PRECISIONS
+    from autospec.train.loop import check_precision
 
     if loss not in LOSSES:
         raise TrainingInputError(f"--loss must be one of {', '.join(LOSSES)}, got {loss!r}")
-    if precision not in ("auto", *PRECISIONS):
-        raise TrainingInputError(f"--precision must be auto, fp32 or bf16, got {precision!r}")
+    check_precision(precision, "--precision")
 
 
 def _run(request: TrainRequest, *, database_url: str | None, address: str | None,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from autospec.train.errors import TrainingStopped
+from autospec.train.errors import TrainingInputError, TrainingStopped
 from autospec.train.features import FeatureCache
 
 log = logging.getLogger(__name__)
@@ -210,6 +210,13 @@ class _Clock:
 
 #: the loop's numerics (a request's ``auto`` is resolved to one of them before the loop)
 PRECISIONS = ("fp32", "bf16")
+
+
+def check_precision(precision: str, name: str = "precision") -> None:
+    """Refuse (:class:`TrainingInputError`, naming ``name``) a request's precision other
+    than auto, fp32 or bf16."""
+    if precision not in ("auto", *PRECISIONS):
+        raise TrainingInputError(f"{name} must be auto, fp32 or bf16, got {precision!r}")
 
 
 def _autocast(precision: str, device: torch.device):

@@ -71,10 +71,10 @@ from autospec.train.data import (
     mix_synthetic,
 )
 from autospec.train.dead_runs import sweep_dead_runs, this_process
-from autospec.train.errors import IncumbentMismatch, TrainingInputError, TrainingStopped
+from autospec.train.errors import IncumbentMismatch, TrainingStopped
 from autospec.train.features import FeatureCache, cached_extract
 from autospec.train.kinds import TraineeOptions, gradient, training_of
-from autospec.train.loop import PRECISIONS, LoopConfig, LoopState, StepMetrics, evaluate, train_loop
+from autospec.train.loop import LoopConfig, LoopState, StepMetrics, evaluate, train_loop
 from autospec.train.partials import partial_dir
 from autospec.versions import VersionLoadError, load_speculator_version
 
@@ -312,9 +312,9 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
 def resolve_precision(precision: str, target: Target) -> str:
     """``auto`` -> ``bf16`` on CUDA and on CPUs with native bfloat16, else ``fp32``."""
     from autospec.engine.target import pick_dtype
+    from autospec.train.loop import check_precision
 
-    if precision not in ("auto", *PRECISIONS):
-        raise TrainingInputError(f"precision must be auto, fp32 or bf16, got {precision!r}")
+    check_precision(precision)
     if precision != "auto":
         return precision
     return "bf16" if pick_dtype("auto", target.device) == torch.bfloat16 else "fp32"
