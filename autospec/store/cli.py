@@ -136,12 +136,12 @@ def purge(
         out.print_json(json.dumps({"rows": count, "older_than": older_than,
                                    "text_only": text_only, "dry_run": dry_run}))
         return
-    what = "strip" if text_only else "delete"
+    verb, done = ("strip", "stripped") if text_only else ("delete", "deleted")
     if dry_run:
-        out.print(f"would {what} {count} requests older than {older_than} (dry run: nothing "
+        out.print(f"would {verb} {count} requests older than {older_than} (dry run: nothing "
                   "changed)")
     else:
-        out.print(f"{what}{'ped' if text_only else 'd'} {count} requests older than {older_than}")
+        out.print(f"{done} {count} requests older than {older_than}")
 
 
 def _purge(url: str | None, age: timedelta, *, text_only: bool, dry_run: bool, reason: str,
