@@ -226,6 +226,41 @@ def test_an_operators_reads_run_without_torch(tmp_path: Path) -> None:
         "exit 0"] * 6, done.stdout[-3000:]
 
 
+VLLM_SEGMENT_STATUS = """
+import typer
+from autospec.cli import app
+from autospec import store
+
+root = typer.main.get_command(app)
+root.main(["db", "upgrade"], prog_name="autospec", standalone_mode=False)
+with store.session_scope(store.make_engine()) as session:
+    for version in ("idx-dep", "idx-seg"):
+        store.register_speculator(session, version=version, kind="suffix", target_id="t",
+                                  artifact_uri=f"/nowhere/{version}", sha256="0" * 64,
+                                  verify=False)
+    store.record_deployment(session, name="default", target="t", target_id="t",
+                            target_revision="r", dtype="float32", actor="replica",
+                            engine="vllm")
+for args in (["promote", "idx-dep", "--force", "--reason", "r"],
+             ["promote", "idx-seg", "--segment", "alpha", "--force", "--reason", "r"],
+             ["status"]):
+    print("exit", root.main(args, prog_name="autospec", standalone_mode=False) or 0)
+"""
+
+
+def test_status_of_a_vllm_deployment_with_segment_versions_runs_without_torch(
+        tmp_path: Path) -> None:
+    """Whether vLLM drafts a segment with its own version is read from the registry's line
+    of the kind, not from its module (which imports torch)."""
+    done = subprocess.run([sys.executable, "-c", TORCH_BLOCKER + VLLM_SEGMENT_STATUS],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AUTOSPEC_DATA_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [line for line in done.stdout.splitlines() if line.startswith("exit")] == [
+        "exit 0"] * 3, done.stdout[-3000:]
+    assert "alpha" in done.stdout and "idx-seg" in done.stdout
+
+
 if __name__ == "__main__":
     graph = import_graph()
     packages = package_graph(graph)

@@ -3,10 +3,11 @@
 Each kind's module declares a :class:`~autospec.speculators.kind.Kind` (``KIND``): its
 config model, its speculator class, how it trains, how vLLM serves it. The registry lists
 each kind once, in a :class:`Listed` line: the module that declares it, its one-line summary
-(CLI help) and whether it trains. Everything that depends on the kinds reads it from here:
-config parsing (:func:`parse_config`), building (:func:`build_speculator`,
-:func:`new_speculator`), training (:func:`trainable_kinds`), export and vLLM serving
-(:func:`vllm_refusal`, :func:`vllm_overrides`), the CLI's choices.
+(CLI help), whether it trains and whether one vLLM engine drafts segments with versions of
+it (what ``status`` and the controller ask without loading the kind). Everything that
+depends on the kinds reads it from here: config parsing (:func:`parse_config`), building
+(:func:`build_speculator`, :func:`new_speculator`), training (:func:`trainable_kinds`),
+export and vLLM serving (:func:`vllm_refusal`, :func:`vllm_overrides`), the CLI's choices.
 
 A kind's module is imported the first time its declaration is asked for (:func:`kind`, or
 reading :data:`KINDS`' values), not when the registry is: the kinds' modules import torch,
@@ -37,6 +38,9 @@ class Listed:
     module: str  # declares ``KIND``
     summary: str  # one line, for CLI help
     trainable: bool  # ``KIND.training`` is not None (checked when the module loads)
+    #: one vLLM engine holds several versions of the kind, drafting each request with the one
+    #: it names (``KIND.vllm.per_request_versions``, checked when the module loads)
+    vllm_per_request: bool = False
 
 
 #: the kinds, in the order the CLI lists them
@@ -45,7 +49,7 @@ LISTED: dict[str, Listed] = {
                     "prompt lookup over the request itself (no training)", trainable=False),
     "suffix": Listed("autospec.speculators.suffix",
                      "the most frequent continuation in past traffic, an index rebuilt in "
-                     "seconds", trainable=True),
+                     "seconds", trainable=True, vllm_per_request=True),
     "draft": Listed("autospec.speculators.draft",
                     "a small causal LM on the target's vocabulary, distilled from the target",
                     trainable=True),
@@ -80,11 +84,17 @@ class _Kinds(Mapping[str, "Kind"]):
 
 def _load(name: str, listed: Listed) -> Kind:
     entry: Kind = importlib.import_module(listed.module).KIND
-    if entry.name != name or entry.trainable != listed.trainable:
-        raise RuntimeError(f"{listed.module}.KIND ({entry.name!r}, trainable="
-                           f"{entry.trainable}) does not match its registry line ({name!r}, "
-                           f"trainable={listed.trainable})")
+    declared = _line(entry, listed.summary, listed.module)
+    if entry.name != name or declared != listed:
+        raise RuntimeError(f"{listed.module}.KIND ({entry.name!r}, {declared}) does not match "
+                           f"its registry line ({name!r}, {listed})")
     return entry
+
+
+def _line(entry: Kind, summary: str, module: str) -> Listed:
+    """The registry line ``entry`` declares (its summary and module as given)."""
+    per_request = entry.vllm is not None and entry.vllm.per_request_versions
+    return Listed(module, summary, trainable=entry.trainable, vllm_per_request=per_request)
 
 
 #: every kind, by name (a read-only mapping; a kind's module loads when its value is read)
@@ -117,7 +127,7 @@ def registered(entry: Kind, summary: str) -> Iterator[Kind]:
     if entry.name in LISTED:
         raise ValueError(f"kind {entry.name!r} is already registered")
     _LOADED[entry.name] = entry  # before it is listed: a reader never imports "(registered)"
-    LISTED[entry.name] = Listed("(registered)", summary, trainable=entry.trainable)
+    LISTED[entry.name] = _line(entry, summary, "(registered)")
     try:
         yield entry
     finally:
@@ -180,9 +190,10 @@ def vllm_seeded(name: str) -> bool:
 
 def vllm_per_request(name: str | None) -> bool:
     """Whether vLLM's proposer for ``name`` versions holds several at once, drafting each
-    request with the one it names (so a segment can have a version of its own on vLLM)."""
-    entry = KINDS.get(name or "")
-    return entry is not None and entry.vllm is not None and entry.vllm.per_request_versions
+    request with the one it names (so a segment can have a version of its own on vLLM); read
+    from the registry line, so without importing the kind (or torch)."""
+    listed = LISTED.get(name or "")
+    return listed is not None and listed.vllm_per_request
 
 
 def target_arch_hints(target: Target) -> dict[str, Any]:

@@ -71,6 +71,20 @@ def test_a_registry_line_that_disagrees_with_its_module_is_an_error() -> None:
         _load("ngram", Listed("autospec.speculators.ngram", "x", trainable=True))
     with pytest.raises(RuntimeError, match="does not match"):
         _load("suffix", Listed("autospec.speculators.ngram", "x", trainable=False))
+    with pytest.raises(RuntimeError, match="vllm_per_request=False"):
+        _load("suffix", Listed("autospec.speculators.suffix", "x", trainable=True))
+    assert _load("suffix", LISTED["suffix"]).vllm.per_request_versions
+
+
+def test_the_registry_says_which_kinds_a_vllm_engine_holds_per_segment() -> None:
+    """From the registry line, checked against each kind's declaration when it loads."""
+    from autospec.speculators.registry import vllm_per_request
+
+    assert [name for name in LISTED if vllm_per_request(name)] == ["suffix"]
+    assert all(vllm_per_request(name) == (KINDS[name].vllm is not None
+                                          and KINDS[name].vllm.per_request_versions)
+               for name in LISTED)
+    assert not vllm_per_request(None) and not vllm_per_request("nope")
 
 
 @pytest.mark.parametrize(
