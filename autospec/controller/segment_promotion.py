@@ -31,12 +31,15 @@ not re-applied per segment: the segment's own CI on real traffic is the evidence
 segment of the window gets an entry in the cycle record (``segments``): ``promoted``,
 ``follows`` (the deployment's winner serves it), ``kept`` (no candidate wins it),
 ``stale`` (its serving version moved during the cycle to one not evaluated) or
-``too_few`` requests. This module knows nothing of training or scheduling.
+``too_few`` requests. A segment whose name no pointer can take (rows logged before the
+segment header took only the store's names) is ``kept``, its reason saying so. This module
+knows nothing of training or scheduling.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -49,6 +52,7 @@ from autospec.controller.policy import Policy
 from autospec.controller.result import CycleResult
 from autospec.controller.segment_watch import vllm_segment_refusal
 from autospec.evaluate.compare import Evaluation, SegmentResult
+from autospec.serve.segments import SEGMENT_NAME
 from autospec.store.models import BUILTIN_VERSION
 
 log = logging.getLogger(__name__)
@@ -117,7 +121,11 @@ def plan(session: Session, *, policy: Policy, candidates: list[Candidate],
     for name, n in sorted(sizes.items()):
         serving = own.get(name, follows)
         outcome = SegmentOutcome(name, n, serving, "too_few", own_pointer=name in own)
-        if n >= policy.promotion.per_segment.min_requests:
+        if not re.match(SEGMENT_NAME, name):  # logged before the header took store names
+            outcome.action = "kept"
+            outcome.reason = (f"{name!r} cannot name a pointer (1-64 letters, digits, '.', "
+                              "'_' or '-'); its requests count for the deployment only")
+        elif n >= policy.promotion.per_segment.min_requests:
             _decide(outcome, evaluated, policy, best)
             why = None if engine != "vllm" or outcome.action != "promoted" else \
                 vllm_segment_refusal(session, deployment=policy.deployment,

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import safetensors.torch
 import torch
+from jinja2 import TemplateError
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
@@ -81,6 +82,10 @@ class KVCache:
                 layer.keys[:, :, start : start + m] = layer.keys[:, :, index]
                 layer.values[:, :, start : start + m] = layer.values[:, :, index]
         self.crop(start + m)
+
+
+class ChatTemplateError(ValueError):
+    """The target's chat template raised on a conversation (a client's error, not ours)."""
 
 
 @dataclass
@@ -152,10 +157,16 @@ class Target:
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        """Token ids of a chat, with the target's chat template and the assistant turn open."""
-        ids = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
+        """Token ids of a chat, with the target's chat template and the assistant turn open;
+        :class:`ChatTemplateError` (a ``ValueError``) where the template refuses the messages
+        (``raise_exception('Conversation roles must alternate …')`` in many templates)."""
+        try:
+            ids = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        except TemplateError as exc:
+            raise ChatTemplateError(f"the model's chat template refused these messages: "
+                                    f"{exc}") from None
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return list(ids)

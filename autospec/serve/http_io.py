@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -23,14 +24,16 @@ from autospec.engine.stats import RequestStats
 from autospec.serve.errors import APIError, validation_error
 from autospec.serve.requests import Prepared, RequestContext, Served, Streamed
 from autospec.serve.schemas import AutospecInfo, Usage
-from autospec.serve.segments import SEGMENT_HEADER, SegmentRule, rule_segment
+from autospec.serve.segments import SEGMENT_HEADER, SEGMENT_NAME, SegmentRule, rule_segment
 
 VERSION_HEADER = "x-autospec-speculator"
 DRAFTED_BY_HEADER = "x-autospec-drafted-by"
 LOG_HEADER = "x-autospec-log"
 REPLICA_HEADER = "x-autospec-replica"
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
-_OFF = {"off", "0", "false", "no"}
+#: a segment is named as the store names it (a header's segment becomes a pointer's name)
+_SEGMENT = re.compile(SEGMENT_NAME)
+_OFF = ("off", "0", "false", "no")
+_ON = ("on", "1", "true", "yes")
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -122,13 +125,23 @@ def context(request: Request, route: str, body: Mapping[str, Any] | None = None,
         segment = rule_segment(rules, headers=request.headers, body=body or {}) or route
     segment = segment.strip()
     if not _SEGMENT.match(segment):
-        raise APIError(400, f"{SEGMENT_HEADER} must be 1-64 letters, digits or ._:/- "
+        raise APIError(400, f"{SEGMENT_HEADER} must be 1-64 letters, digits or ._- "
                        f"starting with a letter or digit", param=SEGMENT_HEADER,
                        code="invalid_header")
-    log_text = request.headers.get(LOG_HEADER, "on").strip().lower() not in _OFF
+    log_text = _log_choice(request.headers.get(LOG_HEADER, "on"))
     user = (body or {}).get("user")
     return RequestContext(route=route, segment=segment, log_text=log_text,
                           user=user if isinstance(user, str) and user else None)
+
+
+def _log_choice(value: str) -> bool:
+    """Whether to keep the request's text, from ``x-autospec-log``; a value that is neither
+    on nor off is refused rather than read as on (a mistyped opt-out must not store text)."""
+    choice = value.strip().lower()
+    if choice not in _ON + _OFF:
+        raise APIError(400, f"{LOG_HEADER} must be one of {', '.join(_ON + _OFF)}, got "
+                       f"{value.strip()[:40]!r}", param=LOG_HEADER, code="invalid_header")
+    return choice in _ON
 
 
 def validated(data: dict[str, Any], model: type[M]) -> M:
@@ -148,7 +161,7 @@ async def read_object(request: Request, limit: int) -> dict[str, Any]:
         raise APIError(400, f"request body is not valid UTF-8 ({exc.reason} at byte "
                        f"{exc.start})", code="invalid_encoding") from None
     try:
-        data = json.loads(text, parse_constant=_no_constants)
+        data = json.loads(text, parse_constant=_no_constants, parse_float=_finite)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise APIError(400, f"request body is not valid JSON: {exc}",
                        code="invalid_json") from None
@@ -181,6 +194,16 @@ def _too_large(limit: int) -> APIError:
 def _no_constants(name: str) -> Any:
     raise APIError(400, f"request body is not valid JSON: {name} is not a number",
                    code="invalid_json")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float; one too large for a float (``1e400``) is refused, as
+    ``Infinity`` is, rather than read as infinite."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise APIError(400, f"request body is not valid JSON: {text[:40]} is out of range "
+                       "for a number", code="invalid_json")
+    return value
 
 
 def _check_unicode(value: Any) -> None:

@@ -161,7 +161,7 @@ class _Request(BaseModel):
     def _bias(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         """OpenAI's form: token ids (as strings) to a bias in [-100, 100]."""
         for key, bias in (value or {}).items():
-            if not key.isdigit():
+            if not (key.isascii() and key.isdigit()):
                 raise ValueError(f"keys must be token ids, got {key!r}")
             if isinstance(bias, bool) or not isinstance(bias, (int, float)) \
                     or not -100 <= bias <= 100:
@@ -177,6 +177,11 @@ class _Request(BaseModel):
     def wanted_logprobs(self) -> int | None:
         """Alternatives per token the client wants (0: the chosen token's only; None: none)."""
         return None
+
+    @property
+    def max_tokens_field(self) -> str:
+        """The field the request's token limit came from (what an error about it names)."""
+        return "max_tokens"
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -287,6 +292,10 @@ class ChatCompletionRequest(_Request):
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None \
             else self.max_tokens
+
+    @property
+    def max_tokens_field(self) -> str:
+        return "max_tokens" if self.max_completion_tokens is None else "max_completion_tokens"
 
     def chat(self) -> list[dict[str, str]]:
         return [{"role": m.role, "content": m.text()} for m in self.messages]

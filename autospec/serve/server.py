@@ -54,7 +54,7 @@ from typing import Any, Protocol, cast
 from autospec import store
 from autospec.engine.choice import AUTO, check_vllm_installed, resolve_engine
 from autospec.engine.sampling import SamplingParams
-from autospec.engine.target import Target, load_target
+from autospec.engine.target import ChatTemplateError, Target, load_target
 from autospec.numerics import record_served
 from autospec.serve.bands import drafted_fewer
 from autospec.serve.config import HOLDOUT_ON_VLLM, OFF_VERSION, ServeConfig
@@ -214,7 +214,10 @@ class LLMServer:
             ids = self.target.encode_chat(req.chat())
             return ids, self.target.tokenizer.decode(ids)
 
-        ids, text = await asyncio.to_thread(render)
+        try:
+            ids, text = await asyncio.to_thread(render)
+        except ChatTemplateError as exc:
+            raise APIError(400, str(exc), param="messages", code="invalid_value") from None
         return self._bind(ctx, ids, text, req, req.requested_max_tokens)
 
     def _check_model(self, model: str | None) -> None:
@@ -267,8 +270,9 @@ class LLMServer:
             room = self.target.info.max_position_embeddings - n_prompt - version.engine.k
             max_tokens = max(1, min(self.config.default_max_tokens, room))
         if not 1 <= max_tokens <= limit:
-            raise APIError(400, f"max_tokens must be between 1 and {limit}, got {max_tokens}",
-                           param="max_tokens", code="invalid_value")
+            field = req.max_tokens_field
+            raise APIError(400, f"{field} must be between 1 and {limit}, got {max_tokens}",
+                           param=field, code="invalid_value")
         temperature = 0.0 if req.temperature < _GREEDY_BELOW else req.temperature
         return SamplingParams(max_new_tokens=max_tokens, temperature=temperature,
                               top_k=max(0, req.top_k), top_p=req.top_p,

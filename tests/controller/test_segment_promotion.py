@@ -225,3 +225,33 @@ def test_segment_results_compare_the_candidate_with_every_other_version() -> Non
     assert set(json.deltas) == {"inc", "old"} and json.delta == json.deltas["inc"]
     assert json.deltas["inc"].low > 0 > json.deltas["old"].high  # beats inc, loses to old
     assert set(json.speedup) == {"c2", "inc", "old"}
+
+
+def test_a_segment_logged_under_a_name_no_pointer_takes_is_kept_not_promoted(
+        engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Rows logged before the segment header took only store names ('team/json') stay in
+    the deployment's evaluation; the cycle names them and promotes the rest, instead of
+    failing its whole conclusion on the pointer's name."""
+    _registered(engine, tmp_path, "inc", "c1", "c2")
+    policy = fast_policy(promotion={"per_segment": {"enabled": True, "min_requests": 10}})
+    sizes = {"team/json": 40, "chat": 40}
+    rates = {v: {"team/json": r["json"], "chat": r["chat"]} for v, r in RATES.items()}
+    c1, c2 = (_candidate("c1", rates, sizes, promote=True), _candidate("c2", rates, sizes))
+    result = CycleResult("failed", cycle_id="cyc", window_key="default/9/85")
+    with store.session_scope(engine) as s:
+        outcomes = _by_segment(plan(s, policy=policy, candidates=[c1, c2], best=c1))
+        assert outcomes["team/json"].action == "kept"
+        assert "cannot name a pointer" in outcomes["team/json"].reason
+        assert outcomes["chat"].action == "follows"
+        assert apply(s, list(outcomes.values()), policy=policy, actor="ctl", result=result,
+                     token=3) == set()
+
+
+def test_the_segment_header_and_rules_name_segments_as_the_store_does() -> None:
+    import re
+
+    from autospec.serve.segments import SEGMENT_NAME
+    from autospec.store.registry import _NAME
+
+    assert _NAME.pattern == SEGMENT_NAME
+    assert not re.match(SEGMENT_NAME, "team/json") and re.match(SEGMENT_NAME, "team-json")

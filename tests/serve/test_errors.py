@@ -47,6 +47,8 @@ def _assert_error(r, status: int, param: str | None = None) -> dict:  # type: ig
     (b'{"prompt": "hi", "logprobs": 6}', 400, "logprobs"),
     (b'{"prompt": "hi", "n": 2, "stream": true}', 400, None),
     (b'{"prompt": "hi", "seed": 1e400}', 400, None),
+    (b'{"prompt": "hi", "temperature": 1e400}', 400, None),
+    (b'{"prompt": "hi", "logit_bias": {"\\u00b2": 1}}', 400, "logit_bias"),
     (b'{"prompt": "hi", "seed": 999999999999999999999999999999}', 400, "seed"),
     (b'{"prompt": [99999999]}', 400, "prompt"),
     (b'{"prompt": []}', 400, None),
@@ -72,7 +74,10 @@ def test_a_validators_message_is_given_without_pydantics_prefix(client):
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
     ({"messages": "hello"}, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0},
-     "max_tokens"),
+     "max_completion_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 100000},
+     "max_completion_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, None),
     ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, None),
@@ -98,6 +103,52 @@ def test_oversized_body_and_bad_headers(client, server):
     _assert_error(client.post("/v1/completions", json=OK,
                               headers={"x-autospec-segment": "bad segment!"}), 400,
                   "x-autospec-segment")
+
+
+@pytest.mark.parametrize("headers, param", [
+    ({"x-autospec-segment": "team/json"}, "x-autospec-segment"),  # no pointer could take it
+    ({"x-autospec-segment": "a:b"}, "x-autospec-segment"),
+    ({"x-autospec-log": "disabled"}, "x-autospec-log"),  # a mistyped opt-out keeps no text
+    ({"x-autospec-log": "of"}, "x-autospec-log"),
+])
+def test_autospec_headers_a_pointer_or_the_opt_out_cannot_read_are_refused(
+        client, server, db, headers, param):
+    err = _assert_error(client.post("/v1/completions", json=OK, headers=headers), 400, param)
+    assert err["code"] == "invalid_header"
+    assert _rows(server, db) == 0  # refused before anything is served or stored
+
+
+@pytest.mark.parametrize("value", ["off", "OFF", "no", "0", "false", "on", "yes", "1", "true"])
+def test_the_log_header_takes_each_documented_value(client, value):
+    assert client.post("/v1/completions", json=OK,
+                       headers={"x-autospec-log": value}).status_code == 200
+
+
+def _rows(server, db) -> int:  # type: ignore[no-untyped-def]
+    from sqlalchemy import func, select
+
+    from autospec import store
+    from autospec.store.models import Request
+
+    assert server.writer.flush(10)
+    with store.session_scope(db, readonly=True) as s:
+        return s.scalar(select(func.count()).select_from(Request))
+
+
+def test_a_chat_the_models_template_refuses_is_a_400_naming_messages(client, server,
+                                                                        monkeypatch):
+    """A template's ``raise_exception`` (roles must alternate, no system role, …) is the
+    client's error, as vLLM answers it, not a 500."""
+    template = ("{% if messages[0]['role'] == 'system' %}"
+                "{{ raise_exception('System role not supported') }}{% endif %}"
+                "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    monkeypatch.setattr(server.target.tokenizer, "chat_template", template)
+    body = {"messages": [{"role": "system", "content": "be brief"},
+                         {"role": "user", "content": "hi"}], "max_tokens": 2}
+    err = _assert_error(client.post("/v1/chat/completions", json=body), 400, "messages")
+    assert "System role not supported" in err["message"]
+    assert client.post("/v1/chat/completions", json={
+        "messages": body["messages"][1:], "max_tokens": 2}).status_code == 200
 
 
 def test_unknown_route_and_method(client):
