@@ -102,6 +102,17 @@ def notes(session: Session, *, deployment: str, type_: str,
     return [e for e in events if (e.details or {}).get("type") == type_]
 
 
+def has_canary_verdict(session: Session, *, deployment: str, move: Event) -> bool:
+    """Whether a canary note judged pointer move ``move``: read forwards from the move, so
+    a verdict is found however many notes came after it (a verdict once given is final)."""
+    query = (select(Event).where(Event.kind == "note", Event.deployment == deployment,
+                                 Event.created_at >= move.created_at)
+             .order_by(Event.created_at, Event.id).execution_options(yield_per=200))
+    return any((e.details or {}).get("type") == "canary"
+               and e.details.get("promotion_event") == move.id
+               for e in session.scalars(query))
+
+
 def cycles(session: Session, *, deployment: str, limit: int = 20) -> list[CycleRecord]:
     """Recent cycles, newest first, each with its end record when it has one."""
     events = store.list_events(session, kinds=["note"], deployment=deployment, limit=_SCAN)

@@ -57,8 +57,7 @@ def canary_open(session: Session, *, deployment: str, move: Any | None) -> bool:
                              segment=(move.details or {}).get("segment"))
     if pointer is None or pointer.version != move.version:
         return False
-    return not any(e.details.get("promotion_event") == move.id
-                   for e in records.notes(session, deployment=deployment, type_="canary"))
+    return not records.has_canary_verdict(session, deployment=deployment, move=move)
 
 
 def serves_on_vllm(session: Session, deployment: str) -> bool:

@@ -135,6 +135,27 @@ def test_a_segment_canary_within_tolerance_passes(engine, tmp_path) -> None:  # 
     assert _json_pointer(engine) == "seg"
 
 
+def test_a_canary_verdict_stays_final_however_many_notes_follow_it(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A passed canary is not reopened (and its version not judged again against an old
+    shadow τ) when months of cycle notes push its verdict out of the newest few hundred."""
+    with store.session_scope(engine) as s:
+        for v in ("inc", "new"):
+            register(s, tmp_path, v)
+        store.set_live(s, version="inc", actor="t", reason="deployment")
+        store.set_live(s, version="new", actor="controller", reason="cycle",
+                       details={"shadow_tau": 2.0})
+    with store.session_scope(engine) as s:
+        assert pending_canary(s, deployment="default").version == "new"
+        records.note(s, type_="canary", actor="controller", deployment="default",
+                     version="new", promotion_event=pending_canary(
+                         s, deployment="default").id, verdict="passed")
+        for i in range(records._SCAN + 20):  # rejected cycles' notes, newer than the verdict
+            records.note(s, type_="cycle", actor="controller", deployment="default",
+                         cycle_id=f"c{i}", outcome="rejected")
+    with store.session_scope(engine, readonly=True) as s:
+        assert pending_canary(s, deployment="default") is None
+
+
 def test_a_segment_move_does_not_hide_the_deployments_canary(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     with store.session_scope(engine) as s:
         for v in ("inc", "seg"):
