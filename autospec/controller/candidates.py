@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autospec.controller.result import CycleFailed
+
 if TYPE_CHECKING:
     from autospec.evaluate.compare import Evaluation
 
@@ -43,6 +45,17 @@ class Candidate:
             self.speedup_measured = measured.get(self.version)
             self.incumbent_speedup_measured = measured.get(incumbent)
         self.promote, self.reasons = report.decision.promote, list(report.decision.reasons)
+
+
+def check_evaluated(candidates: list[Candidate]) -> None:
+    """:class:`CycleFailed` when no candidate's evaluation ran: the cause is then likely
+    common to all (the incumbent or a segment's version would not load, the speed
+    measurement's engine failed), not the candidates', so the cycle fails, keeping its
+    window for the next one, and no candidate is rejected for it. Where one ran, another's
+    failure was its own (it is rejected with the reason)."""
+    if candidates and all(c.evaluation is None for c in candidates):
+        raise CycleFailed("no candidate could be evaluated: "
+                          + "; ".join(f"{c.version}: {r}" for c in candidates for r in c.reasons))
 
 
 def best_candidate(candidates: list[Candidate]) -> Candidate | None:

@@ -18,8 +18,8 @@
    A candidate warm-started from a *base* head (``autospec pretrain``) brings that base
    along as a candidate of its own (``training.evaluate_base``); a base is never ``rejected``;
 6. shadow-evaluates each candidate against the incumbent (the live version, or the built-in
-   one) and the segment pointers' versions, on the held-out part (recorded; the seconds each
-   stage took go into the cycle record: :mod:`autospec.controller.timings`);
+   one) and the segment pointers' versions, on the held-out part (recorded, with each stage's
+   seconds: :mod:`autospec.controller.timings`); none could be evaluated → ``failed``;
 7. in **one transaction**: checks the fencing token and that the pointer still names the
    incumbent, moves the pointer to the best passing candidate (highest **measured**
    speedup, else the estimated one; then shadow τ; the reason names the evaluation and both
@@ -46,7 +46,7 @@ from sqlalchemy import Engine
 
 from autospec import numerics, store
 from autospec.controller import records, segment_promotion, timings
-from autospec.controller.candidates import Candidate, best_candidate, speed_text
+from autospec.controller.candidates import Candidate, best_candidate, check_evaluated, speed_text
 from autospec.controller.drills import hold_after_gate
 from autospec.controller.lease import HeldLease, LeaseLost, acquire_with_turn, holder_name
 from autospec.controller.operations import ensure_pointer
@@ -253,6 +253,7 @@ class Controller:
             raise CycleFailed("no candidate could be trained: " + "; ".join(result.reasons))
         for cand in candidates:
             self._evaluate(cand, snap, target, incumbent, result)
+        check_evaluated(candidates)
         self._hook("evaluated")
         hold_after_gate(candidates)
         return self._conclude(lease, result, candidates, incumbent, serving)

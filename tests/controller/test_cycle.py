@@ -170,3 +170,26 @@ def test_the_policys_gpu_switch_reaches_the_ray_train_request(db, tiny, traffic,
     result = Controller(db, policy, tiny).run_cycle()
     assert asked and all(r.use_gpu and r.workers == 2 for r in asked), asked
     assert "no GPU workers in this test" in " ".join(result.reasons)
+
+
+def test_a_cycle_whose_every_evaluation_fails_is_failed_and_keeps_its_window(
+        db, tiny, traffic, monkeypatch) -> None:
+    """An incumbent that will not load (say) fails every candidate's evaluation: the cycle
+    fails (exit 2), no candidate is rejected for it, and the next cycle retries the window."""
+    import autospec.evaluate.run as run
+    from autospec.versions import VersionLoadError
+
+    def broken(**_):  # type: ignore[no-untyped-def]
+        raise VersionLoadError("incumbent-x: artifact checksum mismatch")
+
+    monkeypatch.setattr(run, "evaluate_versions", broken)
+    log_traffic(db, traffic)
+    result = Controller(db, fast_policy(), tiny).run_cycle()
+    assert result.outcome == "failed" and result.exit_code == 2, result.reasons
+    assert "no candidate could be evaluated" in " ".join(result.reasons)
+    assert "checksum mismatch" in " ".join(result.reasons)
+    with store.session_scope(db, readonly=True) as session:
+        states = {s.version: s.state for s in store.list_speculators(session)}
+    assert states and "rejected" not in states.values(), states
+    monkeypatch.undo()
+    assert Controller(db, fast_policy(), tiny).run_cycle().outcome == "promoted"
