@@ -28,6 +28,8 @@ class Candidate:
     #: the whole shadow evaluation (per-segment τ, CIs and speedups), for per-segment
     #: promotion (:mod:`autospec.controller.segment_promotion`); None: it failed
     evaluation: Evaluation | None = None
+    #: its evaluation could not run (an error not of the window: :meth:`evaluation_failed`)
+    unrun: bool = False
 
     @property
     def is_base(self) -> bool:
@@ -46,14 +48,23 @@ class Candidate:
             self.incumbent_speedup_measured = measured.get(incumbent)
         self.promote, self.reasons = report.decision.promote, list(report.decision.reasons)
 
+    def evaluation_failed(self, exc: Exception) -> None:
+        """Its evaluation raised ``exc``: not promoted, the reason kept; ``unrun`` unless
+        every held-out request had been trained on (the window's fault, which another try
+        on it would repeat)."""
+        from autospec.evaluate.run import TrainedOnError
+
+        self.reasons = [f"evaluation failed: {exc}"]
+        self.unrun = not isinstance(exc, TrainedOnError)
+
 
 def check_evaluated(candidates: list[Candidate]) -> None:
-    """:class:`CycleFailed` when no candidate's evaluation ran: the cause is then likely
-    common to all (the incumbent or a segment's version would not load, the speed
+    """:class:`CycleFailed` when no candidate's evaluation could run: the cause is then
+    likely common to all (the incumbent or a segment's version would not load, the speed
     measurement's engine failed), not the candidates', so the cycle fails, keeping its
     window for the next one, and no candidate is rejected for it. Where one ran, another's
     failure was its own (it is rejected with the reason)."""
-    if candidates and all(c.evaluation is None for c in candidates):
+    if candidates and all(c.unrun for c in candidates):
         raise CycleFailed("no candidate could be evaluated: "
                           + "; ".join(f"{c.version}: {r}" for c in candidates for r in c.reasons))
 

@@ -371,7 +371,7 @@ class Controller:
                     serving=serving_load(self.engine, deployment=self.deployment,
                                          engine=served.engine, concurrency=speed.concurrency))
         except (EvaluationError, VersionLoadError) as exc:
-            cand.reasons = [f"evaluation failed: {exc}"]
+            cand.evaluation_failed(exc)
             return
         cand.take(report, incumbent)
         marks.concluded(cand.promote, cand.tau)

@@ -55,6 +55,11 @@ class EvaluationError(ValueError):
     """The evaluation cannot run as asked (no requests, unknown version...)."""
 
 
+class TrainedOnError(EvaluationError):
+    """Every request to evaluate on was trained on by a version evaluated: the window's
+    fault, not the evaluation's (another try on it gives the same answer)."""
+
+
 @dataclass
 class EvaluationReport:
     evaluation: Evaluation

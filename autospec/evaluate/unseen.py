@@ -100,9 +100,9 @@ def unseen(examples: list[TrafficExample], windows: list[TrainedOn]
 def held_out_only(db: Engine, versions: Sequence[str], examples: list[TrafficExample],
                   where: str) -> tuple[list[TrafficExample], dict[str, int], list[TrainedOn]]:
     """:func:`unseen` for ``versions``: the requests kept, how many each version's training
-    took out, and the windows that took them; :class:`EvaluationError` where ``examples``
-    (``where``: "the window '200'", say) held some and none is left."""
-    from autospec.evaluate.run import EvaluationError
+    took out, and the windows that took them; :class:`~autospec.evaluate.run.TrainedOnError`
+    where ``examples`` (``where``: "the window '200'", say) held some and none is left."""
+    from autospec.evaluate.run import TrainedOnError
 
     windows = trained_on(db, versions)
     kept, dropped = unseen(examples, windows)
@@ -111,7 +111,7 @@ def held_out_only(db: Engine, versions: Sequence[str], examples: list[TrafficExa
         log.info("%s: %d of %d requests left out: %s", where, len(examples) - len(kept),
                  len(examples), "; ".join(w.describe() for w in took))
     if examples and not kept:
-        raise EvaluationError(
+        raise TrainedOnError(
             f"every one of the {len(examples)} requests of {where} was trained on by a version "
             f"evaluated ({'; '.join(w.describe() for w in took)}): a replay of them would not "
             f"be held out. Send traffic after the newest training, then evaluate again")
