@@ -146,7 +146,8 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
                                  f"against {current}{on}"  # type: ignore[union-attr]
         kind = "override" if force else "promotion"
         store.set_live(session, version=version, actor=actor, reason=text,
-                       deployment=deployment, segment=segment, kind=kind, details=details)
+                       deployment=deployment, segment=segment, kind=kind, details=details,
+                       rejected_ok=segment is not None and ev is not None)
     return {"kind": kind, "version": version, "from": current, "reason": text,
             "evaluation_id": details.get("evaluation_id"), "deployment": deployment,
             **_named(segment)}

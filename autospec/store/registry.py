@@ -225,9 +225,8 @@ def next_version(session: Session, *, kind: str, now: datetime | None = None) ->
     """The next free version name for ``kind`` today: ``<kind>-<YYYYMMDD>-<NNNN>``."""
     _check_name("kind", kind)
     prefix = f"{kind}-{(now or utcnow()):%Y%m%d}-"
-    names = session.scalars(
-        select(Speculator.version).where(Speculator.version.like(f"{prefix}%"))
-    )
+    names = session.scalars(select(Speculator.version).where(
+        Speculator.version.like(f"{prefix}%")))
     numbers = [int(n[len(prefix):]) for n in names if n[len(prefix):].isdigit()]
     return f"{prefix}{max(numbers, default=0) + 1:04d}"
 
@@ -284,9 +283,10 @@ def set_live(
     segment: str | None = None,
     kind: str = "promotion",
     details: dict[str, Any] | None = None,
+    rejected_ok: bool = False,
 ) -> LivePointer | SegmentPointer:
-    """Make ``version`` live for ``deployment`` — or for one ``segment`` of it — (atomic;
-    previous version remembered)."""
+    """Make ``version`` live for ``deployment`` — or one ``segment`` of it — (atomic; previous
+    version remembered); a ``rejected`` one only as an ``override`` or with ``rejected_ok``."""
     _check_name("deployment", deployment)
     if segment is not None:
         _check_name("segment", segment)
@@ -295,8 +295,9 @@ def set_live(
     if (spec.meta or {}).get("pruned"):
         raise Conflict(f"{version!r} was pruned (its artifact deleted "
                        f"{spec.meta['pruned'].get('at', '')}); it cannot be made live again")
-    if spec.state == "rejected" and kind != "override":
-        raise Conflict(f"{version!r} was rejected; promote it with kind='override' to insist")
+    if spec.state == "rejected" and kind != "override" and not rejected_ok:
+        raise Conflict(f"{version!r} was rejected; `autospec promote --force --reason …` "
+                       "makes it live anyway (an override)")
     return _move(session, _Key(deployment, segment), to=version, actor=actor, reason=reason,
                  kind=kind, details=details)
 

@@ -45,6 +45,24 @@ def cli(engine, db_url, monkeypatch):  # type: ignore[no-untyped-def]
     return invoke
 
 
+def test_a_version_the_gate_rejected_for_the_deployment_may_serve_a_segment_it_won(
+        cli, engine) -> None:
+    """As a cycle marks it when it loses overall (beta regressed) — alpha's own evidence
+    still promotes it there; the deployment's pointer needs --force."""
+    with store.session_scope(engine) as session:
+        store.set_state(session, version="v1", state="rejected", actor="controller",
+                        reason="segment 'beta' regressed")
+    whole = cli("promote", "v1")
+    assert whole.exit_code == 3 and "decided reject" in whole.output
+    with store.session_scope(engine) as session, pytest.raises(store.Conflict, match="--force"):
+        store.set_live(session, version="v1", actor="t", reason="r")
+    moved = cli("promote", "v1", "--segment", "alpha")
+    assert moved.exit_code == 0, moved.output
+    with store.session_scope(engine, readonly=True) as session:
+        assert store.serving_version(session, segment="alpha") == "v1"
+        assert store.serving_version(session) == BUILTIN
+
+
 def test_promote_and_rollback_a_segment(cli) -> None:
     moved = cli("promote", "v1", "--segment", "alpha", "--json")
     assert moved.exit_code == 0, moved.output
