@@ -54,7 +54,7 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy, cycles: i
                 "updated_at": pointer.updated_at if pointer else None,
                 "updated_by": pointer.updated_by if pointer else None,
                 "generation": pointer.generation if pointer else 0}
-        shadow, k = evaluated_tau_k(session, version)
+        shadow, k = evaluated_tau_k(session, version, deployment)
         hour = _tau(session, deployment, version, now - timedelta(hours=1), k)
         day = _tau(session, deployment, version, now - timedelta(days=1), k)
         last_id = records.last_consumed_newest_id(session, deployment=deployment)

@@ -11,6 +11,9 @@ served at least ``canary.requests`` requests since the move, its live τ
 (:func:`autospec.store.rollback`, in the same transaction as the fencing check, a check
 that the pointer still names that version, and the ``canary`` note), the reason giving
 both τ and the request count; otherwise the canary passes. Fewer requests: pending.
+Where segments have pointers naming other versions, the shadow τ it is compared with (here
+and for drift) is the version's τ over the evaluation's other segments only
+(:mod:`autospec.controller.drafted_tau`): their requests are all it drafts.
 Live τ here (canary and drift, deployment and segments) counts only the requests drafted at
 the k the evaluation replayed at: a request a concurrency band drafted fewer tokens for
 (``sampling.banded``, :func:`autospec.serve.bands.drafted_fewer`) has a lower τ by the
@@ -48,6 +51,7 @@ from sqlalchemy.orm import Session
 
 from autospec import store
 from autospec.controller import records
+from autospec.controller.drafted_tau import DraftedTau, drafted_tau
 from autospec.controller.lease import HeldLease
 from autospec.controller.policy import Drift
 from autospec.controller.result import CycleResult
@@ -130,8 +134,11 @@ class Watcher:
         """Pass, roll back or keep pending one promotion's canary (None: the pointer no
         longer names its version)."""
         cp = self.policy.canary
-        version, shadow = promo.version, float(promo.details["shadow_tau"])
-        segment = promo.details.get("segment")
+        version, segment = promo.version, promo.details.get("segment")
+        drafted = DraftedTau(float(promo.details["shadow_tau"])) if segment else drafted_tau(
+            session, deployment=self.deployment, version=version,
+            tau=float(promo.details["shadow_tau"]), evaluation=_evaluation(session, promo))
+        shadow = drafted.tau
         where = f" on segment {segment!r}" if segment else ""
         k = evaluation_k(session, promo.details.get("evaluation_id"))
         stat = (segment_live(session, deployment=self.deployment, version=version,
@@ -147,7 +154,7 @@ class Watcher:
         limit = shadow * (1 - cp.max_shortfall)
         tau_ok = stat.tau >= limit
         reasons = [f"canary of {version}{where}: live τ {stat.tau:.3f} over {stat.requests} "
-                   f"requests vs shadow τ {shadow:.3f} (evaluation "
+                   f"requests vs shadow τ {shadow:.3f}{drafted.note()} (evaluation "
                    f"#{promo.details.get('evaluation_id')}); "
                    f"{'within' if tau_ok else 'below'} the allowed "
                    f"{cp.max_shortfall:.0%} shortfall (τ ≥ {limit:.3f})"]
@@ -202,7 +209,7 @@ class Watcher:
         now = utcnow()
         with store.session_scope(self.controller.engine) as session:
             version = live_or_builtin(session, self.deployment)
-            evaluated, k = evaluated_tau_k(session, version)
+            evaluated, k = evaluated_tau_k(session, version, self.deployment)
             stat = _live(session, self.deployment, version, since=now - dp.window, k=k)
             quiet = _no_drift(version, evaluated, stat, dp, lambda seen: _uncompared(
                 session, self.deployment, version, None, now - dp.window, seen, k))
@@ -260,15 +267,24 @@ def live_or_builtin(session: Session, deployment: str) -> str:
     return pointer.version if pointer else BUILTIN_VERSION
 
 
-def evaluated_tau_k(session: Session, version: str) -> tuple[float | None, int | None]:
-    """τ of ``version`` in the newest evaluation naming it (candidate or incumbent), and the
-    k that evaluation replayed at (None: not recorded)."""
+def evaluated_tau_k(session: Session, version: str,
+                    deployment: str) -> tuple[float | None, int | None]:
+    """τ of ``version`` in the newest evaluation naming it (candidate or incumbent), over
+    the segments it drafts on ``deployment`` now (:func:`drafted_tau`), and the k that
+    evaluation replayed at (None: not recorded)."""
     for ev in store.list_evaluations(session, limit=200):
-        if ev.candidate == version and ev.tau_candidate is not None:
-            return float(ev.tau_candidate), recorded_k(ev)
-        if ev.incumbent == version and ev.tau_incumbent is not None:
-            return float(ev.tau_incumbent), recorded_k(ev)
+        tau = ev.tau_candidate if ev.candidate == version else \
+            ev.tau_incumbent if ev.incumbent == version else None
+        if tau is not None:
+            return drafted_tau(session, deployment=deployment, version=version,
+                               tau=float(tau), evaluation=ev).tau, recorded_k(ev)
     return None, None
+
+
+def _evaluation(session: Session, promo: Any) -> Evaluation | None:
+    """The evaluation a promotion names (None: none, or a name that is not an id)."""
+    evaluation_id = (promo.details or {}).get("evaluation_id")
+    return session.get(Evaluation, evaluation_id) if isinstance(evaluation_id, int) else None
 
 
 def evaluation_k(session: Session, evaluation_id: Any) -> int | None:

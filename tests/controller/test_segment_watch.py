@@ -206,3 +206,44 @@ def test_a_segment_following_the_deployment_drifts_when_per_segment_is_on(engine
     assert quiet.action == "none" and quiet.reasons[0].startswith("no drift check")
     result = Watcher(Controller(engine, fast_policy(), _no_model)).run()
     assert result.action == "drift" and result.segment == "chat" and result.version == "inc"
+
+
+def _pinned_elsewhere(engine, tmp_path: Path) -> Controller:  # type: ignore[no-untyped-def]
+    """Deployment promoted to ``b`` (shadow τ 2.8 over json τ 4.0 and chat τ 1.6, 20
+    held-out requests each) while json's own pointer names ``s``: b drafts chat alone."""
+    with store.session_scope(engine) as s:
+        for v in ("inc", "b", "s"):
+            register(s, tmp_path, v)
+        store.set_live(s, version="inc", actor="t", reason="deployment")
+        store.set_live(s, version="s", actor="op", reason="pin json", segment="json")
+        ev = store.record_evaluation(s, candidate="b", incumbent="inc", decision="promote",
+                                     tau_candidate=2.8, tau_incumbent=2.0, per_segment={
+                                         "segments": {
+                                             "json": {"num_requests": 20, "tau": {"b": 4.0}},
+                                             "chat": {"num_requests": 20, "tau": {"b": 1.6}}}})
+        s.flush()
+        store.set_live(s, version="b", actor="controller", reason="cycle",
+                       details={"shadow_tau": 2.8, "evaluation_id": ev.id})
+    return Controller(engine, fast_policy(), _no_model)
+
+
+def test_the_deployments_canary_compares_with_the_segments_its_version_drafts(
+        engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """json is drafted by its own pointer's version, so b's live τ (chat only) is judged
+    against b's τ on chat (1.6), not over both (2.8: a false rollback)."""
+    controller = _pinned_elsewhere(engine, tmp_path)
+    _rows(engine, "b", "chat", n=10, tau=1.6)
+    result = Watcher(controller).run()
+    assert result.action == "canary_passed", result.reasons
+    assert "shadow τ 1.600 over the segments it drafts (left out: json" in result.reasons[0]
+    with store.session_scope(engine, readonly=True) as s:
+        assert store.get_live(s).version == "b"
+
+
+def test_drift_compares_with_the_segments_the_live_version_drafts(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from autospec.controller.watch import evaluated_tau_k
+
+    _pinned_elsewhere(engine, tmp_path)
+    with store.session_scope(engine, readonly=True) as s:
+        assert evaluated_tau_k(s, "b", "default")[0] == pytest.approx(1.6)
+        assert evaluated_tau_k(s, "b", "elsewhere")[0] == pytest.approx(2.8)  # nothing pinned
