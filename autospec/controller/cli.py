@@ -222,7 +222,7 @@ def versions(
     ctx: typer.Context,
     state: Annotated[str | None, typer.Option(
         help="only this state (candidate, live, retired, rejected, rolled_back)")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="newest N")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=1_000_000, help="newest N")] = 50,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Registered speculator versions, newest first: state, the pointers each is live for
@@ -296,7 +296,7 @@ def versions_prune(
 
 def history(
     deployment: Annotated[str, typer.Option(help="the deployment")] = "default",
-    limit: Annotated[int, typer.Option(min=1, help="newest N events")] = 30,
+    limit: Annotated[int, typer.Option(min=1, max=1_000_000, help="newest N events")] = 30,
     segment: Annotated[str | None, typer.Option(
         help="only this traffic segment's events (its pointer's moves, its load "
         "failures)")] = None,

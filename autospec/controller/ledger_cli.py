@@ -44,6 +44,8 @@ def ledger(
     from autospec.ledger import ledger_for
 
     span, end = parse_duration(period, "--period"), _until(until)  # before the store opens
+    if end is not None and end.year < 1900:  # (and a period back from it may not be a date)
+        raise typer.BadParameter(f"{until!r} is before the store's time", param_hint="--until")
     with _errors():
         data = ledger_for(_db(deployment), deployment=deployment, period=span, until=end)
     if json_out:

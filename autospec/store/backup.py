@@ -8,9 +8,9 @@ from SQLite restores into PostgreSQL and back. A backup is a directory::
     tables/<table>.jsonl     one JSON object a row, primary-key order
     artifacts/<version>/     each registered version's artifact files (manifest included)
 
-Values: ``LargeBinary`` columns (token ids) as base64 strings, timestamps as ISO 8601 UTC,
-JSON columns as JSON, everything else as is. The tables are read in one transaction
-(``REPEATABLE READ`` on PostgreSQL), so the copy is consistent while replicas keep writing.
+Values: ``LargeBinary`` columns (token ids) as base64, timestamps as ISO 8601 UTC, JSON as JSON,
+the rest as is. The tables are read in one transaction (``REPEATABLE READ`` on PostgreSQL),
+so the copy is consistent while replicas keep writing.
 
 :func:`restore` refuses a backup of another revision than this code's head (restore it with
 the autospec that took it, then ``autospec db upgrade``), a target store at another revision,
@@ -168,7 +168,10 @@ def backup(engine: Engine, path: str | Path, *, progress: Progress | None = None
             f"up revision {head!r}; back it up with the autospec that runs against it, or run "
             f"`autospec db upgrade` first")
     partial = dest.with_name(f".{dest.name}.partial-{uuid.uuid4().hex[:8]}")
-    (partial / "tables").mkdir(parents=True)
+    try:
+        (partial / "tables").mkdir(parents=True)
+    except OSError as exc:
+        raise StoreError(f"cannot write a backup under {dest.parent}: {exc.strerror}") from None
     outcome = Outcome(path=str(dest), database=describe(engine.url), revision=head)
     try:
         conn_engine = engine
@@ -209,8 +212,7 @@ def backup(engine: Engine, path: str | Path, *, progress: Progress | None = None
     return outcome
 
 
-def _back_up_artifacts(registered: Sequence[Row], partial: Path,
-                    outcome: Outcome) -> dict[str, dict[str, str]]:
+def _back_up_artifacts(registered: Sequence[Row], partial: Path, outcome: Outcome) -> dict:
     """Copy each registered version's local artifact directory (checked against its
     SHA-256) under ``partial/artifacts``; the index's ``artifacts`` entries. A pruned or
     vanished artifact is listed in ``outcome.missing_artifacts``, a built-in one skipped."""

@@ -107,8 +107,13 @@ def make_engine(
 
 def _ensure_sqlite_dir(url: URL) -> None:
     path = sqlite_file(url)
-    if path is not None:
+    if path is None:
+        return
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a folder should be, no permission, /proc
+        raise BadDatabaseURL(f"cannot use SQLite file {path}: its folder {path.parent} "
+                             f"cannot be created ({exc.strerror or exc})") from None
 
 
 def sqlite_file(url: str | URL | None) -> Path | None:

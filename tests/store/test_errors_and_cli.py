@@ -181,3 +181,44 @@ def test_purge_dry_run_counts_and_changes_nothing(sqlite_url: str) -> None:
         (event,) = registry.list_events(session, kinds=["purge"])
         assert event.details["rows"] == 3
     engine.dispose()
+
+
+@pytest.mark.parametrize("text", ["999999999d", "999999999999w", "36526d"])
+def test_a_duration_past_a_century_is_a_usage_error_not_an_overflow(text: str) -> None:
+    import typer
+
+    with pytest.raises(typer.BadParameter, match="at most a century"):
+        parse_duration(text, "--period")
+    assert parse_duration("36525d") == timedelta(days=36525)
+
+
+def test_a_sqlite_file_whose_folder_cannot_be_made_is_a_store_error(tmp_path) -> None:
+    a_file = tmp_path / "afile"
+    a_file.write_text("not a folder")
+    url = f"sqlite:///{a_file}/autospec.db"
+    with pytest.raises(BadDatabaseURL, match="cannot be created"):
+        db.make_engine(url)
+    result = runner.invoke(db_app, ["upgrade", "--url", url])
+    assert result.exit_code == 2 and "cannot be created" in result.stderr, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_backup_where_nothing_can_be_written_is_a_store_error(sqlite_url, tmp_path) -> None:
+    migrate.upgrade(db.make_engine(sqlite_url))
+    a_file = tmp_path / "afile"
+    a_file.write_text("not a folder")
+    result = runner.invoke(db_app, ["backup", str(a_file / "bk"), "--url", sqlite_url])
+    assert result.exit_code == 2 and "cannot write a backup" in result.stderr, result.output
+
+
+def test_overflowing_reads_are_usage_errors(sqlite_url, monkeypatch) -> None:
+    from autospec.cli import app
+
+    migrate.upgrade(db.make_engine(sqlite_url))
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", sqlite_url)
+    for args, needle in ((["status", "--period", "999999999d"], "at most a century"),
+                         (["ledger", "--until", "0001-01-01T00:00"], "before the store's"),
+                         (["history", "--limit", "99999999999999999999"], "--limit"),
+                         (["db", "purge", "--older-than", "999999999w", "--dry-run"], "century")):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and needle in result.output, (args, result.output)
