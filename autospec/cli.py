@@ -26,6 +26,7 @@ app = typer.Typer(
     help="Keep an LLM's speculative-decoding speculator fitted to the traffic it serves.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command's -h too
 )
 
 

@@ -18,7 +18,7 @@ OUT = ROOT / "docs" / "cli.md"
 HEADER = """# CLI reference
 
 Generated from the commands' `--help` by `python scripts/gen_cli_docs.py`; do not
-edit by hand. Every command also prints this with `--help`.
+edit by hand. Every command also prints this with `--help` (or `-h`).
 """
 
 

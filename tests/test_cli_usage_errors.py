@@ -15,7 +15,12 @@ from autospec.cli import app
     (["loadgen", "--url", "127.0.0.1:8000"], "is not an http:// or https:// URL"),
     (["loadgen", "--timeout", "-1"], "--timeout"),
     (["loadgen", "--json", "/no/such/dir/summary.json"], "/no/such/dir is not a directory"),
-    (["loadgen", "--json", "--per-request"], "got --per-request"),
+    (["loadgen", "--json", "--per-request"], "got '--per-request'"),
+    (["demo", "--json", "--quick"], "'--json': takes the file to write the figures to, got "
+                                    "'--quick'"),  # it had run the full demo
+    (["bench", "decode", "--json", "--dtypes"], "got '--dtypes'"),
+    (["bench", "segments", "--json", "/no/such/dir/s.json"], "/no/such/dir is not a directory"),
+    (["bench", "swap", "--json", "-"], "got '-'"),
     (["serve", "--num-cpus", "-1"], "--num-cpus"),
     (["serve", "--num-gpus", "-2"], "--num-gpus"),
     (["status", "--period", "bogus"], "Invalid value for --period: 'bogus' is not a duration"),
@@ -98,3 +103,16 @@ def test_version_prints_the_installed_version() -> None:
 
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.stdout == f"autospec {version('autospec')}\n"
+
+
+def test_dash_h_is_help_everywhere_and_serve_takes_k_as_the_other_commands_name_it() -> None:
+    """``-h`` as vLLM's and Ray's CLIs take it; ``serve --k`` as ``evaluate``, ``export`` and
+    ``bench`` name the draft length (``--speculator-k`` stays)."""
+    import typer
+
+    for args in (["-h"], ["status", "-h"], ["db", "purge", "-h"], ["bench", "swap", "-h"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0 and "Usage: autospec" in result.output, args
+    serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    (k,) = [p for p in serve.params if p.name == "speculator_k"]
+    assert set(k.opts) == {"--speculator-k", "--k"}

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from autospec.bench.swap_cli import swap as swap_command
+from autospec.json_file import json_file_option
 from autospec.speculators.registry import KINDS
 
 bench_app = typer.Typer(help="Benchmarks (side by side in one process; ratios, not timings).",
@@ -27,7 +28,7 @@ def decode(
         help=f"speculator kinds to run, of: {', '.join(KINDS)}")] = "ngram,draft,eagle3",
     eagle3: Annotated[Path | None, typer.Option(help="an eagle3 checkpoint directory")] = None,
     draft: Annotated[Path | None, typer.Option(help="a draft checkpoint directory")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    json_path: Annotated[Path | None, json_file_option()] = None,
 ) -> None:
     """Compare HF generate, HF prompt lookup, the engine alone and with each speculator."""
     from autospec.bench.decode import run_decode_bench
@@ -48,7 +49,7 @@ def store(
         help="database to measure (default: a temporary SQLite file, and PostgreSQL too when "
         "AUTOSPEC_TEST_POSTGRES_URL is set)")] = None,
     rows: Annotated[int, typer.Option(min=100, help="request rows to ingest")] = 20000,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    json_path: Annotated[Path | None, json_file_option()] = None,
 ) -> None:
     """Rows/s ingested by the traffic writer and the caller-side cost of record()."""
     from autospec.bench.store import main
@@ -70,7 +71,7 @@ def serve(
     short_requests: Annotated[int, typer.Option(
         min=5, help="1-token requests per round and config in the logging phase")] = 40,
     k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    json_path: Annotated[Path | None, json_file_option()] = None,
     engine: Annotated[str | None, typer.Option(
         help="compare serving engines instead, e.g. 'vllm,native': tokens/s per request and "
         "throughput at each --concurrency, speculation on and off")] = None,
@@ -278,7 +279,7 @@ def train(
     other_domain: Annotated[str | None, typer.Option(
         help="also decode --eval-requests prompts of this domain (none of its traffic is "
         "logged or trained on) with ngram and the variants")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    json_path: Annotated[Path | None, json_file_option()] = None,
 ) -> None:
     """Log domain traffic, train each kind on it, measure τ and speed on held-out requests."""
     from pydantic import ValidationError
@@ -337,7 +338,7 @@ def segments(
         min=1, help="torch threads the decodes run on (default: this process's)")] = None,
     workdir: Annotated[Path | None, typer.Option(
         help="where the scratch store and artifacts go")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    json_path: Annotated[Path | None, json_file_option()] = None,
     output: Annotated[Path | None, typer.Option(
         help="write the tables here as markdown")] = None,
 ) -> None:

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from autospec.json_file import json_file_option
+
 
 def swap(
     target: Annotated[str, typer.Option(
@@ -28,7 +30,7 @@ def swap(
         "--segments", help="suffix only: swap a segment's version instead, in a slot of the "
         "running engine's proposer beside the deployment's index (the slot before dropped); "
         "half the clients' requests name the newest slot")] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    json_path: Annotated[Path | None, json_file_option()] = None,
 ) -> None:
     """Swaps inside a running vLLM engine under constant load: time to the first response
     naming the new version and to the first drafted only by it, failed requests, and memory

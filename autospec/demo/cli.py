@@ -21,6 +21,7 @@ from typing import Annotated
 import typer
 
 from autospec.demo.plan import PRESETS
+from autospec.json_file import json_file_option
 
 log = logging.getLogger(__name__)
 _QUICK, _FULL = PRESETS["quick"], PRESETS["full"]  # the help states their sizes
@@ -35,8 +36,8 @@ def demo(
     out: Annotated[Path | None, typer.Option(
         help="report directory (default: ./autospec-demo-<time>); its data/ holds the "
         "store")] = None,
-    json_path: Annotated[Path | None, typer.Option(
-        "--json", help="write the phase figures here (default: OUT/demo.json)")] = None,
+    json_path: Annotated[Path | None, json_file_option(
+        "write the phase figures here (default: OUT/demo.json)")] = None,
     target: Annotated[str, typer.Option(
         help="target: a name, a directory or a .gguf")] = "smollm2-135m",
     dtype: Annotated[str, typer.Option(

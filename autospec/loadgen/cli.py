@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from autospec.durations import parse_span
+from autospec.json_file import json_file_option
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ def loadgen(
         help="the deployment's API key, sent as 'Authorization: Bearer' (default: the first "
         "key of AUTOSPEC_API_KEY, else of AUTOSPEC_API_KEY_FILE, as `autospec serve` reads "
         "them)")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the summary here")] = None,
+    json_path: Annotated[Path | None, json_file_option("write the summary here (a JSON file)")
+                         ] = None,
     per_request: Annotated[bool, typer.Option(help="with --json: include every request")] = False,
 ) -> None:
     """Send OpenAI API traffic of chosen domains to a deployment and summarise it."""
@@ -66,11 +68,6 @@ def loadgen(
         requests = 20
     duration_s = parse_span(duration, "--duration", "s").total_seconds() if duration else None
     _check_url(url)
-    if json_path is not None and str(json_path).startswith("-"):
-        raise typer.BadParameter(f"takes a file to write the summary to, got {json_path}",
-                                 param_hint="--json")
-    if json_path is not None and not json_path.parent.is_dir():
-        raise typer.BadParameter(f"{json_path.parent} is not a directory", param_hint="--json")
     try:
         known = known_domains()
         plan = parse_schedule(schedule, known=known) if schedule \
