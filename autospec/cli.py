@@ -11,9 +11,9 @@ import typer
 from autospec.bench.cli import bench_app
 from autospec.cli_summaries import one_line_summaries
 from autospec.controller import cli as controller_cli
+from autospec.controller.evaluate_cli import evaluate
 from autospec.controller.ledger_cli import ledger
 from autospec.demo.cli import demo
-from autospec.evaluate.cli import evaluate
 from autospec.interop import cli as interop_cli
 from autospec.loadgen.cli import loadgen
 from autospec.serve.cli import serve

@@ -62,12 +62,20 @@ def test_evaluate_cli_table_json_and_exit_codes(target, sqlite_url, monkeypatch,
     assert set(data["measured"]["speedup"]) == set(data["speedup"]) == {"eagle3-u",
                                                                        "builtin-ngram"}
     assert data["measured"]["rounds"] == 3 * 2  # 3 prompts (all there are) x 2 repeats
+    assert data["policy_in_force"]["origin"] == "shipped-default"
+    assert any("minimum 30" in r for r in data["decision"]["reasons"])  # default's min_heldout
     print(f"shadow evaluation: 3 requests x 2 versions in {elapsed:.1f}s (incl. target load)")
 
     table = runner.invoke(app, ["evaluate", "eagle3-u", "builtin-ngram", "--window", "10",
                                 "--no-record", "--no-speed"])
     assert table.exit_code == 3 and "decision: reject" in table.stdout
     assert "speed not measured (--no-speed): the gate used the estimated speedup" in table.stdout
+    strict = runner.invoke(app, ["evaluate", "eagle3-u", "--window", "10", "--no-record",
+                                 "--no-speed", "--policy", "conservative", "--json"])
+    assert strict.exit_code == 3, strict.output  # the gate of the policy named decides
+    judged = json.loads(strict.stdout)
+    assert judged["policy_in_force"]["name"] == "conservative"
+    assert any("minimum 300" in r for r in judged["decision"]["reasons"])
     unknown = runner.invoke(app, ["evaluate", "nope", "--window", "10"])
     assert unknown.exit_code == 2 and "'nope' is not registered" in unknown.output
     assert "Traceback" not in unknown.output

@@ -58,7 +58,7 @@ def test_the_evaluate_table_shows_estimated_and_measured_side_by_side(capsys,
                                                                        monkeypatch) -> None:
     from rich.console import Console
 
-    from autospec.evaluate import cli
+    from autospec.controller import evaluate_cli as cli
     from autospec.evaluate.run import EvaluationReport
 
     ev = replace(_trial(0, 0.75, 0.5), measured=_measured(1.5, 1.2))
@@ -107,7 +107,7 @@ def test_a_round_without_a_tau_is_left_out_of_the_step_cost() -> None:
 def test_the_speed_note_says_where_the_decodes_ran():
     """A vLLM measurement has no torch-thread count of its own: the note read "0 torch
     threads" for it; it names the load instead."""
-    from autospec.evaluate.cli import speed_note
+    from autospec.controller.evaluate_cli import speed_note
     from autospec.evaluate.speed import SpeedMeasurement
 
     common = dict(speedup={"v": 1.2}, ratios={"v": [1.2]},

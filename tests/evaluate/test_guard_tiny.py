@@ -8,8 +8,8 @@ one, and the guard's reason leads the rejection, in the store, the JSON and ``st
 import pytest
 
 from autospec import store
+from autospec.controller.evaluate_cli import _as_json
 from autospec.controller.status import last_evaluation
-from autospec.evaluate.cli import _as_json
 from autospec.evaluate.gate import GatePolicy
 from autospec.evaluate.run import evaluate_versions, select_requests
 from autospec.evaluate.speed_settings import SpeedSettings

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from autospec import store
-from autospec.evaluate.cli import _held_out
+from autospec.controller.evaluate_cli import _held_out
 from autospec.evaluate.run import EvaluationError, select_requests
 from autospec.evaluate.unseen import trained_on, unseen
 from autospec.train.data import WindowSpec

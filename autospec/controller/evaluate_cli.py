@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from autospec.controller.cli import POLICY_HELP
+
 out = Console()
 err = Console(stderr=True)
 
@@ -42,8 +44,15 @@ def evaluate(
     dtype: Annotated[str | None, typer.Option(
         help="target dtype for replay (default: the deployment's, so shadow τ is measured "
         "in the numerics served; another one is refused)")] = None,
-    k: Annotated[int, typer.Option(min=1, max=16, help="draft tokens per step")] = 5,
+    k: Annotated[int | None, typer.Option(
+        min=1, max=16, show_default=False,
+        help="draft tokens per step (default: the policy's evaluation.k, the k its cycles "
+        "replay at)")] = None,
     deployment: Annotated[str, typer.Option(help="whose traffic and live version")] = "default",
+    policy: Annotated[str | None, typer.Option(
+        help=POLICY_HELP + " whose gate decides (default: the one the deployment's controller "
+        "recorded when it started, else the shipped default; `autospec promote` takes this "
+        "decision as evidence)")] = None,
     record: Annotated[bool, typer.Option(
         help="write the evaluation and decision to the store")] = True,
     speed: Annotated[bool, typer.Option(
@@ -67,6 +76,8 @@ def evaluate(
     version evaluated trained on): τ, a paired CI of Δτ, per-segment results, estimated and
     measured speedup and the gate's decision (exit 0: promote, 3: reject)."""
     from autospec import store
+    from autospec.controller.policy import PolicyError
+    from autospec.controller.policy_record import policy_in_force
     from autospec.engine.target import TargetLoadError
     from autospec.evaluate.run import (
         EvaluationError,
@@ -83,6 +94,11 @@ def evaluate(
                              max_tokens=speed_max_tokens)
     try:
         db = store.open_store()
+        in_force = policy_in_force(None if policy else db, deployment=deployment, given=policy)
+        k = k or in_force.policy.evaluation.k
+        if not json_out:
+            err.print(f"gate: policy {in_force.policy.name!r} ({in_force.origin}), k = {k}",
+                      highlight=False)
         if len(versions) == 1:
             with store.session_scope(db, readonly=True) as session:
                 live = store.get_live(session, deployment=deployment)
@@ -100,6 +116,7 @@ def evaluate(
             timed = bar.add_task("speed (interleaved decodes)", total=None, visible=speed)
             report = evaluate_versions(
                 db=db, target=tgt, versions=versions, examples=examples, k=k, record=record,
+                policy=in_force.policy.gate,
                 progress=lambda n, total: bar.update(task, completed=n), speed=settings,
                 speed_progress=lambda n, total: bar.update(timed, completed=n, total=total),
                 synthetic_heldout=synthetic_heldout,
@@ -107,11 +124,16 @@ def evaluate(
                 serving=serving_load(db, deployment=deployment, engine=replicas.engine,
                                      concurrency=settings.concurrency))
     except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError,
-            NumericsMismatch) as exc:
+            NumericsMismatch, PolicyError) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None
-    data = _as_json(report)
-    data["left_out_trained_on"] = left_out
+    _report(report, dict(left_out_trained_on=left_out, policy_in_force=in_force.as_dict()),
+            json_out=json_out, json_path=json_path)
+
+
+def _report(report, extra: dict, *, json_out: bool, json_path: Path | None) -> None:  # type: ignore[no-untyped-def]
+    """The table (or ``--json``), the ``--json-path`` file; exit 3 where the gate rejects."""
+    data = _as_json(report) | extra
     if json_path:
         json_path.write_text(json.dumps(data, indent=2, default=str))
     if json_out:
