@@ -408,14 +408,10 @@ class Controller:
 
     def _promote(self, session, lease: HeldLease, best: Candidate, incumbent: str,  # type: ignore[no-untyped-def]
                  result: CycleResult) -> None:
-        pointer = store.get_live(session, deployment=self.deployment)
-        current = pointer.version if pointer else BUILTIN_VERSION
-        if current != incumbent:
-            raise CycleFailed(f"the live pointer moved from {incumbent} to {current} during "
-                              f"the cycle; the evaluation is stale")
         ensure_pointer(session, deployment=self.deployment, actor=self.holder)
-        store.set_live(
+        store.set_live(  # expect: a pointer moved during the cycle fails it (evaluation stale)
             session, version=best.version, actor=self.holder, deployment=self.deployment,
+            expect=incumbent,
             reason=f"controller: gate passed, evaluation #{best.evaluation_id} "
                    f"(shadow τ {best.tau:.3f}, {speed_text(best)} vs {incumbent}); "
                    f"cycle {result.cycle_id}",

@@ -236,6 +236,7 @@ def apply(session: Session, outcomes: list[SegmentOutcome], *, policy: Policy, a
         store.set_live(
             session, version=o.version, actor=actor, deployment=policy.deployment,
             segment=o.segment, reason=f"controller: {o.reason}; cycle {context['cycle_id']}",
+            expect=o.serving if o.own_pointer else None,  # what it was judged against
             details={"evaluation_id": o.evaluation_id, "shadow_tau": o.tau,
                      "incumbent": o.serving, "incumbent_shadow_tau": o.serving_tau,
                      "delta": o.delta, "requests": o.requests,

@@ -132,13 +132,13 @@ def roll_back_segment(session: Session, *, deployment: str, promo: Any, actor: s
         return False
     if pointer.previous_version is not None:
         store.rollback(session, actor=actor, reason=reason, deployment=deployment,
-                       segment=segment, details=details)
+                       segment=segment, details=details, expect=promo.version)
         return True
     before = promo.details.get("incumbent")
     if not before:
         return False
     store.set_live(session, version=before, actor=actor, deployment=deployment,
-                   segment=segment, kind="rollback", details=details,
+                   segment=segment, kind="rollback", details=details, expect=promo.version,
                    reason=f"{reason}; the segment had no pointer of its own before: pinned "
                           f"to {before}, which served it")
     return True

@@ -191,15 +191,15 @@ class Watcher:
         lease.fence(session)
         details = {"type": "canary", "promotion_event": promo.id, "live_tau": stat.tau,
                    "shadow_tau": shadow, "requests": stat.requests, **_speed_details(speed)}
-        if (promo.details or {}).get("segment"):
-            return roll_back_segment(session, deployment=self.deployment, promo=promo,
-                                     actor=self.controller.holder, reason=reason,
-                                     details=details)
-        pointer = store.get_live(session, deployment=self.deployment)
-        if pointer is None or pointer.version != promo.version:
-            return False
-        store.rollback(session, actor=self.controller.holder, reason=reason,
-                       deployment=self.deployment, details=details)
+        try:  # the pointer is read again under the pointer lock: moved meanwhile, a Conflict
+            if (promo.details or {}).get("segment"):
+                return roll_back_segment(session, deployment=self.deployment, promo=promo,
+                                         actor=self.controller.holder, reason=reason,
+                                         details=details)
+            store.rollback(session, actor=self.controller.holder, reason=reason,
+                           deployment=self.deployment, details=details, expect=promo.version)
+        except store.Conflict:
+            return False  # an operator moved it since the verdict: theirs stands
         return True
 
     # -- drift --------------------------------------------------------------------------

@@ -16,7 +16,8 @@ Modules: :mod:`~autospec.store.db` (engines, sessions, SQLite WAL set-up),
 :mod:`~autospec.store.migrate` (Alembic from code), :mod:`~autospec.store.models` (tables),
 :mod:`~autospec.store.writer` (traffic writer), :mod:`~autospec.store.traffic` (request rows),
 :mod:`~autospec.store.privacy` (opt-out, redaction), :mod:`~autospec.store.registry`
-(speculators, live pointer, audit log), :mod:`~autospec.store.leases`,
+(speculators, audit log), :mod:`~autospec.store.pointers` (live pointers),
+:mod:`~autospec.store.leases`,
 :mod:`~autospec.store.deployments` (what a deployment serves, replica reports),
 :mod:`~autospec.store.queries` (windows, τ, counts, purge), :mod:`~autospec.store.load`
 (the concurrency served), :mod:`~autospec.store.history`
@@ -66,6 +67,15 @@ from autospec.store.migrate import (
     open_store,
     upgrade,
 )
+from autospec.store.pointers import (
+    clear_segment,
+    get_live,
+    list_segment_pointers,
+    pointers_by_version,
+    rollback,
+    serving_version,
+    set_live,
+)
 from autospec.store.privacy import no_redaction, redact_default
 from autospec.store.queries import (
     TauStat,
@@ -77,19 +87,12 @@ from autospec.store.queries import (
     traffic_window,
 )
 from autospec.store.registry import (
-    clear_segment,
-    get_live,
     get_speculator,
     list_events,
-    list_segment_pointers,
     list_speculators,
     next_version,
-    pointers_by_version,
     record_event,
     register_speculator,
-    rollback,
-    serving_version,
-    set_live,
     set_state,
 )
 from autospec.store.synthetic import (

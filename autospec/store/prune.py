@@ -3,7 +3,7 @@
 A pruned version keeps its registry row (its evaluations, training run, lineage and the audit
 log still name it; ``db purge`` is the retention of *requests*): the row's ``meta.pruned``
 records when, by whom and which artifact was deleted, and its artifact directory is removed.
-A pruned version cannot be made live again (:func:`autospec.store.registry.set_live` refuses
+A pruned version cannot be made live again (:func:`autospec.store.pointers.set_live` refuses
 it) nor loaded (:mod:`autospec.versions` says it was pruned).
 
 Kept, whatever ``keep`` says (:func:`plan` gives each kept version its reasons):

@@ -193,3 +193,22 @@ def test_a_cycle_whose_every_evaluation_fails_is_failed_and_keeps_its_window(
     assert states and "rejected" not in states.values(), states
     monkeypatch.undo()
     assert Controller(db, fast_policy(), tiny).run_cycle().outcome == "promoted"
+
+
+def test_an_operators_promotion_during_the_cycle_is_not_overwritten(db, tiny, traffic,
+                                                                      tmp_path) -> None:
+    """The cycle evaluated against builtin-ngram; an operator made v-op live meanwhile: the
+    pointer keeps the operator's version, the cycle fails naming the move (exit 2)."""
+    from tests.store.test_registry import register
+
+    def operator_moves() -> None:
+        with store.session_scope(db) as session:
+            register(session, tmp_path, "v-op")
+            store.set_live(session, version="v-op", actor="op", reason="by hand",
+                           kind="override")
+
+    log_traffic(db, traffic)
+    result = Controller(db, fast_policy(), tiny, hooks={"evaluated": operator_moves}).run_cycle()
+    assert result.outcome == "failed", result.reasons
+    assert "moved from builtin-ngram to v-op meanwhile" in result.reasons[-1]
+    assert live_version(db) == "v-op"

@@ -126,6 +126,29 @@ def test_pointer_errors(engine, tmp_path: Path) -> None:  # type: ignore[no-unty
         store.set_live(s, version="v2", actor="ops", reason="I insist", kind="override")
 
 
+def test_a_move_expecting_a_version_the_pointer_no_longer_names_moves_nothing(
+        engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``expect`` is read again under the pointer lock: a cycle that evaluated against v1
+    does not overwrite an operator's v2, nor does a canary of v1 roll back v2."""
+    with store.session_scope(engine) as s:
+        for v in ("v1", "v2", "v3"):
+            register(s, tmp_path, v)
+        store.set_live(s, version="v1", actor="ctl", reason="r")
+        store.set_live(s, version="v2", actor="op", reason="by hand", expect="v1")
+    for move in (lambda s: store.set_live(s, version="v3", actor="ctl", reason="r",
+                                          expect="v1"),
+                 lambda s: store.rollback(s, actor="ctl", reason="canary", expect="v1"),
+                 lambda s: store.set_live(s, version="v3", actor="ctl", reason="r",
+                                          segment="json", expect="v1")):
+        with store.session_scope(engine) as s, pytest.raises(
+                Conflict, match=r"moved from v1 to (v2|None) meanwhile"):
+            move(s)
+    with store.session_scope(engine, readonly=True) as s:
+        assert store.get_live(s).version == "v2" and store.get_live(s, segment="json") is None
+        assert [e.version for e in store.list_events(s, kinds=["promotion", "rollback"])] \
+            == ["v2", "v1"]
+
+
 def test_failed_transaction_moves_nothing(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with store.session_scope(engine) as s:
         register(s, tmp_path, "v1")
