@@ -94,6 +94,9 @@ class Loop:
 
     cycles: int = 0
     seconds: float = 0.0
+    #: cycles a controller died in, closed later by another's recovery: their time is not
+    #: known (start note to recovery would count the downtime), so not counted
+    interrupted: int = 0
     stages: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         (*STAGES, "other"), 0.0))
 
@@ -153,11 +156,17 @@ def tally(rows: Sequence[DecodeRow], rate: Rate | None) -> tuple[Line, list[Line
 
 def loop_cost(notes: Sequence[tuple[datetime, dict[str, Any]]], since: datetime) -> Loop:
     """The cycles whose end note is at or after ``since`` (``notes``: start and end notes,
-    oldest first, starts from before ``since`` included): wall time and stages."""
+    oldest first, starts from before ``since`` included): wall time and stages; a cycle
+    counted once, an interrupted one's time not at all (:attr:`Loop.interrupted`)."""
     starts = {d.get("cycle_id"): t for t, d in notes if d.get("type") == "cycle_start"}
-    loop = Loop()
+    loop, ended = Loop(), set()
     for t, d in notes:
-        if d.get("type") != "cycle" or t < since or d.get("cycle_id") not in starts:
+        if d.get("type") != "cycle" or t < since or d.get("cycle_id") not in starts \
+                or d["cycle_id"] in ended:  # a cycle ends once (its own note comes first)
+            continue
+        ended.add(d["cycle_id"])
+        if d.get("outcome") == "interrupted":
+            loop.interrupted += 1
             continue
         wall = (t - starts[d["cycle_id"]]).total_seconds()
         stages = {s: float((d.get("stages") or {}).get(s) or 0.0) for s in STAGES}

@@ -43,7 +43,8 @@ def summary(ledger: dict[str, Any]) -> str:
     """One line: the period, R, the loop's cycles and stages, whether it paid."""
     rate, loop = ledger["target_only"], ledger["loop"]
     stages = ", ".join(f"{k} {v:,.0f}" for k, v in loop["stages"].items() if v >= 0.5)
-    cycles = f"{loop['cycles']} cycle{'s' * (loop['cycles'] != 1)}"
+    cycles = f"{loop['cycles']} cycle{'s' * (loop['cycles'] != 1)}" + (
+        f" (+{loop['interrupted']} interrupted, time unknown)" if loop.get("interrupted") else "")
     paid = {None: "not known", True: "yes", False: "no"}[ledger["pays"]]
     rate_text = ("target-only rate not measured" if rate is None else
                  f"target-only {rate['tokens_per_s']:.1f} tokens/s ({rate_source(rate)})")

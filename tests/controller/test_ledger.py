@@ -121,6 +121,24 @@ def test_the_loop_is_the_cycles_that_ended_in_the_period() -> None:
                            "other": 100.0}
 
 
+def test_a_cycle_counts_once_and_an_interrupted_ones_downtime_not_at_all() -> None:
+    """A controller stopped mid-cycle and restarted 10 h later closes its cycle
+    ``interrupted``: the 10 h are downtime, not the loop's work. A cycle that ended itself
+    (``failed``, the lease lost) and was closed again by another's recovery counts once."""
+    notes = [
+        (T, {"type": "cycle_start", "cycle_id": "died"}),
+        (T + timedelta(hours=10), {"type": "cycle", "cycle_id": "died",
+                                   "outcome": "interrupted"}),
+        (T + timedelta(hours=10), {"type": "cycle_start", "cycle_id": "lost"}),
+        (T + timedelta(hours=10, seconds=60), {"type": "cycle", "cycle_id": "lost",
+                                               "outcome": "failed"}),
+        (T + timedelta(hours=11), {"type": "cycle", "cycle_id": "lost",
+                                   "outcome": "interrupted"}),
+    ]
+    loop = loop_cost(notes, T)
+    assert (loop.cycles, loop.seconds, loop.interrupted) == (1, 60.0, 1)
+
+
 def test_the_stage_timer_splits_features_and_speed_out() -> None:
     class Outcome:
         metrics: ClassVar[dict] = {"feature_s": 0.01}
