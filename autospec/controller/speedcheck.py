@@ -30,8 +30,9 @@ within a segment (the two versions never serve at the same time): the tolerance 
 for that (the module compares periods; it has no concurrent target-only baseline).
 
 A segment's promotion (:mod:`autospec.controller.segment_promotion`) is judged on that
-segment's rows alone, against the gain the evaluation projected on the segment (its replayed
-τ over each version's measured step cost).
+segment's rows alone, the replaced version's too (no fallback to its other segments: too
+few there and the speed is not judged), against the gain the evaluation projected on the
+segment (its replayed τ over each version's measured step cost).
 
 With no measured speedups in the promotion (measurement off, an override without
 evaluation) or no timed requests on either side, the check is not judged and says why.
@@ -108,15 +109,19 @@ def timed_rows(session: Session, *, deployment: str, version: str,
 
 
 def replaced_rows(session: Session, *, deployment: str, replaced: str, before: datetime,
-                  new: list[Any]) -> tuple[list[Any], str]:
+                  new: list[Any], segment: str | None = None) -> tuple[list[Any], str]:
     """The replaced version's newest timed rows before ``before`` on the segments the new
-    version's rows ``new`` are from (see module doc), and how they were chosen."""
+    version's rows ``new`` are from (see module doc), and how they were chosen; of a
+    ``segment``'s promotion, that segment's rows only (too few: none, and it is not judged)."""
     newest = max(4 * len(new), 1)
-    segments = sorted({r.segment for r in new})
+    segments = [segment] if segment else sorted({r.segment for r in new})
     same = timed_rows(session, deployment=deployment, version=replaced, before=before,
                       newest=newest, segments=segments)
     if len(same) >= MIN_MATCHED:
         return same, f"on {', '.join(segments)} traffic"
+    if segment:
+        return [], (f"fewer than {MIN_MATCHED} timed requests of {replaced} on segment "
+                    f"{segment} before the move")
     rows = timed_rows(session, deployment=deployment, version=replaced, before=before,
                       newest=newest)
     return rows, (f"segments not matched: fewer than {MIN_MATCHED} requests of {replaced} "
@@ -174,12 +179,13 @@ def check_speed(session: Session, *, deployment: str, promo: Any, replaced: str 
     new_rows = timed_rows(session, deployment=deployment, version=promo.version,
                           since=promo.created_at, segments=[segment] if segment else None)
     old_rows, traffic = replaced_rows(session, deployment=deployment, replaced=replaced,
-                                      before=promo.created_at, new=new_rows)
+                                      before=promo.created_at, new=new_rows, segment=segment)
     new_rows, old_rows, load = matched(new_rows, old_rows)
     new, old = _rate(new_rows), _rate(old_rows[:max(len(new_rows), 1)])  # equal samples
     if not new.requests or not old.requests:
         return SpeedVerdict(False, True, f"speed not judged: no timed requests of "
-                            f"{promo.version if not new.requests else replaced} to compare")
+                            f"{promo.version if not new.requests else replaced} to compare"
+                            + ("" if new.requests and old_rows else f" ({traffic})"))
     realised = new.tokens_per_s / old.tokens_per_s
     limit = expected * (1 - max_shortfall)
     ok = realised >= limit

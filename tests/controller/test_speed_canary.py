@@ -173,3 +173,30 @@ def test_too_few_requests_on_the_segments_compares_all_and_says_so_tiny_random_i
     assert result.action == "canary_passed", result.reasons
     assert ("segments not matched: fewer than 5 requests of builtin-ngram on support"
             in result.reasons[1])
+
+
+def test_a_segment_promotions_speed_is_judged_on_that_segment_alone(db) -> None:  # type: ignore[no-untyped-def]
+    """No fallback to the replaced version's other segments (its fast JSON would read as a
+    shortfall of support's new version): too few support rows and speed is not judged."""
+    from types import SimpleNamespace
+
+    from autospec.controller.speedcheck import check_speed
+
+    moved = datetime.now(timezone.utc)
+    promo = SimpleNamespace(version="v-seg", created_at=moved, details={
+        "segment": "support", "measured_speedup": 1.5, "incumbent_measured_speedup": 1.0})
+    _timed(db, "inc", n=10, tokens_per_s=60.0, tau=1.5, start=T0, segment="json")
+    _timed(db, "inc", n=2, tokens_per_s=20.0, tau=1.5, start=T0, segment="support")
+    _timed(db, "v-seg", n=10, tokens_per_s=30.0, tau=2.0, start=moved, segment="support")
+    with store.session_scope(db, readonly=True) as session:
+        verdict = check_speed(session, deployment="default", promo=promo, replaced="inc",
+                              max_shortfall=0.2, segment="support")
+    assert not verdict.judged and verdict.ok, verdict.reason
+    assert "fewer than 5 timed requests of inc on segment support" in verdict.reason
+    _timed(db, "inc", n=3, tokens_per_s=20.0, tau=1.5, start=T0 + timedelta(seconds=1),
+           segment="support")
+    with store.session_scope(db, readonly=True) as session:
+        verdict = check_speed(session, deployment="default", promo=promo, replaced="inc",
+                              max_shortfall=0.2, segment="support")
+    assert verdict.judged and verdict.ok and "on support traffic" in verdict.reason
+    assert verdict.realised_gain == pytest.approx(1.5, rel=0.01)
