@@ -13,6 +13,7 @@ from autospec.cli_summaries import one_line_summaries
 from autospec.controller import cli as controller_cli
 from autospec.controller.evaluate_cli import evaluate
 from autospec.controller.ledger_cli import ledger
+from autospec.controller.run_cli import controller_app
 from autospec.demo.cli import demo
 from autospec.interop import cli as interop_cli
 from autospec.loadgen.cli import loadgen
@@ -48,7 +49,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(bench_app, name="bench")
 app.command("serve")(serve)
 app.command("evaluate")(evaluate)
-app.add_typer(controller_cli.controller_app, name="controller")
+app.add_typer(controller_app, name="controller")
 for _name in ("status", "promote", "rollback", "history"):
     app.command(_name)(getattr(controller_cli, _name))
 app.add_typer(controller_cli.versions_app, name="versions")  # lists; `versions prune`

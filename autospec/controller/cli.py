@@ -1,8 +1,9 @@
-"""Operator commands: ``status``, ``promote``, ``rollback``, ``versions``, ``history`` and
-``controller run|once|watch``.
+"""Operator commands: ``status``, ``promote``, ``rollback``, ``versions``, ``history`` (and
+the helpers :mod:`autospec.controller.run_cli`'s ``controller run|once|watch`` share).
 
 Every command takes ``--json`` (one JSON document on stdout) and prints rich tables
-otherwise. The database is ``AUTOSPEC_DATABASE_URL`` (or the default SQLite file).
+otherwise. The database is ``--database-url``, else ``AUTOSPEC_DATABASE_URL`` (or the default
+SQLite file).
 Errors are one line on stderr, never a traceback. Exit codes, for scripts:
 
 - ``0`` — done: promoted, rolled back, listed; ``controller once``: promoted, nothing to
@@ -34,10 +35,10 @@ err = Console(stderr=True)
 
 EXIT_ERROR, EXIT_REFUSED = 2, 3
 
-controller_app = typer.Typer(help="Run the retraining controller (scheduled or one cycle).",
-                             no_args_is_help=True)
-
 POLICY_HELP = "a shipped policy (default, conservative) or the path of a YAML file"
+DB_OPT = typer.Option("--database-url", help="database URL (default: AUTOSPEC_DATABASE_URL, "
+                      "else the SQLite file in AUTOSPEC_DATA_DIR), as `autospec db` takes it")
+DbUrl = Annotated[str | None, DB_OPT]
 
 
 @contextmanager
@@ -94,13 +95,14 @@ def _emit(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
-def _db(deployment: str | None = None):  # type: ignore[no-untyped-def]
-    """The store; a ``deployment`` this store has never heard of is named on stderr (a typo
-    would otherwise show an empty status, or stage a pointer nobody follows)."""
+def _db(deployment: str | None = None, url: str | None = None):  # type: ignore[no-untyped-def]
+    """The store at ``url`` (``--database-url``; default: the settings'); a ``deployment``
+    this store has never heard of is named on stderr (a typo would otherwise show an empty
+    status, or stage a pointer nobody follows)."""
     from autospec import store
     from autospec.controller.names import unknown_deployment
 
-    db = store.open_store()
+    db = store.open_store(url)
     note = unknown_deployment(db, deployment) if deployment is not None else None
     if note:
         err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
@@ -117,6 +119,7 @@ def status(
     cycles: Annotated[int, typer.Option(min=1, help="how many recent cycles to show")] = 5,
     period: Annotated[str, typer.Option(help="the ledger's period (decode time saved vs the "
                                         "loop's time): a duration such as 24h, 7d")] = "24h",
+    database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
 ) -> None:
     """Live pointer, the versions replicas actually serve (their reports) and their target /
@@ -130,7 +133,7 @@ def status(
     span = parse_duration(period, "--period")  # before the store is opened
     with _errors():
         given = policy_in_force(None, deployment=deployment, given=policy) if policy else None
-        db = _db(deployment)
+        db = _db(deployment, database_url)
         in_force = given or policy_in_force(db, deployment=deployment)
         data = collect_status(db, deployment=deployment, policy=in_force.policy, cycles=cycles,
                               period=span)
@@ -155,6 +158,7 @@ def promote(
     reason: Annotated[str, typer.Option(help="why (required with --force)")] = "",
     deployment: Annotated[str, typer.Option(help="the deployment whose pointer moves")] = "default",
     segment: Annotated[str | None, typer.Option(help=SEGMENT_HELP)] = None,
+    database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Make VERSION live — only with a passing evaluation against the live version, unless
@@ -167,8 +171,9 @@ def promote(
     if force and not reason.strip():
         _fail("--force needs --reason \"...\" (it is recorded in the audit log)", EXIT_ERROR)
     with _errors():
-        data = promote_version(_db(deployment), version=version, actor=cli_actor(), force=force,
-                               reason=reason, deployment=deployment, segment=segment)
+        data = promote_version(_db(deployment, database_url), version=version,
+                               actor=cli_actor(), force=force, reason=reason,
+                               deployment=deployment, segment=segment)
     if json_out:
         _emit(data)
     else:
@@ -187,6 +192,7 @@ def rollback(
     unpin: Annotated[bool, typer.Option(
         "--unpin", help="with --segment: drop the segment's own pointer instead, so the "
         "deployment's version drafts it again (an `unpin` event)")] = False,
+    database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Point the deployment (or --segment's pointer) back at its previous version, in one
@@ -198,7 +204,7 @@ def rollback(
         raise typer.BadParameter("--unpin needs --segment (the deployment's pointer cannot be "
                                  "unpinned)", param_hint="--unpin")
     with _errors():
-        db = _db(deployment)
+        db = _db(deployment, database_url)
         data = (unpin_segment(db, actor=cli_actor(), reason=reason, deployment=deployment,
                               segment=segment) if unpin and segment is not None else
                 rollback_version(db, actor=cli_actor(), reason=reason, deployment=deployment,
@@ -223,6 +229,7 @@ def versions(
     state: Annotated[str | None, typer.Option(
         help="only this state (candidate, live, retired, rejected, rolled_back)")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1_000_000, help="newest N")] = 50,
+    database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Registered speculator versions, newest first: state, the pointers each is live for
@@ -239,7 +246,7 @@ def versions(
         raise typer.BadParameter(f"{state!r} is not a state; states: "
                                  f"{', '.join(SPECULATOR_STATES)}", param_hint="--state")
     with _errors():
-        rows = list_versions(_db(), state=state, limit=limit)
+        rows = list_versions(_db(None, database_url), state=state, limit=limit)
     if json_out:
         _emit(rows)
         return
@@ -270,6 +277,7 @@ def versions_prune(
                                       "previous, served, pending and base versions are "
                                       "always kept)")] = 5,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="only list what would go")] = False,
+    database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Delete the artifacts of old versions nobody can need (rows kept, marked pruned, audited)."""
@@ -277,8 +285,8 @@ def versions_prune(
     from autospec.store.prune import prune
 
     with _errors():
-        done = prune(_db(), artifact_dir=get_settings().resolved_artifact_dir, keep=keep,
-                     dry_run=dry_run, actor=cli_actor()).as_dict()
+        done = prune(_db(None, database_url), artifact_dir=get_settings().resolved_artifact_dir,
+                     keep=keep, dry_run=dry_run, actor=cli_actor()).as_dict()
     if json_out:
         _emit(done)
         return
@@ -300,6 +308,7 @@ def history(
     segment: Annotated[str | None, typer.Option(
         help="only this traffic segment's events (its pointer's moves, its load "
         "failures)")] = None,
+    database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """The audit log: promotions, rollbacks, overrides, rejections, failures, cycles,
@@ -308,7 +317,8 @@ def history(
     from autospec.controller.operations import list_history
 
     with _errors():
-        rows = list_history(_db(deployment), deployment=deployment, limit=limit, segment=segment)
+        rows = list_history(_db(deployment, database_url), deployment=deployment, limit=limit,
+                            segment=segment)
     if json_out:
         _emit(rows)
         return
@@ -320,128 +330,3 @@ def history(
         table.add_row(str(r["time"])[:19], event, r["actor"], str(r["version"] or "—"),
                       str(r["from_version"] or "—"), r["reason"])
     out.print(table)
-
-
-# -- controller run / once / watch ----------------------------------------------------------
-def _controller(policy: str, target: str | None, dtype: str | None,  # type: ignore[no-untyped-def]
-                address: str | None = None, threads: int | None = None):
-    from autospec import numerics
-    from autospec.controller.cycle import Controller
-    from autospec.controller.policy import parse_policy, policy_text
-    from autospec.controller.policy_record import record_policy
-
-    text, source = policy_text(policy)
-    pol = parse_policy(text, source=source)
-    db = _db()
-    # refuse options the deployment does not serve now, before any cycle; the target is
-    # loaded (and checked again against the deployment's record) when a cycle needs it
-    numerics.resolve(db, deployment=pol.deployment, target=target, dtype=dtype)
-    numerics.engine_for(db, deployment=pol.deployment, wanted=pol.training.engine)
-    if address and pol.training.workers:  # join the cluster now, before a cycle starts
-        from autospec.train.ray_trainer import connect_ray
-
-        connect_ray(address=address, workers=pol.training.workers)
-    elif address:
-        err.print(f"note: policy {policy!r} trains in this process (training.workers: 0); "
-                  "--address is not used", highlight=False)
-
-    controller = Controller(db, pol, lambda: numerics.load_served_target(
-        db, deployment=pol.deployment, target=target, dtype=dtype), threads=threads)
-    logging.getLogger(__name__).info(
-        "a cycle's torch work runs on %d thread%s (%s)", controller.threads,
-        "" if controller.threads == 1 else "s",
-        f"--threads {threads}" if threads else f"policy threads: {pol.threads}")
-    record_policy(db, policy=pol, text=text, source=source, actor=controller.holder)
-    return controller
-
-
-TARGET_OPT = typer.Option(help="the served target: a name, directory or .gguf (default: "
-                          "what the deployment's replicas serve, else smollm2-135m)")
-DTYPE_OPT = typer.Option(help="target dtype for training and replay (default: the "
-                         "deployment's, as its replicas recorded it; another one is refused)")
-THREADS_OPT = typer.Option(
-    min=1, help="torch CPU threads of a cycle's work in this process (and, shared out, of its "
-    "Ray Train workers); default: the policy's `threads` (auto in the shipped policies: the "
-    "CPUs less one, so a replica on the same machine keeps one; autospec/threads.py)")
-ADDRESS_OPT = typer.Option(
-    "--address", help="Ray cluster for the policy's Ray Train runs (training.workers > 0): "
-    "host:port, 'auto' or ray://host:10001; default RAY_ADDRESS, else a new local Ray")
-
-
-@controller_app.command("once")
-def once(
-    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
-    target: Annotated[str | None, TARGET_OPT] = None,
-    dtype: Annotated[str | None, DTYPE_OPT] = None,
-    address: Annotated[str | None, ADDRESS_OPT] = None,
-    threads: Annotated[int | None, THREADS_OPT] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
-    log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
-) -> None:
-    """Run one cycle now (cron-friendly). Exit 0: promoted, nothing to do or busy;
-    3: every candidate rejected; 2: error."""
-    _log_to_stderr(log_level)
-    with _errors():
-        result = _controller(policy, target, dtype, address, threads).run_cycle(trigger="once")
-    if json_out:
-        _emit(result.as_dict())
-    else:
-        colour = {"promoted": "green", "rejected": "yellow", "failed": "red"}.get(
-            result.outcome, "blue")
-        out.print(f"[bold {colour}]{result.outcome}[/] {result.promoted or ''}")
-        for reason in result.reasons:
-            out.print(f"  • {reason}", highlight=False)
-    raise typer.Exit(result.exit_code)
-
-
-@controller_app.command("watch")
-def watch(
-    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
-    target: Annotated[str | None, TARGET_OPT] = None,
-    dtype: Annotated[str | None, DTYPE_OPT] = None,
-    address: Annotated[str | None, ADDRESS_OPT] = None,
-    threads: Annotated[int | None, THREADS_OPT] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
-    log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
-) -> None:
-    """One canary/drift check now (rolls back on a canary shortfall; drift runs a cycle)."""
-    from autospec.controller.watch import Watcher
-
-    _log_to_stderr(log_level)
-    with _errors():
-        result = Watcher(_controller(policy, target, dtype, address, threads)).run()
-    if json_out:
-        _emit(result.as_dict())
-    else:
-        out.print(f"[bold]{result.action}[/] {result.version or ''}")
-        for reason in result.reasons:
-            out.print(f"  • {reason}", highlight=False)
-    code = result.cycle.exit_code if result.cycle else 0
-    raise typer.Exit(code)
-
-
-@controller_app.command("run")
-def run(
-    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
-    target: Annotated[str | None, TARGET_OPT] = None,
-    dtype: Annotated[str | None, DTYPE_OPT] = None,
-    address: Annotated[str | None, ADDRESS_OPT] = None,
-    threads: Annotated[int | None, THREADS_OPT] = None,
-    log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
-) -> None:
-    """Run the scheduler in the foreground: cycles on the policy's schedule, the canary /
-    drift watch in between. Ctrl-C or SIGTERM stops it at once, with the processes it
-    started (vLLM engines of a speed measurement); a running cycle is recorded as
-    interrupted by the next controller."""
-    from autospec.controller.scheduler import run_forever
-    from autospec.stopping import exit_on_sigterm, stop_now
-
-    _log_to_stderr(log_level)
-    exit_on_sigterm()
-    try:
-        with _errors():
-            run_forever(_controller(policy, target, dtype, address, threads))
-    except KeyboardInterrupt:
-        err.print("stopped")
-        stop_now(130)
-

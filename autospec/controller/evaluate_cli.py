@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from autospec.controller.cli import POLICY_HELP
+from autospec.controller.cli import POLICY_HELP, DbUrl
 
 out = Console()
 err = Console(stderr=True)
@@ -68,6 +68,7 @@ def evaluate(
     synthetic_heldout: Annotated[int, typer.Option(
         min=0, help="held-out synthetic sequences (autospec synth) of the target replayed "
         "beside the real requests for the overfitting guard (0: none)")] = 64,
+    database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     json_path: Annotated[Path | None, typer.Option(
         "--json-path", help="also write JSON here")] = None,
@@ -93,7 +94,7 @@ def evaluate(
     settings = SpeedSettings(enabled=speed, prompts=speed_prompts, repeats=speed_repeats,
                              max_tokens=speed_max_tokens)
     try:
-        db = store.open_store()
+        db = store.open_store(database_url)
         in_force = policy_in_force(None if policy else db, deployment=deployment, given=policy)
         k = k or in_force.policy.evaluation.k
         if not json_out:

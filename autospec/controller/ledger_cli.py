@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from autospec.controller.cli import _db, _emit, _errors, out
+from autospec.controller.cli import DbUrl, _db, _emit, _errors, out
 
 
 def _until(text: str | None) -> datetime | None:
@@ -32,6 +32,7 @@ def ledger(
     until: Annotated[str | None, typer.Option(
         help="the period's end, an ISO time (UTC unless it says otherwise; default: now)")
     ] = None,
+    database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Decode time saved by speculation (tokens served ÷ the target-only rate, minus the
@@ -47,7 +48,8 @@ def ledger(
     if end is not None and end.year < 1900:  # (and a period back from it may not be a date)
         raise typer.BadParameter(f"{until!r} is before the store's time", param_hint="--until")
     with _errors():
-        data = ledger_for(_db(deployment), deployment=deployment, period=span, until=end)
+        data = ledger_for(_db(deployment, database_url), deployment=deployment, period=span,
+                          until=end)
     if json_out:
         _emit(data)
     else:

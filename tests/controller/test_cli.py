@@ -178,3 +178,35 @@ def test_history_shows_the_replicas_swaps_and_imports(cli, db) -> None:
     assert swap["version"] == "suffix-1" and swap["details"]["mode"] == "new engine"
     assert any(r["event"] == "import" and r["version"] == "head-1" for r in rows)
     assert "swap" in cli("history").stdout
+
+
+def test_every_operator_command_takes_database_url_as_the_db_commands_do(
+        db, sqlite_url, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """No AUTOSPEC_DATABASE_URL: ``--database-url`` names the store, and the data dir's
+    default SQLite file is neither read nor created."""
+    import typer
+
+    from autospec import store
+    from tests.store.test_registry import register
+
+    monkeypatch.delenv("AUTOSPEC_DATABASE_URL", raising=False)
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "elsewhere"))
+    with store.session_scope(db) as s:
+        register(s, tmp_path, "v1")
+    url = ["--database-url", sqlite_url]
+    moved = runner.invoke(app, ["promote", "v1", "--force", "--reason", "r", "--json", *url])
+    assert moved.exit_code == 0, moved.output
+    status = runner.invoke(app, ["status", "--json", *url])
+    assert json.loads(status.stdout)["live"]["version"] == "v1"
+    for args in (["history"], ["versions"], ["ledger"], ["versions", "prune", "--dry-run"],
+                 ["rollback"]):
+        assert runner.invoke(app, [*args, *url]).exit_code == 0, args
+    assert live_version(db) == "builtin-ngram"
+    assert not (tmp_path / "elsewhere").exists()
+    root = typer.main.get_command(app)
+    for path in (["evaluate"], ["controller", "once"], ["controller", "watch"],
+                 ["controller", "run"]):
+        command = root
+        for name in path:
+            command = command.commands[name]  # type: ignore[attr-defined]
+        assert "--database-url" in {o for p in command.params for o in p.opts}, path

@@ -1,0 +1,153 @@
+"""``autospec controller run|once|watch``: the retraining controller from the command line
+(exit codes, ``--json`` and errors as :mod:`autospec.controller.cli` describes)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from autospec.controller.cli import (
+    LOG_LEVEL_HELP,
+    POLICY_HELP,
+    DbUrl,
+    _db,
+    _emit,
+    _errors,
+    _log_to_stderr,
+    err,
+    out,
+)
+
+controller_app = typer.Typer(help="Run the retraining controller (scheduled or one cycle).",
+                             no_args_is_help=True)
+
+
+def _controller(policy: str, target: str | None, dtype: str | None,  # type: ignore[no-untyped-def]
+                address: str | None = None, threads: int | None = None,
+                database_url: str | None = None):
+    from autospec import numerics
+    from autospec.controller.cycle import Controller
+    from autospec.controller.policy import parse_policy, policy_text
+    from autospec.controller.policy_record import record_policy
+
+    text, source = policy_text(policy)
+    pol = parse_policy(text, source=source)
+    db = _db(None, database_url)
+    # refuse options the deployment does not serve now, before any cycle; the target is
+    # loaded (and checked again against the deployment's record) when a cycle needs it
+    numerics.resolve(db, deployment=pol.deployment, target=target, dtype=dtype)
+    numerics.engine_for(db, deployment=pol.deployment, wanted=pol.training.engine)
+    if address and pol.training.workers:  # join the cluster now, before a cycle starts
+        from autospec.train.ray_trainer import connect_ray
+
+        connect_ray(address=address, workers=pol.training.workers)
+    elif address:
+        err.print(f"note: policy {policy!r} trains in this process (training.workers: 0); "
+                  "--address is not used", highlight=False)
+
+    controller = Controller(db, pol, lambda: numerics.load_served_target(
+        db, deployment=pol.deployment, target=target, dtype=dtype), threads=threads)
+    logging.getLogger(__name__).info(
+        "a cycle's torch work runs on %d thread%s (%s)", controller.threads,
+        "" if controller.threads == 1 else "s",
+        f"--threads {threads}" if threads else f"policy threads: {pol.threads}")
+    record_policy(db, policy=pol, text=text, source=source, actor=controller.holder)
+    return controller
+
+
+TARGET_OPT = typer.Option(help="the served target: a name, directory or .gguf (default: "
+                          "what the deployment's replicas serve, else smollm2-135m)")
+DTYPE_OPT = typer.Option(help="target dtype for training and replay (default: the "
+                         "deployment's, as its replicas recorded it; another one is refused)")
+THREADS_OPT = typer.Option(
+    min=1, help="torch CPU threads of a cycle's work in this process (and, shared out, of its "
+    "Ray Train workers); default: the policy's `threads` (auto in the shipped policies: the "
+    "CPUs less one, so a replica on the same machine keeps one; autospec/threads.py)")
+ADDRESS_OPT = typer.Option(
+    "--address", help="Ray cluster for the policy's Ray Train runs (training.workers > 0): "
+    "host:port, 'auto' or ray://host:10001; default RAY_ADDRESS, else a new local Ray")
+
+
+@controller_app.command("once")
+def once(
+    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
+    target: Annotated[str | None, TARGET_OPT] = None,
+    dtype: Annotated[str | None, DTYPE_OPT] = None,
+    address: Annotated[str | None, ADDRESS_OPT] = None,
+    threads: Annotated[int | None, THREADS_OPT] = None,
+    database_url: DbUrl = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
+) -> None:
+    """Run one cycle now (cron-friendly). Exit 0: promoted, nothing to do or busy;
+    3: every candidate rejected; 2: error."""
+    _log_to_stderr(log_level)
+    with _errors():
+        controller = _controller(policy, target, dtype, address, threads, database_url)
+        result = controller.run_cycle(trigger="once")
+    if json_out:
+        _emit(result.as_dict())
+    else:
+        colour = {"promoted": "green", "rejected": "yellow", "failed": "red"}.get(
+            result.outcome, "blue")
+        out.print(f"[bold {colour}]{result.outcome}[/] {result.promoted or ''}")
+        for reason in result.reasons:
+            out.print(f"  • {reason}", highlight=False)
+    raise typer.Exit(result.exit_code)
+
+
+@controller_app.command("watch")
+def watch(
+    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
+    target: Annotated[str | None, TARGET_OPT] = None,
+    dtype: Annotated[str | None, DTYPE_OPT] = None,
+    address: Annotated[str | None, ADDRESS_OPT] = None,
+    threads: Annotated[int | None, THREADS_OPT] = None,
+    database_url: DbUrl = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
+) -> None:
+    """One canary/drift check now (rolls back on a canary shortfall; drift runs a cycle)."""
+    from autospec.controller.watch import Watcher
+
+    _log_to_stderr(log_level)
+    with _errors():
+        result = Watcher(_controller(policy, target, dtype, address, threads, database_url)).run()
+    if json_out:
+        _emit(result.as_dict())
+    else:
+        out.print(f"[bold]{result.action}[/] {result.version or ''}")
+        for reason in result.reasons:
+            out.print(f"  • {reason}", highlight=False)
+    code = result.cycle.exit_code if result.cycle else 0
+    raise typer.Exit(code)
+
+
+@controller_app.command("run")
+def run(
+    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "default",
+    target: Annotated[str | None, TARGET_OPT] = None,
+    dtype: Annotated[str | None, DTYPE_OPT] = None,
+    address: Annotated[str | None, ADDRESS_OPT] = None,
+    threads: Annotated[int | None, THREADS_OPT] = None,
+    database_url: DbUrl = None,
+    log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
+) -> None:
+    """Run the scheduler in the foreground: cycles on the policy's schedule, the canary /
+    drift watch in between. Ctrl-C or SIGTERM stops it at once, with the processes it
+    started (vLLM engines of a speed measurement); a running cycle is recorded as
+    interrupted by the next controller."""
+    from autospec.controller.scheduler import run_forever
+    from autospec.stopping import exit_on_sigterm, stop_now
+
+    _log_to_stderr(log_level)
+    exit_on_sigterm()
+    try:
+        with _errors():
+            run_forever(_controller(policy, target, dtype, address, threads, database_url))
+    except KeyboardInterrupt:
+        err.print("stopped")
+        stop_now(130)
+
