@@ -14,6 +14,8 @@ from autospec.cli import app
     (["loadgen", "--url", ""], "'' is not an http:// or https:// URL with a host"),
     (["loadgen", "--url", "127.0.0.1:8000"], "is not an http:// or https:// URL"),
     (["loadgen", "--timeout", "-1"], "--timeout"),
+    (["loadgen", "--requests", "-1"], "--requests"),
+    (["loadgen", "--requests", "0"], "--requests"),
     (["loadgen", "--json", "/no/such/dir/summary.json"], "/no/such/dir is not a directory"),
     (["loadgen", "--json", "--per-request"], "got '--per-request'"),
     (["demo", "--json", "--quick"], "'--json': takes the file to write the figures to, got "
@@ -29,6 +31,7 @@ from autospec.cli import app
     (["ledger", "--until", "soon"], "Invalid value for --until"),
     (["db", "purge", "--older-than", "0d"], "--older-than: '0d': a duration must be longer"),
     (["evaluate", "v1", "--window", "soon"], "Invalid value for --window"),
+    (["evaluate", "v1", "--window", "7d:0"], "the window's request count must be at least 1"),
     (["loadgen", "--duration", "5 minutes"], "--duration: '5 minutes' is not a length like 90 "
                                              "(seconds), 45s"),
     (["loadgen", "--duration", "0m"], "--duration: '0m': a duration must be longer than 0"),

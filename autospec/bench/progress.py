@@ -20,6 +20,8 @@ from typing import Any
 
 from rich.console import Console
 
+from autospec.jsonout import json_default
+
 
 class BenchProgress:
     """Progress lines and partial JSON of one benchmark (``name``: ``bench decode``)."""
@@ -55,7 +57,7 @@ class BenchProgress:
             return
         self.json_path.parent.mkdir(parents=True, exist_ok=True)
         scratch = self.json_path.with_name(self.json_path.name + ".partial")
-        scratch.write_text(json.dumps(self.report, indent=2, default=str) + "\n")
+        scratch.write_text(json.dumps(self.report, indent=2, default=json_default) + "\n")
         os.replace(scratch, self.json_path)
 
     def _clock(self) -> str:

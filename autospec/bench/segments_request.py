@@ -48,7 +48,7 @@ class SegmentsBenchRequest(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch threads the decodes run on "
                                 "(default: this process's)")
     workdir: Path | None = Field(None, description="where the scratch store and artifacts go")
-    json_path: Path | None = Field(None, description="write the figures here")
+    json_path: Path | None = Field(None, description="write the figures here (a JSON file)")
     output: Path | None = Field(None, description="write the tables here as markdown")
 
     @field_validator("domains", "kinds", mode="before")

@@ -63,7 +63,7 @@ class TrainBenchRequest(BaseModel):
     other_domain: str | None = Field(
         None, description="also decode --eval-requests prompts of this domain (none of its "
         "traffic is logged or trained on) with ngram and the variants")
-    json_path: Path | None = Field(None, description="write the figures here")
+    json_path: Path | None = Field(None, description="write the figures here (a JSON file)")
 
     @field_validator("kinds", "variants", mode="before")
     @classmethod

@@ -29,6 +29,7 @@ from rich.table import Table
 
 from autospec.actor import cli_actor
 from autospec.controller.status_view import fmt, print_status
+from autospec.jsonout import json_default
 
 out = Console()
 err = Console(stderr=True)
@@ -92,7 +93,7 @@ def _log_to_stderr(level: str) -> None:
 
 
 def _emit(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
+    typer.echo(json.dumps(data, indent=2, default=json_default))
 
 
 def _db(deployment: str | None = None, url: str | None = None):  # type: ignore[no-untyped-def]
@@ -314,11 +315,14 @@ def history(
     """The audit log: promotions, rollbacks, overrides, rejections, failures, cycles,
     canary and drift notes, the replicas' swaps, imports, policies and purges (a segment's
     events name it: `promotion [S]`)."""
+    from autospec.controller.names import unknown_segment
     from autospec.controller.operations import list_history
 
     with _errors():
-        rows = list_history(_db(deployment, database_url), deployment=deployment, limit=limit,
-                            segment=segment)
+        db = _db(deployment, database_url)
+        if segment is not None and (note := unknown_segment(db, deployment, segment)):
+            err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        rows = list_history(db, deployment=deployment, limit=limit, segment=segment)
     if json_out:
         _emit(rows)
         return

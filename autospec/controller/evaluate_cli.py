@@ -13,22 +13,24 @@ from rich.progress import Progress
 from rich.table import Table
 
 from autospec.controller.cli import POLICY_HELP, DbUrl
+from autospec.jsonout import json_default
 
 out = Console()
 err = Console(stderr=True)
 
 
 def parse_window(text: str) -> dict:
-    """``500`` (the newest 500 requests) or a duration ``24h`` / ``90m`` / ``7d``."""
+    """``500`` (the newest 500 requests), a duration ``24h`` / ``90m`` / ``7d``, or both
+    (``7d:500``, as ``autospec train --window`` reads it)."""
     from autospec.durations import parse_duration
 
-    if text.strip().isdigit():
-        n = int(text)
-        if n < 1:
-            raise typer.BadParameter("the window must hold at least 1 request",
-                                     param_hint="--window")
-        return {"last": n}
-    return {"since": parse_duration(text, "--window")}
+    span, _, count = text.strip().rpartition(":")
+    if not count.isdigit() and not span:
+        return {"since": parse_duration(text, "--window")}
+    if not count.isdigit() or int(count) < 1:
+        raise typer.BadParameter(f"{text!r}: the window's request count must be at least 1 "
+                                 "(a window is 500, 24h or 7d:500)", param_hint="--window")
+    return {"last": int(count), **({"since": parse_duration(span, "--window")} if span else {})}
 
 
 def evaluate(
@@ -36,8 +38,8 @@ def evaluate(
         help="candidate first, then the incumbent (and any others); one version: compared with "
         "the live one")],
     window: Annotated[str, typer.Option(
-        help="requests to replay: the newest N, or a duration such as 24h; those a version "
-        "evaluated (or its parent) trained on are left out")] = "200",
+        help="requests to replay: the newest N, a duration such as 24h, or both (7d:500); "
+        "those a version evaluated (or its parent) trained on are left out")] = "200",
     target: Annotated[str | None, typer.Option(
         help="the target the versions were built for (default: what the deployment's "
         "replicas serve, else smollm2-135m)")] = None,
@@ -136,9 +138,9 @@ def _report(report, extra: dict, *, json_out: bool, json_path: Path | None) -> N
     """The table (or ``--json``), the ``--json-path`` file; exit 3 where the gate rejects."""
     data = _as_json(report) | extra
     if json_path:
-        json_path.write_text(json.dumps(data, indent=2, default=str))
+        json_path.write_text(json.dumps(data, indent=2, default=json_default))
     if json_out:
-        typer.echo(json.dumps(data, indent=2, default=str))
+        typer.echo(json.dumps(data, indent=2, default=json_default))
     else:
         _print(report)
     if report.decision is not None and not report.decision.promote:

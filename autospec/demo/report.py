@@ -32,6 +32,7 @@ from autospec.demo.concurrency import concurrency_lines
 from autospec.demo.mix import mix_lines
 from autospec.demo.record import DemoResult, PhaseFigures, fmt
 from autospec.demo.speed_checks import TOLERANCE, speed_checks
+from autospec.jsonout import json_default
 
 COLUMNS = ("phase", "traffic", "live version", "τ live", "τ shadow", "tok/s",
            "target-only tok/s", "speedup", "requests", "time s")
@@ -129,7 +130,7 @@ def swap_lines(events: list[dict]) -> list[str]:
 
 def write_json(result: DemoResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.as_dict(), indent=2, default=str) + "\n",
+    path.write_text(json.dumps(result.as_dict(), indent=2, default=json_default) + "\n",
                     encoding="utf-8")
 
 

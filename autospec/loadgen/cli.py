@@ -31,7 +31,7 @@ def loadgen(
     duration: Annotated[str | None, typer.Option(
         help="stop after this long: seconds, or with a unit (90s, 5m, 2h)")] = None,
     requests: Annotated[int | None, typer.Option(
-        help="stop after this many requests (default 20 when no --duration)")] = None,
+        min=1, help="stop after this many requests (default 20 when no --duration)")] = None,
     mix: Annotated[str, typer.Option(
         help="domain weights, e.g. support=0.7,coding=0.3 (domains: support, coding, "
         "json/extraction)")] = "support=1",

@@ -83,8 +83,7 @@ def serve(
         "--address only; the HTTP API's address is --host")] = False,
     speculator_k: Annotated[int, typer.Option(
         "--speculator-k", "--k", min=1, max=16,
-        help="draft tokens per verification step (--k: the same, as evaluate, export and "
-        "bench name it)")] = 5,
+        help="draft tokens per verification step")] = 5,
     k_bands: Annotated[str | None, typer.Option(
         help="draft tokens per concurrency band, e.g. '1-2:5,3-6:3,7-:0' (0: no drafting at "
         "that load; see docs/vllm.md, 'Speed at the load served'); on vLLM the batch size of "

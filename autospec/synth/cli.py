@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from autospec.jsonout import json_default
+
 if TYPE_CHECKING:
     from autospec.synth.run import SourceResult, SynthOutcome
 
@@ -192,7 +194,7 @@ def pretrain(
     if as_json:
         out.print_json(json.dumps({"version": outcome.version, "run_id": outcome.run_id,
                                    "artifact": str(outcome.artifact), "sha256": outcome.sha256,
-                                   "metrics": outcome.metrics}, default=str))
+                                   "metrics": outcome.metrics}, default=json_default))
         return
     after = outcome.metrics.get("heldout_after") or {}
     top1 = f"; held-out synthetic top-1 {after['accuracy'][0]:.3f}" if after else ""

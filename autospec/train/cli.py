@@ -30,6 +30,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from autospec.jsonout import json_default
 from autospec.speculators.registry import kinds_help, trainable_kinds
 
 if TYPE_CHECKING:
@@ -144,7 +145,9 @@ def train(
         min=1, help="fewest training (not held-out) requests to train on (the controller "
         "takes its policy's training.min_train_requests; this command reads no policy)")] = 20,
     heldout_fraction: Annotated[float, typer.Option(
-        min=0.0, max=0.9, help="newest share held out, never trained on")] = 0.1,
+        min=0.0, max=0.9, help="newest share held out, never trained on (the controller "
+        "takes its policy's window.heldout_fraction, 0.2 in the shipped policies; this command "
+        "reads no policy)")] = 0.1,
     anchors: Annotated[int, typer.Option(
         min=0, help="requests from before the window mixed in")] = 0,
     synthetic_share: Annotated[float, typer.Option(
@@ -261,7 +264,7 @@ def _print(outcome: TrainOutcome, *, as_json: bool) -> None:
         out.print_json(json.dumps({"version": outcome.version, "run_id": outcome.run_id,
                                    "parent": outcome.parent, "artifact": str(outcome.artifact),
                                    "sha256": outcome.sha256, "metrics": outcome.metrics},
-                                  default=str))
+                                  default=json_default))
         return
     m = outcome.metrics
     after = m.get("heldout_after") or {}

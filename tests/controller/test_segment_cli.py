@@ -131,6 +131,11 @@ def test_status_lists_segment_pointers_and_history_filters_by_segment(cli) -> No
     assert [r["event"] for r in beta] == ["override", "promotion"]
     everything = cli("history")
     assert everything.exit_code == 0 and "[beta]" in everything.stdout
+    assert "names segment" not in cli("history", "--segment", "alpha").stderr
+    typo = cli("history", "--segment", "alhpa", "--json")  # a note on stderr, JSON untouched
+    assert typo.exit_code == 0 and json.loads(typo.stdout) == []
+    assert "no logged request and no pointer of deployment 'default' names segment 'alhpa'" \
+        in " ".join(typo.stderr.split())
 
 
 def test_unpin_drops_a_segments_pointer_and_the_deployments_version_drafts_it(cli,

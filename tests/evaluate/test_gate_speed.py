@@ -196,3 +196,14 @@ def test_a_noisy_round_cheaper_than_the_target_never_projects_beyond_tau() -> No
     assert m.step_cost_at("ngram", None) == 1.0  # the median step cost (0.9), floored too
     assert m.projected({"ngram": 1.02}, {"ngram": 9.5})["ngram"] == pytest.approx(1.02)
     assert m.projected({"ngram": 1.02})["ngram"] == pytest.approx(1.02)
+
+
+def test_evaluate_reads_a_window_as_train_does() -> None:
+    """``500``, ``24h`` or both (``7d:500``), as ``autospec train --window``."""
+    from datetime import timedelta
+
+    from autospec.controller.evaluate_cli import parse_window
+
+    assert parse_window("500") == {"last": 500}
+    assert parse_window("24h") == {"since": timedelta(hours=24)}
+    assert parse_window("7d:500") == {"since": timedelta(days=7), "last": 500}
