@@ -362,7 +362,7 @@ class Controller:
             with self.stages.evaluation(f"cycle {result.cycle_id}: {cand.version}", incumbent,
                                         len(heldout), timed_on) as marks:
                 report = evaluate_versions(
-                    db=self.engine, target=target, versions=versions,
+                    db=self.engine, target=target, versions=versions, deployment=self.deployment,
                     examples=heldout, k=self.policy.evaluation.k, speed=speed,
                     policy=self.policy.gate, record=True, training_run_id=cand.run_id,
                     synthetic_heldout=self.policy.training.synthetic.heldout_sequences,

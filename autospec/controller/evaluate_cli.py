@@ -119,7 +119,7 @@ def evaluate(
             timed = bar.add_task("speed (interleaved decodes)", total=None, visible=speed)
             report = evaluate_versions(
                 db=db, target=tgt, versions=versions, examples=examples, k=k, record=record,
-                policy=in_force.policy.gate,
+                policy=in_force.policy.gate, deployment=deployment,
                 progress=lambda n, total: bar.update(task, completed=n), speed=settings,
                 speed_progress=lambda n, total: bar.update(timed, completed=n, total=total),
                 synthetic_heldout=synthetic_heldout,

@@ -84,11 +84,12 @@ def segment_result(ev: Any, segment: str) -> dict[str, Any] | None:
 
 
 def passing_segment_evaluation(session: Session, *, version: str, incumbent: str,
-                               segment: str) -> Any | None:
+                               segment: str, deployment: str | None = None) -> Any | None:
     """The newest evaluation of ``version`` against ``incumbent`` in which ``segment`` has a
     Δτ ≥ 0 on at least the gate's ``min_segment_requests`` requests, as that evaluation's
     policy set it (whatever the overall decision)."""
-    for ev in store.list_evaluations(session, candidate=version, limit=200):
+    for ev in store.list_evaluations(session, candidate=version, limit=200,
+                                     deployment=deployment):
         result = segment_result(ev, segment) if ev.incumbent == incumbent else None
         if result is not None and result.get("delta") is not None and result["delta"] >= 0 \
                 and (result.get("num_requests") or 0) >= min_segment_requests(ev):
@@ -103,9 +104,12 @@ def min_segment_requests(ev: Any) -> int:
     return int(recorded) if recorded else GatePolicy().min_segment_requests
 
 
-def passing_evaluation(session: Session, *, version: str, incumbent: str) -> Any | None:
-    """The newest evaluation of ``version`` against ``incumbent`` that decided to promote."""
-    for ev in store.list_evaluations(session, candidate=version, limit=200):
+def passing_evaluation(session: Session, *, version: str, incumbent: str,
+                       deployment: str | None = None) -> Any | None:
+    """The newest evaluation of ``version`` against ``incumbent`` (on ``deployment``'s
+    traffic) that decided to promote."""
+    for ev in store.list_evaluations(session, candidate=version, limit=200,
+                                     deployment=deployment):
         if ev.incumbent == incumbent and ev.decision == "promote":
             return ev
     return None
@@ -133,9 +137,9 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
             raise _refused(f"not moving segment {segment}'s pointer of deployment "
                            f"{deployment}: {why}; `autospec serve --engine native` "
                            "replicas follow every segment pointer")
-        ev, details = _evidence(session, version, current, segment)
+        ev, details = _evidence(session, version, current, segment, deployment)
         if ev is None and not force:
-            raise _refused(_why_not(session, version, current, segment))
+            raise _refused(_why_not(session, version, current, segment, deployment))
         details["forced"] = force
         if segment is None:
             ensure_pointer(session, deployment=deployment, actor=actor)
@@ -158,15 +162,17 @@ def _named(segment: str | None) -> dict[str, str]:
     return {} if segment is None else {"segment": segment}
 
 
-def _evidence(session: Session, version: str, current: str,
-              segment: str | None) -> tuple[Any | None, dict[str, Any]]:
-    """The passing evaluation (None: none) and what the move records of it."""
+def _evidence(session: Session, version: str, current: str, segment: str | None,
+              deployment: str) -> tuple[Any | None, dict[str, Any]]:
+    """The passing evaluation of ``deployment``'s traffic (None: none) and what the move
+    records of it."""
     if segment is None:
-        ev = passing_evaluation(session, version=version, incumbent=current)
+        ev = passing_evaluation(session, version=version, incumbent=current,
+                                deployment=deployment)
         return ev, {} if ev is None else {"evaluation_id": ev.id, "shadow_tau": ev.tau_candidate,
                                           "incumbent": current, **promotion_speeds(ev)}
     ev = passing_segment_evaluation(session, version=version, incumbent=current,
-                                    segment=segment)
+                                    segment=segment, deployment=deployment)
     if ev is None:
         return None, {}
     result = segment_result(ev, segment) or {}
@@ -178,8 +184,10 @@ def _evidence(session: Session, version: str, current: str,
                 "requests": result.get("num_requests")}
 
 
-def _why_not(session: Session, version: str, current: str, segment: str | None = None) -> str:
-    evaluations = store.list_evaluations(session, candidate=version, limit=20)
+def _why_not(session: Session, version: str, current: str, segment: str | None,
+             deployment: str) -> str:
+    evaluations = store.list_evaluations(session, candidate=version, limit=20,
+                                         deployment=deployment)
     against = [e for e in evaluations if e.incumbent == current]
     hint = "pass --force --reason \"...\""
     if not against:

@@ -176,7 +176,7 @@ def segment_drift(session: Session, *, policy: Policy, since: datetime) -> Drift
                 or stat.version != serving or stat.tau is None or stat.requests < dp.min_requests:
             continue
         if evaluations is None:
-            evaluations = store.list_evaluations(session, limit=200)
+            evaluations = store.list_evaluations(session, limit=200, deployment=deployment)
         evaluated, k = evaluated_segment_tau(evaluations, stat.version, segment)
         if evaluated is None:
             continue

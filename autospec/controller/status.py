@@ -65,8 +65,8 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy, cycles: i
                     "requests_1h": hour.requests if hour else 0,
                     "live_24h": day.tau if day else None,
                     "requests_24h": day.requests if day else 0},
-            "speedup": evaluated_speedup(session, version),
-            "last_evaluation": last_evaluation(session),
+            "speedup": evaluated_speedup(session, version, deployment),
+            "last_evaluation": last_evaluation(session, deployment),
             "traffic": {
                 "last_hour": _count(session, now - timedelta(hours=1)),
                 "last_day": _count(session, now - timedelta(days=1)),
@@ -124,10 +124,11 @@ def _segment_refusals(session, deployment: str,  # type: ignore[no-untyped-def]
     return found
 
 
-def evaluated_speedup(session, version: str) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+def evaluated_speedup(session, version: str,  # type: ignore[no-untyped-def]
+                      deployment: str | None = None) -> dict[str, Any] | None:
     """Estimated and measured speedup of ``version`` over target-only in the newest
-    evaluation naming it, and which one its gate used."""
-    for ev in store.list_evaluations(session, limit=200):
+    evaluation naming it (of ``deployment``'s traffic), and which one its gate used."""
+    for ev in store.list_evaluations(session, limit=200, deployment=deployment):
         if version not in (ev.candidate, ev.incumbent):
             continue
         data = ev.per_segment or {}
@@ -138,10 +139,10 @@ def evaluated_speedup(session, version: str) -> dict[str, Any] | None:  # type: 
     return None
 
 
-def last_evaluation(session) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+def last_evaluation(session, deployment: str | None = None) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
     """The newest evaluation: τ on real held-out traffic (what the gate decided on) and on
     held-out synthetic sequences (None without any), each per version, and its decision."""
-    evs = store.list_evaluations(session, limit=1)
+    evs = store.list_evaluations(session, limit=1, deployment=deployment)
     if not evs:
         return None
     ev = evs[0]

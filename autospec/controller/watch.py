@@ -272,7 +272,7 @@ def evaluated_tau_k(session: Session, version: str,
     """τ of ``version`` in the newest evaluation naming it (candidate or incumbent), over
     the segments it drafts on ``deployment`` now (:func:`drafted_tau`), and the k that
     evaluation replayed at (None: not recorded)."""
-    for ev in store.list_evaluations(session, limit=200):
+    for ev in store.list_evaluations(session, limit=200, deployment=deployment):
         tau = ev.tau_candidate if ev.candidate == version else \
             ev.tau_incumbent if ev.incumbent == version else None
         if tau is not None:

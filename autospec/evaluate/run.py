@@ -133,13 +133,15 @@ def evaluate_versions(
     synthetic_heldout: int = 64,
     threads: int | None = None,
     serving: ServingLoad | None = None,
+    deployment: str | None = None,
 ) -> EvaluationReport:
     """Replay ``examples`` with each version, measure speed, compare, decide and (optionally)
     record. ``speed``: how the speedup is measured (default :class:`SpeedSettings`);
     ``threads``: the serving replicas' torch threads, which the speed is measured on (and
     the cost model timed on) unless ``speed.threads`` says otherwise; ``serving``: the engine
     the replicas decode with and the concurrency they serve (default: native, 1), which the
-    speed is measured on unless ``speed.engine`` is ``native``."""
+    speed is measured on unless ``speed.engine`` is ``native``; ``deployment``: whose traffic
+    ``examples`` are (recorded with the evaluation)."""
     if not versions:
         raise EvaluationError("name at least one speculator version to evaluate")
     if len(set(versions)) != len(versions):
@@ -178,8 +180,8 @@ def evaluate_versions(
     decision = guard(policy, evaluation, decide(policy, evaluation)) if len(versions) > 1 \
         else None
     start, end = examples[0].created_at, examples[-1].created_at
-    row_id = _record(db, evaluation, decision, policy, start, end,
-                     training_run_id) if record and decision else None
+    row_id = _record(db, evaluation, decision, policy, start, end, training_run_id,
+                     deployment) if record and decision else None
     return EvaluationReport(evaluation, decision, row_id, start, end)
 
 
@@ -287,7 +289,8 @@ def synthetic_record(ev: Evaluation, policy: GatePolicy) -> dict | None:
 
 
 def _record(db: Engine, ev: Evaluation, decision: Decision, policy: GatePolicy,
-            start: datetime, end: datetime, training_run_id: int | None) -> int:
+            start: datetime, end: datetime, training_run_id: int | None,
+            deployment: str | None = None) -> int:
     assert ev.incumbent is not None
     per_segment = {
         s.segment: {"num_requests": s.num_requests, "tau": s.tau,
@@ -309,6 +312,6 @@ def _record(db: Engine, ev: Evaluation, decision: Decision, policy: GatePolicy,
                          "synthetic": synthetic_record(ev, policy),
                          "unreplayable": ev.unreplayable},
             window_start=start, window_end=end, training_run_id=training_run_id,
-            policy=policy.model_dump())
+            policy=policy.model_dump(), deployment=deployment)
         session.flush()
         return int(row.id)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from autospec.store.errors import NotFound, StoreError
@@ -104,12 +104,15 @@ def record_evaluation(
     window_end: datetime | None = None,
     training_run_id: int | None = None,
     policy: dict[str, Any] | None = None,
+    deployment: str | None = None,
 ) -> Evaluation:
-    """Store one shadow evaluation (``decision`` in :data:`DECISIONS`)."""
+    """Store one shadow evaluation (``decision`` in :data:`DECISIONS`) of ``deployment``'s
+    traffic."""
     if decision not in DECISIONS:
         raise StoreError(f"decision must be one of {DECISIONS}, not {decision!r}")
     evaluation = Evaluation(
         created_at=utcnow(),
+        deployment=deployment,
         candidate=candidate,
         incumbent=incumbent,
         training_run_id=training_run_id,
@@ -131,9 +134,15 @@ def record_evaluation(
 
 
 def list_evaluations(
-    session: Session, *, candidate: str | None = None, limit: int = 50
+    session: Session, *, candidate: str | None = None, limit: int = 50,
+    deployment: str | None = None,
 ) -> list[Evaluation]:
+    """Newest first; ``deployment``: only evaluations of its traffic (and those recorded
+    before evaluations named one)."""
     query = select(Evaluation).order_by(Evaluation.created_at.desc(), Evaluation.id.desc())
     if candidate is not None:
         query = query.where(Evaluation.candidate == candidate)
+    if deployment is not None:
+        query = query.where(or_(Evaluation.deployment == deployment,
+                                Evaluation.deployment.is_(None)))
     return list(session.scalars(query.limit(limit)))

@@ -267,6 +267,8 @@ class Evaluation(Base):
 
     id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
     created_at: Mapped[datetime] = mapped_column(index=True)
+    #: the deployment whose traffic it replayed (None: recorded before revision 0009)
+    deployment: Mapped[str | None] = mapped_column(String(64), index=True)
     candidate: Mapped[str] = mapped_column(ForeignKey("speculators.version"))
     incumbent: Mapped[str | None] = mapped_column(ForeignKey("speculators.version"))
     training_run_id: Mapped[int | None] = mapped_column(ForeignKey("training_runs.id"))

@@ -31,6 +31,7 @@ def test_a_cycle_promotes_a_better_candidate_once_per_window(db, tiny, traffic) 
     with store.session_scope(db, readonly=True) as session:
         (ev,) = store.list_evaluations(session, candidate=first.promoted)
         assert ev.decision == "promote" and ev.incumbent == "builtin-ngram"
+        assert ev.deployment == "default"  # whose traffic it replayed
         assert ev.num_requests == len(traffic) - 28  # the held-out part only
 
     again = controller.run_cycle()

@@ -236,3 +236,21 @@ def test_status_says_when_replicas_refused_a_segments_version(cli, engine) -> No
     assert cli("rollback", "--segment", "beta").exit_code == 0
     status = json.loads(cli("status", "--json").stdout)
     assert {s["segment"]: s["refused"] for s in status["segments"]}["beta"] is None
+
+
+def test_an_evaluation_of_one_deployments_traffic_is_no_evidence_for_another(cli, engine) -> None:
+    """Evaluations name the deployment whose traffic they replayed (revision 0009); those
+    recorded before (NULL, as the fixture's) count for every deployment, as they did."""
+    with store.session_scope(engine) as session:
+        store.record_evaluation(session, candidate="v2", incumbent=BUILTIN, decision="promote",
+                                num_requests=60, tau_candidate=2.5, tau_incumbent=2.0,
+                                deployment="east")
+    west = cli("promote", "v2", "--deployment", "west")
+    assert west.exit_code == 3 and "no evaluation against" in west.output, west.output
+    east = cli("promote", "v2", "--deployment", "east", "--json")
+    assert east.exit_code == 0, east.output
+    with store.session_scope(engine, readonly=True) as session:
+        (ev,) = store.list_evaluations(session, candidate="v2", deployment="east")
+        assert ev.deployment == "east"
+        assert store.list_evaluations(session, candidate="v2", deployment="west") == []
+        assert len(store.list_evaluations(session, candidate="v1", deployment="west")) == 1
