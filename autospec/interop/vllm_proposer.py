@@ -36,8 +36,11 @@ do.
 (:meth:`SuffixIndexProposer.load_index` with a ``slot``: the version's name). A request
 whose sampling parameters carry ``extra_args[DRAFT_SLOT]`` (the replica sets it for a segment
 with a version of its own) drafts from that slot's index, every other request from the
-deployment's; a request whose slot was dropped while it ran keeps the index it started on,
-and one naming a slot not loaded drafts from the deployment's. Reading a row's request needs
+deployment's. A dropped slot's index is kept (*retired*) while any request the model runner
+holds names it, and at least :data:`RETIRED_GRACE_S` (a request bound to it may still wait
+in vLLM's queue): a request that named it drafts from it to its end, whichever batch row
+vLLM moves it to, so its row stays true to the version it names. One naming a slot never
+loaded (or long freed) drafts from the deployment's. Reading a row's request needs
 the proposer attached (above).
 
 Until an index is loaded the proposer drafts from each request's own n-grams only. With a
@@ -51,6 +54,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +69,8 @@ log = logging.getLogger(__name__)
 #: the environment variable naming an exported suffix version for ``vllm serve``, and this
 #: class's import path (what the suffix kind's exporter writes; declared there, once)
 INDEX_ENV = VLLM_INDEX_ENV
+#: seconds a dropped slot's index is kept at least, for requests bound to it still queued
+RETIRED_GRACE_S = 300.0
 CLASS_PATH = VLLM_PROPOSER
 
 
@@ -142,6 +148,7 @@ class SuffixIndexProposer:
             SuffixConfig(target_id="vllm", target_revision="none"))
         self.version: str | None = None
         self.slots: dict[str, Any] = {}  # segment versions' indexes, by version name
+        self._retired: dict[str, tuple[Any, float]] = {}  # dropped slots: (index, when)
         self._rows: dict[int, _Row] = {}
         self._runner: Any = None  # vLLM's model runner, once attached
         directory = os.environ.get(INDEX_ENV)
@@ -164,9 +171,25 @@ class SuffixIndexProposer:
                 "slots": sorted(self.slots)}
 
     def drop_index(self, slot: str) -> dict[str, Any]:
-        """Forget ``slot``'s index (requests drafting from it keep it to their end)."""
+        """Stop offering ``slot``'s index; it is retired, kept for the requests that name it
+        to their end (module doc)."""
+        if slot in self.slots:
+            self._retired[slot] = (self.slots[slot], time.monotonic())
         self.slots = {name: index for name, index in self.slots.items() if name != slot}
-        return {"dropped": slot, "slots": sorted(self.slots)}
+        return {"dropped": slot, "slots": sorted(self.slots), "retired": sorted(self._retired)}
+
+    def _free_retired(self) -> None:
+        """Forget the retired indexes past their grace that no request the runner holds
+        names (unattached: past their grace)."""
+        if not self._retired:
+            return
+        named = set()
+        for state in (getattr(self._runner, "requests", None) or {}).values():
+            extra = getattr(getattr(state, "sampling_params", None), "extra_args", None) or {}
+            named.add(extra.get(DRAFT_SLOT))
+        now = time.monotonic()
+        self._retired = {slot: kept for slot, kept in self._retired.items()
+                         if slot in named or now - kept[1] < RETIRED_GRACE_S}
 
     def attach(self, runner: Any) -> None:
         """Read each row's request from vLLM's model runner (``input_batch.req_ids`` and
@@ -191,6 +214,7 @@ class SuffixIndexProposer:
             row_k = k if end is None else min(k, end.left)
             draft = self._row(i, token_ids_cpu[i, :n]).draft(row_k) if row_k > 0 else []
             drafts.append(draft if end is None else end.cut(draft))
+        self._free_retired()
         return drafts
 
     def _request_end(self, i: int, n: int) -> RequestEnd | None:
@@ -203,23 +227,19 @@ class SuffixIndexProposer:
             return None
         return request_extra(self._runner, i).get(DRAFT_SLOT)
 
-    def _index_for(self, i: int, slot: str | None, tokens: np.ndarray) -> Any:
-        """The index row ``i`` (``tokens`` so far) drafts from: its slot's; where that slot
-        was dropped since the request started on it, the one it started on; else the
-        deployment's."""
+    def _index_for(self, slot: str | None) -> Any:
+        """The index a row naming ``slot`` drafts from: the slot's, loaded or retired; else
+        the deployment's."""
         if slot is None:
             return self.index
         index = self.slots.get(slot)
-        if index is not None:
-            return index
-        row = self._rows.get(i)
-        if row is not None and row.slot == slot and row.matches(row.index, tokens):
-            return row.index  # the same request, going on
-        return self.index
+        if index is None and slot in self._retired:
+            index = self._retired[slot][0]
+        return self.index if index is None else index
 
     def _row(self, i: int, tokens: np.ndarray) -> Any:
         slot = self._row_slot(i)
-        index = self._index_for(i, slot, tokens)
+        index = self._index_for(slot)
         row = self._rows.get(i)
         if row is None or not row.matches(index, tokens):
             row = self._rows[i] = _Row(index, self.max_model_len, slot)

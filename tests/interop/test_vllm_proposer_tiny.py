@@ -162,11 +162,13 @@ def _slotted_runner(slots: list[str | None]) -> SimpleNamespace:
             for rid, slot in zip(ids, slots, strict=True)})
 
 
-def test_a_request_naming_a_slot_drafts_from_that_segments_index(tmp_path) -> None:
+def test_a_request_naming_a_slot_drafts_from_that_segments_index(tmp_path,
+                                                                 monkeypatch) -> None:
     """A segment's version in a slot beside the deployment's index: the rows whose request
     names it draft from it, the others from the deployment's; one naming a slot not loaded
-    drafts from the deployment's; a request started on a slot dropped since keeps it, a new
-    request in its row does not."""
+    drafts from the deployment's. A dropped slot is retired, not forgotten: the requests
+    naming it draft from it to their end, in whichever row vLLM moves them to (their rows
+    are named after it), until none does and its grace is over."""
     deployment = suffix_from_documents(_config(), DOCS[:1])
     segment = suffix_from_documents(_config(), DOCS[1:])
     proposer = _proposer()
@@ -188,9 +190,27 @@ def test_a_request_naming_a_slot_drafts_from_that_segments_index(tmp_path) -> No
     n, ids = _rows([seq] * 3)
     assert proposer.propose([[1]] * 3, n, ids) == [
         drafted(segment, seq), drafted(deployment, seq), drafted(deployment, seq)]
-    assert proposer.drop_index("seg") == {"dropped": "seg", "slots": []}
+    assert proposer.drop_index("seg") == {"dropped": "seg", "slots": [], "retired": ["seg"]}
     longer = [*seq, 1]
     n, ids = _rows([longer] * 3)  # the same requests, a token on: row 0 keeps its index
     assert proposer.propose([[1]] * 3, n, ids)[0] == drafted(segment, longer)
-    n, ids = _rows([[9, 9, 4, 5, 6]])  # a new request in row 0, naming the dropped slot
+    proposer.attach(_slotted_runner([None, "seg"]))  # an earlier request ended: rows move
+    n, ids = _rows([[*longer, 2][1:], [*longer, 2]])
+    assert proposer.propose([[1]] * 2, n, ids)[1] == drafted(segment, [*longer, 2])
+    proposer.attach(_slotted_runner([None]))  # no request names it any more
+    monkeypatch.setattr("autospec.interop.vllm_proposer.RETIRED_GRACE_S", 0.0)
+    n, ids = _rows([[9, 9, 4, 5, 6]])
+    proposer.propose([[1]], n, ids)  # frees it
+    proposer.attach(_slotted_runner(["seg"]))  # a request naming it now: never loaded
     assert proposer.propose([[1]], n, ids) == [drafted(deployment, [9, 9, 4, 5, 6])]
+
+
+def test_a_request_drafts_from_no_slot_but_the_one_the_replica_names() -> None:
+    """A client's ``vllm_xargs`` naming a slot is removed: its row is named after the
+    deployment's version, so it must draft from the deployment's index."""
+    from autospec.engine.vllm.sampling import DRAFT_SLOT, with_slot
+
+    smuggled = SimpleNamespace(extra_args={DRAFT_SLOT: "seg", "other": 1})
+    assert with_slot(smuggled, None).extra_args == {"other": 1}
+    assert with_slot(SimpleNamespace(extra_args={DRAFT_SLOT: "x"}), None).extra_args is None
+    assert with_slot(SimpleNamespace(extra_args=None), "seg").extra_args == {DRAFT_SLOT: "seg"}
