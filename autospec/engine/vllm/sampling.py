@@ -33,7 +33,11 @@ DRAFT_SLOT = "autospec_draft_slot"
 
 
 def with_slot(sampling_params: Any, slot: str | None) -> Any:
-    """vLLM's ``sampling_params`` naming ``slot`` in its ``extra_args`` (None: as it is)."""
+    """vLLM's ``sampling_params`` naming ``slot`` in its ``extra_args``, and only that: a
+    slot a client put there (``vllm_xargs``) is removed, so a request drafts from no index
+    but the one its traffic row is named after (None: the deployment's)."""
+    extra = {k: v for k, v in (sampling_params.extra_args or {}).items() if k != DRAFT_SLOT}
     if slot is not None:
-        sampling_params.extra_args = {**(sampling_params.extra_args or {}), DRAFT_SLOT: slot}
+        extra[DRAFT_SLOT] = slot
+    sampling_params.extra_args = extra or None
     return sampling_params
