@@ -120,7 +120,7 @@ def _checked(bands: list[Band], max_k: int) -> KBands:
 
 
 def drafted_fewer(engine_k: int, *, k: int | None, bands: str | KBands | None, in_flight: int,
-                  concurrency: float) -> bool:
+                  concurrency: float, n: int = 1) -> bool:
     """Whether a band drafted fewer than ``engine_k`` tokens a step for a request (its row's
     ``sampling.banded``): its acceptance length is then not the one its version's evaluation
     measured at k, and the canary and drift watch leave it out (:func:`autospec.store.live_tau`).
@@ -128,8 +128,9 @@ def drafted_fewer(engine_k: int, *, k: int | None, bands: str | KBands | None, i
     ``k``: the k the native engine gave the whole request (its band's, at the requests in
     flight when it started). On vLLM (``k`` None) the scheduler picks k per step from the
     batch size, which a row does not record: the request counts as banded when any band up
-    to the most requests it saw in flight (``in_flight`` at its start, its mean
-    ``concurrency`` rounded up) drafts fewer than ``engine_k``."""
+    to the most batch rows it saw (the most requests in flight: ``in_flight`` at its start,
+    its mean ``concurrency`` rounded up; its ``n`` choices are ``n`` rows of vLLM's batch)
+    drafts fewer than ``engine_k``."""
     if engine_k <= 0:
         return False
     if k is not None:
@@ -137,7 +138,7 @@ def drafted_fewer(engine_k: int, *, k: int | None, bands: str | KBands | None, i
     parsed = parse_bands(bands, max_k=MAX_K)
     if parsed is None:
         return False
-    peak = max(1, in_flight, math.ceil(concurrency))
+    peak = max(1, in_flight, math.ceil(concurrency)) + max(1, n) - 1
     return any(parsed.k_for(n) < engine_k for n in range(1, peak + 1))
 
 

@@ -443,7 +443,7 @@ class LLMServer:
         if p.held_out:
             out[HOLDOUT_KEY] = True
         if drafted_fewer(s.version.engine.k, k=s.k, bands=out.get("k_bands"),
-                         in_flight=s.in_flight, concurrency=s.concurrency):
+                         in_flight=s.in_flight, concurrency=s.concurrency, n=p.n):
             out["banded"] = True
         return out
 

@@ -61,6 +61,9 @@ def test_a_request_a_band_drafted_fewer_tokens_for_is_banded() -> None:
     assert drafted_fewer(5, k=None, bands=bands, in_flight=3, concurrency=1.0)
     assert not drafted_fewer(5, k=None, bands=None, in_flight=8, concurrency=8.0)
     assert not drafted_fewer(3, k=None, bands="1-4:3,5-:0", in_flight=4, concurrency=4.0)
+    # a request's n choices are n rows of vLLM's batch: alone with n=2 it ran at batch 2
+    assert not drafted_fewer(5, k=None, bands="1-1:5,2-:0", in_flight=1, concurrency=1.0)
+    assert drafted_fewer(5, k=None, bands="1-1:5,2-:0", in_flight=1, concurrency=1.0, n=2)
 
 
 def test_vllm_gets_its_per_batch_size_schedule() -> None:
