@@ -130,12 +130,16 @@ class VllmDecoder:
             await outputs.aclose()  # aborts the request in vLLM if it has not finished
 
 
+#: the finish reasons of a request vLLM ended normally ("repetition": its
+#: ``repetition_detection`` stopped a loop); "abort" and "error" are not
+FINISHED = ("stop", "length", "repetition")
+
+
 def vllm_served(p: Prepared, output: Any, ttft_s: float, first: int = 0) -> Served:
     """The finished request from vLLM's last output (every choice, in index order); named
     after the version(s) loaded in its engine from position ``first`` on."""
     completions = sorted(output.outputs, key=lambda c: c.index) if output else []
-    unfinished = [c.finish_reason for c in completions if c.finish_reason not in
-                  ("stop", "length")]
+    unfinished = [c.finish_reason for c in completions if c.finish_reason not in FINISHED]
     if not completions or unfinished:
         raise APIError(500, "vLLM ended the request: "
                        f"{unfinished[0] if unfinished else 'no output'}",

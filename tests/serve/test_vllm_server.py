@@ -658,3 +658,23 @@ def test_vllm_stats_keep_a_stop_token_accepted_as_a_draft():
     cut = vllm_stats(_completion(list(range(9)), "length", metrics), prompt_tokens=4, k=3,
                      ttft_s=0.1, total_s=1.0)
     assert cut.num_accepted_tokens == 5  # at max_tokens the last step's bonus was emitted
+
+
+def test_a_request_vllm_ended_for_repetition_is_served_and_logged():
+    """vLLM 0.32 ends a request whose ``repetition_detection`` caught a loop with finish
+    reason ``repetition``: a normal end (its row is written), not an engine error."""
+    import time
+
+    import pytest
+
+    from autospec.serve.errors import APIError
+    from autospec.serve.vllm_decode import vllm_served
+
+    version = SimpleNamespace(name="v", slot=None, engine=SimpleNamespace(k=0, loaded=[]))
+    p = SimpleNamespace(ctx=SimpleNamespace(arrived=time.perf_counter()), version=version,
+                        prompt_ids=[1, 2], logprobs=None)
+    served = vllm_served(p, SimpleNamespace(outputs=[_completion([5, 6, 5, 6], "repetition")]),
+                         ttft_s=0.01)
+    assert served.result.finish_reason == "repetition" and served.result.token_ids == [5, 6, 5, 6]
+    with pytest.raises(APIError, match="abort"):
+        vllm_served(p, SimpleNamespace(outputs=[_completion([5], "abort")]), ttft_s=0.01)
