@@ -56,6 +56,7 @@ import logging
 import shutil
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any, cast
 
@@ -97,6 +98,9 @@ class VllmVersionManager(VersionManager):
         self.options = options
         self.model_dir = target_dir(self.target)
         self.export_root = get_settings().data_dir / "vllm-exports"
+        #: every engine this replica started and has not closed (its current one, those
+        #: retiring after a swap): closed at stop, which removes their exported files
+        self._engines: weakref.WeakSet[VllmEngine] = weakref.WeakSet()
 
     def _initial(self, speculation: bool) -> ServedVersion | None:
         return None  # an engine starts in prime(), not here
@@ -112,9 +116,12 @@ class VllmVersionManager(VersionManager):
         super().start()
 
     def stop(self) -> None:
+        """Stop following the pointer; close every engine this replica started (current,
+        retiring or one a swap started while it stopped)."""
         super().stop()
-        if self._current is not None:
-            self._current.engine.close()
+        current = [self._current.engine] if self._current is not None else []
+        for engine in {id(e): e for e in (*current, *self._engines)}.values():
+            engine.close()
 
     def _first(self) -> ServedVersion:
         if not self._speculation:
@@ -327,6 +334,11 @@ class VllmVersionManager(VersionManager):
                 shutil.rmtree(export_dir, ignore_errors=True)
             raise VersionLoadError(f"version {version!r}: vLLM could not start with it: "
                                    f"{type(exc).__name__}: {exc}") from exc
+        self._engines.add(engine)
+        if self._stop.is_set():  # the replica stopped while it started: nothing would close it
+            engine.close()
+            raise VersionLoadError(f"version {version!r}: the replica is stopping",
+                                   audited=True)  # not a failure of the version: no event
         engine.shape = draft_shape(speculative_config, export_dir)
         engine.k_bands = None if bands is None else str(bands)  # fixed for its life
         engine.loaded.append(version)

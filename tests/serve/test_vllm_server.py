@@ -62,7 +62,7 @@ def _logprobs(chosen: int, wanted: int) -> dict[int, Any]:
     return entries
 
 
-@dataclass
+@dataclass(eq=False)  # hashable by identity, as the real engine (the manager keeps a set)
 class FakeVllmEngine:
     """Stands in for :class:`~autospec.engine.vllm.engine.VllmEngine`: each request emits
     ``steps`` outputs of 2 tokens, waiting ``delay_s`` per step."""
@@ -144,6 +144,7 @@ def fake_engines(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, FakeVllmEng
             load_in_place(engine, engine.shape, export_dir, version)
         engine.loaded.append(version)
         started.append((version, engine))
+        self._engines.add(engine)  # as the real one does
         return ServedVersion(version, kind, engine)
 
     monkeypatch.setattr(VllmVersionManager, "_engine_version", engine_version)
@@ -678,3 +679,20 @@ def test_a_request_vllm_ended_for_repetition_is_served_and_logged():
     assert served.result.finish_reason == "repetition" and served.result.token_ids == [5, 6, 5, 6]
     with pytest.raises(APIError, match="abort"):
         vllm_served(p, SimpleNamespace(outputs=[_completion([5], "abort")]), ttft_s=0.01)
+
+
+def test_stop_closes_the_engines_still_retiring(vllm_server, fake_engines, tiny_llm, db,
+                                                tmp_path):
+    """A replica stopped while its old engine finishes a request across a swap closes that
+    engine too (its vLLM processes and exported files go with it), not only the current."""
+    register_artifact(db, tiny_llm, tmp_path, "head-a", "eagle3", tree_nodes=0,
+                      suffix_threshold=None)
+    old = fake_engines[0][1]
+    old.delay_s = 0.3
+
+    def stop_now() -> None:
+        assert old.retired and not old.shut  # a request still runs on it
+        vllm_server.versions.stop()
+        assert old.shut and fake_engines[1][1].shut
+
+    _swap_across_a_request(vllm_server, db, "head-a", stop_now)
