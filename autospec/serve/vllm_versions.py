@@ -62,7 +62,7 @@ from typing import Any, cast
 
 from autospec import store
 from autospec.engine.interface import Engine
-from autospec.engine.vllm.engine import VllmEngine
+from autospec.engine.vllm.engine import RPC_TIMEOUT_S, VllmEngine
 from autospec.engine.vllm.swap import (
     DraftShape,
     draft_shape,
@@ -165,9 +165,13 @@ class VllmVersionManager(VersionManager):
         if why is None:
             try:
                 new = self._in_place(version, kind, current, shape, out)
+            except TimeoutError:  # it may still land: what the drafter holds is not known
+                why = (f"the in-place load did not finish within {RPC_TIMEOUT_S:.0f} s; the "
+                       "running engine retires")
             finally:
-                shutil.rmtree(out, ignore_errors=True)
-        else:
+                if why is None:
+                    shutil.rmtree(out, ignore_errors=True)
+        if why is not None:
             new = self._engine_version(version, kind, exported.speculative_config, out)
             self._unseat_segments()
         self._record_swap(version, why, time.perf_counter() - started)
@@ -250,6 +254,8 @@ class VllmVersionManager(VersionManager):
         except VersionLoadError:
             raise
         except Exception as exc:
+            if isinstance(exc, TimeoutError):  # it may still land: drop it after it
+                self._drop_slot(engine, version)
             raise VersionLoadError(f"version {version!r}: loading it for a segment into the "
                                    f"running vLLM engine failed: {type(exc).__name__}: "
                                    f"{exc}") from exc
@@ -288,6 +294,8 @@ class VllmVersionManager(VersionManager):
         engine = vllm_engine(current.engine)
         try:
             report = load_in_place(engine, shape, out, version)
+        except TimeoutError:
+            raise  # the caller starts an engine of its own instead
         except Exception as exc:
             raise VersionLoadError(f"version {version!r}: the in-place load into the running "
                                    f"vLLM engine failed: {type(exc).__name__}: {exc}") from exc

@@ -696,3 +696,27 @@ def test_stop_closes_the_engines_still_retiring(vllm_server, fake_engines, tiny_
         assert old.shut and fake_engines[1][1].shut
 
     _swap_across_a_request(vllm_server, db, "head-a", stop_now)
+
+
+def test_an_in_place_load_that_times_out_starts_an_engine_of_its_own(
+        vllm_server, fake_engines, tiny_llm, db, tmp_path):
+    """The RPC may still land in the running engine after the timeout, so what its drafter
+    holds is not known: the version gets an engine of its own (the old one retires), the
+    swap event says why."""
+    for name in ("head-a", "head-b"):
+        register_artifact(db, tiny_llm, tmp_path, name, "eagle3", tree_nodes=0,
+                          suffix_threshold=None)
+    promote(db, "head-a")
+    _wait_for(vllm_server, "head-a")
+    engine = fake_engines[1][1]
+
+    def slow_rpc(method, *args):  # type: ignore[no-untyped-def]
+        raise TimeoutError  # as EngineLoop.run's future.result(timeout) raises it
+
+    engine.rpc = slow_rpc
+    promote(db, "head-b")
+    _wait_for(vllm_server, "head-b")
+    assert len(fake_engines) == 3 and fake_engines[2][0] == "head-b" and engine.retired
+    with store.session_scope(db) as session:
+        (swap,) = [e for e in store.list_events(session, kinds=["swap"]) if e.version == "head-b"]
+    assert swap.details["mode"] == "new engine" and "did not finish within" in swap.reason
