@@ -54,6 +54,7 @@ from autospec.controller.segment_watch import vllm_segment_refusal
 from autospec.evaluate.compare import Evaluation, SegmentResult
 from autospec.serve.segments import SEGMENT_NAME
 from autospec.store.models import BUILTIN_VERSION
+from autospec.store.pointers import UNPINNED
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,7 @@ def apply(session: Session, outcomes: list[SegmentOutcome], *, policy: Policy, a
         store.set_live(
             session, version=o.version, actor=actor, deployment=policy.deployment,
             segment=o.segment, reason=f"controller: {o.reason}; cycle {context['cycle_id']}",
-            expect=o.serving if o.own_pointer else None,  # what it was judged against
+            expect=o.serving if o.own_pointer else UNPINNED,  # as it was judged
             details={"evaluation_id": o.evaluation_id, "shadow_tau": o.tau,
                      "incumbent": o.serving, "incumbent_shadow_tau": o.serving_tau,
                      "delta": o.delta, "requests": o.requests,

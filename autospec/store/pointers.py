@@ -10,7 +10,8 @@ caller owns the transaction, as in :mod:`autospec.store.registry`.
   back to ``previous_version`` in one step (the pointer then remembers the version rolled back
   from, so a second rollback undoes the first). Every move writes an :class:`Event`.
 - Both take ``expect``: the version the caller judged the pointer by (the incumbent a cycle
-  evaluated, the version a canary judged). It is read again under the pointer lock
+  evaluated, the version a canary judged; :data:`UNPINNED`: a segment with no pointer of
+  its own). It is read again under the pointer lock
   (:func:`~autospec.store.registry.lock_pointers`; SQLite's write lock) and a pointer that
   moved meanwhile — an operator's promotion during the cycle — is a :class:`Conflict`, not
   overwritten: a check made before the lock could be stale on PostgreSQL.
@@ -43,6 +44,9 @@ from autospec.store.registry import (
 log = logging.getLogger(__name__)
 
 _CAS_TRIES = 5
+#: ``expect`` for a segment that has no pointer of its own (it follows the deployment's);
+#: no version is so named (a name has no parentheses)
+UNPINNED = "(unpinned)"
 
 
 # -- live pointer ----------------------------------------------------------------------------
@@ -230,7 +234,7 @@ def _move(
 def _check_expected(key: _Key, pointer: LivePointer | SegmentPointer | None,
                     expect: str | None) -> None:
     """A :class:`Conflict` where the pointer no longer names ``expect`` (None: no check)."""
-    now = pointer.version if pointer is not None else None
+    now = pointer.version if pointer is not None else UNPINNED
     if expect is not None and now != expect:
         raise Conflict(f"the live pointer of {key} moved from {expect} to {now} meanwhile "
                        "(another promotion or rollback); nothing was moved")

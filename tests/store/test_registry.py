@@ -141,12 +141,21 @@ def test_a_move_expecting_a_version_the_pointer_no_longer_names_moves_nothing(
                  lambda s: store.set_live(s, version="v3", actor="ctl", reason="r",
                                           segment="json", expect="v1")):
         with store.session_scope(engine) as s, pytest.raises(
-                Conflict, match=r"moved from v1 to (v2|None) meanwhile"):
+                Conflict, match=r"moved from v1 to (v2|\(unpinned\)) meanwhile"):
             move(s)
     with store.session_scope(engine, readonly=True) as s:
         assert store.get_live(s).version == "v2" and store.get_live(s, segment="json") is None
         assert [e.version for e in store.list_events(s, kinds=["promotion", "rollback"])] \
             == ["v2", "v1"]
+    from autospec.store.pointers import UNPINNED
+
+    with store.session_scope(engine) as s:  # a segment judged as following the deployment
+        store.set_live(s, version="v3", actor="ctl", reason="r", segment="json",
+                       expect=UNPINNED)
+    with store.session_scope(engine) as s, pytest.raises(Conflict,
+                                                          match=r"from \(unpinned\) to v3"):
+        store.set_live(s, version="v1", actor="ctl", reason="r", segment="json",
+                       expect=UNPINNED)  # an operator pinned it meanwhile
 
 
 def test_failed_transaction_moves_nothing(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
