@@ -715,7 +715,11 @@ def test_an_in_place_load_that_times_out_starts_an_engine_of_its_own(
     engine.rpc = slow_rpc
     promote(db, "head-b")
     _wait_for(vllm_server, "head-b")
-    assert len(fake_engines) == 3 and fake_engines[2][0] == "head-b" and engine.retired
+    assert len(fake_engines) == 3 and fake_engines[2][0] == "head-b"
+    deadline = time.monotonic() + 10  # on_swap retires it just after the pointer moves
+    while not engine.retired and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert engine.retired
     with store.session_scope(db) as session:
         (swap,) = [e for e in store.list_events(session, kinds=["swap"]) if e.version == "head-b"]
     assert swap.details["mode"] == "new engine" and "did not finish within" in swap.reason
