@@ -216,7 +216,7 @@ def test_an_operator_move_too_late_to_be_seen_is_skipped_not_failed() -> None:
     import time
     from types import SimpleNamespace
 
-    from autospec.bench.soak.faults import OPERATOR_WINDOW_S, operator_promote_rollback
+    from autospec.bench.soak.operator_faults import OPERATOR_WINDOW_S, operator_promote_rollback
 
     ctx = SimpleNamespace(deadline=time.time() + OPERATOR_WINDOW_S / 4)
     rec = operator_promote_rollback(ctx)  # type: ignore[arg-type]

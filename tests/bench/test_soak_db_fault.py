@@ -12,7 +12,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from autospec.bench.soak.faults import FaultContext, database_locked
+from autospec.bench.soak.fault_context import FaultContext
+from autospec.bench.soak.faults import database_locked
 from autospec.bench.soak.storeview import Row, RunInfo
 
 

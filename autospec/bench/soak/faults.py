@@ -14,68 +14,24 @@ import signal
 import sqlite3
 import subprocess
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from autospec import store
 from autospec.bench.soak import procs
-from autospec.bench.soak.load import LoadGenerator
+from autospec.bench.soak.fault_context import (
+    FaultContext,
+    FaultRecord,
+    first_answer_after,
+    wait_until,
+)
+from autospec.bench.soak.operator_faults import (
+    operator_promote_rollback,
+    operator_segment_promote_rollback,
+)
 from autospec.bench.soak.storeview import StoreView, cycles, refusals
-
-
-@dataclass
-class FaultRecord:
-    """One injected fault."""
-
-    name: str
-    at: float = 0.0
-    recovery_s: float | None = None
-    ok: bool | None = None
-    skipped: str = ""
-    detail: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class FaultContext:
-    """What a fault may touch: the serve and controller processes, the load, the store."""
-
-    base_url: str
-    env: dict[str, str]
-    logs: Path
-    serve: procs.Child
-    load: LoadGenerator
-    view: StoreView
-    data_dir: Path
-    db_path: Path | None
-    start_controller: Callable[[], procs.Child]
-    controller: procs.Child | None = None
-    say: Callable[[str], None] = print
-    deadline: float = float("inf")
-
-
-def wait_until(predicate: Callable[[], Any], deadline: float, step_s: float = 0.5) -> Any:
-    """``predicate()``'s first truthy value, or None at ``deadline`` (epoch seconds)."""
-    while time.time() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(step_s)
-    return None
-
-
-def first_answer_after(ctx: FaultContext, t: float, deadline: float) -> float | None:
-    """Epoch time of the first request sent after ``t`` that was answered."""
-    def found() -> float | None:
-        done = [o.end for o in ctx.load.snapshot() if o.start > t and o.kind == "answered"]
-        return min(done) if done else None
-    return wait_until(found, deadline)
 
 
 def replica_sigkill(ctx: FaultContext) -> FaultRecord:
@@ -314,124 +270,6 @@ def _corrupt(directory: Path) -> None:
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
-
-
-#: traffic time an operator promotion + rollback needs to be observed: two CLI runs (each
-#: imports the package, seconds on a small machine) and a replica poll after each
-OPERATOR_WINDOW_S = 60.0
-
-
-def operator_promote_rollback(ctx: FaultContext) -> FaultRecord:
-    """While the controller runs: ``autospec promote V --force`` of a registered version that
-    is not live, then ``autospec rollback``. Recovery: from the rollback until a response
-    names the version live before. ok: both commands succeed and responses follow both moves."""
-    rec = FaultRecord("operator promotion and rollback")
-    if (left := ctx.deadline - time.time()) < OPERATOR_WINDOW_S:
-        rec.skipped = (f"{left:.0f} s of traffic left, fewer than the {OPERATOR_WINDOW_S:.0f} s "
-                       f"two operator commands and two swaps need to be seen")
-        return rec
-    live = ctx.view.live()
-    pick = wait_until(lambda: [v for v in ctx.view.versions() if v["version"] != live
-                               and not v["version"].startswith("soak-")
-                               and v["state"] not in ("pruned",)], ctx.deadline, 2.0)
-    if not pick:
-        rec.skipped = "no registered version other than the live one"
-        return rec
-    real = [v for v in pick if v["version"] != "builtin-ngram"]
-    version = (real or pick)[-1]["version"]
-    rec.at = time.time()
-    got = procs.run_cli(["promote", version, "--force", "--reason", "soak: operator promotion"],
-                        env=ctx.env)
-    rec.detail.append(f"promote {version}: exit {got.returncode} {got.stderr.strip()[-200:]}")
-    served = _served_after(ctx, version, rec.at)
-    rec.detail.append(f"served {version}: "
-                      + (f"after {served - rec.at:.1f}s" if served else "never"))
-    rolled = time.time()
-    back = procs.run_cli(["rollback", "--reason", "soak: operator rollback"], env=ctx.env)
-    previous = ctx.view.live()
-    rec.detail.append(f"rollback to {previous}: exit {back.returncode}")
-    again = _served_after(ctx, previous or "builtin-ngram", rolled)
-    rec.recovery_s = None if again is None else again - rolled
-    rec.ok = got.returncode == 0 and back.returncode == 0 and bool(served) and bool(again)
-    return rec
-
-
-def _served_after(ctx: FaultContext, version: str, t: float,
-                  segment: str | None = None) -> float | None:
-    def found() -> float | None:
-        done = [o.end for o in ctx.load.snapshot()
-                if o.start > t and o.kind == "answered" and o.version == version
-                and segment in (None, o.domain)]
-        return min(done) if done else None
-    return wait_until(found, min(ctx.deadline, time.time() + 120.0))
-
-
-#: traffic time an operator's segment promotion + unpin needs to be observed: two CLI runs
-#: and a request of the segment after each (the load's busiest segment: one every few seconds)
-SEGMENT_WINDOW_S = 40.0
-
-
-def operator_segment_promote_rollback(ctx: FaultContext) -> FaultRecord:
-    """While the controller runs: ``autospec promote V --segment S --force`` of a registered
-    version that does not draft S now, then ``autospec rollback --segment S`` (``--unpin``
-    when S had no pointer of its own before). S is the segment the load sent most requests
-    of in the last minute; V is of the deployment's version's kind where one is registered
-    (on vLLM a segment's own version must be: docs/segments.md). Recovery: from the rollback
-    until a response of S names the version that drafts S after it (the one before, unless
-    the controller moved the deployment's pointer meanwhile). ok: both commands succeed and
-    S's responses follow both moves; or, where the replicas cannot draft S with V (the
-    CLI says why, exit 3), the refusal, with S's pointer unmoved."""
-    rec = FaultRecord("operator promotion and rollback of a segment")
-    if (left := ctx.deadline - time.time()) < SEGMENT_WINDOW_S:
-        rec.skipped = (f"{left:.0f} s of traffic left, fewer than the {SEGMENT_WINDOW_S:.0f} s "
-                       f"two operator commands and two segment swaps need to be seen")
-        return rec
-    segment = _busiest_segment(ctx)
-    before = ctx.view.serving(segment)
-    pick = wait_until(lambda: _segment_pick(ctx.view, before), ctx.deadline, 2.0)
-    if not pick:
-        rec.skipped = f"no registered version other than {before}, which drafts {segment}"
-        return rec
-    had_own = ctx.view.live(segment) is not None
-    rec.at = time.time()
-    got = procs.run_cli(["promote", pick, "--segment", segment, "--force",
-                         "--reason", "soak: operator segment promotion"], env=ctx.env)
-    rec.detail.append(f"promote {pick} --segment {segment}: exit {got.returncode} "
-                      f"{got.stderr.strip()[-300:]}")
-    if got.returncode == 3:  # refused: the replicas could not draft the segment with it
-        rec.ok = ctx.view.serving(segment) == before and "segment" in got.stderr
-        rec.recovery_s = time.time() - rec.at
-        return rec
-    served = _served_after(ctx, pick, rec.at, segment)
-    rec.detail.append(f"served {pick} on {segment}: "
-                      + (f"after {served - rec.at:.1f}s" if served else "never"))
-    rolled = time.time()
-    back = procs.run_cli(["rollback", "--segment", segment, *([] if had_own else ["--unpin"]),
-                          "--reason", "soak: operator segment rollback"], env=ctx.env)
-    now = ctx.view.serving(segment)
-    rec.detail.append(f"rollback --segment {segment}{'' if had_own else ' --unpin'}: exit "
-                      f"{back.returncode}; {segment} drafted by {now} (before: {before})")
-    again = _served_after(ctx, now, rolled, segment)
-    rec.recovery_s = None if again is None else again - rolled
-    rec.ok = got.returncode == 0 and back.returncode == 0 and bool(served) and bool(again)
-    return rec
-
-
-def _busiest_segment(ctx: FaultContext) -> str:
-    recent = Counter(o.domain for o in ctx.load.snapshot() if o.start > time.time() - 60.0)
-    return recent.most_common(1)[0][0] if recent else "support"
-
-
-def _segment_pick(view: StoreView, drafting: str | None) -> str | None:
-    """A registered version to put on a segment now drafted by ``drafting``: of its kind
-    where one is, the newest."""
-    registered = view.versions()
-    versions = [v for v in registered if v["version"] not in (drafting, "builtin-ngram")
-                and not v["version"].startswith("soak-") and v["state"] != "pruned"
-                and v["artifact_uri"]]
-    kind = next((v["kind"] for v in registered if v["version"] == drafting), None)
-    same = [v for v in versions if v["kind"] == kind]
-    return (same or versions)[-1]["version"] if versions else None
 
 
 #: the faults by name (``--faults`` and the schedule name them)

@@ -10,7 +10,7 @@ from typing import Any
 
 from autospec.bench.soak import accounting as acc
 from autospec.bench.soak.config import SoakConfig
-from autospec.bench.soak.faults import FaultRecord
+from autospec.bench.soak.fault_context import FaultRecord
 from autospec.bench.soak.load import Outcome
 from autospec.bench.soak.storeview import StoreView, cycles, pointer_moves, refusals
 

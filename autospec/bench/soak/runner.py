@@ -23,7 +23,8 @@ import requests as http
 
 from autospec.bench.soak import procs
 from autospec.bench.soak.config import SoakConfig, policy_yaml
-from autospec.bench.soak.faults import FAULTS, FaultContext, FaultRecord
+from autospec.bench.soak.fault_context import FaultContext, FaultRecord
+from autospec.bench.soak.faults import FAULTS
 from autospec.bench.soak.figures import figures
 from autospec.bench.soak.load import LoadGenerator, LoadPlan
 from autospec.bench.soak.report import write_report

@@ -1,0 +1,120 @@
+"""The operator faults judge whether responses follow the pointer, whoever moves it: the
+stop-52 CI case, where the controller promoted a new version seconds after the operator's
+``rollback --segment json --unpin``, so json's responses never named the version read just
+after the rollback, and the fault failed on a healthy deployment."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from autospec.bench.soak import operator_faults
+from autospec.bench.soak.load import Outcome
+
+
+class _Pointers:
+    """The store as the fault reads it: the deployment's pointer and json's own."""
+
+    def __init__(self) -> None:
+        self.deployment = "eagle3-0001"
+        self.json: str | None = None
+        self.stale: tuple[str, float] | None = None  # what the fault reads, until when
+
+    def live(self, segment: str | None = None) -> str | None:
+        return self.json if segment == "json" else self.deployment
+
+    def serving(self, segment: str) -> str:
+        if self.stale and time.time() < self.stale[1]:
+            return self.stale[0]
+        return self.current()
+
+    def current(self) -> str:
+        """What the replicas draft json with."""
+        return self.json or self.deployment
+
+    def versions(self) -> list[dict[str, Any]]:
+        return [{"version": v, "kind": "eagle3", "state": "registered",
+                 "artifact_uri": f"/a/{v}"} for v in ("eagle3-0001", "eagle3-0002")]
+
+
+class _Replicas:
+    """Answers a json request every 50 ms, drafted by what json's pointer named when it
+    was sent."""
+
+    def __init__(self, view: _Pointers) -> None:
+        self.view, self.outcomes, self.stop = view, [], threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            drafting, start = self.view.current(), time.time()
+            time.sleep(0.05)
+            self.outcomes.append(Outcome(n=len(self.outcomes), domain="json", stream=False,
+                                         hang_up=False, start=start, end=time.time(),
+                                         kind="answered", version=drafting))
+
+    def snapshot(self) -> list[Outcome]:
+        return list(self.outcomes)
+
+
+def _operator(view: _Pointers, controller_promotes: str | None):
+    def run_cli(args: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        if args[0] == "promote":
+            view.json = args[1]
+        elif args[0] == "rollback":
+            view.json = None
+            if controller_promotes:  # the controller's cycle lands as the unpin does: the
+                # fault's reads in the next 0.3 s still see the deployment's pointer before it
+                view.stale = (view.deployment, time.time() + 0.3)
+                view.deployment = controller_promotes
+        return subprocess.CompletedProcess(args, 0, "", "")
+    return run_cli
+
+
+@pytest.mark.parametrize("controller_promotes", [None, "suffix-0003"])
+def test_a_segment_unpin_is_followed_even_when_the_controller_moves_the_deployment(
+        monkeypatch: pytest.MonkeyPatch, controller_promotes: str | None) -> None:
+    view = _Pointers()
+    replicas = _Replicas(view)
+    replicas.thread.start()
+    monkeypatch.setattr(operator_faults.procs, "run_cli", _operator(view, controller_promotes))
+    monkeypatch.setattr(operator_faults, "SEGMENT_WINDOW_S", 1.0)
+    time.sleep(0.2)
+    ctx = SimpleNamespace(view=view, load=replicas, env={}, deadline=time.time() + 10)
+    try:
+        rec = operator_faults.operator_segment_promote_rollback(ctx)  # type: ignore[arg-type]
+    finally:
+        replicas.stop.set()
+    assert rec.ok, rec.detail
+    after = rec.detail[-1]
+    assert after.startswith("served on json after the rollback: "
+                            + (controller_promotes or "eagle3-0001")), rec.detail
+    assert "served on json: eagle3-0002" in rec.detail[1]
+
+
+def test_a_segment_whose_responses_never_follow_the_move_fails() -> None:
+    """The check can fail: replicas that keep drafting json with the old version after the
+    operator's promotion are not ok."""
+    view = _Pointers()
+    stuck = SimpleNamespace(current=lambda: "eagle3-0001")
+    replicas = _Replicas(stuck)  # type: ignore[arg-type]
+    replicas.thread.start()
+
+    def run_cli(args: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        view.json = args[1] if args[0] == "promote" else None
+        return subprocess.CompletedProcess(args, 0, "", "")
+    time.sleep(0.2)
+    ctx = SimpleNamespace(view=view, load=replicas, env={}, deadline=time.time() + 2)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(operator_faults, "SEGMENT_WINDOW_S", 1.0)
+            mp.setattr(operator_faults.procs, "run_cli", run_cli)
+            rec = operator_faults.operator_segment_promote_rollback(ctx)  # type: ignore[arg-type]
+    finally:
+        replicas.stop.set()
+    assert not rec.ok and "served on json: never" in rec.detail[1], rec.detail
