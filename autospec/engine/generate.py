@@ -132,9 +132,7 @@ class SpeculativeEngine:
                 spec.commit(torch.tensor(new, dtype=torch.long), feats)
                 if k > 0:
                     proposal = spec.propose(k, params, rng)
-                if proposal.is_tree and not (params.greedy and cache.compactable
-                                             and not params.penalizes):
-                    proposal = proposal.first_branch()  # sampled, penalized, sliding windows
+                proposal = proposal.as_verified(params, cache.compactable)
             # --- verify: one target forward over the pending token and the drafts --
             accepted, nxt, feats = self._verify(new[-1], proposal, cache, params, rng, layers,
                                                 out_ids)

@@ -104,6 +104,15 @@ class Proposal:
                 last = i
         return Proposal(tokens=self.tokens[chain], probs=None)
 
+    def as_verified(self, params: SamplingParams, compactable: bool) -> Proposal:
+        """What the target verifies of this proposal: a tree only for a greedy request
+        without penalties on a cache that can keep one branch (full attention layers: the
+        engine's ``KVCache.compactable``); else its first branch. The decode loop and replay
+        both cut here, so replay scores what serving verifies."""
+        if self.is_tree and not (params.greedy and compactable and not params.penalizes):
+            return self.first_branch()
+        return self
+
     def with_branch(self, branch: list[int]) -> Proposal:
         """This (greedy) proposal as a tree, with the chain ``branch`` after the pending
         token added where the tree does not already hold it."""

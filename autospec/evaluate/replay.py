@@ -89,8 +89,12 @@ def teacher_forced(target: Target, req: ReplayRequest,
 
 @torch.inference_mode()
 def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, k: int,
-                   tf: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> ReplayStats:
-    """Replay one request with ``spec`` drafting ``k`` tokens per step (see module doc)."""
+                   tf: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+                   compactable: bool | None = None) -> ReplayStats:
+    """Replay one request with ``spec`` drafting ``k`` tokens per step (see module doc).
+    ``compactable``: whether the target's cache can keep a tree's branch (read from
+    ``target`` when not given; True without one), as the decode loop cuts trees to their
+    first branch where it cannot (:meth:`Proposal.as_verified`)."""
     if not req.output_ids:
         return ReplayStats()
     out, n_prompt, params = req.output_ids, len(req.prompt_ids), req.params
@@ -106,12 +110,16 @@ def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, 
     rng = None if params.greedy else torch.Generator(device=device).manual_seed(params.seed or 0)
     started = clock(device)  # the speculator's kernels are timed to their end, not launch
     spec.begin(torch.tensor(req.prompt_ids), feats[:n_prompt] if feats is not None else None)
+    if compactable is None:
+        compactable = target is None or target.new_cache().compactable
     pos, new = 0, 1  # `new` tokens out[pos:pos + new] were settled by the last step
     while pos + new < len(out):
         _commit(spec, out, pos, new, feats, n_prompt)
         pos += new
         k_eff = min(k, params.max_new_tokens - pos - 1)
         proposal = spec.propose(k_eff, params, rng) if k_eff > 0 else None
+        if proposal is not None:
+            proposal = proposal.as_verified(params, compactable)
         stats.draft_s += clock(device) - started
         if proposal is None or proposal.num_tokens == 0:
             chain: list[float] = []
@@ -179,6 +187,7 @@ def replay(target: Target, speculators: dict[str, Speculator], requests: list[Re
     per request shared by all of them); ``progress(n_done)`` after each request."""
     layers = tuple(sorted({layer for s in speculators.values() for layer in s.feature_layers}))
     results: dict[str, list[ReplayStats]] = {name: [] for name in speculators}
+    compactable = target.new_cache().compactable
     for i, req in enumerate(requests):
         logits, feats = (teacher_forced(target, req, layers) if req.output_ids
                          else (None, None))
@@ -186,7 +195,7 @@ def replay(target: Target, speculators: dict[str, Speculator], requests: list[Re
             tf = None
             if logits is not None:
                 tf = (logits, _select(feats, layers, spec.feature_layers, target))
-            results[name].append(replay_request(target, spec, req, k, tf))
+            results[name].append(replay_request(target, spec, req, k, tf, compactable))
         if progress is not None:
             progress(i + 1)
     return results

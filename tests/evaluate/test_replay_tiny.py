@@ -39,6 +39,28 @@ def test_greedy_replay_equals_live_counts_tiny_random_init(target, kind, k):
                                                 live.stats.accepted_per_position]
 
 
+@pytest.mark.parametrize("case", ["penalized", "not-compactable"])
+def test_a_tree_replays_as_the_branch_serving_verifies_tiny_random_init(target, case,
+                                                                         monkeypatch):
+    """Where the decode loop cuts a tree to its first branch (a request with penalties, a
+    cache with sliding-window layers), replay cuts it too: counted on the whole tree, replay
+    had credited drafts serving never verified."""
+    from autospec.engine.target import KVCache
+
+    penalty = 0.5 if case == "penalized" else 0.0
+    if case == "not-compactable":
+        monkeypatch.setattr(KVCache, "compactable", property(lambda self: False))
+    params = SamplingParams(max_new_tokens=30, ignore_eos=True, presence_penalty=penalty)
+    spec = new_speculator("eagle3", target, tree_nodes=12, tree_width=4)
+    for prompt in PROMPTS:
+        live, req = _live(target, spec, prompt, params, 4)
+        shadow = replay_request(target, spec, req, 4)
+        assert shadow.steps == live.stats.num_drafts
+        assert shadow.draft_tokens == live.stats.num_draft_tokens
+        assert shadow.draft_tokens <= 4 * shadow.steps  # one branch of at most k per step
+        assert shadow.accepted == live.stats.num_accepted_tokens
+
+
 def test_oracle_replays_to_k_plus_one_and_random_to_about_one(target):
     k = 4
     params = SamplingParams(max_new_tokens=1 + 5 * (k + 1), ignore_eos=True)
