@@ -57,19 +57,28 @@ def evaluate(
         "decision as evidence)")] = None,
     record: Annotated[bool, typer.Option(
         help="write the evaluation and decision to the store")] = True,
-    speed: Annotated[bool, typer.Option(
+    speed: Annotated[bool | None, typer.Option(
+        show_default=False,
         help="measure the speedup by decoding prompts of the window against target-only "
         "decoding (interleaved, on the replicas' torch threads; replayed τ ÷ the step cost at "
-        "the replayed drafts per step); --no-speed: the gate uses the estimate")] = True,
-    speed_prompts: Annotated[int, typer.Option(min=1, max=64,
-                                               help="prompts decoded to measure speed")] = 4,
-    speed_repeats: Annotated[int, typer.Option(min=1, max=20,
-                                               help="rounds per prompt")] = 2,
-    speed_max_tokens: Annotated[int, typer.Option(min=4, max=1024,
-                                                  help="new tokens per timed decode")] = 32,
-    synthetic_heldout: Annotated[int, typer.Option(
-        min=0, help="held-out synthetic sequences (autospec synth) of the target replayed "
-        "beside the real requests for the overfitting guard (0: none)")] = 64,
+        "the replayed drafts per step); --no-speed: the gate uses the estimate (default: the "
+        "policy's evaluation.speed.enabled, on in the shipped policies)")] = None,
+    speed_prompts: Annotated[int | None, typer.Option(
+        min=1, max=64, show_default=False,
+        help="prompts decoded to measure speed (default: the policy's "
+        "evaluation.speed.prompts, 4 in the shipped default)")] = None,
+    speed_repeats: Annotated[int | None, typer.Option(
+        min=1, max=20, show_default=False,
+        help="rounds per prompt (default: the policy's evaluation.speed.repeats, 2)")] = None,
+    speed_max_tokens: Annotated[int | None, typer.Option(
+        min=4, max=1024, show_default=False,
+        help="new tokens per timed decode (default: the policy's "
+        "evaluation.speed.max_tokens, 32)")] = None,
+    synthetic_heldout: Annotated[int | None, typer.Option(
+        min=0, show_default=False,
+        help="held-out synthetic sequences (autospec synth) of the target replayed beside the "
+        "real requests for the overfitting guard (0: none; default: the policy's "
+        "training.synthetic.heldout_sequences, 64)")] = None,
     database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     json_path: Annotated[Path | None, typer.Option(
@@ -88,17 +97,19 @@ def evaluate(
         select_requests,
         serving_load,
     )
-    from autospec.evaluate.speed_settings import SpeedSettings
     from autospec.numerics import NumericsMismatch, load_served_target, served
+    from autospec.threads import resolve_threads, within
     from autospec.versions import BUILTIN_VERSION, VersionLoadError, check_registered
 
     spec = parse_window(window)
-    settings = SpeedSettings(enabled=speed, prompts=speed_prompts, repeats=speed_repeats,
-                             max_tokens=speed_max_tokens)
     try:
         db = store.open_store(database_url)
         in_force = policy_in_force(None if policy else db, deployment=deployment, given=policy)
         k = k or in_force.policy.evaluation.k
+        settings = _speed_settings(in_force.policy, enabled=speed, prompts=speed_prompts,
+                                   repeats=speed_repeats, max_tokens=speed_max_tokens)
+        if synthetic_heldout is None:
+            synthetic_heldout = in_force.policy.training.synthetic.heldout_sequences
         if not json_out:
             err.print(f"gate: policy {in_force.policy.name!r} ({in_force.origin}), k = {k}",
                       highlight=False)
@@ -116,14 +127,15 @@ def evaluate(
         replicas = served(db, deployment=deployment)
         with Progress(console=err, transient=True, disable=json_out) as bar:
             task = bar.add_task("shadow replay", total=len(examples))
-            timed = bar.add_task("speed (interleaved decodes)", total=None, visible=speed)
+            timed = bar.add_task("speed (interleaved decodes)", total=None,
+                                 visible=settings.enabled)
             report = evaluate_versions(
                 db=db, target=tgt, versions=versions, examples=examples, k=k, record=record,
                 policy=in_force.policy.gate, deployment=deployment,
                 progress=lambda n, total: bar.update(task, completed=n), speed=settings,
                 speed_progress=lambda n, total: bar.update(timed, completed=n, total=total),
                 synthetic_heldout=synthetic_heldout,
-                threads=replicas.threads,
+                threads=within(replicas.threads, resolve_threads(in_force.policy.threads)),
                 serving=serving_load(db, deployment=deployment, engine=replicas.engine,
                                      concurrency=settings.concurrency))
     except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError,
@@ -132,6 +144,17 @@ def evaluate(
         raise typer.Exit(2) from None
     _report(report, dict(left_out_trained_on=left_out, policy_in_force=in_force.as_dict()),
             json_out=json_out, json_path=json_path)
+
+
+def _speed_settings(policy, **given: int | bool | None):  # type: ignore[no-untyped-def]
+    """The policy's ``evaluation.speed`` (as the controller's cycles measure), with the
+    options given on the command line in its place; threads within the policy's cap, as a
+    cycle's are (:mod:`autospec.threads`)."""
+    from autospec.threads import resolve_threads
+
+    settings = policy.evaluation.speed.model_copy(
+        update={name: value for name, value in given.items() if value is not None})
+    return settings.within(resolve_threads(policy.threads))
 
 
 def _report(report, extra: dict, *, json_out: bool, json_path: Path | None) -> None:  # type: ignore[no-untyped-def]
@@ -165,6 +188,10 @@ def _held_out(db, versions: list[str], examples: list, window: str, *,
 def _as_json(report) -> dict:
     data = asdict(report.evaluation)
     data["speed_basis"] = report.evaluation.speed_basis
+    # what the table's "measured speedup" column shows and the gate compares (measured.speedup
+    # is the decodes' own median ratio, the table's "decoded")
+    data["speedup_measured"] = report.evaluation.measured_speedup
+    data["gate_speedup"] = report.evaluation.gate_speedup
     data["decision"] = asdict(report.decision) if report.decision else None
     data["evaluation_id"] = report.evaluation_id
     data["window"] = [report.window_start, report.window_end]

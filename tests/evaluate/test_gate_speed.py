@@ -68,7 +68,14 @@ def test_the_evaluate_table_shows_estimated_and_measured_side_by_side(capsys,
     assert "est. speedup" in text and "measured speedup" in text and "decoded [IQR]" in text
     assert f"{ev.speedup['cand']:.2f}×" in text and "1.50× [1.50, 1.50]" in text
     assert "median of 3 interleaved rounds: 3 prompts × 1, 16 tokens" in text
-    assert cli._as_json(EvaluationReport(ev, None, None, None, None))["speed_basis"] == "measured"
+    data = cli._as_json(EvaluationReport(ev, None, None, None, None))
+    assert data["speed_basis"] == "measured"
+    # the JSON carries the figure the table's "measured speedup" column shows and the gate
+    # compares, beside the decodes' own median (measured.speedup, the table's "decoded")
+    assert data["speedup_measured"] == ev.measured_speedup == data["gate_speedup"]
+    for version, figure in ev.measured_speedup.items():
+        assert f"{figure:.2f}×" in text
+        assert data["measured"]["speedup"][version] == ev.measured.speedup[version]
 
 
 def test_the_gate_ranks_on_replayed_tau_over_the_measured_step_cost() -> None:
