@@ -274,7 +274,7 @@ def _summarize(engines: list[str], modes: list[str], target: str, dtype: str, ma
             off = phase[f"{e}/off"]["throughput_tok_s"]
             ratios[e][str(c)] = {m: phase[f"{e}/{m}"]["throughput_tok_s"] / off
                                  for m in engine_modes(e, modes) if m != "off"}
-    stops = {e: next((int(c) for c, r in ratios[e].items() if r["spec"] < 1.0), None)
+    stops = {e: min((int(c) for c, r in ratios[e].items() if r["spec"] < 1.0), default=None)
              for e in engines}
     result: dict[str, Any] = {
         "target": target, "dtype": dtype, "max_tokens": max_tokens, "k": k, "k_bands": k_bands,

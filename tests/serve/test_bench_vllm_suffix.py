@@ -112,3 +112,12 @@ def test_fresh_rounds_refuse_a_pool_too_small() -> None:
 def test_fresh_prompts_need_the_engine_bench_and_a_domain(args, message) -> None:  # type: ignore[no-untyped-def]
     done = CliRunner().invoke(app, ["bench", "serve", *args])
     assert done.exit_code == 2 and message in done.output
+
+
+def test_speculation_stops_paying_at_the_lowest_losing_load_whatever_the_order_given() -> None:
+    """``--concurrency 8,1,4``: the phases come in the order given; the answer is the
+    lowest client count where speculation loses (4), not the first one measured (8)."""
+    phases = {c: {"vllm/spec": _row(spec), "vllm/off": _row(10)}
+              for c, spec in ((8, 5), (1, 20), (4, 8))}
+    got = _summarize(["vllm"], ["spec", "off"], "t", "float32", 32, 5, None, phases)
+    assert got["speculation_stops_paying_at"] == {"vllm": 4}
