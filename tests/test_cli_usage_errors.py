@@ -21,6 +21,9 @@ from autospec.cli import app
     (["demo", "--json", "--quick"], "'--json': takes the file to write the figures to, got "
                                     "'--quick'"),  # it had run the full demo
     (["bench", "decode", "--json", "--dtypes"], "got '--dtypes'"),
+    # refused before the target loads and the baselines run (it had been a traceback after)
+    (["bench", "decode", "--kinds", "ngram,eagle"], "--kinds: unknown speculator kind 'eagle'"),
+    (["bench", "decode", "--dtype", "float32,float33"], "--dtype: unknown dtype 'float33'"),
     (["bench", "segments", "--json", "/no/such/dir/s.json"], "/no/such/dir is not a directory"),
     (["bench", "swap", "--json", "-"], "got '-'"),
     (["serve", "--num-cpus", "-1"], "--num-cpus"),

@@ -34,10 +34,31 @@ def decode(
     from autospec.bench.decode import run_decode_bench
 
     checkpoints = {name: path for name, path in (("eagle3", eagle3), ("draft", draft)) if path}
-    run_decode_bench(target_spec=target, dtypes=[d.strip() for d in dtype.split(",")],
-                     max_new=max_new_tokens, k=k, num_prompts=prompts,
-                     kinds=[s.strip() for s in kinds.split(",") if s.strip()],
-                     checkpoints=checkpoints, json_path=json_path)
+    dtypes, names = _checked_decode_inputs(dtype, kinds)
+    run_decode_bench(target_spec=target, dtypes=dtypes, max_new=max_new_tokens, k=k,
+                     num_prompts=prompts, kinds=names, checkpoints=checkpoints,
+                     json_path=json_path)
+
+
+def _checked_decode_inputs(dtype: str, kinds: str) -> tuple[list[str], list[str]]:
+    """``--dtype`` and ``--kinds`` as lists, each name checked before anything loads (a
+    misspelt kind used to end in a traceback after the baselines had run)."""
+    from autospec.engine.target import TargetLoadError, check_dtype
+    from autospec.speculators.registry import UnknownSpeculatorKind, kind
+
+    dtypes = [d.strip() for d in dtype.split(",") if d.strip()]
+    names = [s.strip() for s in kinds.split(",") if s.strip()]
+    try:
+        for d in dtypes or [""]:
+            check_dtype(d)
+    except TargetLoadError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--dtype") from None
+    try:
+        for name in names:
+            kind(name)
+    except UnknownSpeculatorKind as exc:
+        raise typer.BadParameter(str(exc), param_hint="--kinds") from None
+    return dtypes, names
 
 
 bench_app.command("swap")(swap_command)
