@@ -228,7 +228,7 @@ def _position_rates(stats: Sequence[ReplayStats]) -> list[float]:
     """Acceptance rate at position i: P(draft i accepted | drafts < i accepted)."""
     width = max((len(s.accepted_per_position) for s in stats), default=0)
     totals = np.zeros(width + 1)
-    totals[0] = sum(s.steps for s in stats if s.draft_tokens)  # steps that drafted
+    totals[0] = sum(s.drafted_steps for s in stats)  # a step that proposed nothing is no trial
     for s in stats:
         totals[1 : len(s.accepted_per_position) + 1] += s.accepted_per_position
     return [float(totals[i + 1] / totals[i]) if totals[i] else 0.0 for i in range(width)]

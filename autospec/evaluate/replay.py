@@ -50,6 +50,7 @@ class ReplayStats:
     """Acceptance of one speculator on one request (floats: sampled requests are expected)."""
 
     steps: int = 0  # verification steps
+    drafted_steps: int = 0  # of which proposed at least one draft
     draft_tokens: int = 0
     accepted: float = 0.0
     accepted_per_position: list[float] = field(default_factory=list)
@@ -60,6 +61,7 @@ class ReplayStats:
         """One step: ``accepted_chain[i]`` is P(draft i accepted) (0/1 for greedy);
         ``depth``: the deepest draft's position (a tree's; a chain's is ``proposed``)."""
         self.steps += 1
+        self.drafted_steps += proposed > 0
         self.draft_tokens += proposed
         self.accepted += float(sum(accepted_chain))
         missing = (proposed if depth is None else depth) - len(self.accepted_per_position)

@@ -128,3 +128,17 @@ def test_policy_typo_is_an_error_naming_the_field():
         GatePolicy(min_gian=0.1)
     with pytest.raises(ValidationError, match="min_gain"):
         GatePolicy(min_gain=0)
+
+
+def test_acceptance_at_position_0_counts_only_steps_that_drafted() -> None:
+    """An index that proposes nothing on most steps: those steps are no trial of position 0
+    (the rate is P(draft i accepted | drafts before it accepted), a draft at i existing)."""
+    from autospec.evaluate.compare import _position_rates
+    from autospec.evaluate.replay import ReplayStats
+
+    s = ReplayStats()
+    s.observe(3, [1.0, 1.0, 1.0])
+    for _ in range(3):
+        s.observe(0, [])
+    assert (s.steps, s.drafted_steps) == (4, 1)
+    assert _position_rates([s]) == [1.0, 1.0, 1.0]  # it had given [0.25, 1.0, 1.0]
