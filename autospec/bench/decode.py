@@ -1,6 +1,7 @@
 """``autospec bench decode``: every decoding method side by side, in one process.
 
-All runs use the same target, prompts and greedy settings. Speedup is against the
+All runs use the same target, prompts and greedy settings, interleaved: each prompt is
+decoded by every method in turn, the order reversed every other prompt. Speedup is against the
 engine's own target-only run; "lossless" means output identical, token for token, to
 the engine's target-only output. Also measures the cost of verifying ``n`` tokens in
 one target forward against a 1-token step, for each dtype asked for.
@@ -43,36 +44,72 @@ class Run:
 def hf_generate(target: Target, prompts: list[list[int]], max_new: int,
                 lookup: int = 0) -> Run:
     """Hugging Face ``generate`` (greedy), optionally with prompt-lookup decoding."""
-    kwargs = {"prompt_lookup_num_tokens": lookup} if lookup else {}
     outputs, total_tokens, total_s = [], 0, 0.0
     for ids in prompts:
-        inp = torch.tensor([ids], device=target.device)
-        started = clock(target.device)
-        with torch.inference_mode():
-            out = target.model.generate(inp, attention_mask=torch.ones_like(inp),
-                                        max_new_tokens=max_new, do_sample=False,
-                                        pad_token_id=target.info.eos_token_ids[0], **kwargs)
-        total_s += clock(target.device) - started
-        new = out[0, len(ids):].tolist()
+        new, seconds = _hf_one(target, ids, max_new, lookup)
+        total_s += seconds
         outputs.append(new)
         total_tokens += len(new)
-    name = f"hf-generate-prompt-lookup(k={lookup})" if lookup else "hf-generate"
-    return Run(name=name, tokens_per_s=total_tokens / total_s, tau=None, outputs=outputs)
+    return Run(name=_hf_name(lookup), tokens_per_s=total_tokens / total_s, tau=None,
+               outputs=outputs)
+
+
+def _hf_name(lookup: int) -> str:
+    return f"hf-generate-prompt-lookup(k={lookup})" if lookup else "hf-generate"
+
+
+def _hf_one(target: Target, ids: list[int], max_new: int, lookup: int) -> tuple[list[int], float]:
+    kwargs = {"prompt_lookup_num_tokens": lookup} if lookup else {}
+    inp = torch.tensor([ids], device=target.device)
+    started = clock(target.device)
+    with torch.inference_mode():
+        out = target.model.generate(inp, attention_mask=torch.ones_like(inp),
+                                    max_new_tokens=max_new, do_sample=False,
+                                    pad_token_id=target.info.eos_token_ids[0], **kwargs)
+    return out[0, len(ids):].tolist(), clock(target.device) - started
 
 
 def engine_run(name: str, engine: SpeculativeEngine, prompts: list[list[int]],
                max_new: int) -> Run:
-    params = SamplingParams(max_new_tokens=max_new)
-    outputs, tokens, seconds, steps, accepted = [], 0, 0.0, 0, 0
+    tally = _Tally(name)
     for ids in prompts:
-        res = engine.generate(ids, params)
-        outputs.append(res.token_ids)
-        tokens += res.stats.output_tokens
-        seconds += res.stats.total_s
-        steps += res.stats.num_drafts
-        accepted += res.stats.num_accepted_tokens
-    return Run(name=name, tokens_per_s=tokens / seconds, tau=tau(accepted, steps),
-               outputs=outputs)
+        tally.add(_engine_one(engine, ids, max_new))
+    return tally.run()
+
+
+#: one prompt's decode: (output ids, tokens, seconds, steps — None: not counted —, accepted)
+Decoded = tuple[list[int], int, float, int | None, int]
+
+
+def _engine_one(engine: SpeculativeEngine, ids: list[int], max_new: int) -> Decoded:
+    res = engine.generate(ids, SamplingParams(max_new_tokens=max_new))
+    s = res.stats
+    return res.token_ids, s.output_tokens, s.total_s, s.num_drafts, s.num_accepted_tokens
+
+
+@dataclass
+class _Tally:
+    """One method's decodes so far."""
+
+    name: str
+    outputs: list[list[int]] = field(default_factory=list)
+    tokens: int = 0
+    seconds: float = 0.0
+    steps: int | None = 0
+    accepted: int = 0
+
+    def add(self, decoded: Decoded) -> None:
+        out, tokens, seconds, steps, accepted = decoded
+        self.outputs.append(out)
+        self.tokens += tokens
+        self.seconds += seconds
+        self.steps = None if steps is None or self.steps is None else self.steps + steps
+        self.accepted += accepted
+
+    def run(self) -> Run:
+        return Run(name=self.name, tokens_per_s=self.tokens / self.seconds,
+                   tau=None if self.steps is None else tau(self.accepted, self.steps),
+                   outputs=list(self.outputs))
 
 
 def compare(run: Run, baseline: Run, target: Target, prompts: list[list[int]]) -> None:
@@ -106,30 +143,59 @@ def near_tie(target: Target, context: list[int]) -> dict:
     return {"margin": margin, "ulp": ulp, "near_tie": margin <= 4 * ulp}
 
 
+#: a method: its name and its decode of prompt ``i`` (``ids``)
+Method = tuple[str, Callable[[int, list[int]], Decoded]]
+TARGET_ONLY = "engine-target-only"
+
+
 def build_runs(target: Target, prompts: list[list[int]], max_new: int, k: int,
                kinds: list[str], checkpoints: dict[str, Path],
-               on_run: Callable[[Run], None] = lambda run: None) -> list[Run]:
-    """Every method, the engine's target-only run first (the baseline of the others);
-    ``on_run`` sees each run as soon as it is measured and compared."""
+               on_round: Callable[[int, list[Run]], None] = lambda n, runs: None) -> list[Run]:
+    """Every method side by side: prompt by prompt, each method decodes the prompt in turn,
+    the order reversed every other prompt (so load drift on the machine lands on every
+    method alike); the oracle goes last in each round, as it replays that round's
+    target-only output. ``on_round(prompts_done, runs so far)`` after each prompt."""
+    # warm-up of both paths: one-time kernel, allocator and (on GPUs) clock ramp-up costs
+    # must not land on the first decodes timed
+    hf_generate(target, prompts[:1], 4)
+    engine_run("warm-up", SpeculativeEngine(target), prompts[:1], min(max_new, 16))
+    methods = _methods(target, max_new, k, kinds, checkpoints)
+    ceiling = f"engine+oracle(k={k})"
+    tallies = {name: _Tally(name) for name in [*(name for name, _ in methods), ceiling]}
+    base = tallies[TARGET_ONLY]
+
+    def oracle(i: int, ids: list[int]) -> Decoded:
+        engine = SpeculativeEngine(target, OracleSpeculator(base.outputs[i]), k)
+        return _engine_one(engine, ids, max_new)
+
+    for i, ids in enumerate(prompts):
+        for name, decode in methods if i % 2 == 0 else methods[::-1]:
+            tallies[name].add(decode(i, ids))
+        tallies[ceiling].add(oracle(i, ids))
+        on_round(i + 1, _compared(tallies, target, prompts[: i + 1]))
+    return _compared(tallies, target, prompts)
+
+
+def _methods(target: Target, max_new: int, k: int, kinds: list[str],
+             checkpoints: dict[str, Path]) -> list[Method]:
+    """The engine alone (the baseline), Hugging Face generate with and without prompt
+    lookup, and the engine with each kind (a checkpoint's where given)."""
     from autospec.speculators import registry
     from autospec.speculators.checkpoint import load_speculator
     from autospec.speculators.registry import new_speculator
 
-    # warm-up of both paths: one-time kernel, allocator and (on GPUs) clock ramp-up costs
-    # must not land on the first run timed, the baseline of all others
-    hf_generate(target, prompts[:1], 4)
-    engine_run("warm-up", SpeculativeEngine(target), prompts[:1], min(max_new, 16))
-    base = engine_run("engine-target-only", SpeculativeEngine(target), prompts, max_new)
-    runs: list[Run] = []
+    def engine(spec=None, kk: int = k):  # type: ignore[no-untyped-def]
+        e = SpeculativeEngine(target, spec, kk)
+        return lambda i, ids: _engine_one(e, ids, max_new)
 
-    def finished(run: Run) -> None:
-        compare(run, base, target, prompts)
-        runs.append(run)
-        on_run(run)
+    def hf(lookup: int):  # type: ignore[no-untyped-def]
+        def decode(i: int, ids: list[int]) -> Decoded:
+            new, seconds = _hf_one(target, ids, max_new, lookup)
+            return new, len(new), seconds, None, 0
+        return decode
 
-    finished(base)
-    finished(hf_generate(target, prompts, max_new))
-    finished(hf_generate(target, prompts, max_new, k))
+    methods: list[Method] = [(TARGET_ONLY, engine()), (_hf_name(0), hf(0)),
+                             (_hf_name(k), hf(k))]
     for kind in kinds:
         if kind in checkpoints:
             spec, label = load_speculator(checkpoints[kind], target), f"engine+{kind}(ckpt)"
@@ -137,31 +203,17 @@ def build_runs(target: Target, prompts: list[list[int]], max_new: int, k: int,
             spec, label = new_speculator(kind, target), f"engine+{kind}(untrained)"
         if not registry.kind(kind).trainable:  # nothing to train: not "untrained"
             label = f"engine+{kind}"
-        finished(engine_run(f"{label}(k={k})", SpeculativeEngine(target, spec, k),
-                            prompts, max_new))
-    oracle = _OracleForPrompts(base.outputs)
-    finished(engine_run(f"engine+oracle(k={k})", oracle.engine(target, k), prompts, max_new))
+        methods.append((f"{label}(k={k})", engine(spec)))
+    return methods
+
+
+def _compared(tallies: dict[str, _Tally], target: Target, prompts: list[list[int]]) -> list[Run]:
+    """Each method's run over ``prompts``, compared with the engine's target-only run."""
+    base = tallies[TARGET_ONLY].run()
+    runs = [base if name == TARGET_ONLY else tally.run() for name, tally in tallies.items()]
+    for run in runs:
+        compare(run, base, target, prompts)
     return runs
-
-
-class _OracleForPrompts:
-    """An oracle that knows the target-only output of each prompt, in order."""
-
-    def __init__(self, outputs: list[list[int]]) -> None:
-        self.outputs = outputs
-
-    def engine(self, target: Target, k: int) -> SpeculativeEngine:
-        spec = OracleSpeculator([])
-        engine = SpeculativeEngine(target, spec, k)
-        outputs = iter(self.outputs)
-        begin = spec.begin
-
-        def begin_next(prompt_ids, features):
-            spec.continuation = next(outputs)
-            begin(prompt_ids, features)
-
-        spec.begin = begin_next  # type: ignore[method-assign]
-        return engine
 
 
 def run_decode_bench(*, target_spec: str, dtypes: list[str], max_new: int, k: int,
@@ -181,16 +233,23 @@ def run_decode_bench(*, target_spec: str, dtypes: list[str], max_new: int, k: in
         report["by_dtype"][name] = section
         report.setdefault("runs", section["runs"])  # the first dtype's, as before
 
-        def on_run(run: Run, section: dict = section) -> None:
-            section["runs"].append(_public(run))
-            shown = "" if run.tau is None else f", τ {run.tau:.2f}"
-            progress.done(f"{section['dtype']} {run.name}: {run.tokens_per_s:.1f} tokens/s"
-                          f"{shown}, {run.speedup:.2f}× speed, "
-                          f"{'lossless' if run.lossless else 'NOT lossless'}")
-
         prompts = [target.encode_chat(m) for m in BENCH_PROMPTS[:num_prompts]]
-        with progress.stage(f"{name}: {len(prompts)} prompts × {max_new} tokens, each method"):
-            build_runs(target, prompts, max_new, k, kinds, checkpoints, on_run)
+
+        def on_round(done: int, runs: list[Run], section: dict = section,
+                     total: int = len(prompts)) -> None:
+            section["runs"][:] = [_public(run) for run in runs]  # so far: partial JSON
+            section["prompts_done"] = done
+            progress.done(f"{section['dtype']} prompt {done}/{total}: decoded by "
+                          f"each of {len(runs)} methods")
+
+        with progress.stage(f"{name}: {len(prompts)} prompts × {max_new} tokens, each method "
+                            "in turn per prompt (order reversed every other prompt)"):
+            runs = build_runs(target, prompts, max_new, k, kinds, checkpoints, on_round)
+        for run in runs:
+            shown = "" if run.tau is None else f", τ {run.tau:.2f}"
+            progress.done(f"{name} {run.name}: {run.tokens_per_s:.1f} tokens/s{shown}, "
+                          f"{run.speedup:.2f}× speed, "
+                          f"{'lossless' if run.lossless else 'NOT lossless'}")
         with progress.stage(f"{name}: target forward cost of n tokens"):
             cost = verify_cost(target)
         section["verify_cost_ms"] = {n: s * 1000 for n, s in cost.items()}
