@@ -16,6 +16,8 @@
   when redaction changes a text, that text's token ids are dropped too (they would still
   encode the secret); any change flags the row ``redacted``. A caller that wants the ids
   kept must redact and re-tokenize before recording.
+- **NUL**: before these rules, :func:`autospec.store.traffic.prepare_row` replaces NUL
+  characters in the same strings by U+FFFD (PostgreSQL cannot store NUL in text).
 - **Retention**: see :func:`autospec.store.queries.purge_requests` (``autospec db purge``).
 """
 

@@ -2,8 +2,9 @@
 
 - :class:`RequestRecord` is what ``serve`` hands to the writer (see
   :class:`autospec.store.writer.TrafficWriter`); unknown fields are a ``TypeError`` at once.
-- :func:`prepare_row` applies the privacy rules (:mod:`autospec.store.privacy`), fills the
-  uid and time and packs the token ids: the result is the ``requests`` column values.
+- :func:`prepare_row` replaces NUL characters in the client's text (:data:`NUL_REPLACEMENT`),
+  applies the privacy rules (:mod:`autospec.store.privacy`), fills the uid and time and packs
+  the token ids: the result is the ``requests`` column values.
   :func:`row_to_json` / :func:`row_from_json` turn it into a spill-file line and back.
 - :func:`write_requests` writes records synchronously (tests, seeding, back-fills);
   :func:`insert_rows` is the idempotent batched insert both it and the writer use: a row whose
@@ -61,6 +62,12 @@ class RequestRecord:
 
 RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
 _INT_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+#: what a NUL character (U+0000) in client text is stored as: U+FFFD, the replacement
+#: character. PostgreSQL text and JSON cannot hold NUL (psycopg raises DataError, which
+#: would drop the whole row, statistics too); replaced on every backend so SQLite and
+#: PostgreSQL store the same text. The token ids are kept as they are.
+NUL_REPLACEMENT = "\ufffd"
+_CLIENT_TEXT = ("prompt_text", "output_text", "segment", "sampling")
 
 
 def new_uid() -> str:
@@ -76,6 +83,8 @@ def prepare_row(
     driver); raises ``TypeError``/``ValueError`` for any other value that cannot be stored.
     """
     row = {name: getattr(record, name) for name in RECORD_FIELDS}
+    for key in _CLIENT_TEXT:
+        row[key] = _without_nul(row[key])
     row["request_uid"] = row["request_uid"] or new_uid()
     when = row["created_at"]
     if when is None:
@@ -96,6 +105,18 @@ def prepare_row(
     row["prompt_ids"] = pack_ids(row["prompt_ids"])
     row["output_ids"] = pack_ids(row["output_ids"])
     return row
+
+
+def _without_nul(value: Any) -> Any:
+    """``value`` with every NUL in its strings (dict keys and values, lists) replaced by
+    :data:`NUL_REPLACEMENT`."""
+    if isinstance(value, str):
+        return value.replace("\x00", NUL_REPLACEMENT) if "\x00" in value else value
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_without_nul(item) for item in value)
+    return value
 
 
 def _now() -> datetime:

@@ -75,6 +75,23 @@ def test_opt_out_keeps_statistics_only(engine, tmp_path: Path) -> None:  # type:
     assert (row.num_drafts, row.num_accepted_tokens, row.accepted_per_position) == (4, 6, [3, 2, 1])
 
 
+def test_nul_in_client_text_is_stored_replaced_not_dropped(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A NUL in the prompt, output, segment or a stop string: the row and its statistics are
+    stored (PostgreSQL refused the whole row), the NUL as U+FFFD on both backends."""
+    sampling = {"stop": ["end\x00", "x"], "max_tokens": 8}
+    with _writer(engine, tmp_path) as writer:
+        writer.record(**record_fields(1, prompt_text="a\x00b", output_text="\x00",
+                                      segment="s\x00", sampling=sampling))
+        assert writer.flush(10)
+        c = writer.counters
+    assert (c.written, c.dropped) == (1, 0)
+    with db.session_scope(engine, readonly=True) as s:
+        row = s.scalars(select(Request)).one()
+    assert (row.prompt_text, row.output_text, row.segment) == ("a\ufffdb", "\ufffd", "s\ufffd")
+    assert row.sampling == {"stop": ["end\ufffd", "x"], "max_tokens": 8}
+    assert (row.num_accepted_tokens, unpack_ids(row.prompt_ids)) == (6, [1, 2, 3, 1])
+
+
 def test_redaction_before_writing(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     secret = "my key is sk-live-abcdefghijklmnop123456, mail bob@example.com"
     with _writer(engine, tmp_path) as writer:
