@@ -22,6 +22,7 @@ Refusals raise :class:`Refused`; store errors propagate.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Engine
@@ -32,7 +33,7 @@ from autospec.controller import records
 from autospec.controller.segment_watch import vllm_segment_refusal
 from autospec.controller.speedcheck import promotion_speeds
 from autospec.evaluate.gate import GatePolicy
-from autospec.store.models import BUILTIN_VERSION
+from autospec.store.models import BUILTIN_VERSION, Event
 
 #: what ``autospec history`` shows: every move of a pointer, decision and failure, the
 #: replicas' swaps (in place or a new engine), imported heads, the policies controllers ran
@@ -268,14 +269,10 @@ def list_history(engine: Engine, *, deployment: str, limit: int,
     the events of that segment (``details.segment``: its pointer's moves, its load
     failures)."""
     with store.session_scope(engine, readonly=True) as session:
-        events = store.list_events(session, kinds=list(HISTORY_KINDS),
-                                   limit=limit * (3 if segment is None else 20))
-        rows = []
-        for e in events:
-            if e.deployment not in (None, deployment):
-                continue
-            if segment is not None and (e.details or {}).get("segment") != segment:
-                continue
+        rows: list[dict[str, Any]] = []
+        for e in _history_events(session, deployment=deployment, segment=segment):
+            if len(rows) >= limit:
+                break
             kind = e.kind
             if kind == "note":
                 kind = (e.details or {}).get("type", "note")
@@ -287,7 +284,22 @@ def list_history(engine: Engine, *, deployment: str, limit: int,
                          "segment": (e.details or {}).get("segment"),
                          "version": e.version, "from_version": e.from_version,
                          "reason": e.reason, "details": e.details})
-        return rows[:limit]
+        return rows
+
+
+def _history_events(session: Session, *, deployment: str,
+                    segment: str | None) -> Iterator[Event]:
+    """The events ``autospec history`` may show, newest first: ``deployment``'s and those
+    naming no deployment (with ``segment``, only that segment's), filtered in SQL and read a
+    page at a time, so other deployments' newer events never crowd them out."""
+    offset, page = 0, 200
+    while True:
+        events = store.list_events(session, kinds=list(HISTORY_KINDS), deployment=deployment,
+                                   with_global=True, segment=segment, offset=offset, limit=page)
+        yield from events
+        if len(events) < page:
+            return
+        offset += page
 
 
 def cycle_rows(session: Session, *, deployment: str, limit: int) -> list[dict[str, Any]]:

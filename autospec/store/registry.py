@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -99,16 +99,24 @@ def list_events(
     deployment: str | None = None,
     since: datetime | None = None,
     limit: int = 100,
+    offset: int = 0,
+    with_global: bool = False,
+    segment: str | None = None,
 ) -> list[Event]:
-    """Newest first."""
-    query = select(Event).order_by(Event.created_at.desc(), Event.id.desc()).limit(limit)
+    """Newest first, ``limit`` of them after skipping ``offset``. ``deployment``: only its
+    events, and with ``with_global`` also those naming no deployment; ``segment``: only the
+    events whose ``details.segment`` is that segment."""
+    query = select(Event).order_by(Event.created_at.desc(), Event.id.desc())
     if kinds:
         query = query.where(Event.kind.in_(kinds))
     if deployment is not None:
-        query = query.where(Event.deployment == deployment)
+        named = Event.deployment == deployment
+        query = query.where(or_(named, Event.deployment.is_(None)) if with_global else named)
     if since is not None:
         query = query.where(Event.created_at >= since)
-    return list(session.scalars(query))
+    if segment is not None:  # json_extract on SQLite, ->> on PostgreSQL
+        query = query.where(Event.details["segment"].as_string() == segment)
+    return list(session.scalars(query.offset(offset).limit(limit)))
 
 
 # -- speculators -----------------------------------------------------------------------------

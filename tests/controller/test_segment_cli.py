@@ -138,6 +138,26 @@ def test_status_lists_segment_pointers_and_history_filters_by_segment(cli) -> No
         in " ".join(typo.stderr.split())
 
 
+def test_history_finds_a_deployments_events_behind_newer_ones_of_others(cli, engine) -> None:
+    """Filtered in SQL and paged: 250 newer events of another deployment (in segment alpha
+    too) and 210 newer cycle_start notes (not shown) hid every event of ``default``."""
+    assert cli("promote", "v1", "--segment", "alpha").exit_code == 0
+    with store.session_scope(engine) as session:
+        store.record_event(session, kind="failure", actor="t", reason="global")
+        for i in range(250):
+            store.record_event(session, kind="failure", actor="t", reason=f"other {i}",
+                               deployment="other", details={"segment": "alpha"})
+        for _ in range(210):
+            store.record_event(session, kind="note", actor="t", deployment="default",
+                               details={"type": "cycle_start", "segment": "alpha"})
+    latest = json.loads(cli("history", "--limit", "2", "--json").stdout)
+    assert [(r["event"], r["version"]) for r in latest] == [("failure", None), ("promotion", "v1")]
+    assert latest[0]["reason"] == "global"
+    alpha = json.loads(cli("history", "--segment", "alpha", "--limit", "2", "--json").stdout)
+    assert [(r["event"], r["version"]) for r in alpha] == [("promotion", "v1"),
+                                                           ("promotion", BUILTIN)]
+
+
 def test_unpin_drops_a_segments_pointer_and_the_deployments_version_drafts_it(cli,
                                                                                engine) -> None:
     assert cli("promote", "v1", "--segment", "alpha").exit_code == 0
