@@ -93,6 +93,12 @@ def current_status(url: str | None) -> dict[str, Any]:
             "min_reader": compat[1] if compat is not None and compat[0] == current else None}
 
 
+def _readable_by(status: dict[str, Any]) -> str:
+    """Which code can run against the database, or "—" when it has no schema to read."""
+    oldest = status["min_reader"] or status["current"]
+    return "—" if oldest is None else f"by code at {oldest} or later"
+
+
 @db_app.command()
 def current(url: Annotated[str | None, UrlOption] = None,
             as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
@@ -106,9 +112,9 @@ def current(url: Annotated[str | None, UrlOption] = None,
     if as_json:
         out.print_json(json.dumps(status))
     else:
-        out.print(f"database  {status['url']}\nat        {status['current']}\n"
+        out.print(f"database  {status['url']}\nat        {status['current'] or '—'}\n"
                   f"expected  {status['expected']}\nstate     {status['state']}\n"
-                  f"readable  by code at {status['min_reader'] or status['current']} or later",
+                  f"readable  {_readable_by(status)}",
                   highlight=False)
     if status["state"] not in ("current", "ahead-compatible"):
         raise typer.Exit(1)

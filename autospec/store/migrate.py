@@ -134,13 +134,20 @@ def is_backward_compatible(script: Script) -> bool:
     return getattr(script.module, "backward_compatible", False) is True
 
 
+#: the first revision whose code reads ``autospec_schema``: code before it (release 0006 and
+#: older) accepted only its own revision, so no ``min_reader`` is ever older than this
+FIRST_COMPAT_READER = "0007"
+
+
 def min_reader(revision: str, scripts: ScriptDirectory | None = None) -> str:
     """The oldest code revision that can run against a schema at ``revision``: walk back
-    over the backward-compatible migrations that led to it."""
+    over the backward-compatible migrations that led to it, never past
+    :data:`FIRST_COMPAT_READER`."""
     scripts = scripts or ScriptDirectory.from_config(alembic_config())
     while True:
         script = scripts.get_revision(revision)
-        if script is None or not is_backward_compatible(script):
+        if (revision == FIRST_COMPAT_READER or script is None
+                or not is_backward_compatible(script)):
             return revision
         down = script.down_revision
         if not isinstance(down, str):  # the first migration, or a merge: stop here
@@ -160,12 +167,18 @@ def record_compat(conn: Connection) -> None:
 
 
 def recorded_compat(engine: Engine) -> tuple[str, str] | None:
-    """``(revision, min_reader)`` the database records, or None (before 0007, or none)."""
+    """``(revision, min_reader)`` the database records, or None (before 0007, or none). A
+    ``min_reader`` before :data:`FIRST_COMPAT_READER` (recorded by code that walked back past
+    it) reads as that revision: code before it never accepted another revision's schema."""
     with engine.connect() as conn:
         if not inspect(conn).has_table(SchemaCompat.__tablename__):
             return None
         row = conn.execute(select(SchemaCompat.revision, SchemaCompat.min_reader)).first()
-    return None if row is None else (row[0], row[1])
+    if row is None:
+        return None
+    if row[1] in lineage(FIRST_COMPAT_READER) - {FIRST_COMPAT_READER}:
+        return row[0], FIRST_COMPAT_READER
+    return row[0], row[1]
 
 
 def lineage(head: str) -> set[str]:

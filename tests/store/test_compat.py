@@ -73,9 +73,38 @@ def test_the_migrations_declare_whether_they_only_expand() -> None:
     head = migrate.head_revision()
     assert migrate.is_backward_compatible(scripts.get_revision(head))  # a table only
     oldest, script = head, scripts.get_revision(head)  # back over the expand-only ones
-    while migrate.is_backward_compatible(script) and script.down_revision:
+    while (migrate.is_backward_compatible(script) and script.down_revision
+           and oldest != migrate.FIRST_COMPAT_READER):
         oldest, script = script.down_revision, scripts.get_revision(script.down_revision)
     assert migrate.min_reader(head) == oldest
+
+
+def test_min_reader_is_never_older_than_the_first_code_that_reads_it(db_url: str) -> None:
+    """Code at 0006 required its own revision exactly: 0007 (expand-only) is readable by code
+    at 0007 and later, not 0006; a record code walking back past 0007 made reads as 0007, so
+    code at 0006 is refused."""
+    assert migrate.min_reader("0007") == "0007" == migrate.FIRST_COMPAT_READER
+    assert int(migrate.min_reader(migrate.head_revision())) >= 7
+    engine = db.make_engine(db_url)
+    migrate.upgrade(engine)
+    head = migrate.head_revision()
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE autospec_schema SET min_reader = '0006'"))
+    assert migrate.recorded_compat(engine) == (head, "0007")
+    with pytest.raises(UnknownRevision, match="code at revision '0007' or later"):
+        migrate.check_schema(engine, head="0006")
+    engine.dispose()
+
+
+def test_db_current_without_a_schema_names_no_reader(tmp_path: Path) -> None:
+    import sqlite3
+
+    sqlite3.connect(tmp_path / "empty.db").close()
+    for name, state in (("missing.db", "missing"), ("empty.db", "empty")):
+        result = CliRunner().invoke(_app(), ["db", "current", "--url",
+                                             f"sqlite:///{tmp_path / name}"])
+        assert result.exit_code == 1 and f"state     {state}" in result.stdout
+        assert "None" not in result.stdout and "readable  —" in result.stdout
 
 
 def test_the_database_records_its_min_reader(db_url: str) -> None:
