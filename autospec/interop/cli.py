@@ -132,7 +132,8 @@ def import_(
         from autospec.engine.target import load_target
         from autospec.interop.importer import ImportRefused, import_head
 
-        if not directory.is_dir():  # before the target is loaded
+        store.check_actor(actor or cli_actor())  # before the target is loaded
+        if not directory.is_dir():
             raise ImportRefused(f"{directory}: no such directory")
         if not (directory / "config.json").is_file():
             raise ImportRefused(f"{directory}: no config.json (not a speculators directory)")

@@ -87,6 +87,7 @@ from autospec.store.queries import (
     traffic_window,
 )
 from autospec.store.registry import (
+    check_actor,
     get_speculator,
     list_events,
     list_speculators,
@@ -131,6 +132,7 @@ __all__ = [
     "acquire_lease",
     "add_synthetic",
     "artifact_sha256",
+    "check_actor",
     "check_schema",
     "clear_segment",
     "count_synthetic",

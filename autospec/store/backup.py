@@ -18,7 +18,10 @@ and a target store that holds anything (beyond the built-in version the migratio
 unless ``force``. It checks every artifact against the SHA-256 the registry records, copies it
 to the configured artifact directory (rows' ``artifact_uri`` point there afterwards), then
 replaces every table's rows in one transaction, in foreign-key order, resets PostgreSQL's id
-sequences, and records the restore in the audit log (a ``note`` event).
+sequences, and records the restore in the audit log (a ``note`` event). Rows the target
+database refuses (a string longer than its column or a NUL in text, which SQLite keeps and
+PostgreSQL does not) are a :class:`StoreError` naming the table, row and column
+(:mod:`autospec.store.restore_rows`); the transaction rolls back.
 """
 
 from __future__ import annotations
@@ -46,13 +49,15 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    text,
 )
+from sqlalchemy.exc import DataError, IntegrityError
 
 from autospec.store.artifacts import artifact_sha256, inside, local_path, without_links
 from autospec.store.db import describe, ping, writer_engine
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated, StoreError
 from autospec.store.models import BUILTIN_VERSION, metadata, utcnow
+from autospec.store.registry import check_actor
+from autospec.store.restore_rows import parents_first, refused_rows, reset_sequences
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +277,7 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
     from autospec.store.migrate import _is_empty, check_schema, current_revision, head_revision
     from autospec.store.migrate import upgrade as migrate_upgrade
 
+    check_actor(actor)  # the audit log's note names it: before anything changes
     source = Path(path)
     index = read_index(source)
     head = head_revision()
@@ -309,20 +315,32 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
     with writer_engine(engine).begin() as conn:
         for table in reversed(tables()):
             conn.execute(delete(table))
-        for table in tables():
-            count = 0
-            for batch in _batches(source, table, uris):
-                conn.execute(insert(_writable(table)), batch)
-                count += len(batch)
-            outcome.tables[table.name] = count
-            if progress:
-                progress(table.name, count)
+        _insert_tables(conn, source, uris, outcome, progress)
         if conn.dialect.name == "postgresql":
-            _reset_sequences(conn)
+            reset_sequences(conn, tables())
         _record(conn, actor=actor, source=source, index=index, outcome=outcome)
     log.info("restored %s into %s (%d rows, %d artifacts)", source, where,
              sum(outcome.tables.values()), len(outcome.artifacts))
     return outcome
+
+
+def _insert_tables(conn: Any, source: Path, uris: dict[str, str], outcome: Outcome,
+                   progress: Progress | None) -> None:
+    """Insert every table's rows; a batch the database refuses is a :class:`StoreError`
+    naming the table, row and column (the transaction rolls back: the store is unchanged)."""
+    for table in tables():
+        count = 0
+        for batch in _batches(source, table, uris):
+            try:
+                conn.execute(insert(_writable(table)), batch)
+            except (DataError, IntegrityError) as exc:
+                raise StoreError(f"backup {source}: table {table.name}: "
+                                 f"{refused_rows(table, batch, exc)}; the database is "
+                                 f"unchanged") from None
+            count += len(batch)
+        outcome.tables[table.name] = count
+        if progress:
+            progress(table.name, count)
 
 
 def _plan_artifacts(source: Path, root: Path, artifacts: dict[str, dict[str, str]], *,
@@ -396,7 +414,7 @@ def _batches(source: Path, table: Table,
              uris: dict[str, str]) -> Iterator[list[dict[str, Any]]]:
     rows: Iterator[dict[str, Any]] = _lines(source, table)
     if table.name == "speculators":
-        rows = iter(_parents_first(list(rows)))
+        rows = iter(parents_first(list(rows)))
     batch: list[dict[str, Any]] = []
     for row in rows:
         if table.name == "speculators" and row["version"] in uris:
@@ -407,35 +425,6 @@ def _batches(source: Path, table: Table,
             batch = []
     if batch:
         yield batch
-
-
-def _parents_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Speculator rows ordered so that a version's parent is inserted before it."""
-    by_version = {row["version"]: row for row in rows}
-    done: set[str] = set()
-    ordered: list[dict[str, Any]] = []
-    for row in rows:
-        chain = []
-        while row is not None and row["version"] not in done:
-            chain.append(row)
-            done.add(row["version"])
-            row = by_version.get(row.get("parent"))  # type: ignore[arg-type]
-        ordered.extend(reversed(chain))
-    return ordered
-
-
-def _reset_sequences(conn: Any) -> None:
-    for table in tables():
-        for column in table.primary_key.columns:
-            if column.autoincrement is not True:
-                continue
-            sequence = conn.scalar(text("SELECT pg_get_serial_sequence(:t, :c)"),
-                                   {"t": table.name, "c": column.name})
-            if sequence is None:
-                continue
-            top = conn.scalar(select(func.max(column)))
-            conn.execute(text("SELECT setval(:s, :v, :called)"),
-                         {"s": sequence, "v": top or 1, "called": top is not None})
 
 
 def _record(conn: Any, *, actor: str, source: Path, index: dict[str, Any],

@@ -155,6 +155,7 @@ def _purge(url: str | None, age: timedelta, *, text_only: bool, dry_run: bool, r
     """Purge (or, ``dry_run``, count what a purge would touch: a read, no write lock)."""
     from autospec.store import db, migrate, queries, registry
 
+    registry.check_actor(actor)  # before anything is read or changed
     engine = migrate.open_store(url)
     if dry_run:
         with db.session_scope(engine, readonly=True) as session:

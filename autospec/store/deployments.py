@@ -30,7 +30,7 @@ from autospec.store.models import (
     SegmentPointer,
     utcnow,
 )
-from autospec.store.registry import record_event
+from autospec.store.registry import check_actor, check_length, record_event
 
 
 def get_deployment(session: Session, *, name: str) -> Deployment | None:
@@ -51,6 +51,9 @@ def record_deployment(session: Session, *, name: str, target: str, target_id: st
                       engine: str = "native", threads: int | None = None) -> Deployment:
     """Record (or update) what ``name`` serves; a change is audited. :class:`Conflict` if
     another replica inserted the row at the same moment (retry: it is an update then)."""
+    check_length("target id", target_id, Deployment.target_id)
+    check_length("target revision", target_revision, Deployment.target_revision)
+    check_actor(actor)
     row = get_deployment(session, name=name)
     now = utcnow()
     new = {"target": target, "target_id": target_id, "target_revision": target_revision,

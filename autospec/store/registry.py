@@ -60,6 +60,20 @@ def check_name(what: str, value: str) -> None:
         )
 
 
+def check_length(what: str, value: str | None, column: Any) -> None:
+    """A :class:`StoreError` when ``value`` is longer than the ``String`` ``column`` holds
+    (SQLite would keep it, PostgreSQL refuses it mid-transaction)."""
+    limit = getattr(column.type, "length", None)
+    if value is not None and limit is not None and len(value) > limit:
+        raise StoreError(f"{what} {value[:40]!r}… is {len(value)} characters long; the store "
+                         f"keeps at most {limit}")
+
+
+def check_actor(actor: str) -> None:
+    """A :class:`StoreError` unless the audit log can record ``actor`` (at most 128 characters)."""
+    check_length("actor", actor, Event.actor)
+
+
 # -- audit log -------------------------------------------------------------------------------
 
 
@@ -77,6 +91,11 @@ def record_event(
     """Append one audit event (kinds: :data:`autospec.store.models.EVENT_KINDS`)."""
     if kind not in EVENT_KINDS:
         raise StoreError(f"unknown event kind {kind!r}; known: {', '.join(EVENT_KINDS)}")
+    check_actor(actor)
+    for what, value, column in (("deployment", deployment, Event.deployment),
+                                ("version", version, Event.version),
+                                ("from_version", from_version, Event.from_version)):
+        check_length(what, value, column)
     event = Event(
         created_at=utcnow(),
         kind=kind,
@@ -145,6 +164,9 @@ def register_speculator(
     """
     check_name("version", version)
     check_name("kind", kind)
+    check_length("target id", target_id, Speculator.target_id)
+    check_length("target revision", target_revision, Speculator.target_revision)
+    check_actor(actor)
     if not _SHA256.match(sha256):
         raise ArtifactError(f"sha256 {sha256!r} is not 64 lower-case hex digits")
     if verify:

@@ -280,3 +280,32 @@ def test_sqlite_store_moves_to_postgres_with_the_cli(
                                  "--force", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["replaced"]["requests"] == 25
+
+
+@pytest.mark.postgres
+def test_a_row_postgres_refuses_is_named_and_the_database_left_as_it_was(
+        sqlite_url: str, postgres_url: str, tmp_path: Path) -> None:
+    """A SQLite store holds a 200-character actor (written before the store checked
+    lengths); restored into PostgreSQL it was a StringDataRightTruncation traceback."""
+    from sqlalchemy import insert
+
+    from autospec.cli import app
+    from autospec.store.models import Event
+
+    engine = migrate.open_store(sqlite_url, upgrade=True)
+    with engine.begin() as conn:
+        conn.execute(insert(Event.__table__).values(created_at=utcnow(), kind="note",
+                                                    actor="x" * 200, reason="old"))
+    backups.backup(engine, tmp_path / "bk")
+    engine.dispose()
+    result = CliRunner().invoke(app, ["db", "restore", str(tmp_path / "bk"), "--url",
+                                      postgres_url])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.stderr.split())
+    assert "table events: row id=1: column actor holds at most 128 characters, the backup " \
+           "has 200" in said and "the database is unchanged" in said
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    target = db.make_engine(postgres_url)
+    with target.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM events")).scalar() == 0
+    target.dispose()

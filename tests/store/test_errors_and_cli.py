@@ -222,3 +222,27 @@ def test_overflowing_reads_are_usage_errors(sqlite_url, monkeypatch) -> None:
                          (["db", "purge", "--older-than", "999999999w", "--dry-run"], "century")):
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and needle in result.output, (args, result.output)
+
+
+def test_a_string_longer_than_its_column_is_named_on_every_backend(engine, db_url) -> None:  # type: ignore[no-untyped-def]
+    """SQLite kept a 200-character actor, PostgreSQL refused it with a traceback: now both
+    name it (exit 2) before anything changes."""
+    from autospec.store import registry, session_scope
+    from autospec.store.errors import StoreError
+
+    long = "a" * 200
+    result = runner.invoke(db_app, ["purge", "--older-than", "300d", "--actor", long,
+                                    "--url", db_url])
+    assert result.exit_code == 2, result.output
+    assert "is 200 characters long; the store keeps at most 128" in " ".join(
+        result.stderr.split())
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    with session_scope(engine) as session:
+        with pytest.raises(StoreError, match=r"actor .* at most 128"):
+            registry.record_event(session, kind="note", actor=long)
+        with pytest.raises(StoreError, match=r"target id .* at most 200"):
+            registry.register_speculator(session, version="v", kind="ngram",
+                                         target_id="t" * 201, artifact_uri="/x",
+                                         sha256="0" * 64, verify=False)
+    with session_scope(engine, readonly=True) as session:
+        assert registry.list_events(session, kinds=["purge", "note", "registration"]) == []

@@ -1,0 +1,67 @@
+"""Row-level steps of :func:`autospec.store.backup.restore`: the order speculator rows are
+inserted in, PostgreSQL's id sequences after the insert, and what to say when the database
+refuses a batch of a backup's rows (a string longer than its column, a NUL in text: SQLite
+stores both, PostgreSQL refuses them) — the table, the row by its primary key and the column
+where the rows show it, never a traceback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Table, func, select, text
+from sqlalchemy.exc import DBAPIError
+
+
+def parents_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Speculator rows ordered so that a version's parent is inserted before it."""
+    by_version = {row["version"]: row for row in rows}
+    done: set[str] = set()
+    ordered: list[dict[str, Any]] = []
+    for row in rows:
+        chain = []
+        while row is not None and row["version"] not in done:
+            chain.append(row)
+            done.add(row["version"])
+            row = by_version.get(row.get("parent"))  # type: ignore[arg-type]
+        ordered.extend(reversed(chain))
+    return ordered
+
+
+def reset_sequences(conn: Any, tables: list[Table]) -> None:
+    """Set each PostgreSQL id sequence past the highest id restored."""
+    for table in tables:
+        for column in table.primary_key.columns:
+            if column.autoincrement is not True:
+                continue
+            sequence = conn.scalar(text("SELECT pg_get_serial_sequence(:t, :c)"),
+                                   {"t": table.name, "c": column.name})
+            if sequence is None:
+                continue
+            top = conn.scalar(select(func.max(column)))
+            conn.execute(text("SELECT setval(:s, :v, :called)"),
+                         {"s": sequence, "v": top or 1, "called": top is not None})
+
+
+def refused_rows(table: Table, batch: list[dict[str, Any]], exc: DBAPIError) -> str:
+    """Why the database refused ``batch`` of ``table``: the first row and column whose
+    string is too long for the column or holds a NUL, else the batch's first and last rows;
+    with the database's own words."""
+    said = " ".join(str(exc.orig if exc.orig is not None else exc).split())[:300]
+    for row in batch:
+        for column in table.columns:
+            value = row.get(column.name)
+            if not isinstance(value, str):
+                continue
+            limit = getattr(column.type, "length", None)
+            if limit is not None and len(value) > limit:
+                return (f"row {_key(table, row)}: column {column.name} holds at most {limit} "
+                        f"characters, the backup has {len(value)} ({said})")
+            if "\x00" in value:
+                return (f"row {_key(table, row)}: column {column.name} contains a NUL "
+                        f"character, which PostgreSQL cannot store ({said})")
+    return f"rows {_key(table, batch[0])} to {_key(table, batch[-1])}: {said}"
+
+
+def _key(table: Table, row: dict[str, Any]) -> str:
+    columns = list(table.primary_key.columns) or list(table.columns)[:1]
+    return ", ".join(f"{c.name}={row.get(c.name)!r}" for c in columns)
