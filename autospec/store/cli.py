@@ -124,7 +124,9 @@ def current(url: Annotated[str | None, UrlOption] = None,
 def purge(
     older_than: Annotated[str, typer.Option("--older-than", help="age, e.g. 30d, 12h, 2w")],
     text_only: Annotated[bool, typer.Option(
-        "--text-only", help="keep the rows' statistics, drop only text and token ids")] = False,
+        "--text-only", help="keep the rows' statistics, drop only the client's text: prompt, "
+        "output, token ids and the sampling entries an opt-out drops (stop strings, seed, "
+        "user)")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="count what would go, change nothing (a read: no write lock, no "
         "audit event)")] = False,

@@ -18,7 +18,9 @@
   kept must redact and re-tokenize before recording.
 - **NUL**: before these rules, :func:`autospec.store.traffic.prepare_row` replaces NUL
   characters in the same strings by U+FFFD (PostgreSQL cannot store NUL in text).
-- **Retention**: see :func:`autospec.store.queries.purge_requests` (``autospec db purge``).
+- **Retention**: see :func:`autospec.store.queries.purge_requests` (``autospec db purge``;
+  ``--text-only`` leaves old rows as an opt-out would: statistics and the numeric sampling
+  knobs, no text, ids or other ``sampling`` entries).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def apply_privacy(row: dict[str, Any], redact: Redactor | None) -> dict[str, Any
     if row.get("opted_out"):
         for key in ("prompt_text", "output_text", "prompt_ids", "output_ids"):
             row[key] = None
-        row["sampling"] = _opted_out_sampling(row.get("sampling"))
+        row["sampling"] = opted_out_sampling(row.get("sampling"))
     if redact is None:
         return row
     for text_key, ids_key in (("prompt_text", "prompt_ids"), ("output_text", "output_ids")):
@@ -105,10 +107,15 @@ def apply_privacy(row: dict[str, Any], redact: Redactor | None) -> dict[str, Any
     return row
 
 
-def _opted_out_sampling(sampling: dict[str, Any] | None) -> dict[str, Any] | None:
+def opted_out_sampling(sampling: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What an opted-out row keeps of ``sampling``: :data:`OPT_OUT_SAMPLING_KEYS` and the
+    number of stop strings (``num_stop``). Applied to its own result it changes nothing
+    (``autospec db purge --text-only`` rewrites stored rows with it)."""
     if sampling is None:
         return None
     kept = {key: sampling[key] for key in OPT_OUT_SAMPLING_KEYS if key in sampling}
+    if isinstance(sampling.get("num_stop"), int):
+        kept["num_stop"] = sampling["num_stop"]
     stop = sampling.get("stop")
     if stop:
         kept["num_stop"] = 1 if isinstance(stop, str) else len(stop)

@@ -8,7 +8,8 @@
   mean over verification steps of accepted + 1 (bonus token included; None without a
   step), plus per-position acceptance.
 - :func:`request_counts` — request counts, optionally grouped.
-- :func:`purge_requests` — delete (or strip the text and ids of) requests older than a cutoff.
+- :func:`purge_requests` — delete requests older than a cutoff, or strip their client text
+  (text, ids, and ``sampling`` down to what an opted-out row keeps).
 
 Opted-out rows count in τ and counts (their statistics are kept) but never in a window.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -28,6 +30,7 @@ from autospec.engine.stats import tau
 from autospec.store.codec import unpack_ids
 from autospec.store.errors import StoreError
 from autospec.store.models import Request, utcnow
+from autospec.store.privacy import opted_out_sampling
 from autospec.store.synthetic import purge_resampled
 
 log = logging.getLogger(__name__)
@@ -319,8 +322,10 @@ def purge_requests(
     text_only: bool = False,
     now: datetime | None = None,
 ) -> int:
-    """Delete requests older than ``older_than`` (or, ``text_only``, strip their text and ids),
-    and in both cases the synthetic sequences resampled from them (they copy the prompt).
+    """Delete requests older than ``older_than`` (or, ``text_only``, strip their text and ids
+    and cut their ``sampling`` to what an opted-out row keeps:
+    :func:`autospec.store.privacy.opted_out_sampling`), and in both cases the synthetic
+    sequences resampled from them (they copy the prompt).
 
     Returns the number of rows affected. Run inside one session; on SQLite the write lock is
     held for the duration, so purge regularly rather than rarely.
@@ -328,12 +333,17 @@ def purge_requests(
     cutoff = _cutoff(older_than, now)
     resampled = purge_resampled(session, before=cutoff)  # they hold the requests' prompts
     where = _purgeable(cutoff, text_only)
-    if text_only:
+    count = 0
+    if text_only:  # sampling as an opt-out keeps it (stop strings, seed, user: client text)
+        for batch in _client_sampling(session, cutoff):
+            session.execute(update(Request), [{"id": i, "sampling": kept}
+                                              for i, kept, _ in batch])
+            count += sum(not has_text for _, _, has_text in batch)  # the text update counts
         stmt = update(Request).where(*where).values(prompt_text=None, output_text=None,
                                                     prompt_ids=None, output_ids=None)
     else:
         stmt = delete(Request).where(*where)
-    count = session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+    count += session.execute(stmt.execution_options(synchronize_session=False)).rowcount
     log.info("purged %d requests older than %s (text_only=%s) and %d synthetic sequences "
              "resampled from them", count, cutoff, text_only, resampled)
     return count
@@ -343,8 +353,35 @@ def count_purgeable(session: Session, *, older_than: timedelta, text_only: bool 
                     now: datetime | None = None) -> int:
     """The rows :func:`purge_requests` would affect, read without writing (a dry run takes no
     write lock)."""
-    where = _purgeable(_cutoff(older_than, now), text_only)
-    return session.scalar(select(func.count()).select_from(Request).where(*where)) or 0
+    cutoff = _cutoff(older_than, now)
+    count = session.scalar(select(func.count()).select_from(Request).where(
+        *_purgeable(cutoff, text_only))) or 0
+    if text_only:
+        count += sum(not has_text for batch in _client_sampling(session, cutoff)
+                     for _, _, has_text in batch)
+    return count
+
+
+def _client_sampling(session: Session, cutoff: datetime,
+                     size: int = 1000) -> Iterator[list[tuple[int, Any, bool]]]:
+    """Batches of ``(id, sampling as an opt-out keeps it, whether text or ids are left)`` of
+    the requests older than ``cutoff`` whose ``sampling`` holds more (stop strings, the seed,
+    the user), in id order: a batch may be updated before the next is read."""
+    has_text = or_(*_has_text())
+    last = None
+    while True:
+        query = select(Request.id, Request.sampling, has_text).where(
+            Request.created_at < cutoff, Request.sampling.is_not(None))
+        if last is not None:
+            query = query.where(Request.id > last)
+        rows = session.execute(query.order_by(Request.id).limit(size)).all()
+        if not rows:
+            return
+        last = rows[-1][0]
+        batch = [(i, kept, bool(text)) for i, sampling, text in rows
+                 if (kept := opted_out_sampling(sampling)) != sampling]
+        if batch:
+            yield batch
 
 
 def _cutoff(older_than: timedelta, now: datetime | None) -> datetime:
@@ -357,6 +394,10 @@ def _purgeable(cutoff: datetime, text_only: bool) -> list[ColumnElement[bool]]:
     """The requests a purge touches: older than ``cutoff`` (``text_only``: with text left)."""
     where = [Request.created_at < cutoff]
     if text_only:
-        where.append(Request.prompt_text.is_not(None) | Request.prompt_ids.is_not(None)
-                     | Request.output_text.is_not(None) | Request.output_ids.is_not(None))
+        where.append(or_(*_has_text()))
     return where
+
+
+def _has_text() -> list[ColumnElement[bool]]:
+    return [Request.prompt_text.is_not(None), Request.prompt_ids.is_not(None),
+            Request.output_text.is_not(None), Request.output_ids.is_not(None)]

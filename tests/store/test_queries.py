@@ -127,3 +127,36 @@ def test_purge(engine) -> None:  # type: ignore[no-untyped-def]
             store.purge_requests(s, older_than=timedelta(0))
     with store.session_scope(engine, readonly=True) as s:
         assert store.request_counts(s) == {None: 10}
+
+
+def test_text_only_purge_leaves_sampling_as_an_opt_out_would(engine) -> None:  # type: ignore[no-untyped-def]
+    """Stop strings, the seed and the user are client text: --text-only dropped the prompt
+    and output but kept them. Now the rows keep what an opted-out row keeps (num_stop), also
+    rows stripped of their text before (counted, then left alone)."""
+    from sqlalchemy import select, update
+
+    from autospec.store.models import Request
+
+    sampling = {"stop": ["secret stop", "END"], "seed": 7, "user": "alice", "max_tokens": 9,
+                "top_p": 0.9}
+    write_requests(engine, [RequestRecord(
+        request_uid=f"s{i}", created_at=T0 + timedelta(minutes=i), prompt_text="p",
+        output_text="o", prompt_ids=[1], output_ids=[2], sampling=dict(sampling))
+        for i in range(3)] + [RequestRecord(request_uid="new", created_at=T0 + timedelta(days=40),
+                                            prompt_text="p", sampling=dict(sampling))])
+    with store.session_scope(engine) as s:  # stripped by an older autospec: text gone only
+        s.execute(update(Request).where(Request.request_uid == "s2").values(
+            prompt_text=None, output_text=None, prompt_ids=None, output_ids=None))
+    now, age = T0 + timedelta(days=31), timedelta(days=30)
+    with store.session_scope(engine, readonly=True) as s:
+        assert count_purgeable(s, older_than=age, text_only=True, now=now) == 3
+    with store.session_scope(engine) as s:
+        assert store.purge_requests(s, older_than=age, text_only=True, now=now) == 3
+        assert count_purgeable(s, older_than=age, text_only=True, now=now) == 0
+        assert store.purge_requests(s, older_than=age, text_only=True, now=now) == 0
+    with store.session_scope(engine, readonly=True) as s:
+        rows = {r.request_uid: r for r in s.scalars(select(Request))}
+    for uid in ("s0", "s1", "s2"):
+        assert rows[uid].sampling == {"max_tokens": 9, "top_p": 0.9, "num_stop": 2}
+        assert (rows[uid].prompt_text, rows[uid].output_ids) == (None, None)
+    assert rows["new"].sampling == sampling and rows["new"].prompt_text == "p"
