@@ -1,7 +1,8 @@
 """Engines and sessions: one place that turns a database URL into a working connection.
 
 - :func:`make_engine` parses the URL (a malformed one or a missing driver raises
-  :class:`~autospec.store.errors.BadDatabaseURL`), creates the SQLite file's directory, and for
+  :class:`~autospec.store.errors.BadDatabaseURL`), expands a ``~`` in a SQLite file's path
+  (:func:`sqlite_file`; SQLite itself does not), creates the SQLite file's directory, and for
   SQLite sets WAL mode, a busy timeout, ``synchronous=NORMAL`` and foreign keys on every
   connection, so serve replicas, the controller and the CLI share one file.
 - On SQLite, transactions of :func:`session_scope` (and of :func:`writer_engine`, which the
@@ -87,6 +88,9 @@ def make_engine(
                              "(postgresql://user@host:5432/db), not " + backend)
     kwargs: dict[str, Any] = {"echo": echo}
     if backend == "sqlite":
+        path = sqlite_file(parsed)
+        if path is not None and str(path) != parsed.database:  # "~" expanded: SQLite won't
+            parsed = parsed.set(database=str(path))
         _ensure_sqlite_dir(parsed)
         kwargs["connect_args"] = {"timeout": busy_timeout_s, "check_same_thread": False}
     elif backend == "postgresql":

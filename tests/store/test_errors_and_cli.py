@@ -246,3 +246,23 @@ def test_a_string_longer_than_its_column_is_named_on_every_backend(engine, db_ur
                                          sha256="0" * 64, verify=False)
     with session_scope(engine, readonly=True) as session:
         assert registry.list_events(session, kinds=["purge", "note", "registration"]) == []
+
+
+def test_a_tilde_in_a_sqlite_url_or_the_data_dir_is_the_home_folder(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """SQLite does not expand "~": the URL reached it as written, "unable to open database
+    file"."""
+    from autospec.settings import get_settings
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    result = runner.invoke(db_app, ["upgrade", "--url", "sqlite:///~/store/a.db"])
+    assert result.exit_code == 0, result.output
+    assert (home / "store" / "a.db").is_file()
+    assert runner.invoke(db_app, ["current", "--url", "sqlite:///~/store/a.db"]).exit_code == 0
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", "~/data")
+    get_settings.cache_clear()
+    engine = migrate.open_store(upgrade=True)
+    assert engine.url.database == str(home / "data" / "autospec.db")
+    assert migrate.check_schema(engine) == migrate.head_revision()
+    engine.dispose()
