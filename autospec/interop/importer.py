@@ -108,8 +108,11 @@ def import_head(directory: str | Path, *, target: Target, engine: Engine,
     source = str(Path(directory).resolve())
     root = get_settings().resolved_artifact_dir
     root.mkdir(parents=True, exist_ok=True)
+    if name is not None and inside(root, name).exists():
+        raise store.Conflict(f"artifact directory {inside(root, name)} already exists")
     tmp = root / f".partial-{uuid.uuid4().hex}"
     final: Path | None = None
+    created = False  # only a directory this call moved into place is ever removed
     details = {"source": source, "draft_vocab_size": spec.config.draft_vocab_size,
                "feature_layers": list(spec.config.feature_layers),
                "norm_before_residual": spec.config.norm_before_residual,
@@ -122,6 +125,7 @@ def import_head(directory: str | Path, *, target: Target, engine: Engine,
             if final.exists():
                 raise store.Conflict(f"artifact directory {final} already exists")
             tmp.rename(final)
+            created = True
             info = target.info
             store.register_speculator(
                 session, version=version, kind=EAGLE3.name, target_id=info.target_id,
@@ -133,7 +137,7 @@ def import_head(directory: str | Path, *, target: Target, engine: Engine,
                                                                           "sha256": sha})
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if final is not None and final.exists() and not _registered(engine, final):
+        if created and final is not None and not _registered(engine, final):
             shutil.rmtree(final, ignore_errors=True)
         raise
     log.info("imported %s as %s (%s)", source, version, final)

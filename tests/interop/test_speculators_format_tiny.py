@@ -307,3 +307,20 @@ def test_import_refuses_a_bad_version_name_before_writing_anything_tiny(tiny, db
     with pytest.raises(ImportRefused, match=r"invalid version name '\.\./escape'"):
         import_head(tmp_path / "x", target=tiny, engine=db, name="../escape")
     assert not (get_settings().resolved_artifact_dir.parent / "escape").exists()
+
+
+def test_import_keeps_an_existing_directory_it_refuses_to_overwrite_tiny(tiny, db, tmp_path):
+    export_speculator(_head(tiny), tiny, tmp_path / "x", k=3)
+    from autospec.settings import get_settings
+
+    root = get_settings().resolved_artifact_dir
+    with store.session_scope(db, readonly=True) as session:
+        auto = store.next_version(session, kind="eagle3")
+    for name in ("mine", auto):  # named, and the next version's name
+        (root / name).mkdir(parents=True)
+        (root / name / "keep.txt").write_text("not autospec's")
+        with pytest.raises(store.Conflict, match="already exists"):
+            import_head(tmp_path / "x", target=tiny, engine=db,
+                        name=name if name == "mine" else None)
+        assert (root / name / "keep.txt").read_text() == "not autospec's"
+    assert not list(root.glob(".partial-*"))
