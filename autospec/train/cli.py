@@ -139,7 +139,8 @@ def train(
     incumbent: Annotated[str | None, typer.Option(
         help="version to warm-start from (default: the live one, if of this kind)")] = None,
     deployment: Annotated[str, typer.Option(
-        help="deployment whose live version is the incumbent")] = "default",
+        help="deployment whose traffic is trained on and held out (anchors too) and whose "
+        "live version is the incumbent")] = "default",
     segment: Annotated[str | None, typer.Option(help="only traffic of this segment")] = None,
     min_requests: Annotated[int, typer.Option(
         min=1, help="fewest training (not held-out) requests to train on (the controller "
@@ -220,7 +221,8 @@ def _request(*, kind: str, window: str, assignments: list[str], segment: str | N
     _check_choices(loss=fields["loss"], precision=fields["precision"])
     spec = parse_window(window)
     spec = type(spec)(since=spec.since, limit=spec.limit, segment=segment,
-                      heldout_fraction=heldout_fraction, anchor_requests=anchors)
+                      deployment=fields["deployment"], heldout_fraction=heldout_fraction,
+                      anchor_requests=anchors)
     mix = SyntheticMix(share=synthetic_share) if synthetic_share else None
     return TrainRequest(kind=kind, window=spec, overrides=parse_overrides(kind, assignments),
                         synthetic=mix, **fields)

@@ -100,3 +100,24 @@ def test_cli_train_refuses_before_any_work(monkeypatch, tmp_path, args, message)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "typo.db").exists()
+
+
+def test_cli_train_tiny_random_init_reads_only_the_deployments_traffic(
+        cli_env, db_with_traffic, traffic) -> None:
+    """--deployment picks the traffic (window, held-out part, anchors), not only the
+    incumbent: 60 requests of ``default`` and 12 of ``other``."""
+    from datetime import timedelta
+
+    from autospec import store
+    from tests.train.conftest import T0
+
+    store.write_requests(db_with_traffic, [
+        store.RequestRecord(prompt_ids=p, output_ids=o, deployment="other",
+                            created_at=T0 + timedelta(hours=1, seconds=i))
+        for i, (p, o) in enumerate(traffic[:12])])
+    result = _run("--kind", "suffix", "--window", "8", "--min-requests", "5",
+                  "--deployment", "other", "--anchors", "100", "--json")
+    assert result.exit_code == 0, result.output
+    window = json.loads(result.stdout)["metrics"]["window"]
+    assert window["train_requests"] + window["heldout_requests"] == 12  # 8 + 4 anchors
+    assert window["anchor_requests"] == 4
