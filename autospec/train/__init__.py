@@ -9,7 +9,8 @@ Layout (each module's docstring states its contract):
   (the recipes — losses, warm starts, initialisations — live in the kind's own module);
 - :mod:`~autospec.train.loop` — the plain PyTorch loop (runs without Ray);
   :mod:`~autospec.train.ray_trainer` — the thin Ray Train wrapper (DDP, checkpoints, resume);
-- :mod:`~autospec.train.run` — one run end to end, with registration;
+- :mod:`~autospec.train.run` — one run end to end; :mod:`~autospec.train.register` — its
+  candidate's artifact moved into place and registered;
   :mod:`~autospec.train.cli` — ``autospec train``.
 
 Knows nothing of serving. The package itself imports nothing (``autospec train --help``

@@ -35,7 +35,6 @@ its own dead cycle's runs.
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -55,7 +54,6 @@ from autospec.evaluate.replay import ReplayRequest, replay_request
 from autospec.numerics import check_target
 from autospec.settings import get_settings
 from autospec.speculators import registry
-from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.kind import FitTraining
 from autospec.speculators.registry import build_speculator, new_speculator
@@ -75,7 +73,7 @@ from autospec.train.errors import IncumbentMismatch, TrainingStopped
 from autospec.train.features import FeatureCache, cached_extract
 from autospec.train.kinds import TraineeOptions, gradient, training_of
 from autospec.train.loop import LoopConfig, LoopState, StepMetrics, evaluate, train_loop
-from autospec.train.partials import partial_dir
+from autospec.train.register import register_candidate
 from autospec.versions import VersionLoadError, load_speculator_version
 
 log = logging.getLogger(__name__)
@@ -172,7 +170,11 @@ def train_on(request: TrainRequest, data: TrainingData, *, engine: Engine, targe
         with torch_threads(cap):
             spec, metrics = fit(request, data, target, incumbent, progress, should_stop)
         metrics = {**metrics, "window": data.describe(), "parent": parent}
-        return _register(engine, request, spec, target, metrics, run_id, parent, meta or {})
+        version, final, sha = register_candidate(
+            engine, spec, target, kind=request.kind, artifact_dir=request.artifact_dir,
+            metrics=metrics, run_id=run_id, parent=parent, meta=meta or {})
+        return TrainOutcome(version=version, run_id=run_id, artifact=final, sha256=sha,
+                            parent=parent, metrics=metrics)
     except BaseException as exc:
         _record_failure(engine, run_id, exc)
         raise
@@ -372,54 +374,6 @@ def replay_tau(spec: SavableSpeculator, sequences: list[TrainSequence],
     return set_tau(stats)
 
 
-# -- registration ---------------------------------------------------------------------------
-def _register(engine: Engine, request: TrainRequest, spec: SavableSpeculator, target: Target,
-              metrics: dict[str, Any], run_id: int, parent: str | None,
-              meta: dict[str, Any]) -> TrainOutcome:
-    root = request.artifact_dir or get_settings().resolved_artifact_dir
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = partial_dir(root, run_id)
-    try:
-        sha = save_speculator(spec, tmp)
-        version, final = retrying(
-            f"registering the candidate of run {run_id}",
-            lambda: _register_once(engine, request, target, tmp, root, sha, metrics, run_id,
-                                   parent, meta, getattr(spec.config, "draft_vocab_size", None)))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    log.info("registered %s (%s) from run %d", version, final, run_id)
-    return TrainOutcome(version=version, run_id=run_id, artifact=final, sha256=sha,
-                        parent=parent, metrics=metrics)
-
-
-def _register_once(engine: Engine, request: TrainRequest, target: Target, tmp: Path,
-                   root: Path, sha: str, metrics: dict[str, Any], run_id: int,
-                   parent: str | None, meta: dict[str, Any],
-                   draft_vocab_size: int | None) -> tuple[str, Path]:
-    """One try at the registering transaction: the artifact in ``tmp`` takes its version's
-    name, and goes back to ``tmp`` when the transaction fails (for the next try, or its
-    removal)."""
-    final: Path | None = None
-    try:
-        with store.session_scope(engine) as session:
-            version = store.next_version(session, kind=request.kind)
-            final = root / version
-            tmp.rename(final)
-            store.register_speculator(
-                session, version=version, kind=request.kind, target_id=target.info.target_id,
-                target_revision=target.info.revision, artifact_uri=str(final), sha256=sha,
-                parent=parent, draft_vocab_size=draft_vocab_size, training_run_id=run_id,
-                meta={**meta, "metrics": _summary(metrics)}, actor="trainer")
-            store.finish_training_run(session, run_id=run_id, status="succeeded",
-                                      version=version, metrics=metrics)
-    except BaseException:
-        if final is not None and final.exists() and not tmp.exists():
-            final.rename(tmp)
-        raise
-    return version, final
-
-
 def _record_failure(engine: Engine, run_id: int, exc: BaseException) -> None:
     reason = {KeyboardInterrupt: "interrupted", TrainingStopped: "stopped"}.get(
         type(exc), type(exc).__name__)
@@ -432,13 +386,6 @@ def _record_failure(engine: Engine, run_id: int, exc: BaseException) -> None:
         retrying(f"recording the failure of run {run_id}", write)
     except (store.StoreError, SQLAlchemyError) as store_exc:  # the original error matters more
         log.error("could not record the failure of run %d: %s", run_id, store_exc)
-
-
-def _summary(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The registry row's short view of the metrics (the run row keeps them all)."""
-    keys = ("examples_seen", "steps", "train_tokens", "heldout_after", "heldout_replay_tau_k5",
-            "corpus_tokens", "init", "window")
-    return {k: metrics[k] for k in keys if k in metrics}
 
 
 def _jsonable(request: TrainRequest) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from autospec import store
 from autospec.settings import get_settings
 from autospec.store import retry
 from autospec.store.db import make_engine
-from autospec.train import run as run_module
+from autospec.train import register as register_module
 from autospec.train.data import WindowSpec
 from autospec.train.errors import TrainingStopped
 from autospec.train.run import TrainRequest, train_candidate
@@ -54,14 +54,14 @@ def _lock(path: str, hold_s: float) -> list[float]:
 
 def _lock_after_saving(monkeypatch: pytest.MonkeyPatch, path: str, hold_s: float) -> list[Any]:
     """Once the artifact is written, :func:`_lock` for ``hold_s``."""
-    save, taken = run_module.save_speculator, []
+    save, taken = register_module.save_speculator, []
 
     def save_then_lock(*args: Any, **kwargs: Any) -> str:
         sha = save(*args, **kwargs)
         taken.append(_lock(path, hold_s))
         return sha
 
-    monkeypatch.setattr(run_module, "save_speculator", save_then_lock)
+    monkeypatch.setattr(register_module, "save_speculator", save_then_lock)
     return taken
 
 
