@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -241,11 +241,17 @@ def set_state(session: Session, *, version: str, state: str, actor: str, reason:
         record_event(session, kind="rejection", actor=actor, reason=reason, version=version)
 
 
-def next_version(session: Session, *, kind: str, now: datetime | None = None) -> str:
-    """The next free version name for ``kind`` today: ``<kind>-<YYYYMMDD>-<NNNN>``."""
+def next_version(session: Session, *, kind: str, now: datetime | None = None,
+                 taken: Callable[[str], bool] | None = None) -> str:
+    """The next free version name for ``kind`` today: ``<kind>-<YYYYMMDD>-<NNNN>``, past the
+    newest registered one and past any name ``taken`` says is in use (an artifact directory
+    left behind by a store reset, say)."""
     check_name("kind", kind)
     prefix = f"{kind}-{(now or utcnow()):%Y%m%d}-"
     names = session.scalars(select(Speculator.version).where(
         Speculator.version.like(f"{prefix}%")))
     numbers = [int(n[len(prefix):]) for n in names if n[len(prefix):].isdigit()]
-    return f"{prefix}{max(numbers, default=0) + 1:04d}"
+    number = max(numbers, default=0) + 1
+    while taken is not None and taken(f"{prefix}{number:04d}"):
+        number += 1
+    return f"{prefix}{number:04d}"

@@ -55,7 +55,7 @@ def _errors() -> Iterator[None]:
     except (TrainingInputError, UnknownSpeculatorKind, TargetLoadError, NumericsMismatch,
             pydantic.ValidationError, BadDatabaseURL, SchemaError) as exc:
         _fail(exc, 2)
-    except (TrainingError, StoreError) as exc:
+    except (TrainingError, StoreError, OSError) as exc:  # OSError: a file the run writes
         _fail(exc, 1)
     except KeyboardInterrupt:
         err.print("[bold red]interrupted:[/] the run is recorded as failed; nothing registered")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from autospec.speculators.training import IncumbentMismatch, TrainingError, TrainingInputError
 
-__all__ = ["EmptyWindow", "IncumbentMismatch", "TrainingError", "TrainingInputError",
-           "TrainingStopped", "WindowTooSmall"]
+__all__ = ["ArtifactMoveError", "EmptyWindow", "IncumbentMismatch", "TrainingError",
+           "TrainingInputError", "TrainingStopped", "WindowTooSmall"]
 
 
 class EmptyWindow(TrainingInputError):
@@ -23,3 +23,7 @@ class WindowTooSmall(TrainingInputError):
 
 class TrainingStopped(TrainingError):
     """The run was stopped on request (``should_stop``: a deadline, a lost lease)."""
+
+
+class ArtifactMoveError(TrainingError):
+    """The trained candidate's artifact could not be moved to its version's directory."""

@@ -3,8 +3,11 @@
 :func:`register_candidate` saves the fitted speculator into a partial directory under the
 artifact dir (:mod:`autospec.train.partials`), then in one transaction (retried while the
 store is out, :mod:`autospec.store.retry`) renames it to ``<artifact dir>/<version>``,
-registers the version as a ``candidate`` and closes the run as ``succeeded``. A failure
-moves the artifact back and removes it; the caller records the run as failed.
+registers the version as a ``candidate`` and closes the run as ``succeeded``. The version
+takes the next name free both in the registry and in the artifact directory: a directory
+left there under a version's name (a store reset) is never overwritten nor removed. A
+failure moves the artifact back and removes it (a failed move is
+:class:`~autospec.train.errors.ArtifactMoveError`); the caller records the run as failed.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from autospec.settings import get_settings
 from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.common import SavableSpeculator
 from autospec.store.retry import retrying
+from autospec.train.errors import ArtifactMoveError
 from autospec.train.partials import partial_dir
 
 log = logging.getLogger(__name__)
@@ -58,9 +62,16 @@ def _register_once(engine: Engine, kind: str, target: Target, tmp: Path,
     final: Path | None = None
     try:
         with store.session_scope(engine) as session:
-            version = store.next_version(session, kind=kind)
+            # a directory already named like the next version (left by a store reset, say)
+            # is never overwritten nor removed: the version takes the next free name
+            version = store.next_version(session, kind=kind,
+                                         taken=lambda name: (root / name).exists())
             final = root / version
-            tmp.rename(final)
+            try:
+                tmp.rename(final)
+            except OSError as exc:
+                raise ArtifactMoveError(f"cannot move the candidate's artifact to {final}: "
+                                        f"{exc.strerror or exc}") from exc
             store.register_speculator(
                 session, version=version, kind=kind, target_id=target.info.target_id,
                 target_revision=target.info.revision, artifact_uri=str(final), sha256=sha,

@@ -121,3 +121,29 @@ def test_cli_train_tiny_random_init_reads_only_the_deployments_traffic(
     window = json.loads(result.stdout)["metrics"]["window"]
     assert window["train_requests"] + window["heldout_requests"] == 12  # 8 + 4 anchors
     assert window["anchor_requests"] == 4
+
+
+def test_cli_train_tiny_random_init_leaves_a_directory_named_like_the_next_version(
+        cli_env, db_with_traffic, monkeypatch) -> None:
+    """A leftover artifact directory under the next version's name (a store reset) is kept
+    as it is; the run registers the next free name. A move that fails anyway is one line,
+    exit 1, no traceback."""
+    from autospec import store
+    from autospec.settings import get_settings
+
+    root = get_settings().resolved_artifact_dir
+    with store.session_scope(db_with_traffic, readonly=True) as session:
+        name = store.next_version(session, kind="suffix")
+    (root / name).mkdir(parents=True)
+    (root / name / "config.json").write_text("left behind")
+    result = _run("--kind", "suffix", "--window", "100", "--min-requests", "5", "--json")
+    assert result.exit_code == 0, result.output
+    version = json.loads(result.stdout)["version"]
+    assert version == name[:-4] + "0002" and (root / version / "config.json").is_file()
+    assert (root / name / "config.json").read_text() == "left behind"
+
+    monkeypatch.setattr(store, "next_version", lambda session, **_: name)  # a race, say
+    result = _run("--kind", "suffix", "--window", "100", "--min-requests", "5")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"cannot move the candidate's artifact to {root / name}" in result.output
+    assert (root / name / "config.json").read_text() == "left behind"
