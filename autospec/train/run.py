@@ -35,6 +35,7 @@ its own dead cycle's runs.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -69,7 +70,7 @@ from autospec.train.data import (
     mix_synthetic,
 )
 from autospec.train.dead_runs import sweep_dead_runs, this_process
-from autospec.train.errors import IncumbentMismatch, TrainingStopped
+from autospec.train.errors import IncumbentMismatch, TrainingInputError, TrainingStopped
 from autospec.train.features import FeatureCache, cached_extract
 from autospec.train.kinds import TraineeOptions, gradient, training_of
 from autospec.train.loop import LoopConfig, LoopState, StepMetrics, evaluate, train_loop
@@ -109,6 +110,11 @@ class TrainRequest:
     #: cap on torch CPU threads (autospec/threads.py: a count or "auto") of the fit in this
     #: process and, shared out per node, of its Ray workers; None: no cap
     threads: ThreadSetting | None = None
+
+    def __post_init__(self) -> None:
+        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
+            raise TrainingInputError(f"the learning rate (--lr) must be a positive number, "
+                                     f"got {self.lr}")
 
 
 @dataclass
@@ -287,8 +293,9 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
                           feature_noise=request.feature_noise)
     trainee = recipe.trainee(spec, opts)
     before = evaluate(trainee, held) if held is not None else None
-    loop = LoopConfig(epochs=request.epochs, batch_size=request.batch_size,
-                      lr=request.lr or gradient(request.kind).lr, seed=request.seed,
+    lr = gradient(request.kind).lr if request.lr is None else request.lr  # 0 is no default
+    loop = LoopConfig(epochs=request.epochs, batch_size=request.batch_size, lr=lr,
+                      seed=request.seed,
                       precision=resolve_precision(request.precision, target),
                       time_budget_s=_loop_budget(request, time.perf_counter() - started))
     started = time.perf_counter()

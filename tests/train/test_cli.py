@@ -83,6 +83,9 @@ def test_cli_train_empty_window_is_a_clear_error(monkeypatch, tmp_path, tiny) ->
 @pytest.mark.parametrize(("args", "message"), [
     (["--loss", "bogus"], "--loss must be one of kl, ce, got 'bogus'"),
     (["--precision", "fp16"], "--precision must be auto, fp32 or bf16, got 'fp16'"),
+    (["--lr", "0"], "the learning rate (--lr) must be a positive number, got 0.0"),
+    (["--lr", "-0.001"], "the learning rate (--lr) must be a positive number, got -0.001"),
+    (["--lr", "nan"], "the learning rate (--lr) must be a positive number, got nan"),
     (["--url", "bogus://x"], "cannot use database URL 'bogus://x'"),
     (["--url", "sqlite:///{tmp}/typo.db"], "typo.db does not exist"),
 ])
