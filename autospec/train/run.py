@@ -10,7 +10,9 @@
    pretrain`` —) must be loadable for this target, its artifact the one registered
    (:class:`IncumbentMismatch` otherwise), and the
    window must hold at least ``min_requests`` training requests (:class:`EmptyWindow`,
-   :class:`WindowTooSmall`); synthetic sequences of this target join the train part at
+   :class:`WindowTooSmall`), and the new speculator's config (``request.overrides`` over the
+   incumbent's or the kind's) must validate and fit the target (:func:`starting_point`,
+   :class:`TrainingInputError`); synthetic sequences of this target join the train part at
    ``request.synthetic``'s share (:func:`~autospec.train.data.mix_synthetic`);
 2. closes the runs of this host whose process died (:mod:`autospec.train.dead_runs`), then
    records a ``training_runs`` row (status ``running``, window, config, the process);
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -56,8 +59,9 @@ from autospec.numerics import check_target
 from autospec.settings import get_settings
 from autospec.speculators import registry
 from autospec.speculators.common import SavableSpeculator
+from autospec.speculators.config import KindConfig
 from autospec.speculators.kind import FitTraining
-from autospec.speculators.registry import build_speculator, new_speculator
+from autospec.speculators.registry import build_speculator, target_arch_hints
 from autospec.store.retry import retrying
 from autospec.threads import ThreadSetting, resolve_threads, torch_threads
 from autospec.train.data import (
@@ -164,6 +168,7 @@ def train_on(request: TrainRequest, data: TrainingData, *, engine: Engine, targe
     """Record a run, fit on ``data``, write and register the version (``meta`` added to its
     registry row); a failure closes the run as failed and registers nothing."""
     progress = progress or Progress()
+    start = starting_point(request, target, incumbent)  # refused here: nothing recorded
     sweep_dead_runs(engine, request.artifact_dir or get_settings().resolved_artifact_dir)
     with store.session_scope(engine) as session:
         run_id = store.start_training_run(
@@ -174,7 +179,8 @@ def train_on(request: TrainRequest, data: TrainingData, *, engine: Engine, targe
     try:
         cap = None if request.threads is None else resolve_threads(request.threads)
         with torch_threads(cap):
-            spec, metrics = fit(request, data, target, incumbent, progress, should_stop)
+            spec, metrics = fit(request, data, target, incumbent, progress, should_stop,
+                                start=start)
         metrics = {**metrics, "window": data.describe(), "parent": parent}
         version, final, sha = register_candidate(
             engine, spec, target, kind=request.kind, artifact_dir=request.artifact_dir,
@@ -247,24 +253,52 @@ def _load_incumbent(engine: Engine, version: str, target: Target,
 
 
 # -- fitting --------------------------------------------------------------------------------
+def starting_point(request: TrainRequest, target: Target, incumbent: SavableSpeculator | None,
+                   ) -> KindConfig | SavableSpeculator:
+    """What the fit starts from: the incumbent's config (a warm start), else the kind's for
+    ``target``, with ``request.overrides`` validated by the kind's config model; a kind
+    trained by gradient gets it built (checked against ``target``: hidden size, feature
+    layers...). :class:`TrainingInputError` naming what does not fit."""
+    overrides = request.overrides
+    try:
+        if incumbent is not None:
+            base = incumbent.config
+            config = type(base).model_validate({**base.model_dump(), **overrides})
+        else:
+            entry = registry.kind(request.kind)
+            values = {**target_arch_hints(target), **overrides} if entry.has_layers \
+                else overrides
+            config = entry.config.for_target(target.info, **values)
+        if isinstance(training_of(request.kind), FitTraining):
+            return config
+        return build_speculator(config, target)
+    except ValueError as exc:  # pydantic's ValidationError too
+        text = " ".join(str(exc).split("\n")[:3]) if isinstance(exc, ValidationError) \
+            else str(exc)
+        raise TrainingInputError(f"the {request.kind} config does not fit the target "
+                                 f"{target.info.target_id}: {text}") from None
+
+
 def fit(request: TrainRequest, data: TrainingData, target: Target,
         incumbent: SavableSpeculator | None, progress: Progress,
-        should_stop: Callable[[], bool] | None = None) -> tuple[SavableSpeculator, dict]:
-    """The trained speculator and its metrics (nothing is written or registered)."""
+        should_stop: Callable[[], bool] | None = None, *,
+        start: KindConfig | SavableSpeculator | None = None) -> tuple[SavableSpeculator, dict]:
+    """The trained speculator and its metrics (nothing is written or registered); ``start``:
+    :func:`starting_point`'s (default: made here)."""
+    if start is None:
+        start = starting_point(request, target, incumbent)
     torch.manual_seed(request.seed)
     training = training_of(request.kind)
     if isinstance(training, FitTraining):
-        return _fit_documents(training, request, data, target, incumbent)
-    return _fit_gradient(request, data, target, incumbent, progress, should_stop)
+        assert isinstance(start, KindConfig)
+        return _fit_documents(training, request, data, target, start)
+    assert isinstance(start, SavableSpeculator)
+    return _fit_gradient(request, data, target, incumbent, start, progress, should_stop)
 
 
 def _fit_documents(training: FitTraining, request: TrainRequest, data: TrainingData,
-                   target: Target, incumbent: SavableSpeculator | None,
-                   ) -> tuple[SavableSpeculator, dict]:
+                   target: Target, config: KindConfig) -> tuple[SavableSpeculator, dict]:
     started = time.perf_counter()
-    base = incumbent.config if incumbent is not None else \
-        registry.kind(request.kind).config.for_target(target.info)
-    config = base.model_copy(update=request.overrides)
     spec, built = training.fit(config, documents(data.train), target)
     metrics = {**built, "build_s": time.perf_counter() - started,
                "examples_seen": len(data.train)}
@@ -274,13 +308,10 @@ def _fit_documents(training: FitTraining, request: TrainRequest, data: TrainingD
 
 
 def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
-                  incumbent: SavableSpeculator | None, progress: Progress,
+                  incumbent: SavableSpeculator | None, spec: SavableSpeculator,
+                  progress: Progress,
                   should_stop: Callable[[], bool] | None) -> tuple[SavableSpeculator, dict]:
     recipe = gradient(request.kind).recipe
-    if incumbent is not None:
-        spec = build_speculator(incumbent.config.model_copy(update=request.overrides), target)
-    else:
-        spec = new_speculator(request.kind, target, **request.overrides)
     started = time.perf_counter()
     init = recipe.prepare(spec, data.train, target, incumbent)
     layers = spec.feature_layers if recipe.feature_layers_needed else ()

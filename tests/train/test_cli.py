@@ -150,3 +150,39 @@ def test_cli_train_tiny_random_init_leaves_a_directory_named_like_the_next_versi
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert f"cannot move the candidate's artifact to {root / name}" in result.output
     assert (root / name / "config.json").read_text() == "left behind"
+
+
+def _runs(url: str) -> int:
+    from autospec import store
+
+    engine = store.open_store(url)
+    with store.session_scope(engine, readonly=True) as session:
+        count = len(store.list_training_runs(session, limit=1000))
+    engine.dispose()
+    return count
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--set", "feature_layers=[1, 2, 9]"], "feature_layers [9] beyond the target's 4 layers"),
+    (["--set", "hidden_size=64"], "eagle3 hidden_size 64 != target's 32"),
+    (["--set", "hidden_size=30"], "hidden_size (30) must be divisible by num_heads (4)"),
+])
+def test_cli_train_tiny_random_init_a_config_that_does_not_fit_is_refused_before_the_run(
+        cli_env, args, message) -> None:
+    result = _run("--kind", "eagle3", "--window", "100", "--epochs", "1", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert "the eagle3 config does not fit the target" in result.output
+    assert _runs(cli_env) == 0  # refused before the run was recorded
+
+
+def test_cli_train_tiny_random_init_warm_start_overrides_are_validated(cli_env) -> None:
+    first = _run("--kind", "eagle3", "--window", "100", "--epochs", "1", "--json",
+                 "--set", "draft_vocab_size=32", "--set", "suffix_threshold=null")
+    assert first.exit_code == 0, first.output
+    version = json.loads(first.stdout)["version"]
+    result = _run("--kind", "eagle3", "--window", "100", "--epochs", "1",
+                  "--incumbent", version, "--set", "draft_vocab_size=100000")
+    assert result.exit_code == 2, result.output
+    assert "draft_vocab_size (100000) must be <= target_vocab_size (64)" in result.output
+    assert "Traceback" not in result.output and _runs(cli_env) == 1
