@@ -178,8 +178,12 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _check_verifier(data: dict[str, Any], target: Target) -> None:
-    verifier = (data.get("speculators_config") or {}).get("verifier") or {}
+    verifier = _object(_object(data, "speculators_config"), "verifier",
+                       "speculators_config.")
     theirs = verifier.get("architectures") or []
+    if not isinstance(theirs, list) or not all(isinstance(a, str) for a in theirs):
+        raise ImportRefused(f"speculators_config.verifier.architectures must be a list of "
+                            f"names, got {theirs!r}")
     ours = list(getattr(target.model.config, "architectures", None) or
                 [type(target.model).__name__])
     if theirs and not set(theirs) & set(ours):
@@ -188,6 +192,16 @@ def _check_verifier(data: dict[str, Any], target: Target) -> None:
     if verifier.get("name_or_path"):
         log.info("head trained for verifier %s; importing for %s", verifier["name_or_path"],
                  target.info.target_id)
+
+
+def _object(data: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:
+    """``data[key]``, which must be a JSON object ({} if absent or null)."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ImportRefused(f"{where}{key} must be an object, got {value!r}")
+    return value
 
 
 def _check_embedding(embed: torch.Tensor | None, target: Target, root: Path) -> None:

@@ -153,12 +153,13 @@ def from_speculators(data: dict[str, Any], tensors: dict[str, torch.Tensor], *,
                           f"{hidden}: autospec heads project the target's own width")
     layers = data.get("eagle_aux_hidden_state_layer_ids") or [
         2, target_num_layers // 2, target_num_layers - 3]  # vLLM's default when absent
-    if len(layers) != 3 or any(not isinstance(i, int) or not 0 <= i <= target_num_layers
-                               for i in layers):
+    if not isinstance(layers, list) or len(layers) != 3 or any(
+            not _is_int(i) or not 0 <= i <= target_num_layers for i in layers):
         raise FormatError(f"eagle_aux_hidden_state_layer_ids {layers}: need three hidden-state "
                           f"indices in [0, {target_num_layers}] (the target has "
                           f"{target_num_layers} layers)")
     heads = _int(layer, "num_attention_heads")
+    rope = _rope(layer)
     if layer.get("head_dim") not in (None, hidden // heads):
         raise FormatError(f"head_dim {layer['head_dim']} != hidden_size / num_attention_heads "
                           f"({hidden // heads}); autospec's layer needs that")
@@ -167,9 +168,12 @@ def from_speculators(data: dict[str, Any], tensors: dict[str, torch.Tensor], *,
         hidden_size=hidden, intermediate_size=_int(layer, "intermediate_size"),
         num_heads=heads, num_kv_heads=_int(layer, "num_key_value_heads", heads),
         max_position_embeddings=_int(layer, "max_position_embeddings"),
-        rope_theta=_rope_theta(layer), rms_norm_eps=float(layer.get("rms_norm_eps", 1e-6)),
-        feature_layers=tuple(layers), draft_vocab_size=int(data.get("draft_vocab_size") or vocab),
-        norm_before_residual=bool(data.get("norm_before_residual", True)),  # vLLM's default
+        rope_theta=_number((rope or {}).get("rope_theta", layer.get("rope_theta", 10000.0)),
+                           "rope_theta"),
+        rms_norm_eps=_number(layer.get("rms_norm_eps", 1e-6), "rms_norm_eps"),
+        feature_layers=tuple(layers),
+        draft_vocab_size=_int(data, "draft_vocab_size", vocab, where=""),
+        norm_before_residual=_flag(data, "norm_before_residual", True),  # vLLM's default
     )
     return config, _head_tensors(config, _canonical_names(tensors))
 
@@ -184,31 +188,67 @@ def _check_header(data: dict[str, Any]) -> dict[str, Any]:
     if layer.get("model_type", "llama") != "llama":
         raise FormatError(f"transformer_layer_config.model_type {layer.get('model_type')!r}: "
                           f"autospec's head is a Llama layer (no qwen3 q/k norms)")
-    if int(layer.get("num_hidden_layers", 1)) != 1:
+    if _int(layer, "num_hidden_layers", 1) != 1:
         raise FormatError(f"{layer['num_hidden_layers']} decoder layers: autospec's head has one")
+    if layer.get("hidden_act", "silu") != "silu":
+        raise FormatError(f"transformer_layer_config.hidden_act {layer['hidden_act']!r}: "
+                          f"autospec's layer is SiLU-gated")
     for flag in ("attention_bias", "mlp_bias"):
-        if layer.get(flag):
+        if _flag(layer, flag, False, where=_LAYER):
             raise FormatError(f"transformer_layer_config.{flag} is true: autospec's layer has "
                               f"no biases")
     for flag in UNSUPPORTED_FLAGS:
-        if data.get(flag):
+        if _flag(data, flag, False):
             raise FormatError(f"{flag} is true: autospec's head has no such norm")
     return layer
 
 
-def _int(layer: dict[str, Any], key: str, default: int | None = None) -> int:
-    value = layer.get(key, default)
-    if not isinstance(value, int):
-        raise FormatError(f"transformer_layer_config.{key} must be an integer, got {value!r}")
+_LAYER = "transformer_layer_config."
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int(data: dict[str, Any], key: str, default: int | None = None, *,
+         where: str = _LAYER) -> int:
+    """``data[key]`` (``default`` if absent or null), which must be a positive integer."""
+    value = data.get(key)
+    value = default if value is None else value
+    if not _is_int(value) or value < 1:
+        raise FormatError(f"{where}{key} must be a positive integer, got {value!r}")
     return value
 
 
-def _rope_theta(layer: dict[str, Any]) -> float:
-    rope = layer.get("rope_parameters") or layer.get("rope_scaling") or {}
-    kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind != "default":
-        raise FormatError(f"rope_type {kind!r}: autospec's head uses plain RoPE")
-    return float(rope.get("rope_theta", layer.get("rope_theta", 10000.0)))
+def _flag(data: dict[str, Any], key: str, default: bool, *, where: str = "") -> bool:
+    """``data[key]`` (``default`` if absent or null), which must be a JSON boolean."""
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise FormatError(f"{where}{key} must be true or false, got {value!r}")
+    return value
+
+
+def _number(value: Any, key: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise FormatError(f"{_LAYER}{key} must be a number, got {value!r}")
+    return float(value)
+
+
+def _rope(layer: dict[str, Any]) -> dict[str, Any] | None:
+    """The layer's RoPE parameters (None: none given), refused unless plain RoPE."""
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = layer.get(key)
+        if not rope:  # absent, null or empty: the next, else plain RoPE
+            continue
+        if not isinstance(rope, dict):
+            raise FormatError(f"{_LAYER}{key} must be an object, got {rope!r}")
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind != "default":
+            raise FormatError(f"rope_type {kind!r}: autospec's head uses plain RoPE")
+        return rope
+    return None
 
 
 def _canonical_names(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

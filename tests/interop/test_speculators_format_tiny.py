@@ -230,12 +230,62 @@ def _mutate(path: Path, **changes) -> None:  # type: ignore[no-untyped-def]
     ({"transformer_layer_config__model_type": "qwen3"}, "model_type 'qwen3'"),
     ({"speculators_model_type": "eagle"}, "only eagle3 heads"),
     ({"norm_before_fc": True}, "norm_before_fc is true"),
+    # malformed or mistyped fields: refused naming the field, never a crash or a misreading
+    ({"transformer_layer_config__num_hidden_layers": "one"},
+     "transformer_layer_config.num_hidden_layers must be a positive integer, got 'one'"),
+    ({"transformer_layer_config__num_attention_heads": 0},
+     "transformer_layer_config.num_attention_heads must be a positive integer, got 0"),
+    ({"eagle_aux_hidden_state_layer_ids": 5}, "eagle_aux_hidden_state_layer_ids 5: need three"),
+    ({"speculators_config": "x"}, "speculators_config must be an object, got 'x'"),
+    ({"speculators_config__verifier": ["a"]}, "speculators_config.verifier must be an object"),
+    ({"speculators_config__verifier__architectures": "LlamaForCausalLM"},
+     "speculators_config.verifier.architectures must be a list of names"),
+    ({"norm_before_residual": "false"}, "norm_before_residual must be true or false, got 'false'"),
+    ({"norm_before_fc": "no"}, "norm_before_fc must be true or false"),
+    ({"transformer_layer_config__attention_bias": 0},
+     "transformer_layer_config.attention_bias must be true or false"),
+    ({"transformer_layer_config__hidden_act": "gelu"},
+     "hidden_act 'gelu': autospec's layer is SiLU"),
+    ({"transformer_layer_config__rope_parameters": "x"},
+     "transformer_layer_config.rope_parameters must be an object, got 'x'"),
+    ({"transformer_layer_config__rope_parameters__rope_theta": "big"},
+     "transformer_layer_config.rope_theta must be a number, got 'big'"),
+    ({"transformer_layer_config__rms_norm_eps": None},
+     "transformer_layer_config.rms_norm_eps must be a number, got None"),
+    ({"draft_vocab_size": 39.5}, "draft_vocab_size must be a positive integer, got 39.5"),
 ])
 def test_import_refuses_a_head_that_does_not_fit_tiny(tiny, tmp_path, changes, message):
     export_speculator(_head(tiny), tiny, tmp_path / "x", k=3)
     _mutate(tmp_path / "x", **changes)
     with pytest.raises(ImportRefused, match=message):
         read_head(tmp_path / "x", tiny)
+
+
+@pytest.mark.parametrize("bad", ["x", -1, 2.5, True, [], {}, None])
+def test_import_of_any_mistyped_field_is_a_refusal_or_a_head_tiny(tiny, tmp_path, bad):
+    """Every field of config.json (top level, speculators_config, the layer's) set to a value
+    of another type or out of range: read_head refuses it (ImportRefused) or reads a head,
+    never raises anything else."""
+    export_speculator(_head(tiny), tiny, tmp_path / "x", k=3)
+    (tmp_path / "x/manifest.json").unlink()
+    good = json.loads((tmp_path / "x/config.json").read_text())
+    paths = [[k] for k in good] + [["transformer_layer_config", k]
+                                   for k in good["transformer_layer_config"]] + \
+        [["speculators_config", k] for k in good["speculators_config"]] + \
+        [["transformer_layer_config", "rope_parameters", "rope_theta"]]
+    refused = []
+    for path in paths:
+        data = json.loads(json.dumps(good))
+        where = data
+        for key in path[:-1]:
+            where = where[key]
+        where[path[-1]] = bad
+        (tmp_path / "x/config.json").write_text(json.dumps(data))
+        try:
+            read_head(tmp_path / "x", tiny)
+        except ImportRefused:
+            refused.append(path)
+    assert ["transformer_layer_config", "hidden_size"] in refused  # required: never read
 
 
 def test_import_refuses_pickles_tampering_and_another_embedding_tiny(tiny, other_tiny, tmp_path):
