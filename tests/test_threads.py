@@ -103,6 +103,7 @@ def test_the_cap_reaches_the_ray_train_worker_config(monkeypatch: pytest.MonkeyP
                             opts=TraineeOptions(), cache=Cache(), loop=LoopConfig(),  # type: ignore[arg-type]
                             workers=2, storage_path=tmp_path, name="run", threads="auto")
     assert seen["threads"] == "auto" and seen["worker"] is ray_trainer._worker
+    assert not (tmp_path / "run").exists()  # a failed run's storage is removed too
 
 
 def test_set_num_threads_works_again_after_a_block_that_disabled_it() -> None:

@@ -11,6 +11,8 @@ weights and optimiser state as safetensors, the loop state as JSON; never pickle
 when a worker dies, Ray restarts the group (``FailureConfig(max_failures)``) and the
 loop resumes from the latest checkpoint. ``fail_at_step`` injects one such death (for
 tests and drills): the first attempt to pass that step raises, later attempts do not.
+Once the final checkpoint is read into memory (or the run failed), the run's folder under
+the storage — job and checkpoints — is removed: nothing of a run stays on disk.
 
 Which Ray (:func:`connect_ray`, called by :func:`ray_fit` and by the CLIs before a run):
 the one this process is already a driver of; else the cluster at ``address`` (``autospec
@@ -26,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -79,7 +82,33 @@ def ray_fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
     ``address``: the Ray cluster to join when this process is not a driver yet (else
     ``RAY_ADDRESS``, else a new local Ray; see :func:`connect_ray`). ``threads``: the cap on
     torch threads, shared out among the workers of each node in the worker itself
-    (:func:`~autospec.threads.worker_threads`; None: the node's CPUs shared out)."""
+    (:func:`~autospec.threads.worker_threads`; None: the node's CPUs shared out). The run's
+    folder ``storage_path/name`` is removed once its checkpoint is read, or the run failed
+    (:func:`remove_run_storage`)."""
+    try:
+        return _fit(kind=kind, config=config, state=state, shared=shared, opts=opts,
+                    cache=cache, loop=loop, workers=workers, storage_path=storage_path,
+                    name=name, use_gpu=use_gpu, max_failures=max_failures,
+                    fail_at_step=fail_at_step, address=address, threads=threads)
+    finally:  # read or failed, the run's storage is of no further use
+        remove_run_storage(storage_path, name)
+
+
+def remove_run_storage(storage_path: Path, name: str) -> None:
+    """Remove run ``name``'s folder under ``storage_path``: its job (a copy of the feature
+    cache, the initial weights) and Ray Train's checkpoints and results. What cannot be
+    removed is logged, never raised (the run's outcome matters more)."""
+    folder = Path(storage_path) / name
+    shutil.rmtree(folder, ignore_errors=True)
+    if folder.exists():
+        log.warning("could not remove the Ray Train storage %s of run %s", folder, name)
+
+
+def _fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
+         shared: dict[str, torch.Tensor], opts: TraineeOptions, cache: FeatureCache,
+         loop: LoopConfig, workers: int, storage_path: Path, name: str, use_gpu: bool,
+         max_failures: int, fail_at_step: int | None, address: str | None,
+         threads: ThreadSetting | None) -> tuple[dict[str, torch.Tensor], LoopState]:
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer

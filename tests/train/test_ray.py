@@ -34,7 +34,7 @@ def test_ray_two_workers_tiny_random_init_survive_a_worker_death(ray_local, db_w
     # 48 train sequences, 8 per step, 2 ranks: 3 steps per epoch; step 5 is in epoch 2
     outcome = train_candidate(_request(tmp_path, fail_at_step=5, max_failures=1),
                               engine=db_with_traffic, target=tiny)
-    assert any((tmp_path / "ray").rglob("fault-injected"))  # the failure did happen
+    assert not any((tmp_path / "ray").iterdir())  # the run's storage is removed
     spec = load_speculator(outcome.artifact, tiny)
     assert spec.kind == "eagle3"
     m = outcome.metrics
@@ -56,6 +56,7 @@ def test_ray_tiny_random_init_killed_run_leaves_no_candidate(ray_local, db_with_
         assert run.status == "failed" and "injected worker failure" in run.error
     root = get_settings().resolved_artifact_dir
     assert not root.exists() or not any(root.iterdir())
+    assert not any((tmp_path / "ray").iterdir())  # a failed run's storage is removed too
 
 
 def test_ray_two_workers_tiny_random_init_are_deterministic_through_a_worker_death(
