@@ -13,7 +13,7 @@ from datetime import timedelta
 import torch
 
 from autospec.controller.cycle import Controller
-from autospec.train import run as train_run
+from autospec.train import register as train_register
 
 from .helpers import T0, fast_policy, log_traffic
 
@@ -36,7 +36,7 @@ def test_a_cycle_failing_at_the_save_keeps_no_tensor(db, tiny, traffic, monkeypa
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with monkeypatch.context() as patch:
-        patch.setattr(train_run, "save_speculator", full)
+        patch.setattr(train_register, "save_speculator", full)
         # pytest's log capture keeps each record, and a record its exception's frames: the
         # cycle's log lines stop at its own logger here, as a stream handler drops them
         patch.setattr(logging.getLogger("autospec.controller.cycle"), "propagate", False)
