@@ -21,7 +21,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -62,6 +62,13 @@ class Settings(BaseSettings):
         description="crash drills only (autospec bench soak): seconds a controller's cycle "
         "waits, holding its lease, between a candidate passing its gate and the promotion, so "
         "a fault can kill it there; on the native engine that moment is otherwise milliseconds")
+
+    @field_validator("data_dir", "artifact_dir", "cache_dir", "spill_dir", "api_key_file")
+    @classmethod
+    def _home(cls, path: Path | None) -> Path | None:
+        """``~`` is the home folder, as a shell would read it (a Dockerfile's ``ENV`` or a
+        ``.env`` file hands it over unexpanded)."""
+        return path.expanduser() if path is not None else None
 
     @property
     def resolved_database_url(self) -> str:

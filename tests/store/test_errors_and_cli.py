@@ -266,3 +266,11 @@ def test_a_tilde_in_a_sqlite_url_or_the_data_dir_is_the_home_folder(tmp_path, mo
     assert engine.url.database == str(home / "data" / "autospec.db")
     assert migrate.check_schema(engine) == migrate.head_revision()
     engine.dispose()
+    # the folders beside it too: artifacts and spilled rows had gone to ./~/data/...
+    settings = get_settings()
+    assert settings.resolved_artifact_dir == home / "data" / "artifacts"
+    assert settings.resolved_spill_dir == home / "data" / "spill"
+    monkeypatch.setenv("AUTOSPEC_ARTIFACT_DIR", "~/elsewhere")
+    get_settings.cache_clear()
+    assert get_settings().resolved_artifact_dir == home / "elsewhere"
+    get_settings.cache_clear()
