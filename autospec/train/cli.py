@@ -246,6 +246,7 @@ def _run(request: TrainRequest, *, database_url: str | None, address: str | None
     from autospec.train.run import train_candidate
 
     engine = store.open_store(database_url)  # a store with traffic: never a new one
+    _check_incumbent(engine, request.incumbent)
     if address:  # join the cluster now, before any work is done
         from autospec.train.ray_trainer import connect_ray
 
@@ -259,6 +260,20 @@ def _run(request: TrainRequest, *, database_url: str | None, address: str | None
         outcome = train_candidate(request, engine=engine, target=model, progress=shown)
         shown.finish()
         return outcome
+
+
+def _check_incumbent(engine: Any, incumbent: str | None) -> None:
+    """An ``--incumbent`` the store does not hold is bad input (exit 2), refused before the
+    target loads."""
+    from autospec.train.errors import TrainingInputError
+    from autospec.versions import VersionLoadError, check_registered
+
+    if incumbent is None:
+        return
+    try:
+        check_registered(engine, [incumbent])
+    except VersionLoadError as exc:
+        raise TrainingInputError(f"--incumbent: {exc}") from None
 
 
 def _print(outcome: TrainOutcome, *, as_json: bool) -> None:

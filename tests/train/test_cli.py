@@ -186,3 +186,22 @@ def test_cli_train_tiny_random_init_warm_start_overrides_are_validated(cli_env) 
     assert result.exit_code == 2, result.output
     assert "draft_vocab_size (100000) must be <= target_vocab_size (64)" in result.output
     assert "Traceback" not in result.output and _runs(cli_env) == 1
+
+
+def test_cli_train_an_unregistered_incumbent_is_refused_before_the_target_loads(
+        monkeypatch, sqlite_url) -> None:
+    """A misspelt --incumbent is bad input: exit 2 naming the option, no target loaded, no
+    run recorded (it had been exit 1, after the target loaded)."""
+    import autospec.engine.target as target_module
+    from autospec import store
+
+    store.open_store(sqlite_url, upgrade=True).dispose()
+
+    def no_load(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError("the target was loaded before the incumbent was checked")
+
+    monkeypatch.setattr(target_module, "load_target", no_load)
+    result = _run("--kind", "eagle3", "--incumbent", "nosuch", "--url", sqlite_url)
+    assert result.exit_code == 2, result.output
+    assert "--incumbent: speculator version 'nosuch' is not registered" in result.output
+    assert _runs(sqlite_url) == 0
