@@ -219,6 +219,9 @@ def _request(*, kind: str, window: str, assignments: list[str], segment: str | N
     if address and not fields["workers"]:
         raise TrainingInputError("--address needs --workers N (it is where Ray Train runs)")
     _check_choices(loss=fields["loss"], precision=fields["precision"])
+    if fields["loss"] != "kl" and kind != "eagle3":
+        raise TrainingInputError(f"--loss {fields['loss']} applies to eagle3 only; {kind} "
+                                 "always trains on the target's distribution (kl)")
     spec = parse_window(window)
     spec = type(spec)(since=spec.since, limit=spec.limit, segment=segment,
                       deployment=fields["deployment"], heldout_fraction=heldout_fraction,

@@ -88,6 +88,7 @@ def test_cli_train_empty_window_is_a_clear_error(monkeypatch, tmp_path, tiny) ->
     (["--lr", "nan"], "the learning rate (--lr) must be a positive number, got nan"),
     (["--url", "bogus://x"], "cannot use database URL 'bogus://x'"),
     (["--url", "sqlite:///{tmp}/typo.db"], "typo.db does not exist"),
+    (["--kind", "draft", "--loss", "ce"], "--loss ce applies to eagle3 only"),  # was ignored
 ])
 def test_cli_train_refuses_before_any_work(monkeypatch, tmp_path, args, message) -> None:
     """Options a run reads late, and a store it cannot use, are refused up front (exit 2):
