@@ -28,7 +28,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     """Process-wide settings; see the module docstring for the variables."""
 
-    model_config = SettingsConfigDict(env_prefix="AUTOSPEC_", extra="ignore")
+    # an empty variable (a compose file passing an unset one through) is unset, as the CLI
+    # reads it, not the current directory
+    model_config = SettingsConfigDict(env_prefix="AUTOSPEC_", extra="ignore",
+                                      env_ignore_empty=True)
 
     data_dir: Path = Field(
         default_factory=lambda: Path.home() / ".autospec",

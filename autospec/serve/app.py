@@ -34,7 +34,7 @@ from ray.serve import Application
 from ray.serve.exceptions import RayServeException
 from ray.serve.handle import DeploymentHandle
 
-from autospec.serve.config import ServeConfig
+from autospec.serve.config import ServeConfig, checked_config
 from autospec.serve.http import make_app
 from autospec.serve.kernel_caches import with_kernel_cache_env
 from autospec.serve.metrics_hub import MetricsHub, MetricsPusher
@@ -78,7 +78,7 @@ class AutospecServer:
 
     def __init__(self, config: dict[str, Any], metrics_hub: DeploymentHandle | None = None,
                  ) -> None:
-        cfg = ServeConfig.model_validate(config)
+        cfg = checked_config(config)
         self.server = LLMServer.from_config(cfg, actor=_replica_name())
         self.hub = metrics_hub
         self.pusher = None
@@ -125,6 +125,6 @@ def deployment_options(cfg: ServeConfig) -> dict[str, Any]:
 
 def build_app(args: dict[str, Any] | ServeConfig | None = None) -> Application:
     """The bound application for ``args`` (a :class:`ServeConfig` or its fields)."""
-    cfg = args if isinstance(args, ServeConfig) else ServeConfig.model_validate(args or {})
+    cfg = args if isinstance(args, ServeConfig) else checked_config(args)
     deployment = AutospecServer.options(**deployment_options(cfg))
     return deployment.bind(cfg.to_args(), MetricsHub.bind())

@@ -37,28 +37,33 @@ RECHECK_S = 1.0
 
 
 class KeyFileError(ValueError):
-    """The key file cannot be read (or holds no key) when serving starts."""
+    """The key file cannot be read when a replica starts (or, at ``autospec serve``'s
+    check, holds no key)."""
 
 
 class KeyRing:
     """The keys a request may carry: fixed ones and those of a key file, re-read when the
     file's modification time, size or inode change."""
 
-    def __init__(self, keys: Sequence[str] = (), file: Path | None = None) -> None:
+    def __init__(self, keys: Sequence[str] = (), file: Path | None = None, *,
+                 require_key: bool = False) -> None:
         self.fixed = tuple(keys)
         self.file = file
         self.from_file: tuple[str, ...] = ()
         self._stamp: tuple[int, int, int] | None = None
         self._checked = 0.0
         if file is not None:
-            self._load_first()
+            self._load_first(require_key)
 
-    def _load_first(self) -> None:
+    def _load_first(self, require_key: bool) -> None:
+        """Read the file; one that holds no key refuses every request (logged) — a replica
+        restarted while a Secret is emptied still starts — except where ``require_key``
+        (``autospec serve``'s check: an empty file there is a mistake)."""
         try:
             self._reload()
         except (OSError, UnicodeDecodeError) as exc:
             raise KeyFileError(f"API key file {self.file} cannot be read: {exc}") from None
-        if not self.from_file:
+        if require_key and not self.from_file:
             raise KeyFileError(f"API key file {self.file} holds no key (one per line)")
 
     def keys(self) -> tuple[str, ...]:
@@ -96,13 +101,14 @@ class KeyRing:
 
 def configured_keys(explicit: SecretStr | None, file: Path | None = None) -> KeyRing | None:
     """The keys requests must carry: ``explicit`` (comma-separated), else
-    ``AUTOSPEC_API_KEY``; and ``file``, else ``AUTOSPEC_API_KEY_FILE``. None: no auth."""
+    ``AUTOSPEC_API_KEY``; and ``file``, else ``AUTOSPEC_API_KEY_FILE``. None: no auth. An
+    ``explicit`` value holding no key (blanks, commas: a template's unset variable) is unset,
+    so the environment's key still applies rather than authentication silently ending."""
     from autospec.settings import get_settings
 
     settings = get_settings()
-    if explicit is not None:
-        fixed = parse_keys(explicit.get_secret_value())
-    else:
+    fixed = parse_keys(explicit.get_secret_value()) if explicit is not None else ()
+    if not fixed:
         env = settings.api_key
         fixed = parse_keys(env.get_secret_value()) if env is not None else ()
     file = file if file is not None else settings.api_key_file

@@ -54,6 +54,7 @@ OPTION_OF = {"vllm_options": "vllm_option", "vllm_api_options": "vllm_api_option
 
 
 def serve(
+    ctx: typer.Context,
     target: Annotated[str, typer.Option(
         help="target: a name, a model directory or .gguf")] = "smollm2-135m",
     replicas: Annotated[int, typer.Option(
@@ -147,8 +148,10 @@ def serve(
     if detach and address is None:
         raise typer.BadParameter("--detach needs --address (a local Ray ends with this command)")
     if expose_ray and address is not None:
-        raise typer.BadParameter("--expose-ray is for the local Ray; a joined cluster's "
-                                 "addresses are its own", param_hint="--expose-ray")
+        if _given(ctx, "expose_ray"):
+            raise typer.BadParameter("--expose-ray is for the local Ray; a joined cluster's "
+                                     "addresses are its own", param_hint="--expose-ray")
+        expose_ray = False  # AUTOSPEC_EXPOSE_RAY: the machine's setting, for a local Ray
     _check_port(host, port, local=address is None)
     actor_options: dict[str, float] = {"num_cpus": num_cpus}
     if num_gpus:
@@ -223,7 +226,7 @@ def _check_key_file(path: Path | None) -> None:
     if path is None:
         return
     try:
-        KeyRing(file=path)
+        KeyRing(file=path, require_key=True)
     except KeyFileError as exc:
         raise typer.BadParameter(str(exc), param_hint="--api-key-file") from None
 
@@ -298,8 +301,11 @@ def deploy(config: ServeConfig, *, host: str, port: int, address: str | None,
     if address is None:
         start_local(expose=expose_ray, namespace="autospec", ignore_reinit_error=True)
     else:
-        ray.init(address=address, namespace="autospec", ignore_reinit_error=True,
-                 include_dashboard=False)
+        try:
+            ray.init(address=address, namespace="autospec", ignore_reinit_error=True,
+                     include_dashboard=False)
+        except ConnectionError as exc:  # no cluster there (ray.init's own words say so)
+            raise typer.BadParameter(f"{address!r}: {exc}", param_hint="--address") from None
     _signals_interrupt()  # ray.init installs its own SIGTERM handler (sys.exit): ours again
     serve.start(http_options={"host": host, "port": port})
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -397,3 +403,9 @@ def _reap(processes: list[psutil.Process], grace_s: float) -> None:
             log.warning("killing %s (pid %d): it ignored SIGTERM", p.name(), p.pid)
             p.kill()
     psutil.wait_procs(alive, timeout=grace_s)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was on the command line (not from its variable or default)."""
+    source = ctx.get_parameter_source(name)  # typer's own click: compared by name
+    return source is not None and source.name == "COMMANDLINE"

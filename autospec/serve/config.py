@@ -167,6 +167,20 @@ class ServeConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _model_rules_name_the_served_model(self) -> ServeConfig:
+        """A replica serves one model name and answers 404 to any other: a ``model`` rule
+        naming another could never match (a segment per model is a deployment per model)."""
+        served = self.served_model_name
+        for i, rule in enumerate(self.segments):
+            if rule.model is not None and rule.model != served:
+                raise ValueError(
+                    f"segments[{i}] (segment {rule.segment!r}): model {rule.model!r} is not the "
+                    f"model this deployment serves ({served!r}: --model-name, else the "
+                    "target); a replica answers 404 to any other name, so the rule could "
+                    "never match")
+        return self
+
+    @model_validator(mode="after")
     def _holdout_on_native(self) -> ServeConfig:
         if self.holdout_fraction and self.engine == "vllm":
             raise ValueError(HOLDOUT_ON_VLLM)
@@ -181,3 +195,22 @@ class ServeConfig(BaseModel):
     @property
     def served_model_name(self) -> str:
         return self.model_name or self.target
+
+
+class ServeConfigError(ValueError):
+    """A Serve config (``serve_config.yaml``'s or a RayService's ``args``) that does not
+    validate: every error, one line each, without the input pydantic would quote (it holds
+    the API key and the database URL)."""
+
+
+def checked_config(args: dict[str, Any] | None) -> ServeConfig:
+    """``args`` as a :class:`ServeConfig`; :class:`ServeConfigError` naming what is wrong."""
+    from pydantic import ValidationError
+
+    from autospec.option_errors import option_errors
+
+    try:
+        return ServeConfig.model_validate(args or {})
+    except ValidationError as exc:
+        raise ServeConfigError("invalid autospec Serve config:\n"
+                               + option_errors(exc)) from None

@@ -47,6 +47,9 @@ def parse_url(url: str | URL) -> URL:
     """Parse a SQLAlchemy URL or raise :class:`BadDatabaseURL` saying what is wrong."""
     if isinstance(url, URL):
         return url
+    if url.partition("://")[2].partition("/")[0].count("@") > 1:  # the host would be a guess
+        raise BadDatabaseURL(f"malformed database URL {redact(url)!r}: more than one '@' before "
+                             "the host; write an '@' in the user or password as %40")
     try:
         return make_url(url)
     except (ArgumentError, ValueError) as exc:

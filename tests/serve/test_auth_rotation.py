@@ -99,8 +99,18 @@ def test_a_key_file_that_cannot_be_read_at_start_is_an_error(tmp_path):
     with pytest.raises(KeyFileError, match="cannot be read"):
         KeyRing(file=tmp_path / "missing")
     (tmp_path / "empty").write_text("# nothing yet\n")
-    with pytest.raises(KeyFileError, match="holds no key"):
-        KeyRing(file=tmp_path / "empty")
+    with pytest.raises(KeyFileError, match="holds no key"):  # autospec serve's check
+        KeyRing(file=tmp_path / "empty", require_key=True)
+
+
+def test_a_replica_starting_on_an_emptied_key_file_refuses_every_request(tmp_path):
+    """As api-keys-secret.yaml says: an emptied Secret refuses every request, on a replica
+    that restarts meanwhile too (its constructor had failed, so Serve marked the app
+    unhealthy)."""
+    (tmp_path / "empty").write_text("# nothing yet\n")
+    ring = KeyRing(file=tmp_path / "empty")
+    assert ring.keys() == () and not ring.allows(b"Bearer anything")
+    assert not ring.allows(b"Bearer ") and not ring.allows(b"")
 
 
 def test_serve_refuses_a_missing_key_file_before_starting(clean_env, tmp_path):

@@ -20,7 +20,9 @@ SYSTEM_SHA = hashlib.sha256(SYSTEM.encode()).hexdigest()
 
 
 def _rules(*rules: dict) -> list[SegmentRule]:
-    return ServeConfig(segments=list(rules)).segments
+    """The rules alone (matching is the rules' own; a ServeConfig also checks that a model
+    rule names its served model)."""
+    return [SegmentRule.model_validate(r) for r in rules]
 
 
 def _chat(system: str | None, model: str | None = None) -> dict:
@@ -43,7 +45,7 @@ def _chat(system: str | None, model: str | None = None) -> dict:
 ])
 def test_a_bad_rule_is_an_error_naming_what_is_wrong(rule, names):
     with pytest.raises(ValidationError) as caught:
-        ServeConfig(segments=[{"segment": "ok", "model": "m"}, rule])
+        ServeConfig(model_name="m", segments=[{"segment": "ok", "model": "m"}, rule])
     text = str(caught.value)
     assert "segments.1" in text and names.replace("segments.0", "segments.1") in text
 
@@ -100,3 +102,17 @@ def test_a_rule_may_match_the_end_user_id():
         == "acme-coder"
     assert rule_segment(rules, headers={}, body={"user": "acme-7"}) is None
     assert rule_segment(rules, headers={}, body={"user": 42}) is None  # not a string
+
+
+def test_a_model_rule_must_name_the_model_the_deployment_serves():
+    """A replica serves one model name and answers 404 to any other, so a rule naming
+    another model could never match: refused when the config is read, naming the rule."""
+    with pytest.raises(ValidationError) as caught:
+        ServeConfig(segments=[{"segment": "sql", "user": "u1"},
+                              {"segment": "coder", "model": "coder-7b"}])
+    text = str(caught.value)
+    assert "segments[1] (segment 'coder'): model 'coder-7b' is not the model this " \
+           "deployment serves ('smollm2-135m'" in text
+    ok = ServeConfig(model_name="coder-7b", segments=[{"segment": "coder", "model": "coder-7b"}])
+    assert ok.segments[0].model == ok.served_model_name
+    assert ServeConfig(segments=[{"segment": "all", "model": "smollm2-135m"}]).segments
