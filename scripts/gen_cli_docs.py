@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "cli.md"
 HEADER = """# CLI reference
 
-Generated from the commands' `--help` by `python scripts/gen_cli_docs.py`; do not
+Generated from the commands' `--help` by `make docs` (`scripts/gen_cli_docs.py`); do not
 edit by hand. Every command also prints this with `--help` (or `-h`).
 """
 
