@@ -83,9 +83,12 @@ def tree_rss_mb() -> float:
 
 
 class _Sampler(threading.Thread):
+    """Peak resident memory over a window: sampled every 0.2 s, and at its start and end (the
+    memory the engine hands back during the window must not leave its peak under its start)."""
+
     def __init__(self) -> None:
         super().__init__(daemon=True, name="autospec-rss")
-        self.peak, self._halt = 0.0, threading.Event()
+        self.peak, self._halt = tree_rss_mb(), threading.Event()
 
     def run(self) -> None:
         while not self._halt.wait(0.2):
@@ -94,6 +97,7 @@ class _Sampler(threading.Thread):
     def stop(self) -> float:
         self._halt.set()
         self.join()
+        self.peak = max(self.peak, tree_rss_mb())
         return self.peak
 
 
@@ -168,8 +172,8 @@ def run_swap_bench(*, target_name: str, dtype: str, kind: str, swaps: int, clien
     bench = SwapBench(kind=kind, clients=clients, segments=segments)
     _decode_all(engine, prompts[:clients], max_tokens)  # warm
     slots = _Slots(engine, versions) if segments else None
-    bench.rss_before_mb = tree_rss_mb()
     sampler = _Sampler()
+    bench.rss_before_mb = sampler.peak
     sampler.start()
     swap = slots.swap if slots is not None else (
         lambda i: load_in_place(engine, engine.shape, versions[i % 2].out, f"v{i % 2}"))
@@ -195,7 +199,7 @@ def _second_engine(start: Any, version: Any, kind: str) -> dict[str, float]:
     if vllm_seeded(kind):
         load_in_place(second, second.shape, version.out, "v1")
     figures = {"start_s": time.perf_counter() - started,
-               "rss_peak_mb": max(sampler.stop(), tree_rss_mb())}
+               "rss_peak_mb": sampler.stop()}
     second.close()
     return figures
 
