@@ -102,9 +102,17 @@ def _rows(server: LLMServer, db: Any) -> int:
 
 
 @pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
-def test_a_client_that_leaves_stops_its_decode_tiny(slow_server, route):
+def test_a_client_that_leaves_stops_its_decode_tiny(slow_server, route, monkeypatch):
     server, forwards, db = slow_server
     app = make_app(server)
+    at_abandon: list[int] = []  # forwards begun when the server was told the client left
+    real_abandon = server.abandon
+
+    def abandon(job: Any) -> None:
+        at_abandon.append(len(forwards))
+        real_abandon(job)
+
+    monkeypatch.setattr(server, "abandon", abandon)
     body = LONG if "chat" not in route else {
         **{k: v for k, v in LONG.items() if k != "prompt"},
         "messages": [{"role": "user", "content": "Tell a long story."}]}
@@ -121,7 +129,10 @@ def test_a_client_that_leaves_stops_its_decode_tiny(slow_server, route):
         return n
 
     n = asyncio.run(scenario())
-    assert n < 100, f"{n} of 400 steps decoded for a client that left"
+    assert at_abandon, "the server was never told the client left"
+    # the decode stops after the step it is in (one more may have begun as the flag was set)
+    assert n - at_abandon[0] <= 2, f"{n - at_abandon[0]} steps decoded after the client left"
+    assert n < 400
     assert _abandoned(server, "decoding") == 1
     assert _rows(server, db) == 0  # an abandoned request is not logged
 
@@ -137,9 +148,11 @@ def test_a_request_cancelled_while_queued_leaves_the_queue_tiny(slow_server):
         await _until(lambda: _gauges(server) == (3.0, 1.0, 4))
         queued[0].task.cancel()  # what Ray Serve does when the HTTP client goes
         queued[1].leave()  # what the client's disconnect does without Ray
-        await _until(lambda: _gauges(server) == (1.0, 1.0, 2), timeout=1.0)
+        await _until(lambda: _gauges(server) == (1.0, 1.0, 2))
+        assert not first.task.done()  # they left the queue while the first still decodes
         queued[2].leave()
-        await _until(lambda: _gauges(server) == (0.0, 1.0, 1), timeout=1.0)
+        await _until(lambda: _gauges(server) == (0.0, 1.0, 1))
+        assert not first.task.done()
         first.leave()
         await asyncio.gather(*(c.task for c in (queued[1], queued[2], first)))
         await _until(lambda: _gauges(server) == (0.0, 0.0, 0))

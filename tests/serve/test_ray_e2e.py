@@ -219,10 +219,18 @@ def test_a_corrupt_candidate_is_refused_and_recorded(deploy, tiny_model_dir, tin
         time.sleep(0.2)
     assert versions(4) == {"good"}
     promote(app.db, "bad")
-    time.sleep(4)  # several polls on every replica
+
+    def failures() -> list:  # type: ignore[type-arg]
+        with store.session_scope(app.db, readonly=True) as session:
+            return store.list_events(session, kinds=["failure"])
+
+    deadline = time.monotonic() + 60
+    while len(failures()) < 2:  # each replica polls and refuses it
+        assert time.monotonic() < deadline, f"refusals audited: {len(failures())} of 2"
+        time.sleep(0.2)
+    time.sleep(4)  # several more polls on every replica
     assert versions(12) == {"good"}
-    with store.session_scope(app.db, readonly=True) as session:
-        events = store.list_events(session, kinds=["failure"])
+    events = failures()
     assert len(events) == 2  # one per replica, not one per poll
     assert {e.version for e in events} == {"bad"} and "sha256" in events[0].reason
     assert requests.get(f"{app.url}/health", timeout=10).status_code == 200

@@ -90,6 +90,9 @@ def test_status_reports_what_the_replicas_serve_not_only_the_pointer_tiny(
         register_artifact(db, tiny_llm, tmp_path, "x1", "suffix")
         assert cli("promote", "x1", "--force", "--reason", "test").exit_code == 0
         _wait_for(lambda: server.versions.current.name == "x1")
+        # the replica reports the version it swapped to just after the swap: wait on it
+        _wait_for(lambda: json.loads(cli("status", "--json").stdout)["served"]["versions"]
+                  == ["x1"])
         status = json.loads(cli("status", "--json").stdout)
         assert status["served"] == {"versions": ["x1"], "replicas": 1, "agrees": True}
     finally:

@@ -369,14 +369,19 @@ def test_versions_vllm_cannot_run_are_refused_audited_and_the_old_one_serves(
         vllm_server, fake_engines, tiny_llm, db, tmp_path, kind, overrides, refused):
     register_artifact(db, tiny_llm, tmp_path, "bad", kind, **overrides)
     promote(db, "bad")
-    deadline = time.monotonic() + 5
-    while not vllm_server.versions.load_failures and time.monotonic() < deadline:
+    def failures() -> list:  # type: ignore[type-arg]
+        with store.session_scope(db, readonly=True) as session:
+            return store.list_events(session, kinds=["failure"])
+
+    deadline = time.monotonic() + 30
+    while not failures():  # the audit is written just after the load-failure count
+        assert time.monotonic() < deadline, "the refusal was never audited"
         time.sleep(0.02)
     time.sleep(0.2)  # more polls: audited once, not per poll
+    assert vllm_server.versions.load_failures == 1
     assert vllm_server.versions.current.name == "builtin-ngram"
     assert [v for v, _ in fake_engines] == ["builtin-ngram"]  # no engine started
-    with store.session_scope(db, readonly=True) as session:
-        events = store.list_events(session, kinds=["failure"])
+    events = failures()
     assert [e.version for e in events] == ["bad"] and refused in events[0].reason
 
 

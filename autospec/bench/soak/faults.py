@@ -56,6 +56,12 @@ def replica_sigkill(ctx: FaultContext) -> FaultRecord:
     return rec
 
 
+#: traffic time a SIGKILLed controller's successor needs to record the dead cycle: its start
+#: (imports, seconds on a small machine), the dead holder's lease (the soak policy's 30 s) and
+#: a watch interval (10 s), with room for a loaded machine
+CONTROLLER_RECOVERY_S = 75.0
+
+
 def controller_sigkill(ctx: FaultContext, *, when: str) -> FaultRecord:
     """SIGKILL the controller ``when`` = ``training`` (a training run is running) or ``gated``
     (an evaluation of the cycle running passed the gate, its candidate not promoted yet),
@@ -67,9 +73,10 @@ def controller_sigkill(ctx: FaultContext, *, when: str) -> FaultRecord:
     since = time.time()
     ready = ((lambda: ctx.view.training_running_since(since)) if when == "training"
              else ctx.view.gate_passed_pending)
-    hit = wait_until(ready, ctx.deadline, 0.1)
+    hit = wait_until(ready, ctx.deadline - CONTROLLER_RECOVERY_S, 0.1)
     if not hit or ctx.controller is None:
-        rec.skipped = f"the controller was not {when} before the deadline"
+        rec.skipped = (f"the controller was not {when} {CONTROLLER_RECOVERY_S:.0f} s before "
+                       f"the deadline (the time a new controller needs to close the cycle)")
         return rec
     before = ctx.view.last_event_id()
     rec.at = time.time()
@@ -196,8 +203,11 @@ def read_only(directory: Path) -> Iterator[str]:
 
 def artifacts_read_only(ctx: FaultContext) -> FaultRecord:
     """The artifact directory read-only from the moment a training run starts until its cycle
-    ends. ok: that cycle failed with a reason (nothing half-registered) and the controller
-    lives on. Recovery: from restoring the directory to the next cycle record."""
+    ends. ok: no version was registered while it was read-only (nothing half-registered:
+    the run that could not save failed with its reason) and the controller lives on. The
+    cycle may still promote a kind it saved before the directory turned read-only (its kinds
+    train in turn, and one that fails is skipped). Recovery: from restoring the directory to
+    the next cycle record."""
     rec = FaultRecord("artifact dir read-only while a candidate is saved")
     since = time.time()
     directory = ctx.data_dir / "artifacts"
@@ -215,8 +225,10 @@ def artifacts_read_only(ctx: FaultContext) -> FaultRecord:
         rec.skipped = "the cycle did not end before the deadline"
         return rec
     rec.detail.append(f"that cycle: {ended[0]['outcome']} — {'; '.join(ended[0]['reasons'])[:400]}")
-    rec.ok = (ended[0]["outcome"] != "promoted"
-              and ctx.controller is not None and ctx.controller.alive())
+    saved = [v["version"] for v in ctx.view.versions() if rec.at <= v["registered_at"] <= restored]
+    if saved:
+        rec.detail.append(f"registered while read-only: {saved}")
+    rec.ok = not saved and ctx.controller is not None and ctx.controller.alive()
     rec.recovery_s = restored - rec.at
     return rec
 

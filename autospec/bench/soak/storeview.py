@@ -89,10 +89,11 @@ class StoreView:
             return store.serving_version(session, segment=segment) or "builtin-ngram"
 
     def versions(self) -> list[dict[str, Any]]:
-        """Registered versions: name, kind, state, artifact, SHA-256."""
+        """Registered versions: name, kind, state, artifact, SHA-256, when (epoch seconds)."""
         with store.session_scope(self.engine, readonly=True) as session:
             return [{"version": s.version, "kind": s.kind, "state": s.state,
                      "artifact_uri": s.artifact_uri, "sha256": s.sha256,
+                     "registered_at": epoch(s.created_at),
                      "target_id": s.target_id, "target_revision": s.target_revision}
                     for s in store.list_speculators(session)]
 
