@@ -125,16 +125,17 @@ def test_serving_training_and_promotion_across_two_nodes(cluster, tmp_path: Path
     assert outcome.metrics["workers"] == 2
     assert _train_worker_nodes() == nodes  # one worker on each node
 
-    # 4. promotion: every replica serves the new version within ~10 s
+    # 4. promotion: every replica serves the new version within 30 s (a 0.5 s poll: seconds when
+    # quiet; two Ray nodes and Ray Train's teardown share 2 cores here)
     with store.session_scope(db) as session:
         store.set_live(session, version=outcome.version, actor="test", reason="multi-node test")
     moved = time.monotonic()
     while set(_versions(url, 8)) != {outcome.version}:
-        assert time.monotonic() - moved < 15, "a replica did not pick up the promotion"
+        assert time.monotonic() - moved < 30, "a replica did not pick up the promotion"
     took = time.monotonic() - moved
     # after the promotion, replicas on both nodes answer, and every answer names the new version
     served = _served(url, 24)
     assert {version for version, _ in served} == {outcome.version}, served
     assert {node for _, node in served} == nodes, served
-    assert took < 15
+    assert took < 30
     db.dispose()
