@@ -11,7 +11,11 @@ Across restarts: the next cycle time is published as the ``expires_at`` of the l
 ``controller-schedule:<deployment>`` (held by the scheduling process; ``autospec status``
 reads it, and a time in the past means no scheduler is running). A scheduler that starts
 and finds that time already past (a run was missed while nothing was running) runs one
-cycle at once — however many were missed.
+cycle at once — however many were missed. One that finds it still ahead (``controller run``
+restarted: a deploy, a crash) keeps it as its first run — the cadence carries over, so
+restarts more often than the interval do not put every cycle off — unless its own trigger
+fires sooner (the policy's schedule changed), and takes the row over from the process
+before it, so ``status`` names the scheduler that runs.
 
 Jobs never raise into the scheduler: a cycle records its own failures; anything else is
 logged.
@@ -57,7 +61,7 @@ def build_scheduler(controller: Controller, *, scheduler: BaseScheduler | None =
     sched = scheduler or BlockingScheduler(timezone="UTC")
     schedule = controller.policy.schedule
     grace = int(schedule.misfire_grace.total_seconds())
-    first = utcnow() if overdue(controller) else None
+    first = first_run(controller)
     sched.add_job(lambda: run_cycle_job(controller), cycle_trigger(schedule), id="cycle",
                   name="controller cycle", misfire_grace_time=grace, replace_existing=True,
                   **JOB_DEFAULTS, **({"next_run_time": first} if first else {}))
@@ -95,22 +99,34 @@ def cycle_summary(result: CycleResult) -> str:
     return f"{head}; {len(result.reasons)} reasons recorded"
 
 
-def overdue(controller: Controller) -> bool:
-    """True when a published next cycle time has passed with nobody running it."""
+def first_run(controller: Controller) -> datetime | None:
+    """The cycle job's first run: now when the published next run has passed with nobody
+    running it; the published time when it is still ahead and before the trigger's own next
+    fire (a restart keeps the cadence); else None (the trigger's own)."""
     with store.session_scope(controller.engine, readonly=True) as session:
         row = store.get_lease(session, name=records.schedule_lease_name(controller.deployment))
-    return row is not None and row.expires_at <= utcnow()
+    if row is None:
+        return None
+    now = utcnow()
+    if row.expires_at <= now:
+        return now
+    own = cycle_trigger(controller.policy.schedule).get_next_fire_time(None, now)
+    return row.expires_at if own is None or row.expires_at < own else None
 
 
-def publish_next_run(controller: Controller, next_run: datetime | None) -> bool:
-    """Record ``next_run`` as the schedule lease's expiry (False: another scheduler has it)."""
+def publish_next_run(controller: Controller, next_run: datetime | None, *,
+                     take_over: bool = False) -> bool:
+    """Record ``next_run`` as the schedule lease's expiry (False: another scheduler has it);
+    ``take_over``: from whichever process published before (a scheduler starting)."""
     if next_run is None:
         return False
     ttl = max(next_run.astimezone(timezone.utc) - utcnow(), timedelta(seconds=1))
+    name = records.schedule_lease_name(controller.deployment)
     with store.session_scope(controller.engine) as session:
-        grant = store.acquire_lease(
-            session, name=records.schedule_lease_name(controller.deployment),
-            holder=controller.holder, ttl=ttl)
+        row = store.get_lease(session, name=name) if take_over else None
+        if row is not None and row.holder != controller.holder:
+            store.release_lease(session, name=name, holder=row.holder)
+        grant = store.acquire_lease(session, name=name, holder=controller.holder, ttl=ttl)
     return grant is not None
 
 
@@ -142,12 +158,12 @@ def publish_from(sched: BaseScheduler, controller: Controller, *,
 
 def run_forever(controller: Controller) -> None:
     """``autospec controller run``: block, running the policy's jobs until interrupted."""
-    first = utcnow() if overdue(controller) else None
+    first = first_run(controller)
     sched = build_scheduler(controller)
     trigger = cycle_trigger(controller.policy.schedule)
     next_run = first or trigger.get_next_fire_time(None, utcnow())
     try:
-        publish_next_run(controller, next_run)
+        publish_next_run(controller, next_run, take_over=True)
     except store.StoreError as exc:
         log.warning("could not publish the next run time: %s", exc)
     log.info("controller %s: policy %s, next cycle %s", controller.holder,

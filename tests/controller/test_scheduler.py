@@ -94,3 +94,36 @@ def test_cycle_summary_names_the_promoted_version_not_another_candidates_reasons
     assert cycle_summary(rejected) == "c2 rejected (e-2 not promoted); 1 reasons recorded"
     failed = CycleResult(outcome="failed", cycle_id="c3", reasons=["x", "disk full"])
     assert cycle_summary(failed) == "c3 failed: disk full"
+
+
+def test_a_restarted_scheduler_keeps_the_published_run_and_takes_the_row_over(db, tiny) -> None:
+    """``controller run`` restarted 20 min before its published next cycle: the new process
+    runs the cycle then (not an interval after its own start, which restarts more often than
+    the interval would put off for ever), and ``status`` names it, not the process before."""
+    name = records.schedule_lease_name("default")
+    with store.session_scope(db) as session:
+        store.acquire_lease(session, name=name, holder="old-host:1:abc",
+                            ttl=timedelta(minutes=20))
+        published = store.get_lease(session, name=name).expires_at
+    controller = Controller(db, fast_policy(), tiny)  # a 1 h interval
+    sched = BackgroundScheduler(timezone="UTC")
+    scheduler.build_scheduler(controller, scheduler=sched, watch=False)
+    sched.start(paused=True)
+    try:
+        first = sched.get_job("cycle").next_run_time
+    finally:
+        sched.shutdown(wait=False)
+    assert abs((first - published).total_seconds()) < 1
+    assert scheduler.publish_next_run(controller, first, take_over=True)
+    status = collect_status(db, deployment="default", policy=controller.policy)["schedule"]
+    assert status["holder"] == controller.holder and not status["overdue"]
+    assert abs((status["next_run"] - published).total_seconds()) < 1
+
+
+def test_a_published_run_later_than_the_policys_own_gives_way_to_it(db, tiny) -> None:
+    """The policy's interval shortened across the restart: its own next fire comes first."""
+    with store.session_scope(db) as session:
+        store.acquire_lease(session, name=records.schedule_lease_name("default"),
+                            holder="old-host:1:abc", ttl=timedelta(hours=20))
+    controller = Controller(db, fast_policy(), tiny)  # a 1 h interval
+    assert scheduler.first_run(controller) is None
