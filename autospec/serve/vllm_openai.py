@@ -89,6 +89,13 @@ class Binding:
     released: bool = False
     #: its engine calls write no traffic row (beam search: one-token calls, nothing drafted)
     unlogged: bool = False
+    #: the position in its engine's ``loaded`` when it was bound: it is named after the
+    #: versions loaded from there on, as its stream's header (sent before the first step)
+    #: names the version it was bound to
+    first: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.first = drafting_now(self.version.engine)
 
     def __enter__(self) -> Binding:
         self._token = _BINDING.set(self)
@@ -118,8 +125,7 @@ class EngineProxy:
 
     async def _generate(self, binding: Binding, prompt: Any, sampling_params: Any,
                         request_id: str, kwargs: dict[str, Any]) -> AsyncIterator[Any]:
-        engine = binding.version.engine
-        first = drafting_now(engine)
+        engine, first = binding.version.engine, binding.first
         whole, ttft, done = Accumulated(_is_delta(sampling_params)), 0.0, False
         try:
             async for output in engine.generate_raw(prompt, sampling_params, request_id,

@@ -182,3 +182,33 @@ def test_the_first_token_time_is_vllms_own_when_only_the_final_output_comes():
     late = SimpleNamespace(metrics=SimpleNamespace(arrival_time=time.time(),
                                                    first_token_latency=5.0))
     assert first_token_s(late, arrived, observed=0.3) == 0.3  # a streamed first output
+
+
+def test_a_request_is_named_from_the_version_it_was_bound_to_not_its_first_step():
+    """A stream's ``x-autospec-speculator`` header goes out with the version the request was
+    bound to, before its first step; a version loaded in place between the two must not
+    leave the row and the ``autospec`` object naming only the newer one."""
+    from autospec.serve.vllm_openai import Binding, EngineProxy
+
+    class Engine:
+        def __init__(self) -> None:
+            self.loaded = ["head-a"]
+
+        async def generate_raw(self, *args, **kwargs):
+            yield _out(0, [5, 6], "length")
+
+    engine = Engine()
+    reported = []
+    server = SimpleNamespace(
+        report_vllm=lambda binding, output, sp, ttft, first: reported.append(first),
+        metrics=None)
+    binding = Binding(SimpleNamespace(arrived=0.0), None,
+                      SimpleNamespace(engine=engine, slot=None))
+    engine.loaded.append("head-b")  # loaded in place after the bind, before the first step
+
+    async def run():
+        return [o async for o in EngineProxy(server)._generate(
+            binding, "p", SamplingParams(max_tokens=2), "r1", {})]
+
+    assert len(asyncio.run(run())) == 1
+    assert reported == [0]  # the versions from head-a on: both are named
