@@ -119,6 +119,9 @@ class FakeVllmEngine:
         self.rpcs.append((method, args))
         return [{"method": method}]
 
+    def reset_prefix_cache(self) -> None:
+        self.rpcs.append(("reset_prefix_cache", ()))
+
     def drafted_by(self, first: int) -> list[str]:
         return self.loaded[max(0, first):] or self.loaded[-1:]
 
@@ -316,7 +319,8 @@ def test_a_head_of_the_same_shapes_is_loaded_into_the_running_engine(
     engine.delay_s = 0.2  # a request in flight across the next swap
     across, after = _swap_across_a_request(vllm_server, db, "head-b")
     assert len(fake_engines) == 2 and not engine.retired  # no third engine: in place
-    assert [m for m, _ in engine.rpcs] == ["autospec_reload_draft"]
+    # new draft weights, then a prefix cache without the old draft's KV
+    assert [m for m, _ in engine.rpcs] == ["autospec_reload_draft", "reset_prefix_cache"]
     weights, sha = engine.rpcs[0][1]
     assert weights.endswith("model.safetensors") and len(sha) == 64
     assert not Path(weights).exists()  # the export is removed once loaded

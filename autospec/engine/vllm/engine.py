@@ -210,6 +210,19 @@ class VllmEngine:
             raise RuntimeError("this engine has no loop of its own to call its workers from")
         return self._loop.run(self.llm.collective_rpc(method, args=args), timeout)
 
+    def reset_prefix_cache(self) -> None:
+        """Forget vLLM's prefix cache: after new draft weights its blocks hold the old draft
+        model's KV, which a request with a cached prefix would draft from. The requests
+        running are preempted and recomputed (vLLM's ``reset_running_requests``: blocks
+        they hold would otherwise refuse the reset), so none drafts from old KV either."""
+        if self._loop is None:
+            raise RuntimeError("this engine has no loop of its own to reset its cache from")
+        done = self._loop.run(self.llm.reset_prefix_cache(reset_running_requests=True),
+                              RPC_TIMEOUT_S)
+        if not done:
+            raise RuntimeError("vLLM refused to reset its prefix cache after new draft "
+                               "weights: cached blocks would still hold the old draft's KV")
+
     # -- requests -----------------------------------------------------------------------------
 
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:

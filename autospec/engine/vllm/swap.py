@@ -14,7 +14,10 @@ are named), other tensors or shapes. Any of these makes the swap start a second 
 :func:`load_in_place` moves the new version in between engine steps, through the worker
 extension (:mod:`autospec.interop.vllm_worker`): new draft weights, a new suffix index, or
 nothing (``ngram`` with the same bounds). Requests in flight keep decoding; steps after the
-load draft with the new version (the verifier keeps every output exact either way).
+load draft with the new version (the verifier keeps every output exact either way). New
+draft weights also reset vLLM's prefix cache (``VllmEngine.reset_prefix_cache``): its
+blocks hold the draft model's KV as the old weights computed it, which a request whose
+prefix is cached would draft from; the requests running are preempted and recomputed.
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ def load_in_place(engine: Any, shape: DraftShape, out: Path | None,
         assert out is not None
         sha = artifacts.file_sha256(out / WEIGHTS)
         reports = engine.rpc("autospec_reload_draft", str(out / WEIGHTS), sha)
+        engine.reset_prefix_cache()  # cached blocks hold the old draft model's KV
     elif shape.method == "custom_class":
         assert out is not None
         reports = _load_index(engine, out, version, None)
