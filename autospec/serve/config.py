@@ -145,6 +145,17 @@ class ServeConfig(BaseModel):
         args["api_key"] = self.api_key.get_secret_value() if self.api_key else None
         return args
 
+    @field_validator("vllm_options")
+    @classmethod
+    def _vllm_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Refused as ``autospec serve --vllm-option`` refuses them (a replica would fail
+        to start on an unknown key; one autospec sets must not be replaced)."""
+        if value and info.data.get("engine") != "native":
+            why = vllm_option_refusal(value)
+            if why is not None:
+                raise ValueError(why.removeprefix("vllm_options: "))
+        return value
+
     @field_validator("k_bands")
     @classmethod
     def _bands(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -195,6 +206,17 @@ class ServeConfig(BaseModel):
     @property
     def served_model_name(self) -> str:
         return self.model_name or self.target
+
+
+def vllm_option_refusal(options: dict[str, Any]) -> str | None:
+    """Why vLLM's engine may not take ``options``: a key autospec sets, or one vLLM's
+    engine does not take (that check needs vLLM: without it, a replica's vLLM makes it)."""
+    from autospec.engine.vllm.engine import engine_option_refusal, managed_option_refusal
+
+    try:
+        return engine_option_refusal(options)
+    except ImportError:
+        return managed_option_refusal(options)
 
 
 class ServeConfigError(ValueError):

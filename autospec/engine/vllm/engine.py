@@ -93,6 +93,15 @@ MANAGED_ARGS = {
 }
 
 
+def managed_option_refusal(options: dict[str, Any]) -> str | None:
+    """Why ``options`` (``vllm_options``) may not be vLLM's engine arguments: a key
+    autospec sets itself (:data:`MANAGED_ARGS`); None where none is (needs no vLLM)."""
+    for key in options:
+        if key in MANAGED_ARGS:
+            return f"vllm_options: {key!r} is set by autospec ({MANAGED_ARGS[key]})"
+    return None
+
+
 def engine_option_refusal(options: dict[str, Any]) -> str | None:
     """Why vLLM's engine would not start with ``options`` (``vllm_options``) as its
     arguments, found without starting it: a key :class:`AsyncEngineArgs` does not take
@@ -103,10 +112,11 @@ def engine_option_refusal(options: dict[str, Any]) -> str | None:
 
     from vllm.engine.arg_utils import AsyncEngineArgs
 
+    managed = managed_option_refusal(options)
+    if managed is not None:
+        return managed
     known = {f.name for f in fields(AsyncEngineArgs)}
     for key in options:
-        if key in MANAGED_ARGS:
-            return f"vllm_options: {key!r} is set by autospec ({MANAGED_ARGS[key]})"
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -129,17 +139,19 @@ def cpu_platform() -> bool:
 def engine_kwargs(model_dir: str, *, dtype: str, speculative_config: dict[str, Any] | None,
                   max_model_len: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """vLLM's engine arguments: per-request acceptance metrics whenever it speculates
-    (vLLM refuses them without a speculative config); ``options`` override the defaults.
+    (vLLM refuses them without a speculative config); ``options`` override the defaults,
+    never what autospec sets itself (:data:`MANAGED_ARGS`).
     On the CPU backend the KV cache is :data:`DEFAULT_KV_CACHE_BYTES` unless ``options``
     size it; on a GPU vLLM's own ``gpu_memory_utilization`` does (a
     ``kv_cache_memory_bytes`` would make vLLM ignore it)."""
     options = options or {}
     sized = cpu_platform() and not any(key in options for key in KV_CACHE_SIZING)
     kv_cache = {"kv_cache_memory_bytes": DEFAULT_KV_CACHE_BYTES} if sized else {}
-    return {"model": model_dir, "dtype": dtype, "max_model_len": max_model_len,
-            "speculative_config": speculative_config, "enable_log_requests": False,
-            "per_request_spec_decode_metrics": "summary" if speculative_config else "none",
-            **kv_cache, "seed": 0, "worker_extension_cls": WORKER_EXTENSION, **options}
+    managed = {"model": model_dir, "dtype": dtype, "speculative_config": speculative_config,
+               "per_request_spec_decode_metrics": "summary" if speculative_config else "none",
+               "worker_extension_cls": WORKER_EXTENSION}
+    return {"max_model_len": max_model_len, "enable_log_requests": False, **kv_cache,
+            "seed": 0, **options, **managed}
 
 
 class _Closed:
