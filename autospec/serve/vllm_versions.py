@@ -91,6 +91,8 @@ class VllmVersionManager(VersionManager):
     def __init__(self, *, config: ServeConfig, **kwargs: Any) -> None:
         self.config = config
         self._speculation = bool(kwargs.get("speculation", True))
+        #: new bands read this poll: the pointer's generation to restart with (None: none)
+        self._bands_generation: int | None = None
         super().__init__(**{"bands": config.bands, **kwargs})
         options = dict(config.vllm_options)
         limit = self.target.info.max_position_embeddings
@@ -197,12 +199,23 @@ class VllmVersionManager(VersionManager):
         return f"the concurrency bands changed ({have or 'none'} -> {want or 'none'})"
 
     def _follow_bands(self, text: str | None, wanted: tuple[str, int] | None) -> None:
-        """New bands from the policy: the current version restarts in an engine that drafts
-        by them (vLLM's scheduler reads them once, at the start), audited as a swap."""
+        """New bands from the policy: the engine restarts with them once this poll has
+        followed the pointer (:meth:`poll_once`)."""
         super()._follow_bands(text, wanted)
+        self._bands_generation = wanted[1] if wanted else 0
+
+    def poll_once(self) -> bool:
+        """The pointers followed; then, where the policy's bands changed and no swap of this
+        poll started an engine with them (a moved pointer's does: :meth:`_bands_refusal`),
+        the current version restarts in an engine that drafts by them (vLLM's scheduler
+        reads them once, at the start), audited as a swap."""
+        swapped = super().poll_once()
+        generation, self._bands_generation = self._bands_generation, None
         current = self._current
-        if current is not None and self._bands_refusal(current) is not None:
-            self._swap_to(current.name, wanted[1] if wanted else 0)
+        if generation is not None and current is not None and \
+                self._bands_refusal(current) is not None:
+            self._swap_to(current.name, generation)
+        return swapped
 
     def _follow_segments(self, wanted: dict[str, tuple[str, int]]) -> None:
         """Hold one slot per version the segment pointers name, in the running engine's

@@ -646,6 +646,48 @@ def test_bands_set_by_the_policy_restart_the_engine_with_them_and_rows_name_them
     assert new.k == 3 and "banded" not in rows[-1].sampling
 
 
+def _bands_and_pointer_in_one_poll(vllm_server, db, tiny_llm, version):  # type: ignore[no-untyped-def]
+    """New bands and a pointer moved to ``version`` in one transaction (one poll sees
+    both); returns once the watcher has polled past them."""
+    with store.session_scope(db) as session:
+        store.record_deployment(session, name="default", target="tiny",
+                                target_id=tiny_llm.info.target_id, target_revision="r",
+                                dtype="float32", actor="test", engine="vllm")
+    with store.session_scope(db) as session:
+        assert store.set_k_bands(session, name="default", k_bands="1-2:3,3-:0", actor="ctl")
+        store.set_live(session, version=version, actor="test", reason="test",
+                       deployment="default")
+    deadline = time.monotonic() + 10
+    while vllm_server.versions.policy_bands is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.3)  # a few polls more: a second restart would have come by now
+
+
+def test_new_bands_and_a_moved_pointer_in_one_poll_start_one_engine(
+        vllm_server, fake_engines, tiny_llm, db, tmp_path):
+    register_artifact(db, tiny_llm, tmp_path, "head-a", "eagle3", tree_nodes=0,
+                      suffix_threshold=None)
+    _bands_and_pointer_in_one_poll(vllm_server, db, tiny_llm, "head-a")
+    _wait_for(vllm_server, "head-a")
+    assert [v for v, _ in fake_engines] == ["builtin-ngram", "head-a"]  # no restart before
+    assert fake_engines[1][1].k_bands == "1-2:3,3-:0"
+    assert vllm_server.versions.current.engine is fake_engines[1][1]
+
+
+def test_new_bands_still_restart_the_engine_when_the_moved_pointers_version_is_refused(
+        vllm_server, fake_engines, tiny_llm, db, tmp_path):
+    register_artifact(db, tiny_llm, tmp_path, "tree-head", "eagle3")  # trees: refused
+    _bands_and_pointer_in_one_poll(vllm_server, db, tiny_llm, "tree-head")
+    deadline = time.monotonic() + 10
+    while vllm_server.versions.current.engine is fake_engines[0][1]:
+        assert time.monotonic() < deadline, "the engine did not restart with the bands"
+        time.sleep(0.02)
+    assert [v for v, _ in fake_engines] == ["builtin-ngram", "builtin-ngram"]
+    assert fake_engines[1][1].k_bands == "1-2:3,3-:0"
+    assert vllm_server.versions.current.engine is fake_engines[1][1]
+
+
 def test_from_config_puts_a_vllm_replica_together(fake_engines, tiny_llm, sqlite_url, db,
                                                   tmp_path, monkeypatch):
     """``LLMServer.from_config`` with ``engine: vllm`` (the one from_config): vLLM's version
