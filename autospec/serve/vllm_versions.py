@@ -5,7 +5,8 @@ A version is loaded as everywhere (:func:`autospec.versions.load_speculator_vers
 checksums and registration checked), refused if vLLM cannot run it faithfully
 (:func:`~autospec.speculators.registry.vllm_refusal`), and exported with
 :func:`~autospec.interop.export.export_speculator` into a fresh directory under ``<data
-dir>/vllm-exports/``. ``builtin-ngram`` is vLLM's ``ngram`` method (prompt lookup with
+dir>/vllm-exports/<host>-<pid>/`` (the replica's own: :mod:`autospec.serve.export_dirs`).
+``builtin-ngram`` is vLLM's ``ngram`` method (prompt lookup with
 autospec's n-gram bounds); a ``suffix`` version is autospec's custom proposer
 (:mod:`autospec.interop.vllm_proposer`), its index loaded into the engine once it has
 started; with speculation off the engine has no speculative config (version name ``off``).
@@ -74,6 +75,7 @@ from autospec.engine.vllm.swap import (
 from autospec.interop.export import export_speculator, target_dir
 from autospec.serve.bands import KBands, vllm_schedule
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION, ServeConfig
+from autospec.serve.export_dirs import replica_export_root
 from autospec.serve.versions import ServedVersion, VersionManager
 from autospec.settings import get_settings
 from autospec.speculators.registry import vllm_per_request, vllm_refusal, vllm_seeded
@@ -99,7 +101,7 @@ class VllmVersionManager(VersionManager):
         self.max_model_len = min(int(options.pop("max_model_len", DEFAULT_MAX_MODEL_LEN)), limit)
         self.options = options
         self.model_dir = target_dir(self.target)
-        self.export_root = get_settings().data_dir / "vllm-exports"
+        self.export_root = replica_export_root(get_settings().data_dir / "vllm-exports")
         #: every engine this replica started and has not closed (its current one, those
         #: retiring after a swap): closed at stop, which removes their exported files
         self._engines: weakref.WeakSet[VllmEngine] = weakref.WeakSet()
@@ -124,6 +126,7 @@ class VllmVersionManager(VersionManager):
         current = [self._current.engine] if self._current is not None else []
         for engine in {id(e): e for e in (*current, *self._engines)}.values():
             engine.close()
+        shutil.rmtree(self.export_root, ignore_errors=True)
 
     def _first(self) -> ServedVersion:
         if not self._speculation:

@@ -281,7 +281,9 @@ def test_swap_starts_a_new_engine_and_retires_the_old_after_its_requests(
     version, new = fake_engines[1]
     assert version == "head-a" and new.speculative_config["method"] == "eagle3"
     exported = Path(new.speculative_config["model"])
-    assert (exported / "config.json").exists() and exported.parent.name == "vllm-exports"
+    assert (exported / "config.json").exists()
+    assert exported.parent == vllm_server.versions.export_root  # the replica's own folder
+    assert exported.parent.parent.name == "vllm-exports"
 
 
 def _swap_across_a_request(server, db, version, during=lambda: None):  # type: ignore[no-untyped-def]
@@ -792,3 +794,10 @@ def test_an_in_place_load_that_times_out_starts_an_engine_of_its_own(
     with store.session_scope(db) as session:
         (swap,) = [e for e in store.list_events(session, kinds=["swap"]) if e.version == "head-b"]
     assert swap.details["mode"] == "new engine" and "did not finish within" in swap.reason
+
+
+def test_a_stopping_replica_removes_its_export_folder(vllm_server) -> None:
+    root = vllm_server.versions.export_root
+    assert root.is_dir() and root.parent.name == "vllm-exports"
+    vllm_server.close()
+    assert not root.exists()
