@@ -18,11 +18,14 @@ removed by a rollback.
 served ``drift.min_requests`` of its requests in the last ``drift.window`` with a live τ
 below that version's evaluated τ *on the segment* (the newest evaluation recording one) by
 more than ``drift.max_drop`` drifts, as the deployment does. Segments with a pointer of
-their own are always checked; with ``promotion.per_segment`` on, every segment is.
+their own are always checked; with ``promotion.per_segment`` on, every segment is. A segment
+whose own canary is pending is not, nor, while the deployment's canary is pending, one that
+follows the deployment's pointer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -104,8 +107,8 @@ def vllm_segment_refusal(session: Session, *, deployment: str, version: str,
 def pending_segment_canaries(session: Session, *, deployment: str) -> list[Any]:
     """The segments' promotion events whose canary is open, by segment name; on a deployment
     whose replicas serve on vLLM only those its replicas draft with (a canary of a pointer
-    they do not follow would wait for requests its version never drafts, and keep the drift
-    watch waiting behind it: :func:`vllm_segment_refusal`)."""
+    they do not follow would wait for requests its version never drafts, and keep that
+    segment's drift check waiting behind it: :func:`vllm_segment_refusal`)."""
     moves = newest_moves(session, deployment=deployment)
     return [moves[s] for s in sorted(k for k in moves if k is not None)
             if canary_open(session, deployment=deployment, move=moves[s])
@@ -161,8 +164,11 @@ class Drifted:
                 f"{where} {self.evaluated_tau:.3f} by more than {max_drop:.0%}; early cycle")
 
 
-def segment_drift(session: Session, *, policy: Policy, since: datetime) -> Drifted | None:
-    """The first segment (by name) that drifts (see the module doc), or None."""
+def segment_drift(session: Session, *, policy: Policy, since: datetime,
+                  waiting: Collection[str | None] = ()) -> Drifted | None:
+    """The first segment (by name) that drifts (see the module doc), or None; not a segment
+    whose canary is pending (named in ``waiting``), nor, while the deployment's is (None in
+    it), one that follows the deployment's pointer."""
     dp, deployment = policy.drift, policy.deployment
     own = {p.segment: p.version for p in store.list_segment_pointers(
         session, deployment=deployment)}
@@ -172,7 +178,8 @@ def segment_drift(session: Session, *, policy: Policy, since: datetime) -> Drift
                                full_k=True):
         segment = stat.segment or ""
         serving = own.get(segment, follows)
-        if (segment not in own and not policy.promotion.per_segment.enabled) \
+        if segment in waiting or (segment not in own and (
+                None in waiting or not policy.promotion.per_segment.enabled)) \
                 or stat.version != serving or stat.tau is None or stat.requests < dp.min_requests:
             continue
         if evaluations is None:

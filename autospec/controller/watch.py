@@ -25,7 +25,11 @@ version's before the move, against the speed gain the evaluation measured; a gai
 by more than ``canary.max_speed_shortfall`` rolls back too, the reason giving both gains and
 both live rates. Either check failing rolls back; the reason lists both.
 
-**Drift.** With no canary pending: if the live version served at least
+**Drift.** Checked on every run that gave no canary verdict, pending canaries or not (a
+segment whose traffic stopped would keep its canary pending for ever); a pending canary
+holds back only the drift check of what it judges — the deployment's, for the
+deployment's (and the segments following its pointer), a segment's, for that segment's.
+If the live version served at least
 ``drift.min_requests`` requests in the last ``drift.window`` and its live τ is below its
 evaluated τ (the newest evaluation naming it, as candidate or incumbent) by more than
 ``drift.max_drop`` (relative), a ``drift`` note is written and an early cycle runs at once
@@ -34,7 +38,8 @@ with ``drift.min_fresh_requests`` as its fresh-traffic minimum — at most once 
 
 **Per segment** (:mod:`autospec.controller.segment_watch`): a segment pointer's promotion
 has a canary of its own, judged on that segment's live rows against its τ on the segment's
-held-out requests, which rolls back the *segment's* pointer; with no canary open, a segment
+held-out requests, which rolls back the *segment's* pointer; with no canary of its own open,
+a segment
 whose serving version's live τ there falls below its evaluated τ on the segment drifts
 like the deployment (checked after the deployment's own drift; the cooldown is shared).
 """
@@ -42,7 +47,7 @@ like the deployment (checked after the deployment's own drift; the cooldown is s
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -105,29 +110,34 @@ class Watcher:
         try:
             self.controller.recover()
             self.controller.apply_serving()
-            result = self.canary(lease) if self.policy.canary.enabled else None
-            if result is not None:
-                return result
+            canaries = self.canary(lease) if self.policy.canary.enabled else []
+            if canaries and canaries[0].action != "canary_pending":
+                return canaries[0]
             if not self.policy.drift.enabled:
-                return WatchResult("none", ["no canary pending; the drift watch is off in the "
-                                            "policy"])
-            return self.drift(lease)
+                return canaries[0] if canaries else WatchResult(
+                    "none", ["no canary pending; the drift watch is off in the policy"])
+            drift = self.drift(lease, waiting={c.segment for c in canaries})
+            if drift.action == "drift" or not canaries:
+                return drift
+            pending = canaries[0]
+            return WatchResult(pending.action, pending.reasons + drift.reasons,
+                               pending.version, segment=pending.segment)
         finally:
             lease.release()
 
     # -- canary -------------------------------------------------------------------------
-    def canary(self, lease: HeldLease) -> WatchResult | None:
-        """The first canary verdict (the deployment's promotion, then each segment's), else
-        the first pending one; None when no canary is open."""
+    def canary(self, lease: HeldLease) -> list[WatchResult]:
+        """The first canary verdict alone (the deployment's promotion, then each segment's),
+        else every pending one, in that order ([]: no canary open)."""
         with store.session_scope(self.controller.engine) as session:
             promos = [p for p in [pending_canary(session, deployment=self.deployment)] if p]
             promos += pending_segment_canaries(session, deployment=self.deployment)
-            pending = None
+            pending = []
             for promo in promos:
                 result = self._judge(session, lease, promo)
                 if result is not None and result.action != "canary_pending":
-                    return result
-                pending = pending or result
+                    return [result]
+                pending += [result] if result is not None else []
         return pending
 
     def _judge(self, session: Session, lease: HeldLease, promo: Any) -> WatchResult | None:
@@ -203,19 +213,18 @@ class Watcher:
         return True
 
     # -- drift --------------------------------------------------------------------------
-    def drift(self, lease: HeldLease) -> WatchResult:
-        """The deployment's live version first, then each segment's (segment_watch)."""
+    def drift(self, lease: HeldLease, waiting: Collection[str | None] = ()) -> WatchResult:
+        """The deployment's live version first, then each segment's (segment_watch); not
+        those whose canary is pending (``waiting``: segment names, None the deployment's)."""
         dp = self.policy.drift
         now = utcnow()
         with store.session_scope(self.controller.engine) as session:
             version = live_or_builtin(session, self.deployment)
-            evaluated, k = evaluated_tau_k(session, version, self.deployment)
-            stat = _live(session, self.deployment, version, since=now - dp.window, k=k)
-            quiet = _no_drift(version, evaluated, stat, dp, lambda seen: _uncompared(
-                session, self.deployment, version, None, now - dp.window, seen, k))
+            quiet, stat, evaluated = self._deployment_drift(session, version, now, waiting)
             found = (Drifted(None, version, stat.tau, evaluated, stat.requests)  # type: ignore[arg-type]
                      if quiet is None else
-                     segment_drift(session, policy=self.policy, since=now - dp.window))
+                     segment_drift(session, policy=self.policy, since=now - dp.window,
+                                   waiting=waiting))
             if found is None:
                 return WatchResult("none", [quiet or ""], version)
             where = f" on segment {found.segment!r}" if found.segment else ""
@@ -234,6 +243,19 @@ class Watcher:
         log.warning("%s", reason)
         cycle = self.controller.cycle(lease, trigger="drift", min_fresh=dp.min_fresh_requests)
         return WatchResult("drift", [reason], found.version, cycle, segment=found.segment)
+
+    def _deployment_drift(self, session: Session, version: str, now: Any,
+                          waiting: Collection[str | None]) -> tuple[str | None, Any, float | None]:
+        """Why the deployment's live version does not drift (None: it does), its live τ
+        statistic and its evaluated τ; its canary pending (None in ``waiting``), no check."""
+        if None in waiting:
+            return (f"no drift check of {version} deployment-wide: its canary is pending",
+                    None, None)
+        dp = self.policy.drift
+        evaluated, k = evaluated_tau_k(session, version, self.deployment)
+        stat = _live(session, self.deployment, version, since=now - dp.window, k=k)
+        return _no_drift(version, evaluated, stat, dp, lambda seen: _uncompared(
+            session, self.deployment, version, None, now - dp.window, seen, k)), stat, evaluated
 
 
 def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Drift,
