@@ -20,12 +20,14 @@
 6. shadow-evaluates each candidate against the incumbent (the live version, or the built-in
    one) and the segment pointers' versions, on the held-out part (recorded, with each stage's
    seconds: :mod:`autospec.controller.timings`); none could be evaluated → ``failed``;
-7. in **one transaction**: checks the fencing token and that the pointer still names the
-   incumbent, moves the pointer to the best passing candidate (highest **measured**
-   speedup, else the estimated one; then shadow τ; the reason names the evaluation and both
-   speedups), moves each segment's own pointer to the candidate that wins on it
-   (:mod:`autospec.controller.segment_promotion`), marks failing candidates that won nothing
-   ``rejected``, writes the ``cycle`` record: a crash leaves all of the promotion or none.
+7. in **one transaction**: checks the fencing token and, under the pointer lock, that the
+   pointer still names the incumbent (moved, ``failed``, whether or not a candidate passed:
+   nothing is promoted or rejected, the window is kept), moves the pointer to the best
+   passing candidate (highest **measured** speedup, else the estimated one; then shadow τ;
+   the reason names the evaluation and both speedups), moves each segment's own pointer to
+   the candidate that wins on it (:mod:`autospec.controller.segment_promotion`), marks
+   failing candidates that won nothing ``rejected``, writes the ``cycle`` record: a crash
+   leaves all of the promotion or none.
 
 Outcomes (:attr:`CycleResult.exit_code`): ``promoted`` (a deployment or segment pointer
 moved) / ``nothing_to_do`` / ``busy`` → 0, ``rejected`` → 3, ``failed`` → 2. ``promoted`` and
@@ -49,7 +51,7 @@ from autospec.controller import records, segment_promotion, timings
 from autospec.controller.candidates import Candidate, best_candidate, check_evaluated, speed_text
 from autospec.controller.drills import hold_after_gate
 from autospec.controller.lease import HeldLease, LeaseLost, acquire_with_turn, holder_name
-from autospec.controller.operations import ensure_pointer
+from autospec.controller.operations import check_incumbent, ensure_pointer
 from autospec.controller.policy import Policy
 from autospec.controller.result import CycleFailed, CycleResult
 from autospec.engine.target import Target
@@ -386,7 +388,8 @@ class Controller:
         result.reasons += [f"{c.version}{' (base)' if c.is_base else ''}: {r}"
                            for c in candidates for r in c.reasons]
         with store.session_scope(self.engine) as session:
-            lease.fence(session)
+            lease.fence(session)  # then: evaluated against a version no longer live, failed
+            check_incumbent(session, deployment=self.deployment, incumbent=incumbent)
             segments = segment_promotion.plan(session, policy=self.policy,
                                               candidates=candidates, best=best, engine=serving)
             if best is not None:

@@ -30,10 +30,12 @@ from sqlalchemy.orm import Session
 
 from autospec import store
 from autospec.controller import records
+from autospec.controller.result import CycleFailed
 from autospec.controller.segment_watch import vllm_segment_refusal
 from autospec.controller.speedcheck import promotion_speeds
 from autospec.evaluate.gate import GatePolicy
 from autospec.store.models import BUILTIN_VERSION, Event
+from autospec.store.registry import lock_pointers
 
 #: what ``autospec history`` shows: every move of a pointer, decision and failure, the
 #: replicas' swaps (in place or a new engine), imported heads, the policies controllers ran
@@ -63,6 +65,19 @@ def ensure_pointer(session: Session, *, deployment: str, actor: str) -> None:
     store.set_live(session, version=BUILTIN_VERSION, actor=actor, deployment=deployment,
                    reason=f"pointer initialised at {BUILTIN_VERSION}, served while nothing "
                           f"was live")
+
+
+def check_incumbent(session: Session, *, deployment: str, incumbent: str) -> None:
+    """A :class:`~autospec.controller.result.CycleFailed` unless the deployment's pointer,
+    read under the pointer lock until the transaction ends, still names ``incumbent`` (no
+    pointer: the built-in version), the version a cycle's candidates were evaluated against."""
+    lock_pointers(session)
+    pointer = store.get_live(session, deployment=deployment)
+    now = pointer.version if pointer is not None else BUILTIN_VERSION
+    if now != incumbent:
+        raise CycleFailed(f"the live pointer moved from {incumbent} to {now} during the cycle "
+                          f"(its candidates were evaluated against {incumbent}); none was "
+                          "promoted or rejected, and the window is left to the next cycle")
 
 
 def ensure_segment_pointer(session: Session, *, deployment: str, segment: str,

@@ -211,5 +211,29 @@ def test_an_operators_promotion_during_the_cycle_is_not_overwritten(db, tiny, tr
     log_traffic(db, traffic)
     result = Controller(db, fast_policy(), tiny, hooks={"evaluated": operator_moves}).run_cycle()
     assert result.outcome == "failed", result.reasons
-    assert "moved from builtin-ngram to v-op meanwhile" in result.reasons[-1]
+    assert "moved from builtin-ngram to v-op during the cycle" in result.reasons[-1]
     assert live_version(db) == "v-op"
+
+
+def test_a_cycle_rejecting_all_after_an_operators_promotion_fails_and_keeps_its_window(
+        db, tiny, traffic, tmp_path) -> None:
+    """Every candidate fails the gate, but against builtin-ngram, no longer live: none is
+    marked rejected, the cycle fails naming the move and its window is left to the next."""
+    from autospec.controller import records
+    from tests.store.test_registry import register
+
+    def operator_moves() -> None:
+        with store.session_scope(db) as session:
+            register(session, tmp_path, "v-op")
+            store.set_live(session, version="v-op", actor="op", reason="by hand")
+
+    log_traffic(db, traffic)
+    result = Controller(db, fast_policy(gate={"min_gain": 5.0}), tiny,
+                        hooks={"evaluated": operator_moves}).run_cycle()
+    assert result.outcome == "failed", result.reasons
+    assert "moved from builtin-ngram to v-op during the cycle" in result.reasons[-1]
+    assert result.candidates
+    with store.session_scope(db, readonly=True) as s:
+        assert {store.get_speculator(s, version=v).state for v in result.candidates} \
+            .isdisjoint({"rejected"})
+        assert not records.window_done(s, deployment="default", window_key=result.window_key)
