@@ -9,7 +9,8 @@ Errors are one line on stderr, never a traceback. Exit codes, for scripts:
 - ``0`` — done: promoted, rolled back, listed; ``controller once``: promoted, nothing to
   do, or another controller holds the lease;
 - ``2`` — error: bad policy file or option, database unreachable, unknown version, a
-  cycle that failed (training/evaluation error, lost lease);
+  cycle that failed (training/evaluation error, lost lease), a ``promote`` or ``rollback``
+  whose pointer another promotion moved while it ran (nothing moved; run it again);
 - ``3`` — refused: the gate rejected every candidate (``controller once``), ``promote``
   without a passing evaluation against the live version, nothing to roll back to.
 """

@@ -17,12 +17,15 @@ overall decision may be a rejection: that is what a segment's own pointer is for
 move of a segment first pins its pointer at the version drafting it then
 (:func:`ensure_segment_pointer`), so a rollback has somewhere to go.
 
-Refusals raise :class:`Refused`; store errors propagate.
+Refusals raise :class:`Refused`; store errors propagate. A promotion or rollback moves the
+pointer only if it still names the version the command read (``expect``): one a controller
+moved in between is left as it is, and the :class:`~autospec.store.Conflict` names the move.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine
@@ -165,9 +168,11 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
         text = reason.strip() or f"operator promotion: evaluation #{ev.id} passed " \
                                  f"against {current}{on}"  # type: ignore[union-attr]
         kind = "override" if force else "promotion"
-        store.set_live(session, version=version, actor=actor, reason=text,
-                       deployment=deployment, segment=segment, kind=kind, details=details,
-                       rejected_ok=segment is not None and ev is not None)
+        with _moved_meanwhile(session, deployment, segment, current, f"promoting {version}"):
+            store.set_live(session, version=version, actor=actor, reason=text,
+                           deployment=deployment, segment=segment, kind=kind,
+                           details=details, expect=current,
+                           rejected_ok=segment is not None and ev is not None)
     return {"kind": kind, "version": version, "from": current, "reason": text,
             "evaluation_id": details.get("evaluation_id"), "deployment": deployment,
             **_named(segment)}
@@ -231,10 +236,30 @@ def rollback_version(engine: Engine, *, actor: str, reason: str, deployment: str
             where = f"deployment {deployment}" + (f", segment {segment}," if segment else "")
             raise _refused(f"{where} has no previous version to roll back to")
         before = pointer.version
-        moved = store.rollback(session, actor=actor, reason=reason, deployment=deployment,
-                               segment=segment)
+        with _moved_meanwhile(session, deployment, segment, before, "rolling it back"):
+            moved = store.rollback(session, actor=actor, reason=reason,
+                                   deployment=deployment, segment=segment, expect=before)
         return {"version": moved.version, "from": before, "reason": reason,
                 "deployment": deployment, **_named(segment)}
+
+
+@contextmanager
+def _moved_meanwhile(session: Session, deployment: str, segment: str | None, read: str,
+                     doing: str) -> Iterator[None]:
+    """A move told to expect ``read`` (the version this command read and reports as the one
+    moved from): its Conflict, where the pointer, read again, names another version (a
+    controller's promotion committed in between), as one that says so (exit 2)."""
+    try:
+        yield
+    except store.Conflict:
+        pointer = store.get_live(session, deployment=deployment, segment=segment)
+        now = pointer.version if pointer is not None else BUILTIN_VERSION
+        if now == read:
+            raise
+        where = f"deployment {deployment}" + (f", segment {segment}," if segment else "")
+        raise store.Conflict(f"the live pointer of {where} moved from {read} to {now} while "
+                             f"{doing} (another promotion or rollback committed meanwhile); "
+                             "nothing was moved: run it again") from None
 
 
 def unpin_segment(engine: Engine, *, actor: str, reason: str, deployment: str = "default",
