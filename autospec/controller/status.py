@@ -21,6 +21,9 @@ vLLM replicas where the segment's version and the deployment's are suffix versio
 pointer's ``refused`` says why its segment is not drafted by it (None: nothing says so).
 ``concurrency`` is the load the replicas served over the last hour: requests in flight per
 replica as the traffic rows recorded it (p50, p90, max, mean; None before any row did).
+``traffic`` counts the deployment's requests only, and ``failures`` are its failures of the
+last day and those naming no deployment (both filtered in the query, so a busier deployment
+sharing the store cannot crowd them out).
 """
 
 from __future__ import annotations
@@ -68,9 +71,9 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy, cycles: i
             "speedup": evaluated_speedup(session, version, deployment),
             "last_evaluation": last_evaluation(session, deployment),
             "traffic": {
-                "last_hour": _count(session, now - timedelta(hours=1)),
-                "last_day": _count(session, now - timedelta(days=1)),
-                "total": _count(session, None)},
+                "last_hour": _count(session, deployment, now - timedelta(hours=1)),
+                "last_day": _count(session, deployment, now - timedelta(days=1)),
+                "total": _count(session, deployment, None)},
             "fresh_requests": records.fresh_requests(session, deployment=deployment,
                                                      after_id=last_id),
             "min_fresh_requests": policy.window.min_fresh_requests,
@@ -184,8 +187,8 @@ def _tau(session, deployment: str, version: str, since, k):  # type: ignore[no-u
     return stats[0] if stats else None
 
 
-def _count(session, since) -> int:  # type: ignore[no-untyped-def]
-    return sum(store.request_counts(session, since=since).values())
+def _count(session, deployment: str, since) -> int:  # type: ignore[no-untyped-def]
+    return sum(store.request_counts(session, since=since, deployment=deployment).values())
 
 
 def _schedule(session, deployment: str) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
@@ -222,6 +225,7 @@ def _canary(session, deployment: str, policy: Policy) -> dict[str, Any] | None: 
 
 
 def _failures(session, deployment: str, since) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    events = store.list_events(session, kinds=["failure"], since=since, limit=10)
+    events = store.list_events(session, kinds=["failure"], since=since, limit=10,
+                               deployment=deployment, with_global=True)
     return [{"time": e.created_at, "actor": e.actor, "version": e.version,
-             "reason": e.reason} for e in events if e.deployment in (None, deployment)]
+             "reason": e.reason} for e in events]

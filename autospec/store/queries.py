@@ -301,13 +301,15 @@ def request_counts(
     until: datetime | None = None,
     group_by: GroupBy | None = None,
     include_opted_out: bool = True,
+    deployment: str | None = None,
 ) -> dict[str | None, int]:
-    """Requests in [since, until); ``{None: n}`` ungrouped, else ``{group value: n}``."""
+    """Requests in [since, until) (of ``deployment``; None: of every one); ``{None: n}``
+    ungrouped, else ``{group value: n}``."""
     if group_by is not None and group_by not in _GROUP_COLUMNS:
         raise StoreError(f"group_by must be one of {sorted(_GROUP_COLUMNS)}, not {group_by!r}")
     column = _GROUP_COLUMNS[group_by] if group_by else None
     query = select(*([column] if column is not None else []), func.count()).select_from(Request)
-    query = _filter(query, since=since, until=until, deployment=None)
+    query = _filter(query, since=since, until=until, deployment=deployment)
     if not include_opted_out:
         query = query.where(Request.opted_out.is_(False))
     if column is None:
