@@ -14,7 +14,9 @@ The controller keeps no state of its own: everything it must remember lives in t
 - ``canary`` {version, promotion_event, verdict, live_tau, shadow_tau, requests, segment
   (None: the deployment's pointer), and when speed was judged speed_ok, realised_gain,
   expected_gain};
-- ``drift`` {version, live_tau, evaluated_tau, segment} — an early cycle was triggered.
+- ``drift`` {version, live_tau, evaluated_tau, segment, outcome, cycle_id} — an early
+  cycle ran on drift, written when it ended (one that found nothing to do writes none); the
+  watch runs no other early cycle for ``drift.cooldown`` after it.
 
 Fresh traffic is counted by request id: usable requests (not opted out, with token ids)
 of the deployment with an id above the last consumed window's newest id.

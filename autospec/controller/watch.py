@@ -32,9 +32,11 @@ deployment's (and the segments following its pointer), a segment's, for that seg
 If the live version served at least
 ``drift.min_requests`` requests in the last ``drift.window`` and its live τ is below its
 evaluated τ (the newest evaluation naming it, as candidate or incumbent) by more than
-``drift.max_drop`` (relative), a ``drift`` note is written and an early cycle runs at once
-with ``drift.min_fresh_requests`` as its fresh-traffic minimum — at most once per
-``drift.cooldown``.
+``drift.max_drop`` (relative), an early cycle runs at once with
+``drift.min_fresh_requests`` as its fresh-traffic minimum — at most once per
+``drift.cooldown``: when it ends, a ``drift`` note recording its outcome starts the
+cooldown; one that found nothing to do (too few fresh requests) writes none, so the next
+watch tries again.
 
 **Per segment** (:mod:`autospec.controller.segment_watch`): a segment pointer's promotion
 has a canary of its own, judged on that segment's live rows against its τ on the segment's
@@ -235,13 +237,16 @@ class Watcher:
                     f"drift seen (live τ of {found.version}{where} {found.live_tau:.3f} against "
                     f"its evaluated τ {found.evaluated_tau:.3f}), but an early cycle ran within "
                     f"the cooldown {_span(dp.cooldown)}"], found.version, segment=found.segment)
-            reason = found.reason(_span(dp.window), dp.max_drop)
-            records.note(session, type_="drift", actor=self.controller.holder,
-                         deployment=self.deployment, reason=reason, version=found.version,
-                         live_tau=found.live_tau, evaluated_tau=found.evaluated_tau,
-                         requests=found.requests, segment=found.segment)
+        reason = found.reason(_span(dp.window), dp.max_drop)
         log.warning("%s", reason)
         cycle = self.controller.cycle(lease, trigger="drift", min_fresh=dp.min_fresh_requests)
+        if cycle.outcome != "nothing_to_do":  # it ran: its note starts the cooldown
+            with store.session_scope(self.controller.engine) as session:
+                records.note(session, type_="drift", actor=self.controller.holder,
+                             deployment=self.deployment, reason=reason, version=found.version,
+                             live_tau=found.live_tau, evaluated_tau=found.evaluated_tau,
+                             requests=found.requests, segment=found.segment,
+                             outcome=cycle.outcome, cycle_id=cycle.cycle_id)
         return WatchResult("drift", [reason], found.version, cycle, segment=found.segment)
 
     def _deployment_drift(self, session: Session, version: str, now: Any,

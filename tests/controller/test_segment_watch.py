@@ -13,6 +13,7 @@ import pytest
 from autospec import store
 from autospec.controller import records
 from autospec.controller.cycle import Controller
+from autospec.controller.result import CycleResult
 from autospec.controller.watch import Watcher, pending_canary
 from autospec.store.artifacts import artifact_sha256
 from tests.store.test_registry import make_artifact, register
@@ -177,7 +178,8 @@ def _evaluated(engine, per_segment_tau: dict) -> None:  # type: ignore[no-untype
                                     for seg, taus in per_segment_tau.items()}})
 
 
-def test_a_segment_drifting_below_its_evaluated_tau_triggers_a_cycle(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_segment_drifting_below_its_evaluated_tau_triggers_a_cycle(engine, tmp_path,  # type: ignore[no-untyped-def]
+                                                                     monkeypatch) -> None:
     controller = _setup(engine, tmp_path, json_before="old")
     _rows(engine, "seg", "json", n=10, tau=2.9)
     assert Watcher(controller).run().action == "canary_passed"
@@ -187,9 +189,16 @@ def test_a_segment_drifting_below_its_evaluated_tau_triggers_a_cycle(engine, tmp
     assert result.action == "drift" and result.segment == "json", result.reasons
     assert "on segment 'json'" in result.reasons[0] and "3.000" in result.reasons[0]
     assert result.cycle is not None and result.cycle.outcome == "nothing_to_do"
+    with store.session_scope(engine, readonly=True) as s:  # no cycle ran: no cooldown
+        assert records.notes(s, deployment="default", type_="drift") == []
+    monkeypatch.setattr(controller, "cycle", lambda *a, **k: CycleResult(
+        "rejected", cycle_id="c1"))  # fresh traffic came: the early cycle runs
+    ran = Watcher(controller).run()
+    assert ran.action == "drift" and ran.cycle.outcome == "rejected", ran.reasons  # type: ignore[union-attr]
     with store.session_scope(engine, readonly=True) as s:
         (note,) = records.notes(s, deployment="default", type_="drift")
     assert note.details["segment"] == "json" and note.version == "seg"
+    assert note.details["outcome"] == "rejected" and note.details["cycle_id"] == "c1"
     again = Watcher(controller).run()
     assert again.action == "none" and "cooldown" in again.reasons[0]
 
