@@ -205,7 +205,8 @@ def test_vllm_routes_resolve_the_segment_from_headers_and_body_once():
 
         def bind(self, ctx):  # type: ignore[no-untyped-def]
             self.contexts.append(ctx)
-            return Binding(ctx, SimpleNamespace(), SimpleNamespace(name="v"))
+            version = SimpleNamespace(name="v", engine=SimpleNamespace(loaded=[]))
+            return Binding(ctx, SimpleNamespace(), version)
 
         def release(self, binding) -> None:  # type: ignore[no-untyped-def]
             pass
