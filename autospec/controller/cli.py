@@ -213,12 +213,16 @@ def rollback(
     unpin: Annotated[bool, typer.Option(
         "--unpin", help="with --segment: drop the segment's own pointer instead, so the "
         "deployment's version drafts it again (an `unpin` event)")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="roll back even where the canary has just rolled the pointer back "
+        "(that would put the version the canary rolled back live again, with no canary)")] = False,
     database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Point the deployment (or --segment's pointer) back at its previous version, in one
-    step (exit 0, 3 nothing to roll back, 2 error). `--segment S --unpin`: S follows the
-    deployment's version again."""
+    step (exit 0, 3 nothing to roll back or refused, 2 error). A second rollback undoes the
+    first; where the first was the canary's, it is refused without --force. `--segment S
+    --unpin`: S follows the deployment's version again."""
     from autospec.controller.operations import rollback_version, unpin_segment
 
     if unpin and segment is None:
@@ -229,7 +233,7 @@ def rollback(
         data = (unpin_segment(db, actor=cli_actor(), reason=reason, deployment=deployment,
                               segment=segment) if unpin and segment is not None else
                 rollback_version(db, actor=cli_actor(), reason=reason, deployment=deployment,
-                                 segment=segment))
+                                 segment=segment, force=force))
     if json_out:
         _emit(data)
     elif unpin:

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from autospec import store
 from autospec.controller import records
 from autospec.controller.result import CycleFailed
-from autospec.controller.segment_watch import vllm_segment_refusal
+from autospec.controller.segment_watch import newest_moves, vllm_segment_refusal
 from autospec.controller.speedcheck import promotion_speeds
 from autospec.evaluate.gate import GatePolicy
 from autospec.store.models import BUILTIN_VERSION, Event
@@ -228,19 +228,41 @@ def _why_not(session: Session, version: str, current: str, segment: str | None,
 
 
 def rollback_version(engine: Engine, *, actor: str, reason: str, deployment: str = "default",
-                     segment: str | None = None) -> dict[str, Any]:
-    """The deployment's pointer (or ``segment``'s) back to its previous version."""
+                     segment: str | None = None, force: bool = False) -> dict[str, Any]:
+    """The deployment's pointer (or ``segment``'s) back to its previous version. Where the
+    pointer's newest move was the canary rolling a version back, that version is not put
+    live again (a second rollback undoes the first: it would, with no canary) unless
+    ``force``."""
     with store.session_scope(engine) as session:
         pointer = store.get_live(session, deployment=deployment, segment=segment)
+        where = f"deployment {deployment}" + (f", segment {segment}," if segment else "")
         if pointer is None or pointer.previous_version is None:
-            where = f"deployment {deployment}" + (f", segment {segment}," if segment else "")
             raise _refused(f"{where} has no previous version to roll back to")
+        canary = None if force else _canary_rollback(session, pointer, deployment, segment)
+        if canary is not None:
+            raise _refused(
+                f"the canary rolled {where} back from {canary.from_version} to "
+                f"{pointer.version} ({canary.reason}); rolling back would put "
+                f"{canary.from_version} live again with no canary. Pass --force to do it "
+                f"anyway, or `autospec promote {canary.from_version} --force --reason ...` to "
+                f"put it live under a canary")
         before = pointer.version
         with _moved_meanwhile(session, deployment, segment, before, "rolling it back"):
             moved = store.rollback(session, actor=actor, reason=reason,
                                    deployment=deployment, segment=segment, expect=before)
         return {"version": moved.version, "from": before, "reason": reason,
                 "deployment": deployment, **_named(segment)}
+
+
+def _canary_rollback(session: Session, pointer: Any, deployment: str,
+                     segment: str | None) -> Event | None:
+    """The canary's rollback event that made ``pointer`` what it is (its newest move), or
+    None when its newest move was anything else."""
+    move = newest_moves(session, deployment=deployment).get(segment)
+    if (move is None or move.kind != "rollback" or (move.details or {}).get("type") != "canary"
+            or move.version != pointer.version):
+        return None
+    return move
 
 
 @contextmanager

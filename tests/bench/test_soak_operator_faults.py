@@ -118,3 +118,15 @@ def test_a_segment_whose_responses_never_follow_the_move_fails() -> None:
     finally:
         replicas.stop.set()
     assert not rec.ok and "served on json: never" in rec.detail[1], rec.detail
+
+
+def test_a_rollback_refused_because_the_canary_rolled_back_first_counts_as_rolled_back() -> None:
+    from autospec.bench.soak.fault_context import FaultRecord
+
+    rec = FaultRecord("x")
+    canary = subprocess.CompletedProcess([], 3, "", "refused: the canary rolled deployment "
+                                         "default back from v2 to v1 (...); pass --force")
+    assert operator_faults._rolled_back(canary, rec) and "canary" in rec.detail[-1]
+    other = subprocess.CompletedProcess([], 3, "", "refused: nothing to roll back")
+    assert not operator_faults._rolled_back(other, FaultRecord("y"))
+    assert operator_faults._rolled_back(subprocess.CompletedProcess([], 0, "", ""), rec)

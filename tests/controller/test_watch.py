@@ -142,3 +142,28 @@ def test_a_quiet_watch_says_why_it_did_nothing(db, tiny, traffic) -> None:
                          tiny)
     assert Watcher(neither).run().reasons == ["no canary pending; the drift watch is off in "
                                               "the policy"]
+
+
+def test_an_operator_rollback_after_the_canarys_needs_force(db, tiny, traffic) -> None:
+    """The canary rolled a version back; an operator who saw it misbehave then runs
+    ``rollback``: that would undo the canary's rollback and put the version live again with
+    no canary. Refused (exit 3) naming it; ``--force`` does it."""
+    from typer.testing import CliRunner
+
+    from autospec.cli import app
+
+    controller, version, _ = _promoted(db, tiny, traffic)
+    live_requests(db, version, n=12, tau=1.2)
+    assert Watcher(controller).run().action == "rolled_back"
+    url = db.url.render_as_string(hide_password=False)
+    runner = CliRunner()
+    refused = runner.invoke(app, ["rollback", "--database-url", url])
+    assert refused.exit_code == 3, refused.output
+    assert "the canary rolled" in refused.output and "--force" in refused.output
+    assert live_version(db) == "builtin-ngram"
+    forced = runner.invoke(app, ["rollback", "--force", "--database-url", url])
+    assert forced.exit_code == 0, forced.output
+    assert live_version(db) == version
+    again = runner.invoke(app, ["rollback", "--database-url", url])  # an operator's undo
+    assert again.exit_code == 0, again.output
+    assert live_version(db) == "builtin-ngram"

@@ -4,6 +4,7 @@ whether the served responses follow the moves."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -52,7 +53,7 @@ def operator_promote_rollback(ctx: FaultContext) -> FaultRecord:
     again = _follows(ctx, live_now, rolled)
     rec.detail.append(_seen("served after the rollback", again, rolled))
     rec.recovery_s = None if again is None else again[0] - rolled
-    rec.ok = got.returncode == 0 and back.returncode == 0 and bool(served) and bool(again)
+    rec.ok = got.returncode == 0 and _rolled_back(back, rec) and bool(served) and bool(again)
     return rec
 
 
@@ -127,8 +128,18 @@ def operator_segment_promote_rollback(ctx: FaultContext) -> FaultRecord:
     again = _follows(ctx, drafts, rolled, segment)
     rec.detail.append(_seen(f"served on {segment} after the rollback", again, rolled))
     rec.recovery_s = None if again is None else again[0] - rolled
-    rec.ok = got.returncode == 0 and back.returncode == 0 and bool(served) and bool(again)
+    rec.ok = got.returncode == 0 and _rolled_back(back, rec) and bool(served) and bool(again)
     return rec
+
+
+def _rolled_back(back: subprocess.CompletedProcess[str], rec: FaultRecord) -> bool:
+    """The operator's rollback moved the pointer back — or was refused because the canary had
+    rolled the promotion back already (a second rollback would undo the canary's)."""
+    if back.returncode == 3 and "the canary rolled" in back.stderr:
+        rec.detail.append("the canary had rolled the promotion back first: "
+                          + back.stderr.strip()[-200:])
+        return True
+    return back.returncode == 0
 
 
 def _busiest_segment(ctx: FaultContext) -> str:
