@@ -207,7 +207,8 @@ class Controller:
     def _fresh_and_incumbent(self) -> tuple[int, str]:
         with store.session_scope(self.engine, readonly=True) as session:
             last = records.last_consumed_newest_id(session, deployment=self.deployment)
-            fresh = records.fresh_requests(session, deployment=self.deployment, after_id=last)
+            fresh = records.fresh_requests(session, deployment=self.deployment, after_id=last,
+                                           max_age=self.policy.window.max_age)
             pointer = store.get_live(session, deployment=self.deployment)
             return fresh, pointer.version if pointer else BUILTIN_VERSION
 

@@ -133,7 +133,8 @@ class Window(_Strict):
     max_requests: int = Field(
         5000, ge=2, description="window size: the newest N usable requests")
     max_age: Duration | None = Field(
-        None, description="ignore requests older than this (None: no age limit)")
+        None, description="ignore requests older than this, in the window and in the fresh "
+        "count (None: no age limit)")
     heldout_fraction: float = Field(
         0.2, gt=0, lt=1, description="newest fraction of the window held out for evaluation, "
         "never trained on")

@@ -25,14 +25,14 @@ of the deployment with an id above the last consumed window's newest id.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from autospec import store
-from autospec.store.models import Event, Request, Speculator, TrainingRun
+from autospec.store.models import Event, Request, Speculator, TrainingRun, utcnow
 
 CONSUMING = ("promoted", "rejected")
 _SCAN = 500  # newest note events scanned for cycle records
@@ -150,10 +150,15 @@ def _usable(deployment: str):  # type: ignore[no-untyped-def]
             Request.prompt_ids.is_not(None), Request.output_ids.is_not(None))
 
 
-def fresh_requests(session: Session, *, deployment: str, after_id: int) -> int:
-    """Usable requests of ``deployment`` with an id above ``after_id``."""
+def fresh_requests(session: Session, *, deployment: str, after_id: int,
+                   max_age: timedelta | None = None) -> int:
+    """Usable requests of ``deployment`` with an id above ``after_id`` and, with
+    ``max_age`` (the policy's ``window.max_age``), no older than that: those a cycle's window
+    can take (older ones would start a cycle whose window lacks them, failing each time)."""
     query = select(func.count()).select_from(Request).where(
         Request.id > after_id, *_usable(deployment))
+    if max_age is not None:
+        query = query.where(Request.created_at >= utcnow() - max_age)
     return int(session.scalar(query) or 0)
 
 

@@ -64,6 +64,17 @@ def test_not_enough_fresh_traffic_does_nothing(db, tiny, traffic) -> None:
     assert _cycle_notes(db) == [] and live_version(db) is None
 
 
+def test_traffic_older_than_the_windows_max_age_is_not_fresh(db, tiny, traffic) -> None:
+    """Unconsumed traffic older than ``window.max_age`` cannot enter a window: counted as
+    fresh, it started a cycle whose window lacked it, failing at every interval."""
+    log_traffic(db, traffic)  # 2 h old
+    policy = fast_policy(window={"max_age": "1h"})
+    result = Controller(db, policy, tiny).run_cycle()
+    assert result.outcome == "nothing_to_do", result.reasons
+    assert "0 fresh requests" in result.reasons[0]
+    assert _cycle_notes(db) == []
+
+
 def test_a_rejected_candidate_consumes_the_window_and_exits_3(db, tiny, traffic) -> None:
     log_traffic(db, traffic)
     policy = fast_policy(gate={"min_gain": 50.0})
