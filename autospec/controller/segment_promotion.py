@@ -117,7 +117,7 @@ def plan(session: Session, *, policy: Policy, candidates: list[Candidate],
         session, deployment=policy.deployment)}
     deployment = store.get_live(session, deployment=policy.deployment)
     follows = deployment.version if deployment else BUILTIN_VERSION
-    sizes = {s.segment: s.num_requests for s in evaluated[0].evaluation.segments}
+    sizes = _segment_sizes(evaluated)
     out = []
     for name, n in sorted(sizes.items()):
         serving = own.get(name, follows)
@@ -141,6 +141,16 @@ def plan(session: Session, *, policy: Policy, candidates: list[Candidate],
                               f"{policy.promotion.per_segment.min_requests}")
         out.append(outcome)
     return out
+
+
+def _segment_sizes(evaluated: list[Candidate]) -> dict[str, int]:
+    """Each held-out segment's requests, the fewest any candidate was evaluated on (a
+    candidate's held-out set leaves out what its own training took, so they can differ)."""
+    sizes: dict[str, int] = {}
+    for cand in evaluated:
+        for seg in cand.evaluation.segments:  # type: ignore[union-attr]
+            sizes[seg.segment] = min(sizes.get(seg.segment, seg.num_requests), seg.num_requests)
+    return sizes
 
 
 def _decide(outcome: SegmentOutcome, candidates: list[Candidate], policy: Policy,

@@ -255,3 +255,16 @@ def test_the_segment_header_and_rules_name_segments_as_the_store_does() -> None:
 
     assert _NAME.pattern == SEGMENT_NAME
     assert not re.match(SEGMENT_NAME, "team/json") and re.match(SEGMENT_NAME, "team-json")
+
+
+def test_a_segment_is_sized_by_the_fewest_requests_any_candidate_was_evaluated_on(
+        engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """c2's training took most of json out of its held-out set: 6 requests are left, under
+    the 10 per-segment promotion needs, whatever c1 (evaluated first) was evaluated on."""
+    _registered(engine, tmp_path, "inc", "c1", "c2")
+    policy = fast_policy(promotion={"per_segment": {"enabled": True, "min_requests": 10}})
+    c1 = _candidate("c1", RATES, SIZES, promote=True)
+    c2 = _candidate("c2", RATES, {**SIZES, "json": 6})
+    with store.session_scope(engine) as s:
+        outcomes = _by_segment(plan(s, policy=policy, candidates=[c1, c2], best=c1))
+    assert outcomes["json"].action == "too_few" and outcomes["json"].requests == 6
