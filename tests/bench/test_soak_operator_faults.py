@@ -130,3 +130,31 @@ def test_a_rollback_refused_because_the_canary_rolled_back_first_counts_as_rolle
     other = subprocess.CompletedProcess([], 3, "", "refused: nothing to roll back")
     assert not operator_faults._rolled_back(other, FaultRecord("y"))
     assert operator_faults._rolled_back(subprocess.CompletedProcess([], 0, "", ""), rec)
+
+
+@pytest.mark.parametrize("json_moved", [False, True])
+def test_a_segment_promotion_refused_as_the_controller_promotes_that_version_is_ok(
+        json_moved: bool) -> None:
+    """CI (this session's slow run): between the fault's pick and its ``promote V --segment
+    json``, the controller made V the deployment's version, so json already followed it and
+    the CLI refused (exit 3). json's own pointer did not move: ok. Had it moved, not ok."""
+    view = _Pointers()
+    replicas = _Replicas(view)
+    replicas.thread.start()
+
+    def run_cli(args: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        view.deployment = args[1]  # the controller's cycle lands first
+        if json_moved:
+            view.json = "eagle3-0001"
+        return subprocess.CompletedProcess(args, 3, "", f"refused: {args[1]} already drafts "
+                                           "segment json of deployment default")
+    time.sleep(0.2)
+    ctx = SimpleNamespace(view=view, load=replicas, env={}, deadline=time.time() + 10)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(operator_faults, "SEGMENT_WINDOW_S", 1.0)
+            mp.setattr(operator_faults.procs, "run_cli", run_cli)
+            rec = operator_faults.operator_segment_promote_rollback(ctx)  # type: ignore[arg-type]
+    finally:
+        replicas.stop.set()
+    assert rec.ok is not json_moved, rec.detail

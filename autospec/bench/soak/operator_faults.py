@@ -94,8 +94,9 @@ def operator_segment_promote_rollback(ctx: FaultContext) -> FaultRecord:
     until a response of S names a version that drafts S after it (the one before, or, when
     the controller moves the deployment's pointer meanwhile, the one it moves to: read at
     each poll, as the replicas do). ok: both commands succeed and
-    S's responses follow both moves; or, where the replicas cannot draft S with V (the
-    CLI says why, exit 3), the refusal, with S's pointer unmoved."""
+    S's responses follow both moves; or, where the CLI refuses the move (exit 3, saying
+    why: the replicas cannot draft S with V, or the controller made V the deployment's
+    version meanwhile, so S already follows it), S's own pointer unmoved."""
     rec = FaultRecord("operator promotion and rollback of a segment")
     if (left := ctx.deadline - time.time()) < SEGMENT_WINDOW_S:
         rec.skipped = (f"{left:.0f} s of traffic left, fewer than the {SEGMENT_WINDOW_S:.0f} s "
@@ -107,14 +108,16 @@ def operator_segment_promote_rollback(ctx: FaultContext) -> FaultRecord:
     if not pick:
         rec.skipped = f"no registered version other than {before}, which drafts {segment}"
         return rec
-    had_own = ctx.view.live(segment) is not None
+    own = ctx.view.live(segment)  # S's own pointer (None: S follows the deployment's)
+    had_own = own is not None
     rec.at = time.time()
     got = procs.run_cli(["promote", pick, "--segment", segment, "--force",
                          "--reason", "soak: operator segment promotion"], env=ctx.env)
     rec.detail.append(f"promote {pick} --segment {segment}: exit {got.returncode} "
                       f"{got.stderr.strip()[-300:]}")
-    if got.returncode == 3:  # refused: the replicas could not draft the segment with it
-        rec.ok = ctx.view.serving(segment) == before and "segment" in got.stderr
+    if got.returncode == 3:  # refused: the replicas could not draft the segment with it, or
+        # the controller's cycle made V the deployment's version meanwhile (S follows it)
+        rec.ok = ctx.view.live(segment) == own and "segment" in got.stderr
         rec.recovery_s = time.time() - rec.at
         return rec
     drafts = partial(ctx.view.serving, segment)
