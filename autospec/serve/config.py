@@ -192,6 +192,15 @@ class ServeConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _default_within_the_limit(self) -> ServeConfig:
+        if self.default_max_tokens > self.max_tokens_limit:
+            raise ValueError(
+                f"default_max_tokens ({self.default_max_tokens}) must not exceed "
+                f"max_tokens_limit ({self.max_tokens_limit}): a chat that omits max_tokens "
+                "would be refused for a value it never sent")
+        return self
+
+    @model_validator(mode="after")
     def _holdout_on_native(self) -> ServeConfig:
         if self.holdout_fraction and self.engine == "vllm":
             raise ValueError(HOLDOUT_ON_VLLM)
