@@ -23,6 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import safetensors.torch
 import torch
@@ -358,8 +359,7 @@ def write_model_dir(model: PreTrainedModel, tokenizer, out: Path) -> None:
 
 def _info(model: PreTrainedModel, tokenizer, target_id: str, model_dir: Path) -> TargetInfo:
     cfg = model.config
-    eos = cfg.eos_token_id if cfg.eos_token_id is not None else tokenizer.eos_token_id
-    eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else ((eos,) if eos is not None else ())
+    eos_ids = _eos_ids(model, tokenizer)
     return TargetInfo(
         target_id=target_id,
         revision=_revision(model_dir, cfg),
@@ -370,6 +370,21 @@ def _info(model: PreTrainedModel, tokenizer, target_id: str, model_dir: Path) ->
         eos_token_ids=eos_ids,
         max_position_embeddings=int(getattr(cfg, "max_position_embeddings", 2048)),
     )
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer) -> tuple[int, ...]:
+    """The ids that end a sequence: the config's (else the tokenizer's), then those only
+    ``generation_config.json`` lists — where instruct models often put their end-of-turn
+    token, and which vLLM stops on too."""
+    def ids(value: Any) -> list[int]:
+        return [int(v) for v in value] if isinstance(value, (list, tuple)) else \
+            ([int(value)] if value is not None else [])
+
+    cfg = model.config
+    found = ids(cfg.eos_token_id if cfg.eos_token_id is not None else tokenizer.eos_token_id)
+    generation = getattr(model, "generation_config", None)
+    found += ids(getattr(generation, "eos_token_id", None))
+    return tuple(dict.fromkeys(found))
 
 
 # config keys that say how the weights were loaded, not what they are
