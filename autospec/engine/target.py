@@ -154,8 +154,9 @@ class Target:
         return TargetOutput(logits=out.logits[0].float(), features=features)
 
     def encode_prompt(self, prompt: str) -> list[int]:
-        """Token ids of a plain completion prompt."""
-        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        """Token ids of a plain completion prompt, with the special tokens the tokenizer adds
+        (a BOS, for Llama, Mistral or Gemma), as vLLM's completions add them by default."""
+        return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         """Token ids of a chat, with the target's chat template and the assistant turn open;
