@@ -121,6 +121,10 @@ def import_(
     target: TargetOpt = None,
     actor: Annotated[str | None, typer.Option(
         help="who imports (audit log; default: cli:<your user name>, as promote)")] = None,
+    assignments: Annotated[list[str] | None, typer.Option("--set", help=(
+        "a setting of the head the speculators format has no field for, KEY=VALUE (repeat; "
+        "ttt_steps, suffix_threshold, tree_nodes, tree_min_prob, tree_width), over the ones "
+        "autospec export stored or the defaults; tree_nodes=0 serves on vLLM"))] = None,
     database_url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -130,9 +134,10 @@ def import_(
     with _refusals():
         from autospec import store
         from autospec.engine.target import load_target
-        from autospec.interop.importer import ImportRefused, import_head
+        from autospec.interop.importer import ImportRefused, import_head, parse_settings
 
         store.check_actor(actor or cli_actor())  # before the target is loaded
+        settings = parse_settings(assignments or [])
         if not directory.is_dir():
             raise ImportRefused(f"{directory}: no such directory")
         if not (directory / "config.json").is_file():
@@ -140,7 +145,7 @@ def import_(
         db = store.open_store(database_url, upgrade="create")
         model = load_target(_target(db, target), dtype="float32")
         done = import_head(directory, target=model, engine=db, name=name,
-                           actor=actor or cli_actor())
+                           actor=actor or cli_actor(), settings=settings)
     if as_json:
         out.print_json(json.dumps({"version": done.version, "artifact": str(done.artifact),
                                    "sha256": done.sha256, "source": done.source,

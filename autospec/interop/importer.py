@@ -6,7 +6,11 @@ written by ``autospec export`` is verified), converts them
 (:func:`autospec.speculators.speculators_format.from_speculators`), and checks them against
 the target: hidden size, vocabulary, aux layer ids, the verifier's architecture, and the
 head's own embedding table if it ships one (autospec heads use the target's). A sidecar
-``suffix-index/`` written by ``autospec export`` comes back as the head's suffix index.
+``suffix-index/`` written by ``autospec export`` comes back as the head's suffix index, and
+the export's ``autospec-settings.json`` as the head's own settings (tree drafting, the index
+threshold...: the format has no field for them). A head from elsewhere has no such file and
+gets the config's defaults; ``settings`` (``autospec import --set``) override either, e.g.
+``tree_nodes=0`` for a head vLLM can serve.
 
 The head is then built and loaded as an :class:`~autospec.speculators.eagle3.Eagle3Speculator`
 (so it serves and warm-starts training like a trained one), saved as an autospec artifact
@@ -22,6 +26,7 @@ import logging
 import re
 import shutil
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,8 +44,9 @@ from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.config import SuffixConfig
 from autospec.speculators.eagle3 import KIND as EAGLE3
 from autospec.speculators.eagle3 import Eagle3Speculator
-from autospec.speculators.eagle3.export import SIDECAR_DIR
+from autospec.speculators.eagle3.export import SETTINGS, SETTINGS_FILE, SIDECAR_DIR
 from autospec.speculators.files import refuse_pickles
+from autospec.speculators.overrides import FIXED, parse_overrides, validate_settings
 from autospec.speculators.speculators_format import FormatError, embed_table, from_speculators
 from autospec.speculators.suffix import SuffixSpeculator
 from autospec.store.artifacts import inside
@@ -48,6 +54,8 @@ from autospec.store.artifacts import inside
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the registry's rule, checked first
+#: the settings ``autospec import --set`` takes (the rest of the config is the head's layout)
+SETTABLE = tuple(n for n in SETTINGS if n not in FIXED)
 
 
 class ImportRefused(ValueError):
@@ -63,8 +71,15 @@ class Imported:
     details: dict[str, Any]
 
 
-def read_head(directory: str | Path, target: Target) -> Eagle3Speculator:
-    """The head in ``directory``, checked against ``target`` and loaded (nothing written)."""
+def parse_settings(assignments: list[str]) -> dict[str, Any]:
+    """``autospec import --set key=value`` → validated settings (keys among :data:`SETTABLE`)."""
+    return parse_overrides(EAGLE3.name, assignments, allowed=SETTABLE, error=ImportRefused)
+
+
+def read_head(directory: str | Path, target: Target,
+              settings: Mapping[str, Any] | None = None) -> Eagle3Speculator:
+    """The head in ``directory``, checked against ``target`` and loaded (nothing written);
+    ``settings`` (keys among :data:`SETTABLE`) override its stored ones or the defaults."""
     root = Path(directory)
     if not root.is_dir():
         raise ImportRefused(f"{root}: not a directory")
@@ -86,6 +101,9 @@ def read_head(directory: str | Path, target: Target) -> Eagle3Speculator:
             target_num_layers=info.num_layers)
     except (FormatError, pydantic.ValidationError) as exc:
         raise ImportRefused(f"{root}: {exc}") from None
+    given = validate_settings(EAGLE3.name, settings or {}, allowed=SETTABLE,
+                              error=ImportRefused, where="--set ")
+    config = config.model_copy(update={**_read_settings(root), **given})
     _check_embedding(embed_table(tensors), target, root)
     spec = Eagle3Speculator(config, target)
     spec.head.float()  # imported and stored at full precision, whatever the target's dtype
@@ -99,12 +117,13 @@ def read_head(directory: str | Path, target: Target) -> Eagle3Speculator:
 
 
 def import_head(directory: str | Path, *, target: Target, engine: Engine,
-                name: str | None = None, actor: str = "cli") -> Imported:
+                name: str | None = None, actor: str = "cli",
+                settings: Mapping[str, Any] | None = None) -> Imported:
     """Register the head in ``directory`` as a candidate version; see the module doc."""
     if name is not None and not _NAME.fullmatch(name):
         raise ImportRefused(f"invalid version name {name!r}: use 1-64 letters, digits, '.', "
                             f"'_' or '-', starting with a letter or digit")
-    spec = read_head(directory, target)
+    spec = read_head(directory, target, settings)
     source = str(Path(directory).resolve())
     root = get_settings().resolved_artifact_dir
     root.mkdir(parents=True, exist_ok=True)
@@ -116,7 +135,8 @@ def import_head(directory: str | Path, *, target: Target, engine: Engine,
     details = {"source": source, "draft_vocab_size": spec.config.draft_vocab_size,
                "feature_layers": list(spec.config.feature_layers),
                "norm_before_residual": spec.config.norm_before_residual,
-               "suffix_tokens": spec.config.suffix_tokens}
+               "suffix_tokens": spec.config.suffix_tokens,
+               "settings": {n: getattr(spec.config, n) for n in SETTINGS}}
     try:
         sha = save_speculator(spec, tmp)
         with store.session_scope(engine) as session:
@@ -175,6 +195,19 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
         return safetensors.torch.load_file(str(path))
     except (safetensors.SafetensorError, OSError) as exc:
         raise ImportRefused(f"{path}: unreadable safetensors file ({exc})") from None
+
+
+def _read_settings(root: Path) -> dict[str, Any]:
+    """The head's own settings ``autospec export`` wrote (:data:`SETTINGS_FILE`); {} for a
+    head from elsewhere (it gets the config's defaults)."""
+    path = root / SETTINGS_FILE
+    if not path.exists():
+        return {}
+    data = _read_json(path)
+    if data.get("kind") != EAGLE3.name or not isinstance(data.get("settings"), dict):
+        raise ImportRefused(f'{path}: expected {{"kind": "eagle3", "settings": {{...}}}}')
+    return validate_settings(EAGLE3.name, data["settings"], allowed=SETTINGS,
+                             error=ImportRefused, where=f"{path}: ")
 
 
 def _check_verifier(data: dict[str, Any], target: Target) -> None:

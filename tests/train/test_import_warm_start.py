@@ -23,9 +23,12 @@ PUBLISHED = {"num_heads": 8, "num_kv_heads": 2, "intermediate_size": 48,
 
 
 def _published_head(tiny, path):  # type: ignore[no-untyped-def]
-    """A head as another trainer would publish it: speculators format, its own layout."""
+    """A head as another trainer would publish it: speculators format, its own layout, none
+    of autospec's settings (autospec-settings.json) nor manifest."""
     spec = new_speculator("eagle3", tiny, **PUBLISHED)
     export_speculator(spec, tiny, path, k=3)
+    (path / "autospec-settings.json").unlink()
+    (path / "manifest.json").unlink()
     return spec
 
 

@@ -4,7 +4,10 @@
 format (:mod:`autospec.speculators.speculators_format`); the head's traffic suffix index,
 if it has one, goes to the sidecar ``suffix-index/`` (its ``config.json`` and
 ``model.safetensors``) — a sub-directory, since vLLM loads every ``*.safetensors`` beside
-``config.json`` — for ``autospec import``. vLLM runs the head's plain chains:
+``config.json`` — for ``autospec import``; autospec's own settings of the head, which the
+format has no field for (:data:`SETTINGS`: tree drafting, the index threshold...), go to
+``autospec-settings.json`` beside ``config.json`` (vLLM does not read it), which ``autospec
+import`` restores. vLLM runs the head's plain chains:
 :func:`vllm_refusal` says why a head drafting trees or consulting its index cannot be
 served there (a candidate trained for vLLM is trained without both: ``KIND.vllm.overrides``).
 """
@@ -24,6 +27,12 @@ from autospec.speculators.speculators_format import TENSOR_NAMES, to_speculators
 
 #: the sub-directory of an export holding the head's suffix index
 SIDECAR_DIR = "suffix-index"
+#: the file of an export holding autospec's own settings of the head
+SETTINGS_FILE = "autospec-settings.json"
+#: the head's settings the speculators format has no field for (``suffix_tokens`` is the
+#: index's size, restored with the index)
+SETTINGS = ("ttt_steps", "suffix_threshold", "suffix_carried_tokens", "tree_nodes",
+            "tree_min_prob", "tree_width")
 
 
 def export_eagle3(spec: SavableSpeculator, target: Target, out: Path, k: int) -> Exported:
@@ -38,13 +47,16 @@ def export_eagle3(spec: SavableSpeculator, target: Target, out: Path, k: int) ->
                                      verifier_path=target_dir(target),
                                      verifier_architectures=architectures)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    settings = {n: getattr(spec.config, n) for n in SETTINGS}
+    (out / SETTINGS_FILE).write_text(json.dumps({"kind": spec.kind, "settings": settings},
+                                                indent=2, sort_keys=True) + "\n")
     save_tensors(tensors, out / WEIGHTS_FILE)
     renamed = {v: k_ for k_, v in TENSOR_NAMES.items()}
     renamed.update({"d2t": "d2t (as offsets)", "t2d": "d2t (as a mask)"})
     sums = {n: {"sha256": tensor_sha256(t), "from": renamed[n]} for n, t in tensors.items()}
     done = Exported(speculative_config={"method": "eagle3", "model": str(out),
                                         "num_speculative_tokens": k},
-                    files=["config.json", WEIGHTS_FILE], tensors=sums,
+                    files=["config.json", SETTINGS_FILE, WEIGHTS_FILE], tensors=sums,
                     notes=["vLLM drafts chains of k from the head alone; autospec's tree "
                            "drafting and traffic suffix index are not part of the format"])
     if index:
