@@ -18,6 +18,7 @@ always go back to it.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -67,9 +68,7 @@ def load_speculator_version(db: Engine | None, target: Target, version: str, *,
     except store.NotFound as exc:
         raise VersionLoadError(str(exc)) from None
     if pruned:
-        raise VersionLoadError(f"version {version!r} was pruned (`autospec versions prune` "
-                               f"deleted its artifact {pruned.get('at', '')}); it cannot be "
-                               f"loaded any more")
+        raise pruned_error(version, pruned)
     if target_id != target.info.target_id:
         raise VersionLoadError(f"version {version!r} is for target {target_id!r}, "
                                f"not {target.info.target_id!r}")
@@ -85,6 +84,13 @@ def load_speculator_version(db: Engine | None, target: Target, version: str, *,
         raise VersionLoadError(message, audited=True) from None
     except (SpeculatorLoadError, OSError, ValueError) as exc:
         raise VersionLoadError(f"version {version!r}: {exc}") from None
+
+
+def pruned_error(version: str, pruned: dict[str, Any]) -> VersionLoadError:
+    """The refusal of a version whose artifact ``autospec versions prune`` deleted."""
+    return VersionLoadError(f"version {version!r} was pruned (`autospec versions prune` "
+                            f"deleted its artifact {pruned.get('at', '')}); it cannot be "
+                            f"loaded any more")
 
 
 def _audit_mismatch(db: Engine, *, version: str, reason: str, actor: str,

@@ -102,14 +102,22 @@ def _target(db, target: str | None) -> str:  # type: ignore[no-untyped-def]
 
 
 def _source(db, version: str) -> dict:  # type: ignore[no-untyped-def]
+    """The version's provenance for the export's manifest; a pruned version, or an artifact
+    missing or without a readable manifest, is refused (VersionLoadError) naming it."""
     from autospec import artifacts, store
     from autospec.store.artifacts import local_path
+    from autospec.versions import VersionLoadError, pruned_error
 
     with store.session_scope(db, readonly=True) as session:
         row = store.get_speculator(session, version=version)
-        uri, sha = row.artifact_uri, row.sha256
+        uri, sha, pruned = row.artifact_uri, row.sha256, (row.meta or {}).get("pruned")
+    if pruned:
+        raise pruned_error(version, pruned)
     path = local_path(uri)
-    files = artifacts.read_manifest(path) if path is not None else {}
+    try:
+        files = artifacts.read_manifest(path) if path is not None else {}
+    except artifacts.ManifestError as exc:
+        raise VersionLoadError(f"version {version!r}: {exc}") from None
     return {"version": version, "artifact": uri, "sha256": sha, "files": files}
 
 
