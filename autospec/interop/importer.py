@@ -256,15 +256,32 @@ def _shaped(head: dict[str, torch.Tensor], spec: Eagle3Speculator) -> dict[str, 
     return head
 
 
+#: the tensors of a suffix index sidecar, each 1-D
+INDEX_TENSORS = ("tokens", "suffix_array")
+
+
 def _read_index(path: Path, target: Target) -> SuffixSpeculator:
+    """The suffix index in the sidecar ``path``; ImportRefused naming the file and what is
+    wrong with it."""
     try:
         data = json.loads((path / "config.json").read_text("utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ImportRefused(f"{path}: not a suffix index sidecar ({exc})") from None
+    if not isinstance(data, dict):
+        raise ImportRefused(f"{path / 'config.json'}: expected a JSON object (the suffix "
+                            f"index's config), got {type(data).__name__}")
+    tensors = _read_tensors(path / "model.safetensors")
+    missing = [n for n in INDEX_TENSORS if n not in tensors]
+    flat = [n for n in INDEX_TENSORS if n in tensors and tensors[n].dim() != 1]
+    if missing or flat:
+        raise ImportRefused(f"{path / 'model.safetensors'}: a suffix index needs 1-D tensors "
+                            f"{', '.join(INDEX_TENSORS)}; missing {missing}, not 1-D {flat}")
+    try:
         info = target.info
         config = SuffixConfig(**{**data, "target_id": info.target_id,
                                  "target_revision": info.revision})
         index = SuffixSpeculator(config, target)
-        index.load_tensors(_read_tensors(path / "model.safetensors"))
-    except (OSError, json.JSONDecodeError, pydantic.ValidationError, ValueError,
-            RuntimeError) as exc:
+        index.load_tensors(tensors)
+    except (pydantic.ValidationError, ValueError, RuntimeError) as exc:
         raise ImportRefused(f"{path}: not a suffix index sidecar ({exc})") from None
     return index

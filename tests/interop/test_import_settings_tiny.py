@@ -1,6 +1,7 @@
 """autospec's own settings of an eagle3 head (tree drafting, the index threshold...) survive
 ``autospec export`` → ``autospec import``; a head from elsewhere gets the defaults, or what
-``autospec import --set`` says (tiny random-init targets, CPU)."""
+``autospec import --set`` says; a malformed ``suffix-index/`` sidecar is refused naming the
+file (tiny random-init targets, CPU)."""
 
 from __future__ import annotations
 
@@ -101,3 +102,33 @@ def test_cli_import_set_refuses_a_bad_key_before_the_target_loads(sqlite_url, tm
     from autospec.interop.importer import SETTABLE
 
     assert all(name in helped.output for name in SETTABLE)
+
+
+@pytest.mark.parametrize(("damage", "words"), [
+    ("no tokens", r"model\.safetensors: a suffix index needs 1-D tensors tokens, "
+                  r"suffix_array; missing \['tokens'\]"),
+    ("2-D", r"model\.safetensors: .*not 1-D \['suffix_array'\]"),
+    ("config list", r"config\.json: expected a JSON object \(the suffix index's config\), "
+                    r"got list"),
+])
+def test_a_malformed_suffix_index_sidecar_is_refused_naming_the_file_tiny(
+        tiny, db, tmp_path, damage, words):
+    import safetensors.torch
+
+    spec = new_speculator("eagle3", tiny, draft_vocab_size=40)
+    spec.attach_suffix(suffix_from_documents(
+        index_config(spec.config), [([7, 8], [1, 2, 3, 4, 5, 1, 2, 3, 4, 6])] * 3, tiny))
+    export_speculator(spec, tiny, tmp_path / "x", k=4)
+    (tmp_path / "x/manifest.json").unlink()  # edited by hand
+    side = tmp_path / "x/suffix-index"
+    tensors = safetensors.torch.load_file(str(side / "model.safetensors"))
+    if damage == "config list":
+        (side / "config.json").write_text("[]")
+    elif damage == "no tokens":
+        safetensors.torch.save_file({"suffix_array": tensors["suffix_array"]},
+                                    str(side / "model.safetensors"))
+    else:
+        tensors["suffix_array"] = tensors["suffix_array"][None]
+        safetensors.torch.save_file(tensors, str(side / "model.safetensors"))
+    with pytest.raises(ImportRefused, match=words):
+        import_head(tmp_path / "x", target=tiny, engine=db, name="bad")
