@@ -276,9 +276,11 @@ async def _sse(server: LLMServer, prepared: Prepared, steps: AsyncIterable[list[
                 rest = text.finish(_text(server, item.result))
                 if rest:
                     yield chunk.event(DeltaMessage(content=rest) if chat else rest)
+                info = autospec_info(item)
                 yield chunk.event(DeltaMessage() if chat else "", item.result.finish_reason,
-                                  info=autospec_info(item),
-                                  usage=usage(item, prepared) if usage_chunk else None)
+                                  info=None if usage_chunk else info)
+                if usage_chunk:  # as OpenAI and vLLM: a last chunk of no choices, the usage
+                    yield chunk.event(None, info=info, usage=usage(item, prepared))
             else:
                 delta = text.push(item)
                 if delta:
@@ -294,20 +296,22 @@ class _ChunkMaker:
         self.rid, self.model, self.chat = rid, model, chat
         self.created = int(time.time())
 
-    def event(self, delta: DeltaMessage | str, finish_reason: str | None = None, *,
+    def event(self, delta: DeltaMessage | str | None, finish_reason: str | None = None, *,
               info: AutospecInfo | None = None, usage: Usage | None = None) -> str:
+        """A chunk of one choice carrying ``delta``; with ``delta`` None, one of no choices
+        (the usage chunk)."""
         if self.chat:
-            assert isinstance(delta, DeltaMessage)
+            assert delta is None or isinstance(delta, DeltaMessage)
             body: BaseModel = ChatCompletionChunk(
                 id=self.rid, created=self.created, model=self.model, usage=usage,
-                choices=[ChatChunkChoice(delta=delta, finish_reason=finish_reason)],
-                autospec=info)
+                choices=[] if delta is None else
+                [ChatChunkChoice(delta=delta, finish_reason=finish_reason)], autospec=info)
         else:
-            assert isinstance(delta, str)
+            assert delta is None or isinstance(delta, str)
             body = CompletionResponse(
                 id=self.rid, created=self.created, model=self.model, usage=usage,
-                choices=[CompletionChoice(text=delta, finish_reason=finish_reason)],
-                autospec=info)
+                choices=[] if delta is None else
+                [CompletionChoice(text=delta, finish_reason=finish_reason)], autospec=info)
         data = body.model_dump()
         for key in ("usage", "autospec"):  # only on the last chunk
             if data[key] is None:
