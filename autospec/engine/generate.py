@@ -118,8 +118,12 @@ class SpeculativeEngine:
             spec.begin(prompt, out.features)
         stats.ttft_s = time.perf_counter() - started
 
+        accepted: list[int] = []
         while True:
             new, finish = stopper.settle(out_ids, new)
+            if len(new) < len(accepted):  # EOS or a stop string among the accepted drafts:
+                # those after it were never emitted (nor scored by replay, on the logged ids)
+                stats.uncount_accepted(len(accepted), len(new))
             out_ids.extend(new)
             if new:
                 yield new

@@ -48,6 +48,14 @@ class RequestStats:
         for i in range(num_accepted):
             self.accepted_per_position[i] += 1
 
+    def uncount_accepted(self, counted: int, kept: int) -> None:
+        """The last step counted ``counted`` accepted drafts of which only the first ``kept``
+        were emitted (the output ended at one of them)."""
+        assert 0 <= kept <= counted <= len(self.accepted_per_position)
+        self.num_accepted_tokens -= counted - kept
+        for i in range(kept, counted):
+            self.accepted_per_position[i] -= 1
+
     @classmethod
     def merged(cls, parts: list[RequestStats]) -> RequestStats:
         """One request's figures over several sequences (``n > 1`` choices): counts summed

@@ -181,3 +181,18 @@ def test_penalties_count_what_came_before_each_row_only():
     assert out[1].tolist() == [0, 0, -2.5, -1.5, 0, 0]  # and draft 3 once
     assert out[2].tolist() == [0, 0, -3.5, -1.5, 0, 0]  # and draft 2 again
     assert penalized(logits, SamplingParams(), [1], [1, 1]) is logits
+
+
+def test_drafts_accepted_past_the_end_are_not_counted_tiny_random_init():
+    """EOS among a step's accepted drafts ends the output there: the drafts after it were
+    never emitted and replay (which scores the logged ids) does not count them, so the live
+    count must not either (live τ would read above the shadow τ it is compared with)."""
+    target = tiny_target(vocab_size=64, seed=0)
+    plain = _target_only(target, PROMPTS[0]).token_ids
+    end = next(j for j in (2, 3) if plain[j] not in plain[:j])  # inside step 1's 4 drafts
+    target.info = type(target.info)(**{**target.info.__dict__, "eos_token_ids": (plain[end],)})
+    res = SpeculativeEngine(target, OracleSpeculator(plain), 4).generate(
+        PROMPTS[0], SamplingParams(max_new_tokens=40))
+    assert res.token_ids == plain[: end + 1]
+    assert res.stats.num_drafts == 1 and res.stats.num_accepted_tokens == end
+    assert res.stats.accepted_per_position == [1] * end + [0] * (4 - end)
