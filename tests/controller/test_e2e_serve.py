@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -41,6 +42,17 @@ GREEDY = {"max_tokens": 16, "ignore_eos": True, "temperature": 0}
 def tiny_llm(tmp_path_factory: pytest.TempPathFactory) -> Target:
     directory = make_tokenizer_model_dir(tmp_path_factory.mktemp("tiny-llama"))
     return load_target(str(directory), dtype="float32", device="cpu")
+
+
+def _status(cli: Any) -> dict:  # type: ignore[type-arg]
+    """``autospec status --json``, failing with what it printed and raised."""
+    import json
+
+    from autospec.cli import app
+
+    res = cli.invoke(app, ["status", "--json"])
+    assert res.exit_code == 0, (res.output, repr(res.exception))
+    return json.loads(res.stdout)
 
 
 def _wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -135,9 +147,9 @@ def test_serve_and_controller_with_their_defaults_promoted_version_is_served_tin
             r = client.post("/v1/completions", json={"prompt": PROMPTS[0], **GREEDY})
             assert r.headers["x-autospec-speculator"] == promoted
 
-            status = json.loads(cli.invoke(app, ["status", "--json"]).stdout)
+            status = _status(cli)
             assert status["numerics"]["dtype"] == "bfloat16"
-            _wait_for(lambda: json.loads(cli.invoke(app, ["status", "--json"]).stdout)[
+            _wait_for(lambda: _status(cli)[
                 "served"] == {"versions": [promoted], "replicas": 1, "agrees": True})
     finally:
         server.close()
