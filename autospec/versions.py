@@ -50,11 +50,13 @@ class VersionLoadError(RuntimeError):
 
 
 def load_speculator_version(db: Engine | None, target: Target, version: str, *,
-                            actor: str = "autospec",
-                            deployment: str | None = None) -> tuple[str, Speculator]:
+                            actor: str = "autospec", deployment: str | None = None,
+                            float32: bool = False) -> tuple[str, Speculator]:
     """``(kind, speculator)`` for ``version``; :class:`VersionLoadError` if refused.
 
-    ``actor`` and ``deployment`` name who loaded it in the audit event of a mismatch.
+    ``actor`` and ``deployment`` name who loaded it in the audit event of a mismatch;
+    ``float32``: its weights in float32, the stored values exactly (a warm start; see
+    :func:`~autospec.speculators.checkpoint.load_speculator`).
     """
     if version == BUILTIN_VERSION:
         return "ngram", new_speculator("ngram", target)
@@ -76,7 +78,7 @@ def load_speculator_version(db: Engine | None, target: Target, version: str, *,
     if path is None:
         raise VersionLoadError(f"version {version!r}: artifact {uri} is not a local directory")
     try:
-        return kind, load_speculator(path, target, expected_sha256=sha)
+        return kind, load_speculator(path, target, expected_sha256=sha, float32=float32)
     except ArtifactMismatch as exc:
         message = f"version {version!r}: {exc}"
         _audit_mismatch(db, version=version, reason=message, actor=actor,

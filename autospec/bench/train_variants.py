@@ -142,8 +142,8 @@ def _train(name: str, plan: VariantPlan, engine: Engine, target: Target,
 
     started = time.perf_counter()
     data = _data(name, plan, engine, target)
-    incumbent = load_speculator(base.artifact, target) if name == "base+finetune" and base \
-        else None
+    incumbent = load_speculator(base.artifact, target, float32=True) \
+        if name == "base+finetune" and base else None
     request = replace(plan.template, from_scratch=incumbent is None)
     outcome = train_on(request, data, engine=engine, target=target,
                        parent=base.version if incumbent is not None and base else None,

@@ -77,11 +77,15 @@ class ArtifactMismatch(SpeculatorLoadError):
 
 
 def load_speculator(directory: str | Path, target: Target, *,
-                    expected_sha256: str | None = None) -> SavableSpeculator:
+                    expected_sha256: str | None = None,
+                    float32: bool = False) -> SavableSpeculator:
     """Load a verified speculator for ``target``; :class:`SpeculatorLoadError` if refused.
 
     ``expected_sha256``: the artifact SHA-256 the registry recorded; an artifact whose own
     (consistent) manifest names another is refused with :class:`ArtifactMismatch`.
+    ``float32``: hold the weights in float32 (:meth:`SavableSpeculator.hold_float32`), so
+    they are the stored values exactly (a warm start), not their rounding to the target's
+    dtype.
     """
     root = Path(directory)
     if not root.is_dir():
@@ -102,6 +106,8 @@ def load_speculator(directory: str | Path, target: Target, *,
         spec = build_speculator(config, target)
     except ValueError as exc:
         raise SpeculatorLoadError(f"{root}: config does not fit the target: {exc}") from exc
+    if float32:
+        spec.hold_float32()
     _load_weights(spec, root / WEIGHTS_FILE)
     log.info("loaded %s speculator from %s (sha256 %s)", config.kind, root, digest[:12])
     return spec

@@ -63,3 +63,9 @@ class SavableSpeculator(Speculator):
     @abc.abstractmethod
     def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Take the stored tensors back (names and shapes already checked)."""
+
+    def hold_float32(self) -> None:
+        """Hold the weights in float32 from now on, not in the target's dtype they are built
+        in: training starts from them, and the stored (float32) tensors of a version loaded
+        to warm-start from are then kept exactly, not rounded to bfloat16. Nothing to do for
+        a kind without layers."""

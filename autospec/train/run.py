@@ -240,9 +240,10 @@ def _load_incumbent(engine: Engine, version: str, target: Target,
         raise IncumbentMismatch(
             f"incumbent {version} was built for target {target_id!r} (revision {revision}), "
             f"not {info.target_id!r} (revision {info.revision}); train with --from-scratch")
-    try:  # the shared loader: checksums, the registered SHA-256 (audited), the target
+    try:  # the shared loader: checksums, the registered SHA-256 (audited), the target; in
+        # float32, so training starts from the stored weights, not their bfloat16 rounding
         kind, spec = load_speculator_version(engine, target, version, actor="train",
-                                              deployment=deployment)
+                                              deployment=deployment, float32=True)
     except VersionLoadError as exc:
         raise IncumbentMismatch(f"cannot warm-start from {version}: {exc}") from exc
     assert isinstance(spec, SavableSpeculator)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 
 import torch
+from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from autospec.engine.protocol import Proposal
@@ -142,6 +143,17 @@ class DraftSpeculator(SavableSpeculator):
         missing = [m for m in missing if m not in skip]
         if missing or unexpected:
             raise ValueError(f"draft weights: missing {missing}, unexpected {unexpected}")
+
+    def hold_float32(self) -> None:
+        """Float32 throughout, on frozen float32 *copies* of the borrowed target tensors:
+        ``model.float()`` converts parameters in place, and the draft's embedding and LM
+        head are the target's own Parameters (casting them would change the target's)."""
+        model = self.model
+        if self.config.share_target_embeddings:
+            for owner in (model.model.embed_tokens, model.lm_head):
+                owner.weight = nn.Parameter(owner.weight.detach().float().clone(),
+                                            requires_grad=False)
+        model.float()
 
     def to(self, device: torch.device | str) -> DraftSpeculator:
         self.model.to(device)

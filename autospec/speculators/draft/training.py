@@ -86,7 +86,7 @@ class DraftRecipe:
     def prepare(self, spec: SavableSpeculator, train: list[TrainSequence], target: Target,
                 incumbent: SavableSpeculator | None) -> dict[str, Any]:
         assert isinstance(spec, DraftSpeculator)
-        _unshare_for_training(spec)
+        spec.hold_float32()  # train in float32
         if incumbent is None:
             return {"init": "target-layers", "copied_layers": init_draft_from_target(spec, target)}
         if not isinstance(incumbent, DraftSpeculator) or arch_fields(incumbent.config) != \
@@ -134,19 +134,6 @@ class DraftRecipe:
     def adopt_base(self, spec: SavableSpeculator) -> None:
         """Nothing to update: a base draft warm-starts as it is."""
 
-
-def _unshare_for_training(spec: DraftSpeculator) -> None:
-    """Train in float32 on frozen float32 *copies* of the borrowed target tensors.
-
-    ``model.float()`` converts parameters in place, and the draft's embedding and LM head
-    are the target's own Parameters: casting them would change the target's dtype.
-    """
-    model = spec.model
-    if spec.config.share_target_embeddings:
-        for owner in (model.model.embed_tokens, model.lm_head):
-            owner.weight = nn.Parameter(owner.weight.detach().float().clone(),
-                                        requires_grad=False)
-    model.float()
 
 
 @torch.no_grad()

@@ -256,6 +256,12 @@ class Eagle3Speculator(SavableSpeculator):
         self.head.load_state_dict({**tensors, "d2t": self.head.d2t}, strict=True)
         self.head.set_draft_vocab(d2t.long())
 
+    def hold_float32(self) -> None:
+        table = self.head.embed_weight
+        self.head.float()
+        self.head.embed_weight = table  # still the target's table (``embed`` casts its rows)
+        self._reset()  # the KV cache in the head's dtype
+
     def to(self, device: torch.device | str) -> Eagle3Speculator:
         self.head.to(device)
         self.device = torch.device(device)
