@@ -106,7 +106,7 @@ def read_head(directory: str | Path, target: Target,
     config = config.model_copy(update={**_read_settings(root), **given})
     _check_embedding(embed_table(tensors), target, root)
     spec = Eagle3Speculator(config, target)
-    spec.head.float()  # imported and stored at full precision, whatever the target's dtype
+    spec.hold_float32()  # imported and stored at full precision, whatever the target's dtype
     try:
         spec.load_tensors(_shaped(head, spec))
     except (ValueError, RuntimeError) as exc:

@@ -180,7 +180,7 @@ class Eagle3Recipe:
     def prepare(self, spec: SavableSpeculator, train: list[TrainSequence], target: Target,
                 incumbent: SavableSpeculator | None) -> dict[str, Any]:
         assert isinstance(spec, Eagle3Speculator)
-        spec.head.float()
+        spec.hold_float32()  # train in float32 (the target's embedding table stays shared)
         cfg = spec.config
         counts = token_counts(train, cfg.target_vocab_size)
         d2t = build_draft_vocab(vocab_rank(counts, incumbent_d2t(incumbent)), cfg.draft_vocab_size,
