@@ -75,8 +75,7 @@ def check_incumbent(session: Session, *, deployment: str, incumbent: str) -> Non
     read under the pointer lock until the transaction ends, still names ``incumbent`` (no
     pointer: the built-in version), the version a cycle's candidates were evaluated against."""
     lock_pointers(session)
-    pointer = store.get_live(session, deployment=deployment)
-    now = pointer.version if pointer is not None else BUILTIN_VERSION
+    now = store.serving_version(session, deployment=deployment) or BUILTIN_VERSION
     if now != incumbent:
         raise CycleFailed(f"the live pointer moved from {incumbent} to {now} during the cycle "
                           f"(its candidates were evaluated against {incumbent}); none was "
@@ -144,7 +143,7 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
         own = store.get_live(session, deployment=deployment, segment=segment)
         current = store.serving_version(session, deployment=deployment, segment=segment) \
             or BUILTIN_VERSION
-        where = f"deployment {deployment}" + (f", segment {segment}" if segment else "")
+        where = _where(deployment, segment).rstrip(",")
         if (own.version if own else current if segment is None else None) == version:
             raise _refused(f"{version} is already live for {where}")
         if own is None and current == version:  # a segment drafted by the deployment's
@@ -235,7 +234,7 @@ def rollback_version(engine: Engine, *, actor: str, reason: str, deployment: str
     ``force``."""
     with store.session_scope(engine) as session:
         pointer = store.get_live(session, deployment=deployment, segment=segment)
-        where = f"deployment {deployment}" + (f", segment {segment}," if segment else "")
+        where = _where(deployment, segment)
         if pointer is None or pointer.previous_version is None:
             raise _refused(f"{where} has no previous version to roll back to")
         canary = None if force else _canary_rollback(session, pointer, deployment, segment)
@@ -265,6 +264,12 @@ def _canary_rollback(session: Session, pointer: Any, deployment: str,
     return move
 
 
+def _where(deployment: str, segment: str | None) -> str:
+    """A pointer as messages name it mid-sentence: ``deployment D`` or ``deployment D,
+    segment S,``."""
+    return f"deployment {deployment}" + (f", segment {segment}," if segment else "")
+
+
 @contextmanager
 def _moved_meanwhile(session: Session, deployment: str, segment: str | None, read: str,
                      doing: str) -> Iterator[None]:
@@ -278,7 +283,7 @@ def _moved_meanwhile(session: Session, deployment: str, segment: str | None, rea
         now = pointer.version if pointer is not None else BUILTIN_VERSION
         if now == read:
             raise
-        where = f"deployment {deployment}" + (f", segment {segment}," if segment else "")
+        where = _where(deployment, segment)
         raise store.Conflict(f"the live pointer of {where} moved from {read} to {now} while "
                              f"{doing} (another promotion or rollback committed meanwhile); "
                              "nothing was moved: run it again") from None
