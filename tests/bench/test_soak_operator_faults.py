@@ -76,20 +76,26 @@ def _operator(view: _Pointers, controller_promotes: str | None):
     return run_cli
 
 
-@pytest.mark.parametrize("controller_promotes", [None, "suffix-0003"])
-def test_a_segment_unpin_is_followed_even_when_the_controller_moves_the_deployment(
-        monkeypatch: pytest.MonkeyPatch, controller_promotes: str | None) -> None:
-    view = _Pointers()
-    replicas = _Replicas(view)
+def _segment_fault(view: _Pointers, replicas: _Replicas, run_cli: Any, seconds: float) -> Any:
+    """The segment operator fault run against ``replicas`` (answering json requests as they
+    go), with ``run_cli`` for the CLI, ``seconds`` of traffic left."""
     replicas.thread.start()
-    monkeypatch.setattr(operator_faults.procs, "run_cli", _operator(view, controller_promotes))
-    monkeypatch.setattr(operator_faults, "SEGMENT_WINDOW_S", 1.0)
     time.sleep(0.2)
-    ctx = SimpleNamespace(view=view, load=replicas, env={}, deadline=time.time() + 10)
+    ctx = SimpleNamespace(view=view, load=replicas, env={}, deadline=time.time() + seconds)
     try:
-        rec = operator_faults.operator_segment_promote_rollback(ctx)  # type: ignore[arg-type]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(operator_faults, "SEGMENT_WINDOW_S", 1.0)
+            mp.setattr(operator_faults.procs, "run_cli", run_cli)
+            return operator_faults.operator_segment_promote_rollback(ctx)  # type: ignore[arg-type]
     finally:
         replicas.stop.set()
+
+
+@pytest.mark.parametrize("controller_promotes", [None, "suffix-0003"])
+def test_a_segment_unpin_is_followed_even_when_the_controller_moves_the_deployment(
+        controller_promotes: str | None) -> None:
+    view = _Pointers()
+    rec = _segment_fault(view, _Replicas(view), _operator(view, controller_promotes), 10)
     assert rec.ok, rec.detail
     after = rec.detail[-1]
     assert after.startswith("served on json after the rollback: "
@@ -102,21 +108,11 @@ def test_a_segment_whose_responses_never_follow_the_move_fails() -> None:
     operator's promotion are not ok."""
     view = _Pointers()
     stuck = SimpleNamespace(current=lambda: "eagle3-0001")
-    replicas = _Replicas(stuck)  # type: ignore[arg-type]
-    replicas.thread.start()
 
     def run_cli(args: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         view.json = args[1] if args[0] == "promote" else None
         return subprocess.CompletedProcess(args, 0, "", "")
-    time.sleep(0.2)
-    ctx = SimpleNamespace(view=view, load=replicas, env={}, deadline=time.time() + 2)
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(operator_faults, "SEGMENT_WINDOW_S", 1.0)
-            mp.setattr(operator_faults.procs, "run_cli", run_cli)
-            rec = operator_faults.operator_segment_promote_rollback(ctx)  # type: ignore[arg-type]
-    finally:
-        replicas.stop.set()
+    rec = _segment_fault(view, _Replicas(stuck), run_cli, 2)  # type: ignore[arg-type]
     assert not rec.ok and "served on json: never" in rec.detail[1], rec.detail
 
 
@@ -139,8 +135,6 @@ def test_a_segment_promotion_refused_as_the_controller_promotes_that_version_is_
     json``, the controller made V the deployment's version, so json already followed it and
     the CLI refused (exit 3). json's own pointer did not move: ok. Had it moved, not ok."""
     view = _Pointers()
-    replicas = _Replicas(view)
-    replicas.thread.start()
 
     def run_cli(args: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         view.deployment = args[1]  # the controller's cycle lands first
@@ -148,13 +142,5 @@ def test_a_segment_promotion_refused_as_the_controller_promotes_that_version_is_
             view.json = "eagle3-0001"
         return subprocess.CompletedProcess(args, 3, "", f"refused: {args[1]} already drafts "
                                            "segment json of deployment default")
-    time.sleep(0.2)
-    ctx = SimpleNamespace(view=view, load=replicas, env={}, deadline=time.time() + 10)
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(operator_faults, "SEGMENT_WINDOW_S", 1.0)
-            mp.setattr(operator_faults.procs, "run_cli", run_cli)
-            rec = operator_faults.operator_segment_promote_rollback(ctx)  # type: ignore[arg-type]
-    finally:
-        replicas.stop.set()
+    rec = _segment_fault(view, _Replicas(view), run_cli, 10)
     assert rec.ok is not json_moved, rec.detail

@@ -44,14 +44,16 @@ def _live(engine) -> str:  # type: ignore[no-untyped-def]
         return store.get_live(s).version  # type: ignore[union-attr]
 
 
-def test_a_promotion_after_a_controllers_move_is_not_made(engine, moved, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    real = operations.ensure_pointer
-
+def _after(moved, real):  # type: ignore[no-untyped-def]
+    """``real``, called once the controller's move (``moved``) has landed in its session."""
     def racing(session, **kw):  # type: ignore[no-untyped-def]
         moved(session)
         return real(session, **kw)
+    return racing
 
-    monkeypatch.setattr(operations, "ensure_pointer", racing)
+
+def test_a_promotion_after_a_controllers_move_is_not_made(engine, moved, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(operations, "ensure_pointer", _after(moved, operations.ensure_pointer))
     result = runner.invoke(app, ["promote", "V"])
     assert result.exit_code == 2, result.output
     assert "moved from A to B while promoting V" in _line(result.output)
@@ -60,13 +62,7 @@ def test_a_promotion_after_a_controllers_move_is_not_made(engine, moved, monkeyp
 
 
 def test_a_rollback_after_a_controllers_move_is_not_made(engine, moved, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    real = store.rollback
-
-    def racing(session, **kw):  # type: ignore[no-untyped-def]
-        moved(session)
-        return real(session, **kw)
-
-    monkeypatch.setattr(store, "rollback", racing)
+    monkeypatch.setattr(store, "rollback", _after(moved, store.rollback))
     result = runner.invoke(app, ["rollback"])
     assert result.exit_code == 2, result.output
     assert "moved from A to B while rolling it back" in _line(result.output)
