@@ -21,7 +21,7 @@ from autospec.demo.plan import DemoPlan
 from autospec.demo.record import PhaseFigures, Reporter, Sample, SegmentFigures, Timeline, fmt
 from autospec.demo.serving import DEPLOYMENT
 from autospec.engine.stats import tau
-from autospec.loadgen.client import Driver, Result
+from autospec.loadgen.client import Driver, Result, decode_rate
 from autospec.loadgen.runner import tau as tau_of
 from autospec.loadgen.source import DomainSource, Prompt
 
@@ -121,9 +121,9 @@ def segment_figures(results: list[Result],
 
 
 def rate(results: list[Result]) -> float | None:
-    """Output tokens per second of request time."""
-    busy = sum(r.latency_s for r in results)
-    return sum(r.completion_tokens for r in results) / busy if busy > 0 else None
+    """Output tokens per second after the first token (the demo streams its requests:
+    :func:`~autospec.loadgen.client.decode_rate`), as the gate's rounds time decodes."""
+    return decode_rate(results)
 
 
 def shadow_tau(store_engine: Any, target: Any, plan: DemoPlan, phase: PhaseFigures, n: int,

@@ -67,7 +67,8 @@ def start_serving(plan: DemoPlan, *, data_dir: Path, target: str, dtype: str,
                                                  "log_traffic": False})):
         serve.run(build_app({**common, **extra}), name=name, route_prefix=f"/{name}")
     kw: dict[str, Any] = {"max_tokens": plan.max_tokens, "temperature": 0.0,
-                          "timeout_s": 600.0, "model": "demo"}
+                          "timeout_s": 600.0, "model": "demo",
+                          "stream": True}  # time to first token: rates after it (phases.rate)
     return Apps(base_url, Driver(f"{base_url}/live", **kw), Driver(f"{base_url}/target", **kw))
 
 

@@ -5,9 +5,9 @@ For every promotion the demo saw, the speedup over target-only the gate ranked i
 of ratios; ``estimated``: the cost model) beside the speedup the next phase served by that
 version **realised** (live tokens/s over target-only tokens/s on the same prompts, sent
 back to back). ``within`` is whether the gate's figure (measured where there is one) is
-within ``TOLERANCE`` of the realised one — the issue's "within 25 %". The realised figure
-is whole requests' time over HTTP, prefill included, where the gate's is after the first
-token: prefill pulls the realised figure toward 1 (docs/demo.md).
+within ``TOLERANCE`` of the realised one — the issue's "within 25 %". Both are rates after
+the first token: the demo streams its requests and times each from its first output text
+(:func:`autospec.demo.phases.rate`), so prefill and queueing weigh on neither.
 """
 
 from __future__ import annotations

@@ -57,6 +57,9 @@ def loadgen(
     json_path: Annotated[Path | None, json_file_option("write the summary here (a JSON file)")
                          ] = None,
     per_request: Annotated[bool, typer.Option(help="with --json: include every request")] = False,
+    stream: Annotated[bool, typer.Option(
+        help="stream each request (stream_options.include_usage) and report the time to "
+        "first token and output tokens/s after it")] = False,
 ) -> None:
     """Send OpenAI API traffic of chosen domains to a deployment and summarise it."""
     from autospec.loadgen.client import Driver
@@ -78,7 +81,7 @@ def loadgen(
     except (MixError, SourceError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     driver = Driver(url, model=model, max_tokens=max_tokens, temperature=temperature,
-                    timeout_s=timeout, api_key=api_key)
+                    timeout_s=timeout, api_key=api_key, stream=stream)
     _check_reachable(driver)
     what = f"replay of {replay}" if replay else plan.describe()
     typer.echo(f"loadgen → {driver.url} ({driver.model}): {what}; concurrency {concurrency}, "
@@ -155,7 +158,10 @@ def _print(summary: dict[str, Any]) -> None:
         + (f": {summary['error_kinds']}" if summary["errors"] else "") + f") in "
         f"{summary['wall_s']:.1f}s — {summary['requests_per_s']:.2f} req/s, "
         f"{summary['tokens_per_s']:.1f} output tokens/s, p50 {_fmt(summary['p50_ms'], '.0f')} "
-        f"ms, p99 {_fmt(summary['p99_ms'], '.0f')} ms, τ {_fmt(summary['tau'])}")
+        f"ms, p99 {_fmt(summary['p99_ms'], '.0f')} ms, τ {_fmt(summary['tau'])}"
+        + ("" if summary["ttft_p50_ms"] is None else
+           f"; streamed: time to first token p50 {summary['ttft_p50_ms']:.0f} ms, "
+           f"{_fmt(summary['decode_tokens_per_s'], '.1f')} tokens/s per request after it"))
     for key, title in (("by_version", "speculator version"), ("by_segment", "segment")):
         table = Table(title=f"by {title}")
         for col in (title, "requests", "τ", "p50 ms", "output tokens"):

@@ -9,6 +9,10 @@ It sends ``api_key`` (default ``AUTOSPEC_API_KEY``) as the Bearer token. The ver
 read from the ``x-autospec-speculator`` header and the replica that
 answered from ``x-autospec-replica``. Errors are returned
 as results (``ok=False``), never raised.
+
+With ``stream=True`` each request is streamed (``stream_options.include_usage``) and the
+result carries the **time to first token** (``ttft_s``: the first chunk with output text),
+so a rate can leave prefill and queueing out: :func:`decode_rate`.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Result:
     tau: float | None = None
     text: str | None = None
     replica: str | None = None  # x-autospec-replica: id=...; app=...; node=...; host=...
+    ttft_s: float | None = None  # streamed requests: seconds to the first output text
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,7 +61,8 @@ class Driver:
 
     def __init__(self, url: str, *, model: str | None = None, max_tokens: int = 64,
                  temperature: float = 0.0, timeout_s: float = 300.0,
-                 api_key: str | None = None, keep_text: bool = False) -> None:
+                 api_key: str | None = None, keep_text: bool = False,
+                 stream: bool = False) -> None:
         from openai import OpenAI
 
         from autospec.settings import api_key as configured_key
@@ -67,6 +73,7 @@ class Driver:
         self.client = OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0,
                              timeout=timeout_s)
         self.max_tokens, self.temperature, self.keep_text = max_tokens, temperature, keep_text
+        self.stream = stream
         self._model = model
 
     @property
@@ -86,15 +93,21 @@ class Driver:
         params = {"max_tokens": self.max_tokens, "temperature": self.temperature,
                   **prompt.overrides}
         headers = {SEGMENT_HEADER: prompt.segment}
-        started = time.perf_counter()
+        if self.stream:
+            params.update(stream=True, stream_options={"include_usage": True})
+        started, ttft = time.perf_counter(), None
         try:
             raw, body = self._create(prompt, params, headers)
+            if self.stream:
+                body, ttft = _collect(body, started)
         except openai.OpenAIError as exc:
             return Result(index, prompt.segment, start_s, time.perf_counter() - started,
                           ok=False, error=_describe(exc))
         latency = time.perf_counter() - started
-        return _result(index, prompt.segment, start_s, latency, raw.headers, body,
-                       self.keep_text)
+        result = _result(index, prompt.segment, start_s, latency, raw.headers, body,
+                         self.keep_text)
+        result.ttft_s = ttft
+        return result
 
     def _create(self, prompt: Prompt, params: dict[str, Any],
                 headers: dict[str, str]) -> tuple[Any, Any]:
@@ -106,6 +119,52 @@ class Driver:
             raw = self.client.completions.with_raw_response.create(
                 model=self.model, prompt=prompt.prompt or "", extra_headers=headers, **params)
         return raw, raw.parse()
+
+
+class _Streamed:
+    """A streamed answer gathered into the fields :func:`_result` reads of a whole one."""
+
+    def __init__(self) -> None:
+        self.usage: Any = None
+        self.model_extra: dict[str, Any] = {}
+        self.choices: list[Any] = []
+        self.text: list[str] = []
+
+
+def _collect(chunks: Any, started: float) -> tuple[_Streamed, float | None]:
+    """Read a stream to its end: the gathered answer and the seconds to its first text."""
+    out, ttft = _Streamed(), None
+    for chunk in chunks:
+        out.usage = chunk.usage or out.usage
+        out.model_extra.update(chunk.model_extra or {})
+        for choice in chunk.choices[:1]:
+            delta = getattr(choice, "delta", None)
+            piece = getattr(delta, "content", None) if delta is not None else choice.text
+            if piece:
+                ttft = ttft if ttft is not None else time.perf_counter() - started
+                out.text.append(piece)
+    out.choices = [_Text("".join(out.text))]
+    return out, ttft
+
+
+@dataclass
+class _Text:
+    """A gathered choice: ``text``, as a completion's choice has it."""
+
+    text: str
+
+
+def decode_rate(results: list[Result]) -> float | None:
+    """Output tokens per second after each request's first token (prefill and queueing
+    left out, as the gate's rounds compare rates), over ``results`` that all have
+    ``ttft_s``; else tokens per second of whole requests."""
+    if results and all(r.ttft_s is not None for r in results):
+        busy = sum(r.latency_s - (r.ttft_s or 0.0) for r in results)
+        tokens = sum(max(r.completion_tokens - 1, 0) for r in results)
+    else:
+        busy = sum(r.latency_s for r in results)
+        tokens = sum(r.completion_tokens for r in results)
+    return tokens / busy if busy > 0 else None
 
 
 def _describe(exc: Exception) -> str:

@@ -9,9 +9,11 @@ flight). The run stops by itself when ``requests`` have been started or ``durati
 passed (requests in flight finish), or when ``stop`` is set (Ctrl-C in the CLI).
 
 :func:`summarize` turns results into the figures the CLI prints: requests, errors, req/s,
-latency p50/p99, output tokens/s, and τ (:func:`autospec.engine.stats.tau` over the
-requests' summed counts: mean accepted + 1 per verification step, bonus included; None
-where no request had a step) — overall, per version and per segment.
+latency p50/p99, output tokens/s (streamed requests: time to first token p50 and each
+request's tokens/s after it, :func:`~autospec.loadgen.client.decode_rate`), and τ
+(:func:`autospec.engine.stats.tau` over the requests' summed counts: mean accepted + 1 per
+verification step, bonus included; None where no request had a step) — overall, per
+version and per segment.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autospec.engine import stats
-from autospec.loadgen.client import Driver, Result
+from autospec.loadgen.client import Driver, Result, decode_rate
 from autospec.loadgen.mix import Schedule
 from autospec.loadgen.source import Prompt
 
@@ -144,6 +146,7 @@ def summarize(results: list[Result], wall_s: float) -> dict[str, Any]:
         if not r.ok:
             errors[r.error or "error"] = errors.get(r.error or "error", 0) + 1
     tokens = sum(r.completion_tokens for r in ok)
+    ttft = [1e3 * r.ttft_s for r in ok if r.ttft_s is not None]
     return {
         "requests": len(results), "ok": len(ok), "errors": len(results) - len(ok),
         "error_kinds": errors, "wall_s": wall_s,
@@ -153,6 +156,8 @@ def summarize(results: list[Result], wall_s: float) -> dict[str, Any]:
         "completion_tokens": tokens,
         "tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
         "tau": tau(ok),
+        "ttft_p50_ms": statistics.median(ttft) if ttft else None,
+        "decode_tokens_per_s": decode_rate(ok) if ttft else None,
         "by_version": _group(ok, lambda r: r.version or "?"),
         "by_segment": _group(ok, lambda r: r.segment),
     }
