@@ -75,7 +75,8 @@ def _start(target: Target, version: str, kind: str | None, spec: Any, out: Path,
 
     config = None
     if kind is not None:
-        if (reason := vllm_refusal(kind, getattr(spec, "config", None))) is not None:
+        if (reason := vllm_refusal(kind, getattr(spec, "config", None),
+                                   target.info)) is not None:
             raise VllmSpeedError(f"version {version!r} cannot be measured on vLLM: {reason}")
         config = export_speculator(spec, target, out, k=k,
                                    source={"version": version}).speculative_config

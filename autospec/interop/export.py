@@ -12,7 +12,9 @@
   autospec's proposer (:mod:`autospec.interop.vllm_proposer`), which drafts what autospec's
   suffix speculator drafts.
 
-A kind without ``vllm`` support is refused (:class:`ExportError`). Every export writes
+A kind without ``vllm`` support is refused (:class:`ExportError`), and so is what vLLM would
+read otherwise than autospec (the kind's exporter says: an eagle3 head whose feature layers
+vLLM reads differently). Every export writes
 ``speculative_config.json`` (the JSON for vLLM's
 ``--speculative-config``) and ``manifest.json``: autospec's manifest format (per-file
 SHA-256 and the export's SHA-256) plus ``source`` (the version, the artifact's SHA-256 and
@@ -34,9 +36,9 @@ from autospec import artifacts
 from autospec.engine.target import Target
 from autospec.speculators import registry
 from autospec.speculators.common import SavableSpeculator
-from autospec.speculators.kind import target_dir
+from autospec.speculators.kind import ExportError, target_dir
 
-#: target_dir: the kinds' helper, re-exported for the vLLM callers
+#: ExportError, target_dir: the kinds' error and helper, re-exported for the vLLM callers
 __all__ = ["FORMATS", "SPEC_CONFIG_FILE", "ExportError", "ExportResult", "check_out_dir",
            "export_speculator", "target_dir"]
 
@@ -44,10 +46,6 @@ log = logging.getLogger(__name__)
 
 FORMATS = ("speculators",)
 SPEC_CONFIG_FILE = "speculative_config.json"
-
-
-class ExportError(ValueError):
-    """The speculator cannot be exported; the message says why."""
 
 
 @dataclass

@@ -156,7 +156,7 @@ class VllmVersionManager(VersionManager):
         (:mod:`autospec.engine.vllm.swap`), else in an engine of its own; every swap audited."""
         kind, spec = load_speculator_version(self.db, self.target, version, actor=self.actor,
                                              deployment=self.deployment)
-        reason = vllm_refusal(kind, getattr(spec, "config", None))
+        reason = vllm_refusal(kind, getattr(spec, "config", None), self.target.info)
         if reason is not None:
             raise VersionLoadError(f"version {version!r}: {reason}")
         started = time.perf_counter()
@@ -256,7 +256,7 @@ class VllmVersionManager(VersionManager):
                 f"version {version!r}: the deployment's version {current.name} is not a "
                 f"{kind} version, so its vLLM engine has no proposer to hold a segment's "
                 f"{kind} version")
-        reason = vllm_refusal(kind, getattr(spec, "config", None))
+        reason = vllm_refusal(kind, getattr(spec, "config", None), self.target.info)
         if reason is not None:
             raise VersionLoadError(f"version {version!r}: {reason}")
         started = time.perf_counter()

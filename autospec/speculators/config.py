@@ -119,14 +119,19 @@ def default_feature_layers(num_layers: int) -> tuple[int, int, int]:
     """Low, middle and high target layers, in the hidden-state index convention.
 
     Index 0 is the embedding output, ``i`` the output of decoder layer ``i``. As in
-    EAGLE-3: ``(2, N // 2, N - 3)``; targets shallower than 6 layers get
-    ``(1, N // 2, N - 1)`` so that the three stay ordered and inside the model.
+    EAGLE-3 (and vLLM's default): ``(2, N // 2, N - 3)`` from 7 layers; shallower targets
+    get ``(1, N // 2, N - 1)``, and 3 layers ``(0, 1, 2)``: always three strictly
+    increasing ids below ``N``, the only ones vLLM reads as autospec does
+    (:mod:`autospec.speculators.eagle3.export`). A 1- or 2-layer target has no three such
+    ids: it gets ``(1, 1, 1)``, which the native engine serves and vLLM refuses.
     """
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-    if num_layers >= 6:
+    if num_layers >= 7:
         return (2, num_layers // 2, num_layers - 3)
-    return (1, max(1, num_layers // 2), max(1, num_layers - 1))
+    if num_layers >= 4:
+        return (1, num_layers // 2, num_layers - 1)
+    return (0, 1, 2) if num_layers == 3 else (1, 1, 1)
 
 
 class Eagle3Config(_Transformer):

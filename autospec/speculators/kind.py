@@ -10,7 +10,8 @@ kind's name:
   :class:`~autospec.speculators.training.Recipe` and the default learning rate) or
   :class:`FitTraining` (built from the window's documents, no gradient);
 - ``vllm``: ``None`` (vLLM has no method for it), else :class:`VllmSupport` (the exporter
-  that writes it for vLLM, why a config cannot be served, the config overrides a
+  that writes it for vLLM, refusing with :class:`ExportError` what vLLM would misread; why
+  a config cannot be served on a target; the config overrides a
   vLLM-trained candidate gets, whether vLLM's proposer is seeded with the version's index);
 - ``bench_variants``: the variants ``autospec bench train`` measures of the kind.
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autospec.engine.info import TargetInfo
 from autospec.engine.target import Target
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.config import KindConfig
@@ -48,6 +50,10 @@ class FitTraining:
     fit: Callable[[Any, Documents, Target], tuple[SavableSpeculator, dict[str, Any]]]
 
 
+class ExportError(ValueError):
+    """The speculator cannot be exported; the message says why."""
+
+
 @dataclass
 class Exported:
     """What one exporter wrote: files (relative to ``out``), vLLM's config, notes."""
@@ -59,6 +65,7 @@ class Exported:
 
 
 #: ``export(spec, target, out, k)``: write ``spec`` for vLLM into the empty directory ``out``
+#: (:class:`ExportError` if vLLM would not run it as autospec does)
 Exporter = Callable[[SavableSpeculator, Target, Path, int], Exported]
 
 
@@ -68,8 +75,9 @@ class VllmSupport:
 
     method: str  # vLLM's speculative method (``speculative_config["method"]``)
     export: Exporter
-    #: why a config of the kind cannot be served on vLLM (None: it can); None: always can
-    refusal: Callable[[Any], str | None] | None = None
+    #: why a config of the kind cannot be served on vLLM for a target (None: it can); None:
+    #: always can
+    refusal: Callable[[Any, TargetInfo], str | None] | None = None
     #: config fields of a fresh candidate trained for a vLLM deployment (policy engine vllm)
     overrides: Mapping[str, Any] = field(default_factory=dict)
     #: vLLM's proposer starts empty: the version's index is loaded into the engine after it

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from autospec.engine.info import TargetInfo
     from autospec.engine.target import Target
     from autospec.speculators.common import SavableSpeculator
     from autospec.speculators.config import KindConfig
@@ -167,12 +168,13 @@ def new_speculator(name: str, target: Target, **overrides: Any) -> SavableSpecul
     return build_speculator(config, target)
 
 
-def vllm_refusal(name: str, config: Any) -> str | None:
-    """Why a ``name`` speculator with ``config`` cannot be served on vLLM (None: it can)."""
+def vllm_refusal(name: str, config: Any, info: TargetInfo) -> str | None:
+    """Why a ``name`` speculator with ``config`` cannot be served on vLLM for the target of
+    ``info`` (None: it can)."""
     entry = KINDS.get(name)
     if entry is None or entry.vllm is None:
         return f"a {name} version has no vLLM speculative method"
-    return entry.vllm.refusal(config) if entry.vllm.refusal is not None else None
+    return entry.vllm.refusal(config, info) if entry.vllm.refusal is not None else None
 
 
 def vllm_overrides(name: str) -> dict[str, Any]:

@@ -43,7 +43,8 @@ def test_export_import_keeps_every_setting_tiny(tiny, db, tmp_path, settings):
     ours, theirs = spec.config.model_dump(), again.config.model_dump()
     assert {k: (v, theirs[k]) for k, v in ours.items() if theirs[k] != v} == {}
     assert done.details["settings"]["tree_nodes"] == settings["tree_nodes"]
-    assert vllm_refusal("eagle3", again.config) == vllm_refusal("eagle3", spec.config)
+    assert vllm_refusal("eagle3", again.config, tiny.info) == \
+        vllm_refusal("eagle3", spec.config, tiny.info)
 
 
 def _foreign(tiny, root):  # type: ignore[no-untyped-def]
@@ -60,13 +61,13 @@ def test_a_foreign_head_gets_the_defaults_or_what_set_says_tiny(tiny, db, tmp_pa
     import_head(tmp_path / "x", target=tiny, engine=db, name="plain")
     _, plain = load_speculator_version(db, tiny, "plain")
     assert plain.config.tree_nodes == 16 and plain.config.suffix_threshold == 0.7
-    assert "tree_nodes=16" in (vllm_refusal("eagle3", plain.config) or "")
+    assert "tree_nodes=16" in (vllm_refusal("eagle3", plain.config, tiny.info) or "")
     settings = parse_settings(["tree_nodes=0", "suffix_threshold=null", "tree-width=2"])
     import_head(tmp_path / "x", target=tiny, engine=db, name="servable", settings=settings)
     _, served = load_speculator_version(db, tiny, "servable")
     assert (served.config.tree_nodes, served.config.suffix_threshold,
             served.config.tree_width) == (0, None, 2)
-    assert vllm_refusal("eagle3", served.config) is None
+    assert vllm_refusal("eagle3", served.config, tiny.info) is None
 
 
 def test_set_overrides_stored_settings_and_bad_ones_are_named_tiny(tiny, db, tmp_path):

@@ -27,6 +27,15 @@ def tiny_llm(tiny_model_dir: Path) -> Target:
     return load_target(str(tiny_model_dir), dtype="float32", device="cpu")
 
 
+@pytest.fixture(scope="session")
+def tiny_llm_4_layers(tmp_path_factory: pytest.TempPathFactory) -> Target:
+    """The tiny target with 4 layers, for eagle3 heads on vLLM: their default feature layers
+    on it, (1, 2, 3), are strictly increasing ids below its depth, the only ones vLLM reads
+    as autospec does; a 2-layer target has none, and vLLM serving and export refuse them."""
+    directory = make_tiny_model_dir(tmp_path_factory.mktemp("tiny-llama-4"), layers=4)
+    return load_target(str(directory), dtype="float32", device="cpu")
+
+
 @pytest.fixture
 def db(sqlite_url: str):  # type: ignore[no-untyped-def]
     engine = store.open_store(sqlite_url, upgrade=True)

@@ -34,6 +34,12 @@ from autospec.store.models import Request
 from .helpers import promote, register_artifact, wait_for_rows
 
 
+@pytest.fixture(scope="session")
+def tiny_llm(tiny_llm_4_layers):  # type: ignore[no-untyped-def]
+    """4 layers: eagle3 heads on vLLM need three distinct feature layers below the depth."""
+    return tiny_llm_4_layers
+
+
 @dataclass
 class FakeSpecMetrics:
     histogram: list[int]
@@ -437,13 +443,17 @@ def test_vllm_stats_count_the_steps_without_drafts_as_the_native_engine():
     assert stats.tau == 9 / 8
 
 
-def test_refusal_rules():
-    chain = SimpleNamespace(tree_nodes=0, suffix_threshold=0.7, suffix_tokens=0)
-    assert vllm_refusal("eagle3", chain) is None  # threshold without an index: head alone
-    indexed = SimpleNamespace(tree_nodes=0, suffix_threshold=0.7, suffix_tokens=100)
-    assert "suffix index" in vllm_refusal("eagle3", indexed)
-    assert vllm_refusal("draft", None) is None and vllm_refusal("ngram", None) is None
-    assert "no vLLM" in vllm_refusal("mystery", None)
+def test_refusal_rules(tiny_llm):
+    info = tiny_llm.info
+    chain = SimpleNamespace(tree_nodes=0, suffix_threshold=0.7, suffix_tokens=0,
+                            feature_layers=(1, 2, 3))
+    assert vllm_refusal("eagle3", chain, info) is None  # threshold, no index: head alone
+    indexed = SimpleNamespace(tree_nodes=0, suffix_threshold=0.7, suffix_tokens=100,
+                              feature_layers=(1, 2, 3))
+    assert "suffix index" in vllm_refusal("eagle3", indexed, info)
+    assert vllm_refusal("draft", None, info) is None
+    assert vllm_refusal("ngram", None, info) is None
+    assert "no vLLM" in vllm_refusal("mystery", None, info)
 
 
 def test_engine_vllm_without_vllm_installed_says_what_to_install(monkeypatch):

@@ -3,9 +3,17 @@ autospec exports for vLLM; tiny random-init heads built from the tiny target's c
 
 from __future__ import annotations
 
+import pytest
+
 from autospec.engine.vllm.swap import DraftShape, draft_shape, in_place_refusal
 from autospec.interop.export import export_speculator
 from autospec.speculators.registry import new_speculator
+
+
+@pytest.fixture(scope="session")
+def tiny_llm(tiny_llm_4_layers):  # type: ignore[no-untyped-def]
+    """4 layers: eagle3 heads on vLLM need three distinct feature layers below the depth."""
+    return tiny_llm_4_layers
 
 
 def _shape(tiny_llm, tmp_path, name, kind="eagle3", k=3, **overrides):  # type: ignore[no-untyped-def]

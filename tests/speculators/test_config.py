@@ -57,6 +57,17 @@ def test_default_feature_layers_like_eagle3() -> None:
     assert default_feature_layers(1) == (1, 1, 1)
 
 
+def test_default_feature_layers_are_strictly_increasing_below_the_depth() -> None:
+    """What vLLM reads as autospec does (it sorts and de-duplicates them); a target of 1 or
+    2 layers has no three such ids."""
+    for depth in range(3, 100):
+        low, mid, high = default_feature_layers(depth)
+        assert 0 <= low < mid < high < depth, depth
+    assert default_feature_layers(3) == (0, 1, 2)
+    assert default_feature_layers(6) == (1, 3, 5)  # was (2, 3, 3)
+    assert default_feature_layers(2) == (1, 1, 1)
+
+
 @pytest.mark.parametrize("cls", [NgramConfig, DraftConfig, Eagle3Config])
 def test_parse_config_round_trips_each_kind(tiny, cls) -> None:
     cfg = cls.for_target(tiny.info)

@@ -39,7 +39,7 @@ def test_each_declaration_names_its_own_config_and_speculator(name) -> None:
     assert entry.speculator.kind == name
 
 
-def test_how_each_kind_trains_and_serves_on_vllm() -> None:
+def test_how_each_kind_trains_and_serves_on_vllm(tiny) -> None:  # type: ignore[no-untyped-def]
     assert trainable_kinds() == ["suffix", "draft", "eagle3"]
     assert isinstance(kind("suffix").training, FitTraining)
     assert {n: kind(n).training.lr for n in ("draft", "eagle3")} == {"draft": 3e-4,
@@ -51,7 +51,8 @@ def test_how_each_kind_trains_and_serves_on_vllm() -> None:
     assert [n for n, k in KINDS.items() if k.vllm.seeded_with_index] == ["suffix"]
     assert vllm_overrides("eagle3") == {"tree_nodes": 0, "suffix_threshold": None}
     assert vllm_overrides("suffix") == {} and vllm_overrides("mystery") == {}
-    assert vllm_refusal("mystery", None) == "a mystery version has no vLLM speculative method"
+    assert vllm_refusal("mystery", None, tiny.info) == \
+        "a mystery version has no vLLM speculative method"
 
 
 def test_registered_adds_a_kind_for_the_block_only() -> None:

@@ -15,14 +15,17 @@ served there (a candidate trained for vLLM is trained without both: ``KIND.vllm.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from autospec.engine.info import TargetInfo
 from autospec.engine.target import Target
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.eagle3.speculator import SUFFIX_PREFIX, Eagle3Speculator
 from autospec.speculators.files import WEIGHTS_FILE, portable, save_tensors, tensor_sha256
-from autospec.speculators.kind import Exported, target_dir
+from autospec.speculators.kind import Exported, ExportError, target_dir
 from autospec.speculators.speculators_format import TENSOR_NAMES, to_speculators
 
 #: the sub-directory of an export holding the head's suffix index
@@ -38,6 +41,8 @@ SETTINGS = ("ttt_steps", "suffix_threshold", "suffix_carried_tokens", "tree_node
 def export_eagle3(spec: SavableSpeculator, target: Target, out: Path, k: int) -> Exported:
     """The head in the speculators format, its index in the sidecar; see the module doc."""
     assert isinstance(spec, Eagle3Speculator)
+    if (why := feature_layers_refusal(spec.config.feature_layers, target.info)) is not None:
+        raise ExportError(f"this eagle3 head cannot be exported for vLLM: {why}")
     state = {n: portable(t) for n, t in spec.state_tensors().items()}
     index = {n.removeprefix(SUFFIX_PREFIX): state.pop(n) for n in list(state)
              if n.startswith(SUFFIX_PREFIX)}
@@ -79,8 +84,25 @@ def _export_index(spec: Eagle3Speculator, index: dict[str, Any], out: Path,
                       f"{SIDECAR_DIR}/ for autospec import; vLLM does not read it")
 
 
-def vllm_refusal(config: Any) -> str | None:
-    """Why a head of ``config`` cannot be served on vLLM (None: it can)."""
+def feature_layers_refusal(layers: Sequence[int], info: TargetInfo) -> str | None:
+    """Why vLLM would feed a head of feature ``layers`` on the target of ``info`` other
+    hidden states than autospec does (None: the same ones); see the module doc."""
+    ids, depth = tuple(layers), info.num_layers
+    if all(a < b for a, b in pairwise(ids)) and all(0 <= i < depth for i in ids):
+        return None
+    fix = f"train it with --set feature_layers=[a, b, c], a < b < c < {depth}" \
+        if depth >= 3 else f"a {depth}-layer target has no three such ids: serve it natively"
+    return (f"its feature_layers {list(ids)} are not strictly increasing ids below the "
+            f"target's {depth} layers, and vLLM reads them sorted, de-duplicated and layer "
+            f"{depth} before the final norm (autospec: as given, after it), so it would feed "
+            f"the head other features; {fix}")
+
+
+def vllm_refusal(config: Any, info: TargetInfo) -> str | None:
+    """Why a head of ``config`` cannot be served on vLLM for the target of ``info`` (None:
+    it can)."""
+    if (why := feature_layers_refusal(config.feature_layers, info)) is not None:
+        return f"this eagle3 version cannot be served on vLLM: {why}"
     if getattr(config, "tree_nodes", 0):
         return (f"this eagle3 version drafts trees (tree_nodes={config.tree_nodes}); "
                 "vLLM drafts chains of k from the head: train it with tree_nodes 0")
