@@ -299,7 +299,9 @@ def _swap_across_a_request(server, db, version, during=lambda: None):  # type: i
         running = asyncio.ensure_future(_complete(server))
         await asyncio.sleep(0.1)
         promote(db, version)
+        deadline = time.monotonic() + 120  # a refused swap fails here, not by hanging
         while server.versions.current.name != version:
+            assert time.monotonic() < deadline, f"the replica never served {version}"
             await asyncio.sleep(0.02)
         during()
         return await running, await _complete(server)
