@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from autospec import store
 from autospec.controller import records
 from autospec.controller.result import CycleFailed
-from autospec.controller.segment_watch import newest_moves, vllm_segment_refusal
+from autospec.controller.segment_watch import newest_move, vllm_segment_refusal
 from autospec.controller.speedcheck import promotion_speeds
 from autospec.evaluate.gate import GatePolicy
 from autospec.store.models import BUILTIN_VERSION, Event
@@ -257,7 +257,7 @@ def _canary_rollback(session: Session, pointer: Any, deployment: str,
                      segment: str | None) -> Event | None:
     """The canary's rollback event that made ``pointer`` what it is (its newest move), or
     None when its newest move was anything else."""
-    move = newest_moves(session, deployment=deployment).get(segment)
+    move = newest_move(session, deployment=deployment, segment=segment)
     if (move is None or move.kind != "rollback" or (move.details or {}).get("type") != "canary"
             or move.version != pointer.version):
         return None

@@ -18,12 +18,17 @@ The controller keeps no state of its own: everything it must remember lives in t
   cycle ran on drift, written when it ended (one that found nothing to do writes none); the
   watch runs no other early cycle for ``drift.cooldown`` after it.
 
+Every read here selects notes by type, and by the details it needs, in SQL: what the
+controller must remember is found however many other events (other deployments', segments',
+failed cycles') came after it.
+
 Fresh traffic is counted by request id: usable requests (not opted out, with token ids)
 of the deployment with an id above the last consumed window's newest id.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,7 +40,6 @@ from autospec import store
 from autospec.store.models import Event, Request, Speculator, TrainingRun, utcnow
 
 CONSUMING = ("promoted", "rejected")
-_SCAN = 500  # newest note events scanned for cycle records
 
 
 def lease_name(deployment: str) -> str:
@@ -97,11 +101,21 @@ def note(session: Session, *, type_: str, actor: str, deployment: str, reason: s
                               details={"type": type_, **details})
 
 
-def notes(session: Session, *, deployment: str, type_: str,
-          limit: int = _SCAN) -> list[Event]:
-    """The deployment's notes of one type, newest first (among the newest ``limit`` notes)."""
-    events = store.list_events(session, kinds=["note"], deployment=deployment, limit=limit)
-    return [e for e in events if (e.details or {}).get("type") == type_]
+def notes(session: Session, *, deployment: str, type_: str, after: datetime | None = None,
+          limit: int | None = None, **match: str | Sequence[str]) -> list[Event]:
+    """The deployment's notes of one type, newest first: all of them (``limit``: the newest
+    that many), those created after ``after``, and each ``match`` key of their details equal
+    to its string (or one of its strings). Filtered in SQL, so a note is found however many
+    other events came after it."""
+    query = select(Event).where(Event.kind == "note", Event.deployment == deployment,
+                                Event.details["type"].as_string() == type_)
+    for key, wanted in match.items():
+        field = Event.details[key].as_string()
+        query = query.where(field == wanted if isinstance(wanted, str) else field.in_(wanted))
+    if after is not None:
+        query = query.where(Event.created_at > after)
+    query = query.order_by(Event.created_at.desc(), Event.id.desc())
+    return list(session.scalars(query if limit is None else query.limit(limit)))
 
 
 def has_canary_verdict(session: Session, *, deployment: str, move: Event) -> bool:
@@ -116,33 +130,32 @@ def has_canary_verdict(session: Session, *, deployment: str, move: Event) -> boo
 
 
 def cycles(session: Session, *, deployment: str, limit: int = 20) -> list[CycleRecord]:
-    """Recent cycles, newest first, each with its end record when it has one."""
-    events = store.list_events(session, kinds=["note"], deployment=deployment, limit=_SCAN)
-    ends = {e.details["cycle_id"]: e for e in events
-            if (e.details or {}).get("type") == "cycle"}
+    """The newest ``limit`` cycles, newest first, each with its end record when it has one
+    (the first written, should there be two)."""
+    starts = notes(session, deployment=deployment, type_="cycle_start", limit=limit)
+    ids = [e.details["cycle_id"] for e in starts]
+    ends = {e.details["cycle_id"]: e for e in notes(  # newest first: the oldest stays
+        session, deployment=deployment, type_="cycle", cycle_id=ids)} if ids else {}
     records = []
-    for e in events:
-        if (e.details or {}).get("type") != "cycle_start":
-            continue
+    for e in starts:
         end = ends.get(e.details["cycle_id"])
         records.append(CycleRecord(
             cycle_id=e.details["cycle_id"], started_at=e.created_at, start=e.details,
             end=end.details if end else None, ended_at=end.created_at if end else None,
             actor=e.actor))
-    return records[:limit]
+    return records
 
 
 def last_consumed_newest_id(session: Session, *, deployment: str) -> int:
     """The newest request id of the last window a cycle consumed (0: none yet)."""
-    for e in notes(session, deployment=deployment, type_="cycle"):
-        if e.details.get("outcome") in CONSUMING:
-            return int(e.details.get("newest_id") or 0)
+    for e in notes(session, deployment=deployment, type_="cycle", outcome=CONSUMING, limit=1):
+        return int(e.details.get("newest_id") or 0)
     return 0
 
 
 def window_done(session: Session, *, deployment: str, window_key: str) -> bool:
-    return any(e.details.get("window_key") == window_key and e.details.get("outcome") in CONSUMING
-               for e in notes(session, deployment=deployment, type_="cycle"))
+    return bool(notes(session, deployment=deployment, type_="cycle", window_key=window_key,
+                      outcome=CONSUMING, limit=1))
 
 
 def _usable(deployment: str):  # type: ignore[no-untyped-def]

@@ -30,25 +30,36 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from autospec import store
 from autospec.controller import records
 from autospec.controller.policy import Policy
 from autospec.speculators.registry import vllm_per_request
-from autospec.store.models import BUILTIN_VERSION
+from autospec.store.models import BUILTIN_VERSION, Event
 from autospec.store.queries import TauStat
 
 MOVES = ["promotion", "override", "rollback"]
-_SCAN = 500  # newest pointer moves scanned for a deployment's or its segments' canaries
 
 
-def newest_moves(session: Session, *, deployment: str) -> dict[str | None, Any]:
-    """The newest pointer move of the deployment (key None) and of each segment (its name)."""
-    newest: dict[str | None, Any] = {}
-    for event in store.list_events(session, kinds=MOVES, deployment=deployment, limit=_SCAN):
-        newest.setdefault((event.details or {}).get("segment"), event)
-    return newest
+def newest_move(session: Session, *, deployment: str, segment: str | None) -> Event | None:
+    """The newest move of the deployment's own pointer (``segment`` None) or of ``segment``'s,
+    found in SQL however many moves of other pointers came after it."""
+    named = Event.details["segment"].as_string()
+    return session.scalars(
+        select(Event).where(Event.kind.in_(MOVES), Event.deployment == deployment,
+                            named.is_(None) if segment is None else named == segment)
+        .order_by(Event.created_at.desc(), Event.id.desc()).limit(1)).first()
+
+
+def newest_moves(session: Session, *, deployment: str) -> dict[str | None, Event]:
+    """The newest pointer move of the deployment (key None) and of each segment that has a
+    pointer of its own (its name)."""
+    keys = [None, *(p.segment for p in store.list_segment_pointers(session,
+                                                                   deployment=deployment))]
+    moves = {key: newest_move(session, deployment=deployment, segment=key) for key in keys}
+    return {key: move for key, move in moves.items() if move is not None}
 
 
 def canary_open(session: Session, *, deployment: str, move: Any | None) -> bool:

@@ -230,8 +230,8 @@ class Watcher:
             if found is None:
                 return WatchResult("none", [quiet or ""], version)
             where = f" on segment {found.segment!r}" if found.segment else ""
-            recent = [e for e in records.notes(session, deployment=self.deployment,
-                                               type_="drift") if e.created_at > now - dp.cooldown]
+            recent = records.notes(session, deployment=self.deployment, type_="drift",
+                                   after=now - dp.cooldown, limit=1)
             if recent:
                 return WatchResult("none", [
                     f"drift seen (live τ of {found.version}{where} {found.live_tau:.3f} against "

@@ -150,7 +150,7 @@ def test_a_canary_verdict_stays_final_however_many_notes_follow_it(engine, tmp_p
         records.note(s, type_="canary", actor="controller", deployment="default",
                      version="new", promotion_event=pending_canary(
                          s, deployment="default").id, verdict="passed")
-        for i in range(records._SCAN + 20):  # rejected cycles' notes, newer than the verdict
+        for i in range(520):  # rejected cycles' notes, newer than the verdict (past 500)
             records.note(s, type_="cycle", actor="controller", deployment="default",
                          cycle_id=f"c{i}", outcome="rejected")
     with store.session_scope(engine, readonly=True) as s:
