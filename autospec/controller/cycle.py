@@ -5,7 +5,10 @@
 1. takes the deployment's lease (:mod:`autospec.controller.lease`); held by another
    controller → outcome ``busy``, nothing done;
 2. closes cycles a dead controller left unfinished (``interrupted``; their ``running``
-   training runs are closed ``failed``; their candidates stay unpromoted);
+   training runs are closed ``failed``; their candidates stay unpromoted). A cycle is closed
+   once (:func:`records.close_cycle`): a controller that lost its lease mid-cycle, and whose
+   cycle was closed so by the one that took the lease over, writes no second end when its
+   own cycle fails (its result says so);
 3. counts usable requests newer than the last consumed window; fewer than the policy's
    ``window.min_fresh_requests`` → ``nothing_to_do``;
 4. snapshots the window: the newest ``max_requests`` usable requests up to the newest one
@@ -47,7 +50,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 
 from autospec import numerics, store
-from autospec.controller import records, segment_promotion, timings
+from autospec.controller import records, recovery, segment_promotion, timings
 from autospec.controller.candidates import Candidate, best_candidate, check_evaluated, speed_text
 from autospec.controller.drills import hold_after_gate
 from autospec.controller.lease import HeldLease, LeaseLost, acquire_with_turn, holder_name
@@ -56,10 +59,8 @@ from autospec.controller.policy import Policy
 from autospec.controller.result import CycleFailed, CycleResult
 from autospec.engine.target import Target
 from autospec.numerics import NumericsMismatch
-from autospec.settings import get_settings
 from autospec.store.models import utcnow
 from autospec.threads import ThreadSetting, resolve_threads, torch_threads, within
-from autospec.train.partials import remove_partials
 from autospec.versions import BUILTIN_VERSION, VersionLoadError
 
 log = logging.getLogger(__name__)
@@ -150,34 +151,7 @@ class Controller:
     # -- recovery -----------------------------------------------------------------------
     def recover(self) -> list[str]:
         """Close cycles left unfinished by a dead controller (call while holding the lease)."""
-        closed = []
-        with store.session_scope(self.engine) as session:
-            for cyc in records.cycles(session, deployment=self.deployment):
-                if cyc.end is None:
-                    self._close_interrupted(session, cyc)
-                    closed.append(cyc.cycle_id)
-        return closed
-
-    def _close_interrupted(self, session, cyc: records.CycleRecord) -> None:  # type: ignore[no-untyped-def]
-        runs = records.runs_of(session, cyc)
-        for run in (r for r in runs if r.status == "running"):
-            store.finish_training_run(session, run_id=run.id, status="failed",
-                                      error=f"interrupted: cycle {cyc.cycle_id} died")
-            for path in remove_partials(get_settings().resolved_artifact_dir, run.id):
-                log.info("removed %s, left unregistered by run %d", path, run.id)
-        orphans = records.orphans_of(session, runs)
-        reason = (f"cycle {cyc.cycle_id} of {cyc.actor} did not finish (process died or lost "
-                  f"its lease); nothing was promoted; candidates left unpromoted: "
-                  f"{', '.join(orphans) or 'none'}")
-        log.warning("%s", reason)
-        store.record_event(session, kind="failure", actor=self.holder, reason=reason,
-                           deployment=self.deployment,
-                           details={"type": "cycle", "cycle_id": cyc.cycle_id})
-        records.note(session, type_="cycle", actor=self.holder, deployment=self.deployment,
-                     reason=reason, cycle_id=cyc.cycle_id, outcome="interrupted",
-                     window_key=cyc.start.get("window_key"),
-                     newest_id=cyc.start.get("newest_id"), candidates=orphans,
-                     reasons=[reason], recovered_by=self.holder)
+        return recovery.recover(self.engine, deployment=self.deployment, holder=self.holder)
 
     # -- the cycle ----------------------------------------------------------------------
     def cycle(self, lease: HeldLease, *, trigger: str, min_fresh: int) -> CycleResult:
@@ -406,7 +380,8 @@ class Controller:
             if best is not None:
                 result.promoted_speedup = {"measured": best.speedup_measured,
                                            "estimated": best.speedup_estimated}
-            self._end(session, result)
+            if not self._end(session, result):  # the fence above keeps a recovery out
+                raise LeaseLost(f"cycle {result.cycle_id} was closed by another controller")
         log.info("cycle %s: %s %s", result.cycle_id, result.outcome, result.promoted or "")
         return result
 
@@ -427,24 +402,32 @@ class Controller:
                      "window_key": result.window_key, "fencing_token": lease.token,
                      "policy": self.policy.name})
 
-    def _end(self, session, result: CycleResult) -> None:  # type: ignore[no-untyped-def]
+    def _end(self, session, result: CycleResult) -> bool:  # type: ignore[no-untyped-def]
+        """Write the cycle's end record; False, writing nothing (and saying so in
+        ``result.reasons``), when it was closed already (:func:`records.close_cycle`)."""
         newest_id = int(result.window_key.rsplit("/", 2)[1]) if result.window_key else None
-        records.note(session, type_="cycle", actor=self.holder, deployment=self.deployment,
-                     reason=f"cycle {result.outcome}", version=result.promoted,
-                     cycle_id=result.cycle_id, outcome=result.outcome,
-                     window_key=result.window_key, newest_id=newest_id,
-                     candidates=result.candidates, bases=result.bases,
-                     evaluations=result.evaluations, segments=result.segments,
-                     promoted=result.promoted, incumbent=result.incumbent,
-                     reasons=result.reasons[-50:], stages=self.stages.as_dict())
+        end, written = records.close_cycle(
+            session, deployment=self.deployment, cycle_id=result.cycle_id, actor=self.holder,
+            reason=f"cycle {result.outcome}", version=result.promoted, outcome=result.outcome,
+            window_key=result.window_key, newest_id=newest_id, candidates=result.candidates,
+            bases=result.bases, evaluations=result.evaluations, segments=result.segments,
+            promoted=result.promoted, incumbent=result.incumbent,
+            reasons=result.reasons[-50:], stages=self.stages.as_dict())
+        if not written:
+            said = (f"cycle {result.cycle_id} was already closed "
+                    f"({(end.details or {}).get('outcome')}, by {end.actor}): its end as "
+                    f"{result.outcome} is not recorded again")
+            log.warning("%s", said)
+            result.reasons.append(said)
+        return written
 
     def _fail(self, result: CycleResult, reason: str) -> CycleResult:
         log.error("cycle %s failed: %s", result.cycle_id, reason)
         result.outcome, result.promoted = "failed", None
         result.reasons.append(reason)
         with store.session_scope(self.engine) as session:
-            store.record_event(session, kind="failure", actor=self.holder, reason=reason,
-                               deployment=self.deployment,
-                               details={"type": "cycle", "cycle_id": result.cycle_id})
-            self._end(session, result)
+            if self._end(session, result):  # closed already: its failure was recorded then
+                store.record_event(session, kind="failure", actor=self.holder, reason=reason,
+                                   deployment=self.deployment,
+                                   details={"type": "cycle", "cycle_id": result.cycle_id})
         return result

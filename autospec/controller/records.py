@@ -8,9 +8,9 @@ The controller keeps no state of its own: everything it must remember lives in t
   lease and snapshotted a window;
 - ``cycle`` {cycle_id, window_key, newest_id, outcome, reasons, candidates, evaluations,
   promoted, segments (what per-segment promotion did, one entry per held-out segment), ...}
-  — the cycle's end. A window whose key has a ``cycle`` record with a
-  consuming outcome (``promoted``, ``rejected``) is done: a later run over it does nothing;
-  ``failed`` and ``interrupted`` cycles do not consume their window;
+  — the cycle's end, written once (:func:`close_cycle`). A window whose key has a ``cycle``
+  record with a consuming outcome (``promoted``, ``rejected``) is done: a later run over it
+  does nothing; ``failed`` and ``interrupted`` cycles do not consume their window;
 - ``canary`` {version, promotion_event, verdict, live_tau, shadow_tau, requests, segment
   (None: the deployment's pointer), and when speed was judged speed_ok, realised_gain,
   expected_gain};
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from autospec import store
@@ -107,15 +107,38 @@ def notes(session: Session, *, deployment: str, type_: str, after: datetime | No
     that many), those created after ``after``, and each ``match`` key of their details equal
     to its string (or one of its strings). Filtered in SQL, so a note is found however many
     other events came after it."""
+    query = _notes_query(deployment, type_, **match)
+    if after is not None:
+        query = query.where(Event.created_at > after)
+    query = query.order_by(Event.created_at.desc(), Event.id.desc())
+    return list(session.scalars(query if limit is None else query.limit(limit)))
+
+
+def _notes_query(deployment: str, type_: str, **match: str | Sequence[str]) -> Select:  # type: ignore[type-arg]
     query = select(Event).where(Event.kind == "note", Event.deployment == deployment,
                                 Event.details["type"].as_string() == type_)
     for key, wanted in match.items():
         field = Event.details[key].as_string()
         query = query.where(field == wanted if isinstance(wanted, str) else field.in_(wanted))
-    if after is not None:
-        query = query.where(Event.created_at > after)
-    query = query.order_by(Event.created_at.desc(), Event.id.desc())
-    return list(session.scalars(query if limit is None else query.limit(limit)))
+    return query
+
+
+def close_cycle(session: Session, *, deployment: str, cycle_id: str, actor: str, reason: str,
+                version: str | None = None, **details: Any) -> tuple[Event, bool]:
+    """Write cycle ``cycle_id``'s end record (a ``cycle`` note with ``details``), once:
+    (it, True) when this call wrote it; (the one already there, False) when the cycle was
+    closed before — a controller that lost its lease mid-cycle finds its cycle closed
+    ``interrupted`` by the recovery of the one that took the lease over — and then nothing
+    is written. The cycle's start note is locked first (``FOR UPDATE`` on PostgreSQL; on
+    SQLite write transactions run one at a time), so of two racing closes the second waits
+    for the first's transaction and finds its end."""
+    session.scalars(_notes_query(deployment, "cycle_start", cycle_id=cycle_id)
+                    .with_for_update()).all()
+    ends = notes(session, deployment=deployment, type_="cycle", cycle_id=cycle_id)
+    if ends:
+        return ends[-1], False
+    return note(session, type_="cycle", actor=actor, deployment=deployment, reason=reason,
+                version=version, cycle_id=cycle_id, **details), True
 
 
 def has_canary_verdict(session: Session, *, deployment: str, move: Event) -> bool:
