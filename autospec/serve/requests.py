@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +133,14 @@ class Overloaded(APIError):
     def queued_too_long(cls, waited_s: float, bound_s: float) -> Overloaded:
         return cls(f"server overloaded: the request waited {waited_s:.1f}s in this replica's "
                    f"queue without starting (max_queue_wait_s {bound_s:g}); retry shortly")
+
+
+def check_vocab(ids: Iterable[int], vocab: int, param: str) -> None:
+    """A 400 naming ``param`` when one of its token ``ids`` is outside the vocabulary."""
+    bad = next((i for i in ids if not 0 <= i < vocab), None)
+    if bad is not None:
+        raise APIError(400, f"{param}: token id {bad} is outside the vocabulary [0, {vocab})",
+                       param=param, code="invalid_value")
 
 
 def end_user(ctx: RequestContext) -> dict[str, Any]:

@@ -73,6 +73,7 @@ from autospec.serve.requests import (
     RequestContext,
     Served,
     Streamed,
+    check_vocab,
     end_user,
     shaping,
 )
@@ -198,7 +199,8 @@ class LLMServer:
     async def prepare_completion(self, req: CompletionRequest, ctx: RequestContext) -> Prepared:
         self._check_model(req.model)
         if isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], int):
-            ids = self._checked_ids(cast(list[int], req.prompt))  # the schema's token-id form
+            ids = list(cast(list[int], req.prompt))  # the schema's token-id form
+            check_vocab(ids, self.target.info.vocab_size, "prompt")
             return self._bind(ctx, ids, None, req, req.max_tokens)
         text = req.prompt[0] if isinstance(req.prompt, list) else req.prompt
         ids = await asyncio.to_thread(self.target.encode_prompt, text)
@@ -225,14 +227,6 @@ class LLMServer:
             raise APIError(404, f"model {model!r} does not exist; this server serves "
                            f"{self.model_name!r}", type="not_found_error", param="model",
                            code="model_not_found")
-
-    def _checked_ids(self, ids: list[int]) -> list[int]:
-        vocab = self.target.info.vocab_size
-        bad = next((i for i in ids if not 0 <= i < vocab), None)
-        if bad is not None:
-            raise APIError(400, f"prompt: token id {bad} is outside the vocabulary [0, {vocab})",
-                           param="prompt", code="invalid_value")
-        return list(ids)
 
     def _bind(self, ctx: RequestContext, ids: list[int], text: str | None, req: _Request,
               max_tokens: int | None) -> Prepared:
@@ -273,22 +267,15 @@ class LLMServer:
             field = req.max_tokens_field
             raise APIError(400, f"{field} must be between 1 and {limit}, got {max_tokens}",
                            param=field, code="invalid_value")
+        check_vocab((t for t, _ in req.bias), self.target.info.vocab_size, "logit_bias")
         temperature = 0.0 if req.temperature < _GREEDY_BELOW else req.temperature
         return SamplingParams(max_new_tokens=max_tokens, temperature=temperature,
                               top_k=max(0, req.top_k), top_p=req.top_p,
                               seed=None if req.seed is None else req.seed % 2**64,
                               stop=req.stop_strings, ignore_eos=req.ignore_eos,
-                              logit_bias=self._checked_bias(req.bias),
+                              logit_bias=req.bias,
                               presence_penalty=req.presence_penalty,
                               frequency_penalty=req.frequency_penalty)
-
-    def _checked_bias(self, bias: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], ...]:
-        vocab = self.target.info.vocab_size
-        bad = next((t for t, _ in bias if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise APIError(400, f"logit_bias: token id {bad} is outside the vocabulary "
-                           f"[0, {vocab})", param="logit_bias", code="invalid_value")
-        return bias
 
     # -- decoding ----------------------------------------------------------------------------
 
