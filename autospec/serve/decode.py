@@ -6,7 +6,9 @@
   executor); requests queue for it while the event loop stays free for other requests,
   health checks and metrics. A request whose client goes stops after its current step; one
   still queued when the replica's ``max_queue_wait_s`` passes is shed (a 503, never
-  decoded: :func:`within_queue_bound`).
+  decoded: :func:`within_queue_bound`). Closing finishes the request decoding and those
+  queued; one admitted before the replica closed that reaches the thread after is refused
+  (the replica's 503 "shutting down"), so every admitted request ends.
 - :class:`~autospec.serve.vllm_decode.VllmDecoder` (``vllm``): vLLM batches every admitted
   request; its outputs come back on the event loop.
 
@@ -26,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 from autospec.engine.generate import SpeculativeEngine
 from autospec.engine.interface import Engine
+from autospec.serve.errors import APIError
 from autospec.serve.metrics import ServeMetrics
 from autospec.serve.requests import Job, Overloaded, Prepared, Served, Streamed
 from autospec.serve.versions import ServedVersion
@@ -51,6 +54,8 @@ class Replica(Protocol):
     def end(self, job: Job) -> None: ...
 
     def abandon(self, job: Job) -> None: ...
+
+    def refuse(self, job: Job) -> APIError: ...
 
     def concurrency(self, job: Job) -> float: ...
 
@@ -126,15 +131,26 @@ class ThreadDecoder:
         """Nothing to add: the native engine's figures are autospec's own series."""
 
     def close(self) -> None:
+        """Finish the request decoding and those queued; a request admitted before the
+        replica closed that comes to the thread after this is refused (:meth:`_submit`)."""
         self._thread.shutdown(wait=True)
+
+    def _submit(self, replica: Replica, job: Job, fn: Callable[..., T],
+                *args: Any) -> asyncio.Future[T]:
+        """``fn(*args)`` on the decode thread; once it is closed, ``job`` leaves the queue
+        and the replica's 503 "shutting down" is raised (the executor's RuntimeError was a
+        500, and the job stayed admitted for ever)."""
+        try:
+            return asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+        except RuntimeError:  # "cannot schedule new futures after shutdown"
+            raise replica.refuse(job) from None
 
     def record(self, p: Prepared, s: Served) -> dict[str, Any]:
         return {}
 
     async def generate(self, replica: Replica, p: Prepared) -> Served:
         job = replica.admit()
-        loop = asyncio.get_running_loop()
-        work = loop.run_in_executor(self._thread, self._decode, replica, p, job, None)
+        work = self._submit(replica, job, self._decode, replica, p, job, None)
         try:
             served = await within_queue_bound(replica, job, work)
         except asyncio.CancelledError:
@@ -165,7 +181,7 @@ class ThreadDecoder:
                 item = exc
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        loop.run_in_executor(self._thread, work)
+        self._submit(replica, job, work)
         started = False
         try:
             while True:

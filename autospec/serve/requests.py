@@ -88,8 +88,9 @@ class Served:
 
 class Job:
     """One admitted request's place on the decode thread: ``waiting`` -> ``running`` ->
-    ``done``, or ``abandoned`` (its client left) or ``shed`` (it waited past the replica's
-    ``max_queue_wait_s``) while waiting. Its admission is released exactly once, by
+    ``done``, or ``abandoned`` (its client left), ``shed`` (it waited past the replica's
+    ``max_queue_wait_s``) or ``refused`` (the decoder closed before it got there) while
+    waiting. Its admission is released exactly once, by
     whichever path ends it; ``cancel`` is the flag the decode thread reads after each step."""
 
     def __init__(self) -> None:
@@ -133,6 +134,11 @@ class Overloaded(APIError):
     def queued_too_long(cls, waited_s: float, bound_s: float) -> Overloaded:
         return cls(f"server overloaded: the request waited {waited_s:.1f}s in this replica's "
                    f"queue without starting (max_queue_wait_s {bound_s:g}); retry shortly")
+
+
+def shutting_down() -> APIError:
+    """The 503 of a request the replica refuses because it is closing."""
+    return APIError(503, "server is shutting down", type="overloaded_error", code="unavailable")
 
 
 def check_vocab(ids: Iterable[int], vocab: int, param: str) -> None:

@@ -76,6 +76,7 @@ from autospec.serve.requests import (
     check_vocab,
     end_user,
     shaping,
+    shutting_down,
 )
 from autospec.serve.schemas import ChatCompletionRequest, CompletionRequest, _Request
 from autospec.serve.versions import ServedVersion, VersionManager
@@ -282,8 +283,7 @@ class LLMServer:
     def admit(self) -> Job:
         """Admit a request (a 503 when closed or at the pending limit); it waits now."""
         if self._closed:
-            raise APIError(503, "server is shutting down", type="overloaded_error",
-                           code="unavailable")
+            raise shutting_down()
         with self._lock:
             if self._pending >= self.config.max_pending_requests:
                 self.metrics.rejected.labels("pending_limit").inc()
@@ -352,6 +352,16 @@ class LLMServer:
             self._load.leave()
         self.metrics.abandoned.labels("waiting").inc()
         log.info("request abandoned while waiting for the decode thread")
+
+    def refuse(self, job: Job) -> APIError:
+        """The decoder closed before ``job`` reached it (a ``close`` raced its admission): it
+        leaves the queue, never decoded; the 503 to answer it with."""
+        with self._lock:
+            if job.state == "waiting":
+                job.state = "refused"
+                self.metrics.waiting.dec()
+                self._load.leave()
+        return shutting_down()
 
     def concurrency(self, job: Job) -> float:
         """Mean requests in flight on this replica since ``job`` was admitted."""
