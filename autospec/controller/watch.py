@@ -65,7 +65,7 @@ from autospec.controller.result import CycleResult
 from autospec.controller.segment_watch import (
     Drifted,
     canary_open,
-    newest_moves,
+    newest_move,
     pending_segment_canaries,
     recorded_k,
     roll_back_segment,
@@ -285,7 +285,7 @@ def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Drift,
 def pending_canary(session: Session, *, deployment: str) -> Any | None:
     """The deployment pointer's promotion event whose canary is still open, or None (its
     segments' moves do not count: :func:`pending_segment_canaries`)."""
-    promo = newest_moves(session, deployment=deployment).get(None)
+    promo = newest_move(session, deployment=deployment, segment=None)
     return promo if canary_open(session, deployment=deployment, move=promo) else None
 
 
