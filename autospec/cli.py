@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from autospec.bench.cli import bench_app
+from autospec.cli_errors import Commands
 from autospec.cli_summaries import one_line_summaries
 from autospec.controller import cli as controller_cli
 from autospec.controller.evaluate_cli import evaluate
@@ -26,6 +27,7 @@ app = typer.Typer(
     name="autospec",
     help="Keep an LLM's speculative-decoding speculator fitted to the traffic it serves.",
     no_args_is_help=True,
+    cls=Commands,  # a database error out of any command: one line, exit 2
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},  # every command's -h too
 )

@@ -8,8 +8,9 @@ Errors are one line on stderr, never a traceback. Exit codes, for scripts:
 
 - ``0`` — done: promoted, rolled back, listed; ``controller once``: promoted, nothing to
   do, or another controller holds the lease;
-- ``2`` — error: bad policy file or option, database unreachable or failing (locked, its
-  connection lost: the driver's message, one line), unknown version, a
+- ``2`` — error: bad policy file or option, database unreachable or failing (locked,
+  read-only, its connection lost: the database and the driver's message, one line, as for
+  every command: :mod:`autospec.cli_errors`), unknown version, a
   cycle that failed (training/evaluation error, lost lease), a ``promote`` or ``rollback``
   whose pointer another promotion moved while it ran (nothing moved; run it again);
 - ``3`` — refused: the gate rejected every candidate (``controller once``), ``promote``
@@ -54,8 +55,6 @@ def _errors() -> Iterator[None]:
     except (typer.Exit, typer.Abort, typer.BadParameter):
         raise
     except Exception as exc:
-        from sqlalchemy.exc import SQLAlchemyError
-
         from autospec.controller.lease import LeaseLost
         from autospec.controller.operations import Refused
         from autospec.controller.policy import PolicyError
@@ -73,20 +72,7 @@ def _errors() -> Iterator[None]:
             _fail(str(exc), EXIT_ERROR)
         if isinstance(exc, LeaseLost):
             _fail(f"the controller lost its lease: {exc}", EXIT_ERROR)
-        if isinstance(exc, SQLAlchemyError):
-            _fail(_database_error(exc), EXIT_ERROR)
-        raise
-
-
-def _database_error(exc: Exception) -> str:
-    """The first line of a database error's driver message (not the SQL statement, and no
-    password of a URL it quotes)."""
-    from autospec.store.db import redact
-
-    reason = getattr(exc, "orig", None) or exc
-    first = (str(reason).strip().splitlines() or [""])[0]
-    return (f"the database failed ({type(reason).__name__}): {redact(first)}; nothing more "
-            "was done (run it again once the database answers)")
+        raise  # a database error (SQLAlchemyError): one line at the root, autospec.cli_errors
 
 
 def _fail(message: str, code: int) -> None:

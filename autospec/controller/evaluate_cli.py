@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from autospec.controller.cli import POLICY_HELP, DbUrl
+from autospec.controller.cli import POLICY_HELP, DbUrl, _errors
 from autospec.jsonout import json_default
 
 out = Console()
@@ -88,21 +88,19 @@ def evaluate(
     version evaluated trained on): τ, a paired CI of Δτ, per-segment results, estimated and
     measured speedup and the gate's decision (exit 0: promote, 3: reject)."""
     from autospec import store
-    from autospec.controller.policy import PolicyError
     from autospec.controller.policy_record import policy_in_force
-    from autospec.engine.target import TargetLoadError
     from autospec.evaluate.run import (
         EvaluationError,
         evaluate_versions,
         select_requests,
         serving_load,
     )
-    from autospec.numerics import NumericsMismatch, load_served_target, served
+    from autospec.numerics import load_served_target, served
     from autospec.threads import resolve_threads, within
-    from autospec.versions import BUILTIN_VERSION, VersionLoadError, check_registered
+    from autospec.versions import BUILTIN_VERSION, check_registered
 
     spec = parse_window(window)
-    try:
+    with _errors():  # one line, exit 2, as the operator commands (a database error: the root)
         db = store.open_store(database_url)
         in_force = policy_in_force(None if policy else db, deployment=deployment, given=policy)
         k = k or in_force.policy.evaluation.k
@@ -138,10 +136,6 @@ def evaluate(
                 threads=within(replicas.threads, resolve_threads(in_force.policy.threads)),
                 serving=serving_load(db, deployment=deployment, engine=replicas.engine,
                                      concurrency=settings.concurrency))
-    except (store.StoreError, EvaluationError, VersionLoadError, TargetLoadError,
-            NumericsMismatch, PolicyError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
     _report(report, dict(left_out_trained_on=left_out, policy_in_force=in_force.as_dict()),
             json_out=json_out, json_path=json_path)
 

@@ -5,7 +5,9 @@ expects; ``--json``), ``purge --older-than 30d``, ``backup PATH`` and ``restore 
 store's rows and the artifacts, portable between SQLite and PostgreSQL;
 :mod:`autospec.store.backup`). Every command takes ``--database-url`` (or ``--url``; default
 ``AUTOSPEC_DATABASE_URL``). A :class:`~autospec.store.errors.StoreError` is printed as one
-line on stderr, without a traceback, and the command exits with status 2.
+line on stderr, without a traceback, and the command exits with status 2; so is a database
+that fails under a command (read-only, locked, its connection lost: the database and the
+driver's message, :mod:`autospec.cli_errors`).
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@
   ``engine.connect()`` use a deferred ``BEGIN``, which WAL never blocks.
 - :func:`ping` opens a connection and raises
   :class:`~autospec.store.errors.DatabaseUnreachable` naming the database when it cannot.
+- Every engine :func:`make_engine` builds tags the SQLAlchemy errors it raises with the
+  database they came from (its URL, password hidden); :func:`database_failure` turns such an
+  error into the one line a command prints (the CLI's root group, :mod:`autospec.cli_errors`).
 - ``open_store`` (make_engine + ping + schema check or upgrade, what processes call at
   start-up) lives in :mod:`autospec.store.migrate`, which imports this module.
 
@@ -109,6 +112,7 @@ def make_engine(
         raise BadDatabaseURL(f"cannot use database URL {describe(parsed)!r}: {exc}") from None
     if backend == "sqlite":
         _install_sqlite_hooks(engine, busy_timeout_s)
+    _name_failures(engine)
     return engine
 
 
@@ -186,12 +190,42 @@ def session_scope(engine: Engine, *, readonly: bool = False) -> Iterator[Session
 
 
 def ping(engine: Engine) -> None:
-    """Open one connection, or raise :class:`DatabaseUnreachable` naming the database."""
+    """Open one connection, or raise :class:`DatabaseUnreachable` naming the database (one
+    line: the driver's message with its line breaks as spaces; psycopg adds an "Is the server
+    running" hint on a second line)."""
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except (DBAPIError, SQLAlchemyError, OSError) as exc:
-        reason = getattr(exc, "orig", None) or exc
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
         raise DatabaseUnreachable(
-            f"cannot connect to database {describe(engine.url)}: {str(reason).strip()}"
+            f"cannot connect to database {describe(engine.url)}: {redact(reason)}"
         ) from None
+
+
+#: the attribute :func:`_name_failures` sets on an engine's SQLAlchemy errors
+_DATABASE_ATTR = "autospec_database"
+
+
+def _name_failures(engine: Engine) -> None:
+    """Tag each SQLAlchemy error ``engine`` raises with its database (for
+    :func:`database_failure`: a "database is locked" or "attempt to write a readonly
+    database" names no file). The error itself is raised unchanged."""
+    where = describe(engine.url)
+
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context: Any) -> None:
+        if context.sqlalchemy_exception is not None:
+            setattr(context.sqlalchemy_exception, _DATABASE_ATTR, where)
+
+
+def database_failure(exc: SQLAlchemyError) -> str:
+    """The one line a command prints for a database error: the database (when an engine of
+    :func:`make_engine` raised it), the driver's error class and the first line of its
+    message; not the SQL statement, and no password of a URL the message quotes."""
+    reason = getattr(exc, "orig", None) or exc
+    first = (str(reason).strip().splitlines() or [""])[0]
+    where = getattr(exc, _DATABASE_ATTR, None)
+    database = f"database {where}" if where else "the database"
+    return (f"{database} failed ({type(reason).__name__}): {redact(first)}; nothing more "
+            "was done (run it again once the database answers)")

@@ -12,7 +12,10 @@ dtype the deployment does not serve — is one line on stderr, exit status 2.
 
 ``pretrain``: :func:`autospec.synth.pretrain.pretrain_base` (generate per domain, train a
 base eagle3 head on the target's synthetic sequences, register it marked ``base``), one
-line per training phase; bad input exits 2, a failed run 1.
+line per training phase; bad input (a database URL autospec cannot use or cannot reach, a
+schema to upgrade too) exits 2, a failed run 1. In both, a database that fails under the
+command (locked, read-only, its connection lost) is one line and exit 2
+(:mod:`autospec.cli_errors`).
 """
 
 from __future__ import annotations
@@ -224,7 +227,8 @@ def _pretrain(request, assignments: list[str], *, database_url: str | None,  # t
         return pretrain_base(request, engine=engine, target=model, progress=_LineProgress(),
                              synth_progress=_progress)
     except (SynthError, SynthEngineUnavailable, TargetLoadError, NumericsMismatch,
-            TrainingInputError, pydantic.ValidationError) as exc:
+            TrainingInputError, pydantic.ValidationError, store.DatabaseUnreachable,
+            store.BadDatabaseURL, store.SchemaError) as exc:
         _fail(exc, 2)
     except (TrainingError, store.StoreError) as exc:
         _fail(exc, 1)

@@ -12,9 +12,10 @@ artifact, SHA-256 and metrics). The target and its dtype are the deployment's
 (what its replicas recorded; :mod:`autospec.numerics`) unless given. Bad input — an empty
 window, a window below the policy minimum, an incumbent built for another target, a
 target or dtype the deployment does not serve, an unknown kind, a bad option, a database
-URL autospec cannot use or a SQLite file that does not exist (never created here) — is one
-line on stderr, no traceback, exit status 2; a run that fails is recorded as failed
-(nothing registered) and exits with status 1.
+URL autospec cannot use, a database it cannot reach or a SQLite file that does not exist
+(never created here) — is one line on stderr, no traceback, exit status 2, as is a database
+that fails during the run (locked, read-only, its connection lost: :mod:`autospec.cli_errors`);
+a run that fails otherwise is recorded as failed (nothing registered) and exits with status 1.
 """
 
 from __future__ import annotations
@@ -47,13 +48,18 @@ def _errors() -> Iterator[None]:
     from autospec.engine.target import TargetLoadError
     from autospec.numerics import NumericsMismatch
     from autospec.speculators.registry import UnknownSpeculatorKind
-    from autospec.store.errors import BadDatabaseURL, SchemaError, StoreError
+    from autospec.store.errors import (
+        BadDatabaseURL,
+        DatabaseUnreachable,
+        SchemaError,
+        StoreError,
+    )
     from autospec.train.errors import TrainingError, TrainingInputError
 
     try:
         yield
     except (TrainingInputError, UnknownSpeculatorKind, TargetLoadError, NumericsMismatch,
-            pydantic.ValidationError, BadDatabaseURL, SchemaError) as exc:
+            pydantic.ValidationError, BadDatabaseURL, DatabaseUnreachable, SchemaError) as exc:
         _fail(exc, 2)
     except (TrainingError, StoreError, OSError) as exc:  # OSError: a file the run writes
         _fail(exc, 1)

@@ -38,7 +38,8 @@ def test_a_locked_sqlite_store_is_one_line_and_exit_2(db, sqlite_url, tmp_path,
         lock.execute("ROLLBACK")
         lock.close()
     assert result.exit_code == 2, result.output
-    assert "the database failed (OperationalError): database is locked" in _line(result.output)
+    assert (f"database {sqlite_url} failed (OperationalError): database is locked"
+            in _line(result.output))
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 

@@ -1,0 +1,53 @@
+"""What every command shares when its database fails: one line on stderr, exit status 2.
+
+Each area's commands print their own errors (a refusal, bad input, a failed run), and most
+print a :class:`~autospec.store.errors.StoreError` they expect (a database that cannot be
+reached, a schema to upgrade). A database error can also come in the middle of any command's
+work: SQLite locked past its busy timeout or read-only, a PostgreSQL connection lost. The
+root group, :class:`Commands`, turns whichever of those escapes a command — a
+``SQLAlchemyError`` or a ``StoreError`` — into one line naming the database (its password
+hidden, no SQL statement: :func:`autospec.store.db.database_failure`) and exit status 2,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+EXIT_ERROR = 2
+
+
+def database_message(exc: BaseException) -> str | None:
+    """The line for a database error (None for anything else). The store is imported only
+    when something was raised: ``--help`` stays fast."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from autospec.store.db import database_failure
+    from autospec.store.errors import StoreError
+
+    if isinstance(exc, SQLAlchemyError):
+        return database_failure(exc)
+    if isinstance(exc, StoreError):
+        return str(exc)
+    return None
+
+
+class Commands(TyperGroup):
+    """The ``autospec`` group: a database error out of any command is one line, exit 2."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:  # click's own (Exit, usage errors) are none of these
+            message = database_message(exc)
+            if message is None:
+                raise
+            from rich.console import Console
+            from rich.markup import escape
+
+            Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}",
+                                       highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_ERROR) from None
