@@ -1,15 +1,20 @@
-"""``autospec evaluate``: shadow-evaluate versions on logged traffic; a table or ``--json``."""
+"""``autospec evaluate``: shadow-evaluate versions on logged traffic; a table or ``--json``.
+
+What it is doing goes to stderr whether or not ``--json`` is given (stdout is then the JSON
+document alone): the gate in force, the requests left out, and the replay's and the speed
+measurement's progress — rich's bars on a terminal, else a line per tenth done."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from autospec.controller.cli import POLICY_HELP, DbUrl, _errors
@@ -108,9 +113,8 @@ def evaluate(
                                    repeats=speed_repeats, max_tokens=speed_max_tokens)
         if synthetic_heldout is None:
             synthetic_heldout = in_force.policy.training.synthetic.heldout_sequences
-        if not json_out:
-            err.print(f"gate: policy {in_force.policy.name!r} ({in_force.origin}), k = {k}",
-                      highlight=False)
+        err.print(f"gate: policy {in_force.policy.name!r} ({in_force.origin}), k = {k}",
+                  highlight=False)  # stderr, --json or not: stdout stays the document
         if len(versions) == 1:
             with store.session_scope(db, readonly=True) as session:
                 live = store.get_live(session, deployment=deployment)
@@ -120,18 +124,18 @@ def evaluate(
         if not examples:
             raise EvaluationError(f"no usable logged requests in the window {window!r} of "
                                   f"deployment {deployment!r} (none logged, or all opted out)")
-        examples, left_out = _held_out(db, versions, examples, window, quiet=json_out)
+        examples, left_out = _held_out(db, versions, examples, window)
         tgt = load_served_target(db, deployment=deployment, target=target, dtype=dtype)
         replicas = served(db, deployment=deployment)
-        with Progress(console=err, transient=True, disable=json_out) as bar:
+        with Progress(console=err, transient=True) as bar:
             task = bar.add_task("shadow replay", total=len(examples))
             timed = bar.add_task("speed (interleaved decodes)", total=None,
                                  visible=settings.enabled)
             report = evaluate_versions(
                 db=db, target=tgt, versions=versions, examples=examples, k=k, record=record,
                 policy=in_force.policy.gate, deployment=deployment,
-                progress=lambda n, total: bar.update(task, completed=n), speed=settings,
-                speed_progress=lambda n, total: bar.update(timed, completed=n, total=total),
+                progress=_shown(bar, task, "shadow replay (requests)"), speed=settings,
+                speed_progress=_shown(bar, timed, "speed (interleaved decodes)"),
                 synthetic_heldout=synthetic_heldout,
                 threads=within(replicas.threads, resolve_threads(in_force.policy.threads)),
                 serving=serving_load(db, deployment=deployment, engine=replicas.engine,
@@ -164,14 +168,28 @@ def _report(report, extra: dict, *, json_out: bool, json_path: Path | None) -> N
         raise typer.Exit(3)
 
 
-def _held_out(db, versions: list[str], examples: list, window: str, *,
-              quiet: bool) -> tuple[list, dict[str, int]]:
+def _shown(bar: Progress, task: TaskID, what: str) -> Callable[[int, int | None], None]:
+    """A stage's progress on stderr (``--json`` too: stdout is the document): its bar, and
+    where stderr is no terminal (a script's capture, a log file: rich draws nothing there)
+    a line each time another tenth of it is done."""
+    plain, said = not err.is_terminal, [-1]
+
+    def update(done: int, total: int | None) -> None:
+        bar.update(task, completed=done, total=total)
+        if plain and total and done * 10 // total > said[0]:
+            said[0] = done * 10 // total
+            err.print(f"{what}: {done}/{total}", highlight=False)
+    return update
+
+
+def _held_out(db, versions: list[str], examples: list,
+              window: str) -> tuple[list, dict[str, int]]:
     """``examples`` less the requests a version evaluated (or an ancestor of it) trained on,
     said on stderr; an :class:`EvaluationError` where none is left."""
     from autospec.evaluate.unseen import held_out_only
 
     kept, left_out, took = held_out_only(db, versions, examples, f"the window {window!r}")
-    if left_out and not quiet:
+    if left_out:
         err.print(f"left out {len(examples) - len(kept)} of {len(examples)} requests of the "
                   f"window: a version evaluated trained on them", highlight=False)
         for w in took:
