@@ -7,6 +7,14 @@ holding the lock and keeps the lock through the replay; files left by dead proce
 lock is free) are adopted by the next writer that replays (:func:`claim_orphans`). A file is
 deleted only after all its rows are committed; rows are keyed by ``request_uid``, so a replay
 interrupted half-way and repeated stores nothing twice.
+
+Writers that share the folder (replicas on one host, a replica and its successor) never see
+each other's files unlocked: a file is created under a name no scan matches
+(``.traffic-….jsonl.new``, ``O_EXCL``), locked, and only then renamed to its own name
+(:func:`_create_locked`). Created under its own name, it was briefly there unlocked, and
+another writer's replay adopted it as an orphan: the owner's append failed and its rows,
+spilled because the database was out, were dropped. (A crash between the two leaves an
+empty ``.new`` file, which nothing reads.)
 """
 
 from __future__ import annotations
@@ -46,6 +54,37 @@ def _lock(fh: IO[Any], path: Path) -> bool:
         return False
 
 
+def _create_locked(path: Path) -> IO[str]:
+    """A new, empty spill file at ``path``, open for appending and locked before it appears
+    under that name (see the module docstring); the folder is synced so the name outlasts a
+    crash before any row is written to it. OSError when it cannot be made."""
+    scratch = path.with_name(f".{path.name}.new")
+    fd = os.open(scratch, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no one else can know this name
+        os.rename(scratch, path)
+    except BaseException:
+        os.close(fd)
+        scratch.unlink(missing_ok=True)
+        raise
+    _sync_dir(path.parent)
+    return os.fdopen(fd, "a+", encoding="utf-8")
+
+
+def _sync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a platform without directory fds (Windows)
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - a filesystem that cannot sync a folder
+        pass
+    finally:
+        os.close(fd)
+
+
 class SpillFile:
     """This writer's spill file: appended under a lock, handed over whole for replay."""
 
@@ -67,11 +106,7 @@ class SpillFile:
         with self._lock:
             if self._fh is None:
                 self.dir.mkdir(parents=True, exist_ok=True)
-                fh = self.path.open("a+", encoding="utf-8")
-                if not _lock(fh, self.path):
-                    fh.close()  # not ours: the next append tries afresh
-                    raise OSError(f"spill file {self.path} is locked by another process")
-                self._fh = fh
+                self._fh = _create_locked(self.path)
             self._fh.write(data)
             self._fh.flush()
             os.fsync(self._fh.fileno())
@@ -97,9 +132,8 @@ class SpillFile:
 def claim_orphans(spill_dir: Path, *, own: Path) -> Iterator[tuple[Path, IO[str]]]:
     """Spill files whose owner is gone, each yielded open and locked (close it when done).
 
-    ``own`` is the caller's live spill file: it is never an orphan, even in the instant
-    between another thread's ``append`` creating it and locking it (adopting it there made
-    that ``append`` fail and its rows were dropped)."""
+    ``own`` is the caller's live spill file, never an orphan (it is locked before it has its
+    name, :func:`_create_locked`, so no other writer's scan can take it either)."""
     if not spill_dir.is_dir():
         return
     for path in sorted(spill_dir.glob(PATTERN)):

@@ -1,0 +1,62 @@
+"""Two writers sharing a spill folder (replicas on one host, a replica and its successor):
+one's replay never adopts the other's new spill file.
+
+A spill file was created under its own name and locked just after; a replay of another
+writer scanning the folder in between found it unlocked, took it as an orphan (replayed
+its nothing, deleted it), and the owner's append failed ("locked by another process"):
+the batch it was spilling, because the database was out, was dropped. Now a file is locked
+before it has its name. Deterministic: the other writer's scan runs exactly in that window
+(flock locks belong to each open file, so two writers in one process contend as two
+processes do)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autospec.store import spill as spill_module
+from autospec.store.spill import PATTERN, SpillFile, claim_orphans, read_rows
+from autospec.store.traffic import prepare_row
+
+from .helpers import record_fields
+
+
+def test_a_replay_of_another_writer_never_adopts_a_new_spill_file(tmp_path: Path,
+                                                                   monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import fcntl
+
+    from autospec.store.traffic import RequestRecord
+
+    mine, theirs = SpillFile(tmp_path), SpillFile(tmp_path)
+    adopted: list[tuple[Path, Any]] = []
+
+    class RacingFcntl:
+        """fcntl, where the first lock taken lets the other writer's replay scan first."""
+
+        LOCK_EX, LOCK_NB = fcntl.LOCK_EX, fcntl.LOCK_NB
+        raced = False
+
+        def flock(self, fd: int, operation: int) -> None:
+            if not RacingFcntl.raced:
+                RacingFcntl.raced = True
+                adopted.extend(claim_orphans(tmp_path, own=theirs.path))  # held: replaying
+            fcntl.flock(fd, operation)
+
+    monkeypatch.setattr(spill_module, "fcntl", RacingFcntl())
+    rows = [prepare_row(RequestRecord(**record_fields(i))) for i in range(3)]
+    try:
+        mine.append(rows)  # raised "locked by another process": rows dropped
+        assert RacingFcntl.raced and adopted == []
+        assert [p.name for p in tmp_path.glob(PATTERN)] == [mine.path.name]
+        assert not list(tmp_path.glob(".*"))  # no scratch name left behind
+        taken = mine.hand_over()
+        assert taken is not None
+        path, fh = taken
+        got, bad = read_rows(fh, path)
+        fh.close()
+        assert [r["request_uid"] for r in got] == [r["request_uid"] for r in rows] and bad == 0
+    finally:
+        for _, fh in adopted:
+            fh.close()
+        mine.close()
+        theirs.close()
