@@ -149,6 +149,21 @@ def claim_orphans(spill_dir: Path, *, own: Path) -> Iterator[tuple[Path, IO[str]
             fh.close()
 
 
+def keep_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Make the spill file at ``path`` (locked by the caller) hold only ``rows``, the ones a
+    replay did not store: written in full to a scratch file (a name no scan matches), synced,
+    then renamed over ``path``. A crash at any point leaves the old file or the new one,
+    never a truncated one; rows the old one still holds were stored and are skipped when it
+    is replayed again (by ``request_uid``)."""
+    scratch = path.with_name(f".{path.name}.rest")  # ours alone while we hold path's lock
+    with open(scratch, "w", encoding="utf-8") as out:
+        out.write("".join(row_to_json(r) + "\n" for r in rows))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(scratch, path)
+    _sync_dir(path.parent)
+
+
 def read_rows(fh: IO[str], path: Path) -> tuple[list[dict[str, Any]], int]:
     """All rows of a spill file, and how many lines were unreadable (a torn last write)."""
     fh.seek(0)

@@ -53,8 +53,8 @@ from sqlalchemy.exc import (
 
 from autospec.store.db import writer_engine
 from autospec.store.privacy import Redactor, redact_default
-from autospec.store.spill import SpillFile, claim_orphans, read_rows
-from autospec.store.traffic import RequestRecord, insert_rows, prepare_row, row_to_json
+from autospec.store.spill import SpillFile, claim_orphans, keep_rows, read_rows
+from autospec.store.traffic import RequestRecord, insert_rows, prepare_row
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +340,7 @@ class TrafficWriter:
                 chunk = rows[start : start + self.batch_size]
                 done = self._store(chunk, "replayed")
                 if done < len(chunk):
-                    _rewrite(fh, rows[start + done :])  # keep only what is not stored yet
+                    keep_rows(path, rows[start + done :])  # only what is not stored yet
                     return False
             os.unlink(path)
             if rows:
@@ -348,14 +348,6 @@ class TrafficWriter:
             return True
         finally:
             fh.close()
-
-
-def _rewrite(fh: IO[str], rows: list[dict[str, Any]]) -> None:
-    fh.seek(0)
-    fh.truncate()
-    fh.write("".join(row_to_json(r) + "\n" for r in rows))
-    fh.flush()
-    os.fsync(fh.fileno())
 
 
 def register_prometheus(

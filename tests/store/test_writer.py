@@ -330,3 +330,46 @@ def test_a_writers_own_new_spill_file_is_never_adopted_as_an_orphan(tmp_path: Pa
     spill.append([])  # the live file is still this writer's to lock
     assert spill.pending
     spill.close()
+
+
+def test_a_replay_that_stops_part_way_keeps_every_unstored_row_through_a_crash(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay stored the file's first batch, then the database went; keeping the rest
+    must not first empty the file: a crash while the rest is written (here: its rows fail
+    to serialise) leaves every row that is not stored on disk, replayed once later."""
+    from sqlalchemy.exc import OperationalError
+
+    from autospec.store import spill as spill_module
+    from autospec.store import writer as writer_module
+
+    engine = db.make_engine(sqlite_url)
+    migrate.upgrade(engine)
+    dead = SpillFile(tmp_path / "dead")  # a dead writer's file, in a folder of its own
+    dead.append([_prepared(i) for i in range(10)])
+    dead.close()
+    with _writer(engine, tmp_path, batch_size=4) as writer:
+        path, fh = next(claim_orphans(tmp_path / "dead", own=tmp_path / "none.jsonl"))
+        real, calls = writer._try_insert, []
+
+        def insert_then_fail(rows):  # type: ignore[no-untyped-def]
+            calls.append(len(rows))
+            down = OperationalError("INSERT", {}, OSError("down"))
+            return real(rows) if len(calls) == 1 else down
+
+        def crash(row):  # type: ignore[no-untyped-def]
+            raise RuntimeError("killed while keeping the rest")
+
+        monkeypatch.setattr(writer, "_try_insert", insert_then_fail)
+        for module in (spill_module, writer_module):
+            monkeypatch.setattr(module, "row_to_json", crash, raising=False)
+        with pytest.raises(RuntimeError, match="killed"):
+            writer._replay_file(path, fh)
+    monkeypatch.undo()
+    assert uid_counts(engine) == (4, 4)  # the first batch
+    with path.open() as kept:
+        assert len(spill_module.read_rows(kept, path)[0]) == 10  # nothing truncated
+    with _writer(engine, tmp_path) as writer:  # the next writer adopts the file: once each
+        for orphan, handle in claim_orphans(tmp_path / "dead", own=tmp_path / "none.jsonl"):
+            assert writer._replay_file(orphan, handle)
+    assert uid_counts(engine) == (10, 10)
+    engine.dispose()
