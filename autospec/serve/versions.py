@@ -61,6 +61,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -361,12 +362,14 @@ class VersionManager:
         """``version`` as a segment holds it, to serve the deployment too (None: not held)."""
         return next((v for v in self._by_segment.values() if v.name == version), None)
 
-    def _swap_to(self, version: str, generation: int) -> bool:
+    def _swap_to(self, version: str, generation: int, *,
+                 details: dict[str, Any] | None = None) -> bool:
+        """Load ``version`` and serve it; False if refused (audited with ``details``)."""
         started = time.perf_counter()
         try:
             new = self._held(version) or self._load(version)
         except VersionLoadError as exc:
-            self._refused(version, generation, exc)
+            self._refused(version, generation, exc, details=details)
             return False
         old, self._current = self.current, new  # the swap: one reference assignment
         self._failed = None
@@ -379,9 +382,10 @@ class VersionManager:
         return True
 
     def _refused(self, version: str, generation: int, exc: VersionLoadError, *,
-                 segment: str | None = None) -> None:
+                 segment: str | None = None, details: dict[str, Any] | None = None) -> None:
         """``version`` failed to load (for ``segment``'s pointer, or the deployment's):
-        remember it (no retry until that pointer moves), log it, audit it."""
+        remember it (no retry until that pointer moves), log it, audit it (``details``
+        added to the event's)."""
         staying = self._current.name if self._current else None
         if segment is None:
             self._failed = (version, generation)
@@ -391,12 +395,14 @@ class VersionManager:
             log.error("segment %s is drafted by the deployment's %s: %s", segment, staying, exc)
         self.load_failures += 1
         if not exc.audited:
-            self._record_failure(version, str(exc), segment)
+            self._record_failure(version, str(exc), segment, details)
         if self.on_failure is not None:
             self.on_failure(version, str(exc))
 
-    def _record_failure(self, version: str, reason: str, segment: str | None = None) -> None:
-        details = {"what": "speculator load", "replica": self.actor}
+    def _record_failure(self, version: str, reason: str, segment: str | None = None,
+                        extra: dict[str, Any] | None = None) -> None:
+        details: dict[str, Any] = {"what": "speculator load", "replica": self.actor,
+                                   **(extra or {})}
         if segment is not None:
             details["segment"] = segment
         try:

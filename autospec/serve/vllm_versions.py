@@ -58,6 +58,7 @@ import shutil
 import tempfile
 import time
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -85,6 +86,20 @@ log = logging.getLogger(__name__)
 
 #: vLLM's max_model_len unless ``vllm_options`` sets it (bounded by the target's context)
 DEFAULT_MAX_MODEL_LEN = 2048
+#: seconds before a failed restart for new concurrency bands is tried again; doubled after
+#: each failure, up to :data:`BANDS_RETRY_MAX_S` (each failure is one audited event)
+BANDS_RETRY_S = 10.0
+BANDS_RETRY_MAX_S = 600.0
+
+
+@dataclass(frozen=True)
+class _BandsRetry:
+    """A restart for new bands that failed: the pointer's generation, failures so far and
+    the monotonic time of the next try."""
+
+    generation: int
+    failures: int
+    due: float
 
 
 class VllmVersionManager(VersionManager):
@@ -95,6 +110,7 @@ class VllmVersionManager(VersionManager):
         self._speculation = bool(kwargs.get("speculation", True))
         #: new bands read this poll: the pointer's generation to restart with (None: none)
         self._bands_generation: int | None = None
+        self._bands_retry: _BandsRetry | None = None  # a failed restart for them, to retry
         super().__init__(**{"bands": config.bands, **kwargs})
         options = dict(config.vllm_options)
         limit = self.target.info.max_position_embeddings
@@ -211,14 +227,37 @@ class VllmVersionManager(VersionManager):
         """The pointers followed; then, where the policy's bands changed and no swap of this
         poll started an engine with them (a moved pointer's does: :meth:`_bands_refusal`),
         the current version restarts in an engine that drafts by them (vLLM's scheduler
-        reads them once, at the start), audited as a swap."""
+        reads them once, at the start), audited as a swap. A restart that fails (vLLM out
+        of memory beside the running engine...) is tried again after a growing delay
+        (:meth:`_restart_for_bands`) until the engine drafts by the bands."""
         swapped = super().poll_once()
-        generation, self._bands_generation = self._bands_generation, None
-        current = self._current
-        if generation is not None and current is not None and \
-                self._bands_refusal(current) is not None:
-            self._swap_to(current.name, generation)
+        fresh, self._bands_generation = self._bands_generation, None
+        current, retry = self._current, self._bands_retry
+        if current is None or (fresh is None and retry is None):
+            return swapped
+        if self._bands_refusal(current) is None:  # it drafts by them (or they changed back)
+            self._bands_retry = None
+        elif fresh is not None:
+            self._restart_for_bands(current, fresh)
+        elif retry is not None and time.monotonic() >= retry.due:
+            self._restart_for_bands(current, retry.generation)
         return swapped
+
+    def _restart_for_bands(self, current: ServedVersion, generation: int) -> None:
+        """Restart ``current`` in an engine that drafts by the serving bands; if that fails,
+        audit it and try again :data:`BANDS_RETRY_S` later, doubled at each failure up to
+        :data:`BANDS_RETRY_MAX_S` (one event per failure, never one per poll)."""
+        failures = self._bands_retry.failures if self._bands_retry is not None else 0
+        delay = min(BANDS_RETRY_S * 2 ** failures, BANDS_RETRY_MAX_S)
+        details = {"restart": "concurrency bands", "bands": str(self.serving_bands or "none"),
+                   "failures": failures + 1, "retry_in_s": delay}
+        if self._swap_to(current.name, generation, details=details):
+            self._bands_retry = None
+            return
+        self._bands_retry = _BandsRetry(generation, failures + 1, time.monotonic() + delay)
+        log.warning("restarting %s with the concurrency bands %s failed (%d so far): "
+                    "trying again in %.0f s", current.name, details["bands"], failures + 1,
+                    delay)
 
     def _follow_segments(self, wanted: dict[str, tuple[str, int]]) -> None:
         """Hold one slot per version the segment pointers name, in the running engine's

@@ -660,6 +660,48 @@ def test_bands_set_by_the_policy_restart_the_engine_with_them_and_rows_name_them
     assert new.k == 3 and "banded" not in rows[-1].sampling
 
 
+def test_a_failed_restart_for_new_bands_is_tried_again_later_each_failure_audited(
+        vllm_server, fake_engines, tiny_llm, db, monkeypatch):
+    """A transient failure of the restart (vLLM out of memory beside the running engine)
+    must not leave the replica on the old bands until the bands or the pointer change: it is
+    tried again after a growing delay, each failure one audited event."""
+    from autospec.serve import vllm_versions
+    from autospec.versions import VersionLoadError
+
+    monkeypatch.setattr(vllm_versions, "BANDS_RETRY_S", 0.2)
+    start, tries = VllmVersionManager._engine_version, []  # the fixture's fake engine
+
+    def out_of_memory_twice(self, version, kind, speculative_config, export_dir=None):  # type: ignore[no-untyped-def]
+        tries.append(time.monotonic())
+        if len(tries) <= 2:
+            raise VersionLoadError(f"version {version!r}: vLLM could not start with it: "
+                                   "RuntimeError: out of memory")
+        return start(self, version, kind, speculative_config, export_dir)
+
+    monkeypatch.setattr(VllmVersionManager, "_engine_version", out_of_memory_twice)
+    first = fake_engines[0][1]
+    with store.session_scope(db) as session:
+        store.record_deployment(session, name="default", target="tiny",
+                                target_id=tiny_llm.info.target_id, target_revision="r",
+                                dtype="float32", actor="test", engine="vllm")
+        assert store.set_k_bands(session, name="default", k_bands="1-2:3,3-:0", actor="ctl")
+    deadline = time.monotonic() + 10
+    while vllm_server.versions.current.engine is first:
+        assert time.monotonic() < deadline, f"no restart with the bands after {len(tries)} tries"
+        time.sleep(0.02)
+    assert len(tries) == 3 and fake_engines[1][1].k_bands == "1-2:3,3-:0"
+    assert tries[1] - tries[0] >= 0.2 and tries[2] - tries[1] >= 0.4  # not at every poll
+    time.sleep(0.5)
+    assert len(tries) == 3  # none after it succeeded
+    with store.session_scope(db, readonly=True) as session:
+        failed = [e.details for e in store.list_events(session, kinds=["failure"])]
+        swaps = store.list_events(session, kinds=["swap"])
+    assert sorted((d["restart"], d["failures"], d["retry_in_s"]) for d in failed) == [
+        ("concurrency bands", 1, 0.2), ("concurrency bands", 2, 0.4)]
+    assert [e.details["why"] for e in swaps] == [
+        "the concurrency bands changed (none -> 1-2:3,3-:0)"]
+
+
 def _bands_and_pointer_in_one_poll(vllm_server, db, tiny_llm, version):  # type: ignore[no-untyped-def]
     """New bands and a pointer moved to ``version`` in one transaction (one poll sees
     both); returns once the watcher has polled past them."""
