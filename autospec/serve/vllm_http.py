@@ -13,7 +13,9 @@ errors. Around them, autospec's own:
 - ``use_beam_search`` is served as vLLM serves it but not logged: vLLM's beam search decodes
   one token per engine call (``beam_width`` calls a step), so no speculator drafts and its
   one-token calls are no traffic to learn from; the answer names the version it was bound
-  to and carries no ``autospec`` object;
+  to and carries no ``autospec`` object. Every step goes to the engine it was bound to,
+  which a swap does not close before the answer ends (streamed too: a stream's steps are
+  called as it is read);
 - admission: a request beyond ``max_pending_requests`` is a 503 before vLLM sees it, and the
   request is bound to the live version until its answer ends;
 - the answer names the version in ``x-autospec-speculator`` (and ``x-autospec-drafted-by``
@@ -63,6 +65,7 @@ from autospec.serve.vllm_openai import (
     unreplayable,
     vllm_settings,
 )
+from autospec.serve.vllm_versions import vllm_engine
 
 
 class Server(Host, Protocol):
@@ -119,15 +122,19 @@ class VllmLayer:
 
     def bind(self, ctx: RequestContext) -> Binding:
         """Admit a request (an overload raises :class:`~autospec.serve.requests.Overloaded`)
-        and bind it to the live version; it is in flight until :meth:`release`."""
+        and bind it to the live version; it is in flight, and its engine kept up however
+        many times it calls it (beam search: once a step), until :meth:`release`."""
         job = self.server.admit()
         self.server.begin(job)  # vLLM batches every admitted request: no queue of autospec's
-        return Binding(ctx, job, self.versions.for_segment(ctx.segment))
+        version = self.versions.for_segment(ctx.segment)
+        vllm_engine(version.engine).hold()  # a swap's retire waits for release()
+        return Binding(ctx, job, version)
 
     def release(self, binding: Binding) -> None:
         """The request's answer has ended (idempotent)."""
         if not binding.released:
             binding.released = True
+            vllm_engine(binding.version.engine).unhold()
             self.server.end(binding.job)
 
     def report_vllm(self, binding: Binding, output: Any, sampling_params: Any, ttft_s: float,
@@ -304,7 +311,8 @@ class _BoundStream(StreamingResponse):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            with self.binding:  # vLLM's beam search calls the engine as the stream is read
+                await super().__call__(scope, receive, send)
         finally:
             self.server.release(self.binding)
 

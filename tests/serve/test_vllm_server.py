@@ -589,6 +589,95 @@ def test_a_retired_engine_still_takes_requests_bound_before_the_swap():
     assert asyncio.run(scenario()) == 11
 
 
+class OneTokenLLM(FakeAsyncLLM):
+    """Answers each request with one token at once, as vLLM answers one beam-search step."""
+
+    async def generate(self, prompt, sampling, request_id):  # type: ignore[no-untyped-def]
+        yield SimpleNamespace(prompt_token_ids=[1], prompt=None, finished=True,
+                              outputs=[_completion([7], "length")])
+
+
+def _layer_over(engine: Any) -> Any:
+    """A vLLM replica's :class:`VllmLayer` whose every request is bound to ``engine``."""
+    from autospec.serve.vllm_http import VllmLayer
+
+    server = SimpleNamespace(
+        admit=SimpleNamespace, begin=lambda job: True, end=lambda job: None, metrics=None,
+        config=ServeConfig(), model_name="m",
+        versions=SimpleNamespace(for_segment=lambda s: ServedVersion("v", "ngram", engine)))
+    return VllmLayer(server, None)  # type: ignore[arg-type]
+
+
+def test_a_beam_search_keeps_its_retired_engine_between_its_steps():
+    """vLLM's beam search calls ``generate`` once per step
+    (``vllm/entrypoints/generate/beam_search/online.py``): between two steps nothing of the
+    request runs in the engine. A swap's retire must wait for the answer's end, not for an
+    idle moment, or the next step finds the engine shut down."""
+    from vllm import SamplingParams
+
+    from autospec.serve.vllm_openai import EngineProxy
+
+    async def scenario() -> tuple[int, int]:
+        llm = OneTokenLLM()
+        engine = _engine_with(llm)
+        layer = _layer_over(engine)
+        binding = layer.bind(SimpleNamespace(segment=None, arrived=0.0))
+        binding.unlogged = True  # a beam search writes no row
+
+        async def step(i: int) -> list[Any]:
+            return [o async for o in EngineProxy(layer)._generate(
+                binding, "p", SamplingParams(max_tokens=1), f"beam-{i}", {})]
+
+        await step(0)
+        engine.retire(grace_s=0.0)  # a swap between two steps
+        await asyncio.sleep(0.3)  # the retiring thread looks every 0.1 s
+        assert len(await step(1)) == 1 and llm.shutdowns == 0
+        layer.release(binding)
+        await asyncio.sleep(0.3)
+        layer.release(binding)  # idempotent: held once, let go once
+        return llm.shutdowns, engine._held
+
+    assert asyncio.run(scenario()) == (1, 0)
+
+
+def test_a_streamed_beam_search_reaches_its_engine_as_the_stream_is_read():
+    """vLLM's chat handler returns a streamed beam search unstarted: its engine calls are
+    made as the response is read, after the handler has returned. They still go to the
+    request's engine (they were "a vLLM request outside autospec's admission": a 500 in the
+    stream, where vLLM's server answers)."""
+    from fastapi import FastAPI
+    from vllm import SamplingParams
+
+    from autospec.serve.vllm_http import add_routes
+    from autospec.serve.vllm_openai import EngineProxy
+
+    engine = _engine_with(OneTokenLLM())
+    layer = _layer_over(engine)
+
+    async def handler(req, raw):  # type: ignore[no-untyped-def]
+        async def beam_search():  # type: ignore[no-untyped-def]  # nothing runs until read
+            for step in range(2):
+                async for out in EngineProxy(layer).generate("p", SamplingParams(max_tokens=1),
+                                                             f"beam-{step}"):
+                    piece = {"index": 0, "delta": {"content": str(out.outputs[0].token_ids)}}
+                    yield f"data: {json.dumps({'choices': [piece]})}\n\n"
+            yield "data: [DONE]\n\n"
+        return beam_search()
+
+    async def openai_api():  # type: ignore[no-untyped-def]
+        return SimpleNamespace(chat=SimpleNamespace(create_chat_completion=handler))
+
+    layer.openai_api = openai_api
+    app = FastAPI()
+    add_routes(app, layer)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+            "stream": True, "use_beam_search": True}
+    with TestClient(app) as client:
+        r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200 and r.text.count("[7]") == 2 and "error" not in r.text
+    assert engine._held == 0  # released with the stream's end
+
+
 def _params():  # type: ignore[no-untyped-def]
     from autospec.engine.sampling import SamplingParams
 

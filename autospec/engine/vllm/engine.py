@@ -13,9 +13,11 @@ Each engine runs vLLM's ``AsyncLLM`` on a private event loop (:class:`EngineLoop
 live-pointer watcher can call its workers (``collective_rpc``, :meth:`VllmEngine.rpc`: the
 in-place swap) while requests stream from the replica's own loop.
 
-An engine counts the requests it is decoding; :meth:`VllmEngine.retire` (after a swap)
-shuts it down once the last of them has finished (and not before a short grace period), so a
-swap never cuts a request short.
+An engine counts the requests it is decoding, and those bound to it that may still call it
+(:meth:`VllmEngine.hold`: a request of vLLM's OpenAI layer, from its admission to the end of
+its answer; vLLM's beam search calls the engine once per step, with nothing running between
+two steps); :meth:`VllmEngine.retire` (after a swap) shuts it down once the last of them has
+finished (and not before a short grace period), so a swap never cuts a request short.
 """
 
 from __future__ import annotations
@@ -216,6 +218,7 @@ class VllmEngine:
         self.cleanup = cleanup  # removed after shutdown (the exported speculator)
         self._lock = threading.Lock()
         self._active = 0
+        self._held = 0  # requests bound to it that may still call generate (hold/unhold)
         self._retired = False
         self._closed = False  # generate() refuses
         self._llm_closed = False
@@ -332,6 +335,17 @@ class VllmEngine:
     def active(self) -> int:
         return self._active
 
+    def hold(self) -> None:
+        """A request is bound to this engine: it stays up, retired or not, until
+        :meth:`unhold`, however many times the request calls it (beam search: once a step)."""
+        with self._lock:
+            self._held += 1
+
+    def unhold(self) -> None:
+        """The request :meth:`hold` counted has ended."""
+        with self._lock:
+            self._held -= 1
+
     def retire(self, grace_s: float = RETIRE_GRACE_S) -> None:
         """No new requests come here (the swap is done): shut down once the running ones
         have finished, and no sooner than ``grace_s`` from now (a request bound to this
@@ -347,7 +361,7 @@ class VllmEngine:
         time.sleep(grace_s)
         while True:
             with self._lock:
-                if self._active == 0:
+                if self._active == 0 and self._held == 0:
                     self._closed = True  # from here generate() refuses
                     break
             time.sleep(poll_s)
