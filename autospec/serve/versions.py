@@ -294,8 +294,11 @@ class VersionManager:
 
     def _follow_segments(self, wanted: dict[str, tuple[str, int]]) -> None:
         """Hold one loaded version per version the segment pointers name (reusing those
-        loaded, the deployment's included), then free those no pointer names any more."""
-        loaded = self._segment_reusable()
+        loaded, the deployment's included), then free those no pointer names any more. A
+        segment whose pointer is gone is drafted by the deployment's version before any
+        load: a load can take long (on vLLM a slot's waits up to its timeout)."""
+        loaded, old = self._segment_reusable(), self._by_segment
+        self._by_segment = {s: v for s, v in old.items() if s in wanted}  # the unpinned
         held: dict[str, ServedVersion] = {}
         for segment, (version, generation) in sorted(wanted.items()):
             if version not in loaded and self._segment_failed.get(segment) != (version,
@@ -307,7 +310,7 @@ class VersionManager:
                     self._refused(version, generation, exc, segment=segment)
             if version in loaded:
                 held[segment] = loaded[version]
-        old, self._by_segment = self._by_segment, held  # one reference assignment
+        self._by_segment = held  # one reference assignment
         self._segments_wanted = dict(wanted)
         self._free_segment_versions(old)
         log.info("drafting by segment: %s (others: %s)",

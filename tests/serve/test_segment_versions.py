@@ -128,6 +128,40 @@ def test_a_segment_version_that_fails_is_refused_and_audited(seg_server, db, tin
     assert (row.segment, row.speculator_version) == ("alpha", "v-deploy")
 
 
+def test_an_unpinned_segment_falls_back_before_another_segments_slow_load(
+        seg_server, db, tiny_llm, tmp_path, monkeypatch):
+    """A segment whose pointer is removed is drafted by the deployment's version at once,
+    not once the same poll's load of another segment's version ends (which can take long:
+    on vLLM a slot's load waits up to its RPC timeout, 120 s)."""
+    import threading
+
+    versions = seg_server.versions
+    register_artifact(db, tiny_llm, tmp_path, "v-slow")
+    entered, release = threading.Event(), threading.Event()
+    load = versions._load_for_segment
+
+    def slow(version: str):  # type: ignore[no-untyped-def]
+        if version == "v-slow":
+            entered.set()
+            release.wait(10)
+        return load(version)
+
+    monkeypatch.setattr(versions, "_load_for_segment", slow)
+    with store.session_scope(db) as session:  # one poll sees both
+        store.set_live(session, version="v-slow", actor="test", reason="test", segment="alpha")
+        store.clear_segment(session, segment="beta", actor="test", reason="unpin")
+    poll = threading.Thread(target=versions.poll_once)
+    poll.start()
+    try:
+        assert entered.wait(10)
+        assert versions.for_segment("beta") is versions.current  # while alpha's load runs
+        assert versions.for_segment("alpha").name == "v-alpha"  # until its new one loaded
+    finally:
+        release.set()
+        poll.join(10)
+    assert versions.segments == {"alpha": "v-slow"}
+
+
 def test_the_vllm_replica_holds_a_segments_suffix_version_in_a_slot(
         vllm_server, fake_engines, db, tiny_llm, tmp_path):  # noqa: F811
     """A vLLM engine has one drafter: a segment's suffix version goes into a slot of the
