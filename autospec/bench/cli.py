@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -158,7 +158,8 @@ def serve(
         run_engine_bench(engines=names, target=target, dtype=dtype, max_tokens=max_tokens,
                          rounds=rounds, clients=counts, k=k, fresh_prompts=fresh_prompts,
                          database_url=database_url, deployment=deployment, json_path=json_path,
-                         k_bands=_checked_bands(k_bands, k),
+                         k_bands=_checked_bands(k_bands, k, options if "vllm" in names
+                                                else {}),
                          prompts=_bench_prompts(domain, pool),
                          vllm_options=options, builtin=builtin,
                          vllm_suffix=_checked_vllm_suffix(vllm_suffix, names),
@@ -223,13 +224,16 @@ def _client_counts(text: str) -> list[int]:
     return counts
 
 
-def _checked_bands(text: str | None, k: int) -> str | None:
-    from autospec.serve.bands import BandsError, parse_bands
+def _checked_bands(text: str | None, k: int, vllm_options: dict[str, Any]) -> str | None:
+    from autospec.serve.bands import BandsError, parse_bands, vllm_bands_refusal
 
     try:
         bands = parse_bands(text, max_k=k)
     except BandsError as exc:
         raise typer.BadParameter(f"--k-bands: {exc}") from None
+    why = vllm_bands_refusal(vllm_options) if bands is not None else None
+    if why is not None:
+        raise typer.BadParameter(f"--k-bands: {why}")
     return None if bands is None else str(bands)
 
 

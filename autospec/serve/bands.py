@@ -15,6 +15,7 @@ What "concurrency" means on each engine:
 
 - **vLLM** batches: a band is the batch size of an engine step, applied by vLLM's own
   scheduler (``speculative_config.num_speculative_tokens_per_batch_size``, :func:`vllm_schedule`);
+  not with data parallelism, where vLLM drops the schedule (:func:`vllm_bands_refusal`);
 - **native** decodes one request at a time on its decode thread: a band is the number of
   requests in flight on the replica when a request starts decoding (itself included). Each
   decode is a batch of one whatever the queue, so speculation's step cost does not grow with
@@ -140,6 +141,24 @@ def drafted_fewer(engine_k: int, *, k: int | None, bands: str | KBands | None, i
         return False
     peak = max(1, in_flight, math.ceil(concurrency)) + max(1, n) - 1
     return any(parsed.k_for(n) < engine_k for n in range(1, peak + 1))
+
+
+def vllm_bands_refusal(options: dict[str, Any]) -> str | None:
+    """Why bands cannot apply to a vLLM engine started with ``options`` (its
+    ``vllm_options``); None where they can. Under data parallelism vLLM 0.32 drops the
+    per-batch-size schedule with only a warning (``VllmConfig`` sets
+    ``num_speculative_tokens_per_batch_size`` to None when ``data_parallel_size`` > 1: its
+    ranks could pick different k and deadlock) and drafts ``num_speculative_tokens`` at
+    every load, so bands would be recorded on rows that were not drafted by them."""
+    try:
+        ranks = int(options.get("data_parallel_size") or 1)
+    except (TypeError, ValueError):  # vLLM refuses the value itself
+        return None
+    if ranks <= 1:
+        return None
+    return (f"concurrency bands cannot apply with vllm_options data_parallel_size={ranks}: "
+            "vLLM drops its per-batch-size k under data parallelism and drafts "
+            "num_speculative_tokens at every load (drop the bands, or data_parallel_size)")
 
 
 def vllm_schedule(bands: KBands) -> list[tuple[int, int, int]]:

@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from autospec.engine.choice import ENGINE_HELP
-from autospec.serve.bands import MAX_K, KBands, parse_bands
+from autospec.serve.bands import MAX_K, KBands, parse_bands, vllm_bands_refusal
 from autospec.serve.segments import SegmentRule
 
 # the version name served while no version is live (the training-free n-gram speculator);
@@ -160,6 +160,10 @@ class ServeConfig(BaseModel):
     @classmethod
     def _bands(cls, value: str | None, info: ValidationInfo) -> str | None:
         bands = parse_bands(value, max_k=info.data.get("speculator_k", MAX_K))
+        if bands is not None and info.data.get("engine") != "native":
+            why = vllm_bands_refusal(info.data.get("vllm_options") or {})
+            if why is not None:  # vLLM would drop them without a word
+                raise ValueError(why)
         return None if bands is None else str(bands)
 
     @property

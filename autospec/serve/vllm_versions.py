@@ -74,7 +74,7 @@ from autospec.engine.vllm.swap import (
     load_slot,
 )
 from autospec.interop.export import export_speculator, target_dir
-from autospec.serve.bands import KBands, vllm_schedule
+from autospec.serve.bands import KBands, vllm_bands_refusal, vllm_schedule
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION, ServeConfig
 from autospec.serve.export_dirs import replica_export_root
 from autospec.serve.versions import ServedVersion, VersionManager
@@ -216,6 +216,25 @@ class VllmVersionManager(VersionManager):
         if current.kind == "none" or have == want:
             return None
         return f"the concurrency bands changed ({have or 'none'} -> {want or 'none'})"
+
+    def _read_bands(self, text: str | None) -> bool:
+        """The policy's bands, unless vLLM would drop them (data parallelism:
+        :func:`~autospec.serve.bands.vllm_bands_refusal`): then refused, logged and audited
+        once, and the engine drafts at its k as before."""
+        why = vllm_bands_refusal(self.options) if text else None
+        if why is None:
+            return super()._read_bands(text)
+        log.error("ignoring the deployment's concurrency bands %r: %s", text, why)
+        self._bad_bands = text
+        try:
+            with store.session_scope(self.db) as session:
+                store.record_event(session, kind="failure", actor=self.actor, reason=why,
+                                   deployment=self.deployment,
+                                   details={"what": "concurrency bands", "bands": text,
+                                            "replica": self.actor})
+        except Exception:  # the audit log is best effort here; the replica keeps serving
+            log.exception("could not record the refusal of the bands %r", text)
+        return False
 
     def _follow_bands(self, text: str | None, wanted: tuple[str, int] | None) -> None:
         """New bands from the policy: the engine restarts with them once this poll has

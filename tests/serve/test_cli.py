@@ -44,6 +44,33 @@ def test_a_whole_config_check_is_a_usage_error_without_pydantics_dump():
     assert "sk-secret" not in out.output
 
 
+def test_bands_with_vllm_data_parallelism_are_refused_naming_the_conflict(monkeypatch):
+    """vLLM 0.32 drops the per-batch-size k under data parallelism with only a warning (its
+    ``VllmConfig``): the replica would record bands on rows it drafted at its full k."""
+    from autospec.bench import serve_engines
+    from autospec.serve import cli as serve_cli
+
+    def started(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("not refused: it went on to start Ray")
+
+    monkeypatch.setattr(serve_cli, "_prepare_database", started)
+    monkeypatch.setattr(serve_engines, "run_engine_bench", started)
+    out = CliRunner().invoke(app, ["serve", "--engine", "vllm", "--k-bands", "1-2:5,3-:0",
+                                   "--vllm-option", "data_parallel_size=2"])
+    text = unwrapped(out.output)
+    assert out.exit_code == 2 and "Traceback" not in out.output, out.output
+    assert "--k-bands:concurrencybandscannotapplywithvllm_optionsdata_parallel_size=2" in text
+    with pytest.raises(ValueError, match="data_parallel_size=2"):  # a Serve config file
+        ServeConfig.model_validate({"engine": "auto", "k_bands": "1-2:5,3-:0",
+                                    "vllm_options": {"data_parallel_size": 2}})
+    for fine in ({"engine": "native", "vllm_options": {"data_parallel_size": 2}},
+                 {"engine": "vllm", "vllm_options": {"data_parallel_size": 1}}):
+        assert ServeConfig.model_validate({**fine, "k_bands": "1-2:5,3-:0"}).k_bands
+    out = CliRunner().invoke(app, ["bench", "serve", "--engine", "vllm", "--k-bands",
+                                   "1-2:5,3-:0", "--vllm-option", "data_parallel_size=2"])
+    assert out.exit_code == 2 and "data_parallel_size=2" in unwrapped(out.output), out.output
+
+
 def test_the_serve_config_file_builds_the_application():
     config = yaml.safe_load((ROOT / "ops" / "serve_config.yaml").read_text())
     [application] = config["applications"]

@@ -791,6 +791,37 @@ def test_a_failed_restart_for_new_bands_is_tried_again_later_each_failure_audite
         "the concurrency bands changed (none -> 1-2:3,3-:0)"]
 
 
+def test_policy_bands_on_a_data_parallel_engine_are_refused_and_audited_once(
+        fake_engines, tiny_llm, db, tmp_path, monkeypatch):
+    """vLLM drops the bands under data parallelism: a replica so configured refuses the
+    policy's bands (no restart, no row naming them) and says why once."""
+    from autospec.settings import get_settings
+
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    cfg = ServeConfig(target=tiny_llm.info.target_id, model_name="tiny", engine="vllm",
+                      speculator_k=3, vllm_options={"data_parallel_size": 2})
+    versions = VllmVersionManager(config=cfg, target=tiny_llm, db=db, k=3, actor="dp")
+    versions.prime()
+    try:
+        with store.session_scope(db) as session:
+            store.record_deployment(session, name="default", target="tiny",
+                                    target_id=tiny_llm.info.target_id, target_revision="r",
+                                    dtype="float32", actor="test", engine="vllm")
+            assert store.set_k_bands(session, name="default", k_bands="1-2:3,3-:0",
+                                     actor="ctl")
+        for _ in range(3):
+            versions.poll_once()
+        assert versions.serving_bands is None and len(fake_engines) == 1
+        with store.session_scope(db, readonly=True) as session:
+            (refused,) = store.list_events(session, kinds=["failure"])
+        assert refused.details["what"] == "concurrency bands"
+        assert "data_parallel_size=2" in refused.reason
+    finally:
+        versions.stop()
+        get_settings.cache_clear()
+
+
 def _bands_and_pointer_in_one_poll(vllm_server, db, tiny_llm, version):  # type: ignore[no-untyped-def]
     """New bands and a pointer moved to ``version`` in one transaction (one poll sees
     both); returns once the watcher has polled past them."""
