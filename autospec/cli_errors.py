@@ -4,8 +4,9 @@ Each area's commands print their own errors (a refusal, bad input, a failed run)
 print a :class:`~autospec.store.errors.StoreError` they expect (a database that cannot be
 reached, a schema to upgrade). A database error can also come in the middle of any command's
 work: SQLite locked past its busy timeout or read-only, a PostgreSQL connection lost. The
-root group, :class:`Commands`, turns whichever of those escapes a command — a
-``SQLAlchemyError`` or a ``StoreError`` — into one line naming the database (its password
+root group, :class:`Commands`, turns whichever of those escapes a command — an error of
+the database or its driver (``DBAPIError``), a connection pool timeout, or a ``StoreError``
+— into one line naming the database (its password
 hidden, no SQL statement: :func:`autospec.store.db.database_failure`) and exit status 2,
 never a traceback.
 """
@@ -23,13 +24,14 @@ EXIT_ERROR = 2
 def database_message(exc: BaseException) -> str | None:
     """The line for a database error (None for anything else). The store is imported only
     when something was raised: ``--help`` stays fast."""
-    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
 
     from autospec.store.db import database_failure
     from autospec.store.errors import StoreError
 
-    if isinstance(exc, SQLAlchemyError):
-        return database_failure(exc)
+    if isinstance(exc, DBAPIError | PoolTimeout):  # what the database or its driver said;
+        return database_failure(exc)  # SQLAlchemy's own misuse errors are bugs: a traceback
     if isinstance(exc, StoreError):
         return str(exc)
     return None

@@ -102,3 +102,19 @@ def test_a_read_only_store_under_a_write_is_one_line_naming_it(command: str, pla
     path = sqlite_url.removeprefix("sqlite:///")
     line = _one_line(WRITING[command], places, f"sqlite:///file:{path}?mode=ro&uri=true", path)
     assert "failed (OperationalError): attempt to write a readonly database" in line
+
+
+def test_only_what_the_database_said_is_mapped_not_sqlalchemy_misuse() -> None:
+    """A database's or driver's error is the one line; SQLAlchemy's own misuse errors
+    (a bug of ours) keep their traceback rather than blame the database."""
+    from sqlalchemy.exc import InvalidRequestError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+    from sqlalchemy.orm.exc import DetachedInstanceError
+
+    from autospec.cli_errors import database_message
+
+    assert "failed (OSError)" in database_message(OperationalError("SELECT", {}, OSError("x")))
+    assert database_message(PoolTimeout("pool exhausted")) is not None
+    assert database_message(InvalidRequestError("misuse")) is None
+    assert database_message(DetachedInstanceError("detached")) is None
+    assert database_message(ValueError("other")) is None

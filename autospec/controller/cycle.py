@@ -417,8 +417,9 @@ class Controller:
             said = (f"cycle {result.cycle_id} was already closed "
                     f"({(end.details or {}).get('outcome')}, by {end.actor}): its end as "
                     f"{result.outcome} is not recorded again")
-            log.warning("%s", said)
-            result.reasons.append(said)
+            if said not in result.reasons:  # _conclude's refusal, then _fail's: said once
+                log.warning("%s", said)
+                result.reasons.append(said)
         return written
 
     def _fail(self, result: CycleResult, reason: str) -> CycleResult:

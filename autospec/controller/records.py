@@ -142,14 +142,13 @@ def close_cycle(session: Session, *, deployment: str, cycle_id: str, actor: str,
 
 
 def has_canary_verdict(session: Session, *, deployment: str, move: Event) -> bool:
-    """Whether a canary note judged pointer move ``move``: read forwards from the move, so
-    a verdict is found however many notes came after it (a verdict once given is final)."""
-    query = (select(Event).where(Event.kind == "note", Event.deployment == deployment,
-                                 Event.created_at >= move.created_at)
-             .order_by(Event.created_at, Event.id).execution_options(yield_per=200))
-    return any((e.details or {}).get("type") == "canary"
-               and e.details.get("promotion_event") == move.id
-               for e in session.scalars(query))
+    """Whether a canary note judged pointer move ``move`` (found in SQL among the notes since
+    the move, however many came after it; a verdict once given is final)."""
+    query = select(Event.id).where(
+        Event.kind == "note", Event.deployment == deployment,
+        Event.created_at >= move.created_at, Event.details["type"].as_string() == "canary",
+        Event.details["promotion_event"].as_integer() == move.id).limit(1)
+    return session.scalars(query).first() is not None
 
 
 def cycles(session: Session, *, deployment: str, limit: int = 20) -> list[CycleRecord]:

@@ -156,11 +156,13 @@ class _Text:
 
 def decode_rate(results: list[Result]) -> float | None:
     """Output tokens per second after each request's first token (prefill and queueing
-    left out, as the gate's rounds compare rates), over ``results`` that all have
-    ``ttft_s``; else tokens per second of whole requests."""
-    if results and all(r.ttft_s is not None for r in results):
-        busy = sum(r.latency_s - (r.ttft_s or 0.0) for r in results)
-        tokens = sum(max(r.completion_tokens - 1, 0) for r in results)
+    left out, as the gate's rounds compare rates), over the ``results`` that have
+    ``ttft_s`` (a streamed answer with no text has none); where none has, tokens per
+    second of whole requests (requests not streamed)."""
+    timed = [r for r in results if r.ttft_s is not None]
+    if timed:
+        busy = sum(r.latency_s - (r.ttft_s or 0.0) for r in timed)
+        tokens = sum(max(r.completion_tokens - 1, 0) for r in timed)
     else:
         busy = sum(r.latency_s for r in results)
         tokens = sum(r.completion_tokens for r in results)

@@ -156,11 +156,15 @@ def keep_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     never a truncated one; rows the old one still holds were stored and are skipped when it
     is replayed again (by ``request_uid``)."""
     scratch = path.with_name(f".{path.name}.rest")  # ours alone while we hold path's lock
-    with open(scratch, "w", encoding="utf-8") as out:
-        out.write("".join(row_to_json(r) + "\n" for r in rows))
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(scratch, path)
+    try:
+        with open(scratch, "w", encoding="utf-8") as out:
+            out.write("".join(row_to_json(r) + "\n" for r in rows))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(scratch, path)
+    except BaseException:  # a full disk, say: the old file stays as it was
+        scratch.unlink(missing_ok=True)
+        raise
     _sync_dir(path.parent)
 
 

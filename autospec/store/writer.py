@@ -340,7 +340,7 @@ class TrafficWriter:
                 chunk = rows[start : start + self.batch_size]
                 done = self._store(chunk, "replayed")
                 if done < len(chunk):
-                    keep_rows(path, rows[start + done :])  # only what is not stored yet
+                    _keep(path, rows[start + done :])
                     return False
             os.unlink(path)
             if rows:
@@ -348,6 +348,17 @@ class TrafficWriter:
             return True
         finally:
             fh.close()
+
+
+def _keep(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Leave only ``rows`` (not stored yet) in the spill file at ``path``; where that cannot
+    be written (a full disk) the file stays whole and is replayed whole later (a stored row
+    is skipped by its ``request_uid``)."""
+    try:
+        keep_rows(path, rows)
+    except OSError as exc:
+        log.warning("spill file %s kept whole, could not write the %d rows left (%s)",
+                    path, len(rows), exc)
 
 
 def register_prometheus(

@@ -47,8 +47,11 @@ def test_decode_rate_leaves_the_first_token_out_where_every_result_has_its_time(
     streamed = [Result(0, "a", 0, 2.0, True, completion_tokens=11, ttft_s=1.0),
                 Result(1, "a", 0, 1.5, True, completion_tokens=6, ttft_s=0.5)]
     assert decode_rate(streamed) == pytest.approx((10 + 5) / (1.0 + 1.0))
-    whole = [*streamed, Result(2, "a", 0, 1.0, True, completion_tokens=3)]
-    assert decode_rate(whole) == pytest.approx(20 / 4.5)  # one lacks it: whole requests
+    empty = [*streamed, Result(2, "a", 0, 1.0, True, completion_tokens=0)]  # no text
+    assert decode_rate(empty) == pytest.approx((10 + 5) / (1.0 + 1.0))  # left out
+    whole = [Result(0, "a", 0, 2.0, True, completion_tokens=11),
+             Result(1, "a", 0, 1.5, True, completion_tokens=6)]
+    assert decode_rate(whole) == pytest.approx(17 / 3.5)  # not streamed: whole requests
     assert decode_rate([]) is None
 
 

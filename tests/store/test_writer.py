@@ -373,3 +373,40 @@ def test_a_replay_that_stops_part_way_keeps_every_unstored_row_through_a_crash(
             assert writer._replay_file(orphan, handle)
     assert uid_counts(engine) == (10, 10)
     engine.dispose()
+
+
+def test_a_spill_file_that_cannot_be_shortened_stays_whole_and_is_retried(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk while a part-way replay keeps the rest: no scratch file is left, the
+    spill file stays whole, the writer says it will try again (False), nothing raises."""
+    from sqlalchemy.exc import OperationalError
+
+    from autospec.store import spill as spill_module
+
+    engine = db.make_engine(sqlite_url)
+    migrate.upgrade(engine)
+    dead = SpillFile(tmp_path / "dead")
+    dead.append([_prepared(i) for i in range(6)])
+    dead.close()
+    real_fsync = spill_module.os.fsync
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    with _writer(engine, tmp_path, batch_size=4) as writer:
+        path, fh = next(claim_orphans(tmp_path / "dead", own=tmp_path / "none.jsonl"))
+        real, calls = writer._try_insert, []
+
+        def insert_then_fail(rows):  # type: ignore[no-untyped-def]
+            calls.append(len(rows))
+            down = OperationalError("INSERT", {}, OSError("down"))
+            return real(rows) if len(calls) == 1 else down
+
+        monkeypatch.setattr(writer, "_try_insert", insert_then_fail)
+        monkeypatch.setattr(spill_module.os, "fsync", full)
+        assert writer._replay_file(path, fh) is False
+        monkeypatch.setattr(spill_module.os, "fsync", real_fsync)
+    assert sorted(p.name for p in (tmp_path / "dead").iterdir()) == [path.name]
+    with path.open() as kept:
+        assert len(spill_module.read_rows(kept, path)[0]) == 6
+    engine.dispose()
