@@ -68,12 +68,12 @@ def test_a_window_wholly_trained_on_is_a_clear_error(db_with_traffic, tiny) -> N
     examples = select_requests(db_with_traffic, last=100)
     with pytest.raises(EvaluationError, match=f"every one of the 60 requests of the window "
                        f"'100' was trained on by a version evaluated \\({version} trained"):
-        _held_out(db_with_traffic, [version, "builtin-ngram"], examples, "100", quiet=True)
+        _held_out(db_with_traffic, [version, "builtin-ngram"], examples, "100")
     # traffic logged after the training is held out
     log_traffic(db_with_traffic, [([1, 2, 3], [4, 5, 6])] * 3,
                 start=T0 + timedelta(hours=1))
     kept, left_out = _held_out(db_with_traffic, [version, "builtin-ngram"],
-                               select_requests(db_with_traffic, last=100), "100", quiet=True)
+                               select_requests(db_with_traffic, last=100), "100")
     assert len(kept) == 3 and left_out == {version: 60}
 
 
