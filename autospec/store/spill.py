@@ -13,8 +13,11 @@ each other's files unlocked: a file is created under a name no scan matches
 (``.traffic-….jsonl.new``, ``O_EXCL``), locked, and only then renamed to its own name
 (:func:`_create_locked`). Created under its own name, it was briefly there unlocked, and
 another writer's replay adopted it as an orphan: the owner's append failed and its rows,
-spilled because the database was out, were dropped. (A crash between the two leaves an
-empty ``.new`` file, which nothing reads.)
+spilled because the database was out, were dropped. A replay that stopped part way keeps
+the rows it did not store the same way (:func:`keep_rows`: a locked ``.rest`` scratch file
+renamed over the spill file). A crash before such a rename leaves the scratch file, which
+holds no row that is not also in a spill file or stored; the next scan removes it
+(:func:`_sweep_scratch`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,6 +140,7 @@ def claim_orphans(spill_dir: Path, *, own: Path) -> Iterator[tuple[Path, IO[str]
     name, :func:`_create_locked`, so no other writer's scan can take it either)."""
     if not spill_dir.is_dir():
         return
+    _sweep_scratch(spill_dir)
     for path in sorted(spill_dir.glob(PATTERN)):
         if path == own:
             continue
@@ -149,6 +154,31 @@ def claim_orphans(spill_dir: Path, *, own: Path) -> Iterator[tuple[Path, IO[str]
             fh.close()
 
 
+#: a scratch file (``.traffic-….jsonl.new`` / ``.rest``) unlocked and older than this was
+#: left by a crash between its creation and its rename: :func:`_sweep_scratch` removes it
+SCRATCH_STALE_S = 60.0
+
+
+def _sweep_scratch(spill_dir: Path) -> None:
+    """Remove scratch files a crash left behind (they hold no row that is not also in a
+    spill file or stored): unlocked, and untouched for :data:`SCRATCH_STALE_S`."""
+    for path in spill_dir.glob(".traffic-*.jsonl.*"):
+        if path.suffix not in (".new", ".rest"):
+            continue
+        try:
+            fh = path.open("r+", encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        with fh:
+            try:
+                stale = time.time() - os.fstat(fh.fileno()).st_mtime > SCRATCH_STALE_S
+                if stale and _lock(fh, path):
+                    path.unlink()
+                    log.info("removed %s, a spill scratch file a crash left", path)
+            except OSError:
+                continue
+
+
 def keep_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """Make the spill file at ``path`` (locked by the caller) hold only ``rows``, the ones a
     replay did not store: written in full to a scratch file (a name no scan matches), synced,
@@ -157,11 +187,14 @@ def keep_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     is replayed again (by ``request_uid``)."""
     scratch = path.with_name(f".{path.name}.rest")  # ours alone while we hold path's lock
     try:
-        with open(scratch, "w", encoding="utf-8") as out:
+        fd = os.open(scratch, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            if fcntl is not None:  # a sweep (:func:`_sweep_scratch`) leaves it alone
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             out.write("".join(row_to_json(r) + "\n" for r in rows))
             out.flush()
             os.fsync(out.fileno())
-        os.replace(scratch, path)
+            os.replace(scratch, path)
     except BaseException:  # a full disk, say: the old file stays as it was
         scratch.unlink(missing_ok=True)
         raise

@@ -60,3 +60,29 @@ def test_a_replay_of_another_writer_never_adopts_a_new_spill_file(tmp_path: Path
             fh.close()
         mine.close()
         theirs.close()
+
+
+def test_scratch_files_a_crash_left_are_swept_and_live_ones_kept(tmp_path: Path) -> None:
+    """A ``.new`` or ``.rest`` scratch file left by a crash (unlocked, old) goes at the next
+    scan; a fresh one, or one its writer holds locked, stays."""
+    import fcntl
+    import os
+    import time
+
+    from autospec.store import spill
+
+    folder = tmp_path / "spill"
+    folder.mkdir()
+    old = time.time() - 2 * spill.SCRATCH_STALE_S
+    names = {"crash-new": ".traffic-a.jsonl.new", "crash-rest": ".traffic-b.jsonl.rest",
+             "fresh": ".traffic-c.jsonl.rest", "locked": ".traffic-d.jsonl.rest",
+             "other": ".traffic-e.jsonl.bak"}
+    for key, name in names.items():
+        (folder / name).write_text("{}\n")
+        if key != "fresh":
+            os.utime(folder / name, (old, old))
+    with (folder / names["locked"]).open("r+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert list(spill.claim_orphans(folder, own=folder / "none.jsonl")) == []
+        left = sorted(p.name for p in folder.iterdir())
+    assert left == sorted([names["fresh"], names["locked"], names["other"]])
