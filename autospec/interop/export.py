@@ -20,7 +20,9 @@ vLLM reads differently). Every export writes
 SHA-256 and the export's SHA-256) plus ``source`` (the version, the artifact's SHA-256 and
 its per-file checksums) and ``tensors`` (each exported tensor's SHA-256 and the artifact
 tensor it was taken from: renamed tensors keep their bytes, so their checksums match the
-artifact's). Knows nothing of the store.
+artifact's where the speculator was loaded in float32, as ``autospec export`` loads it; a
+replica's own exports for its engine hold the speculator as loaded on the target's dtype,
+rounded on a bfloat16 target as vLLM would round it). Knows nothing of the store.
 """
 
 from __future__ import annotations
