@@ -300,19 +300,25 @@ class VersionManager:
         loaded, old = self._segment_reusable(), self._by_segment
         self._by_segment = {s: v for s, v in old.items() if s in wanted}  # the unpinned
         held: dict[str, ServedVersion] = {}
-        for segment, (version, generation) in sorted(wanted.items()):
-            if version not in loaded and self._segment_failed.get(segment) != (version,
-                                                                               generation):
-                try:
-                    loaded[version] = self._load_for_segment(version)
-                    log.info("segment %s: loaded %s", segment, version)
-                except VersionLoadError as exc:
-                    self._refused(version, generation, exc, segment=segment)
-            if version in loaded:
-                held[segment] = loaded[version]
-        self._by_segment = held  # one reference assignment
-        self._segments_wanted = dict(wanted)
-        self._free_segment_versions(old)
+        done = False
+        try:
+            for segment, (version, generation) in sorted(wanted.items()):
+                if version not in loaded and self._segment_failed.get(segment) != (
+                        version, generation):
+                    try:
+                        loaded[version] = self._load_for_segment(version)
+                        log.info("segment %s: loaded %s", segment, version)
+                    except VersionLoadError as exc:
+                        self._refused(version, generation, exc, segment=segment)
+                if version in loaded:
+                    held[segment] = loaded[version]
+            done = True
+        finally:  # a load that raised (the store down) still frees the unpinned's versions;
+            # the pointers are read again at the next poll
+            self._by_segment = held if done else {**self._by_segment, **held}
+            if done:
+                self._segments_wanted = dict(wanted)
+            self._free_segment_versions(old)
         log.info("drafting by segment: %s (others: %s)",
                  ", ".join(f"{s}={v}" for s, v in self.segments.items()) or "none",
                  self.current.name)

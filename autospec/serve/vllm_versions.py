@@ -6,10 +6,10 @@ checksums and registration checked), refused if vLLM cannot run it faithfully
 (:func:`~autospec.speculators.registry.vllm_refusal`), and exported with
 :func:`~autospec.interop.export.export_speculator` into a fresh directory under ``<data
 dir>/vllm-exports/<host>-<pid>/`` (the replica's own: :mod:`autospec.serve.export_dirs`).
-``builtin-ngram`` is vLLM's ``ngram`` method (prompt lookup with
-autospec's n-gram bounds); a ``suffix`` version is autospec's custom proposer
-(:mod:`autospec.interop.vllm_proposer`), its index loaded into the engine once it has
-started; with speculation off the engine has no speculative config (version name ``off``).
+``builtin-ngram`` is vLLM's ``ngram`` method (prompt lookup with autospec's n-gram bounds);
+a ``suffix`` version is autospec's custom proposer (:mod:`autospec.interop.vllm_proposer`),
+its index loaded into the engine once it has started; with speculation off the engine has
+no speculative config (version name ``off``).
 
 **Hot swap, in place.** When the live pointer moves, the watcher thread exports the new
 version and, when it fits the running engine (same vLLM method and k; for a draft model the
@@ -45,10 +45,8 @@ deployment's version moves to an engine of its own (another kind), the slots sta
 old engine for its last requests and are loaded into the new one at the next poll.
 
 :func:`~autospec.speculators.registry.vllm_refusal` says why a version cannot be served on
-vLLM, as its kind declares it (e.g. an ``eagle3`` version that drafts
-trees or consults its traffic suffix index, which vLLM would silently run as plain chains of
-the head). ``suffix`` versions run as autospec's custom proposer
-(:mod:`autospec.interop.vllm_proposer`).
+vLLM, as its kind declares it (e.g. an ``eagle3`` version that drafts trees or consults its
+traffic suffix index, which vLLM would silently run as plain chains of the head).
 """
 
 from __future__ import annotations
@@ -254,6 +252,8 @@ class VllmVersionManager(VersionManager):
         current, retry = self._current, self._bands_retry
         if current is None or (fresh is None and retry is None):
             return swapped
+        if self.last_poll_error is not None:  # the store is down: retried once it answers
+            return swapped
         if self._bands_refusal(current) is None:  # it drafts by them (or they changed back)
             self._bands_retry = None
         elif fresh is not None:
@@ -270,7 +270,15 @@ class VllmVersionManager(VersionManager):
         delay = min(BANDS_RETRY_S * 2 ** failures, BANDS_RETRY_MAX_S)
         details = {"restart": "concurrency bands", "bands": str(self.serving_bands or "none"),
                    "failures": failures + 1, "retry_in_s": delay}
-        if self._swap_to(current.name, generation, details=details):
+        failed = self._failed  # a failed restart is no failure of the pointer's version
+        try:
+            restarted = self._swap_to(current.name, generation, details=details)
+        except Exception as exc:  # the store failed under the load: tried again later
+            log.warning("restarting %s with the bands failed: %s", current.name, exc)
+            restarted = False
+        finally:
+            self._failed = failed
+        if restarted:
             self._bands_retry = None
             return
         self._bands_retry = _BandsRetry(generation, failures + 1, time.monotonic() + delay)

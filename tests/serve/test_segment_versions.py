@@ -257,3 +257,28 @@ def test_vllm_routes_resolve_the_segment_from_headers_and_body_once():
                            headers={"x-team": "red"}).status_code == 200
         assert client.post("/v1/completions", json={"model": "m", "prompt": "p"}).status_code == 200
     assert [c.segment for c in layer.contexts] == ["beta", "mine", "alpha", "completions"]
+
+
+def test_an_unpinned_segments_version_is_freed_when_another_load_raises(
+        seg_server, db, tiny_llm, tmp_path, monkeypatch):
+    """A poll whose load of one segment's version raises (the store down under it) still
+    frees the version of a segment unpinned in that poll; it was never freed (its engine
+    held until the replica stopped), since the next poll no longer knew of it."""
+    versions = seg_server.versions
+    register_artifact(db, tiny_llm, tmp_path, "v-new")
+    beta = versions.for_segment("beta")
+    retired: list[str] = []
+    monkeypatch.setattr(beta.engine, "retire", lambda *a, **k: retired.append(beta.name))
+
+    def store_down(version: str):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setattr(versions, "_load_for_segment", store_down)
+    with store.session_scope(db) as session:
+        store.set_live(session, version="v-new", actor="test", reason="test", segment="alpha")
+        store.clear_segment(session, segment="beta", actor="test", reason="unpin")
+    with pytest.raises(RuntimeError, match="went away"):
+        versions.poll_once()
+    assert retired == ["v-beta"]
+    assert versions.for_segment("beta") is versions.current
+    assert versions.for_segment("alpha").name == "v-alpha"  # kept until its load succeeds

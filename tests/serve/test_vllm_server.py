@@ -791,6 +791,30 @@ def test_a_failed_restart_for_new_bands_is_tried_again_later_each_failure_audite
         "the concurrency bands changed (none -> 1-2:3,3-:0)"]
 
 
+def test_a_failed_bands_restart_is_no_failure_of_the_pointers_version(
+        vllm_server, fake_engines, monkeypatch):
+    """A bands restart that fails leaves the record of the pointer's failed version as it
+    was (else that version was loaded and audited again after every failed restart), and a
+    store error under it is a failure tried again later, not an exception of the poll."""
+    from autospec.versions import VersionLoadError
+
+    versions = vllm_server.versions
+    errors = [VersionLoadError("version 'x': vLLM could not start: out of memory"),
+              RuntimeError("the store went away")]
+
+    def fails(version: str):  # type: ignore[no-untyped-def]
+        raise errors.pop(0)
+
+    monkeypatch.setattr(versions, "_held", lambda version: None)  # as with other bands
+    monkeypatch.setattr(versions, "_load", fails)
+    versions._failed = ("v-broken", 7)  # the deployment pointer's version that failed
+    versions._restart_for_bands(versions.current, 1)
+    assert versions._failed == ("v-broken", 7)
+    versions._restart_for_bands(versions.current, 1)
+    assert versions._failed == ("v-broken", 7) and versions._bands_retry.failures == 2
+    assert errors == []
+
+
 def test_policy_bands_on_a_data_parallel_engine_are_refused_and_audited_once(
         fake_engines, tiny_llm, db, tmp_path, monkeypatch):
     """vLLM drops the bands under data parallelism: a replica so configured refuses the
