@@ -166,8 +166,8 @@ def _sweep_scratch(spill_dir: Path) -> None:
         if path.suffix not in (".new", ".rest"):
             continue
         try:
-            fh = path.open("r+", encoding="utf-8")
-        except FileNotFoundError:
+            fh = path.open("r", encoding="utf-8")  # flock needs no write access
+        except OSError:  # gone since the glob, or another user's
             continue
         with fh:
             try:
