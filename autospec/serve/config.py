@@ -190,7 +190,7 @@ class ServeConfig(BaseModel):
             if rule.model is not None and rule.model != served:
                 raise ValueError(
                     f"segments[{i}] (segment {rule.segment!r}): model {rule.model!r} is not the "
-                    f"model this deployment serves ({served!r}: --model-name, else the "
+                    f"model this deployment serves ({served!r}: model_name, else the "
                     "target); a replica answers 404 to any other name, so the rule could "
                     "never match")
         return self
