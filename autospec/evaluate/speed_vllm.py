@@ -88,7 +88,12 @@ def _start(target: Target, version: str, kind: str | None, spec: Any, out: Path,
         raise VllmSpeedError(f"vLLM could not start for {version!r}: "
                              f"{type(exc).__name__}: {exc}") from exc
     if vllm_seeded(kind):  # the proposer starts empty: its data goes in now
-        load_in_place(engine, draft_shape(config, out), out, version)
+        try:
+            load_in_place(engine, draft_shape(config, out), out, version)
+        except Exception as exc:  # the engine is no one's yet: closed here, not leaked
+            engine.close()
+            raise VllmSpeedError(f"{version!r} could not be loaded into vLLM: "
+                                 f"{type(exc).__name__}: {exc}") from exc
     return engine
 
 

@@ -30,6 +30,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,7 @@ def _fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    job = Path(storage_path) / name / "job"
+    job = Path(storage_path).resolve() / name / "job"  # workers run in folders of their own
     job.mkdir(parents=True, exist_ok=True)
     cache.save(job / "features.safetensors")
     safetensors.torch.save_file(_contiguous(state), str(job / "init.safetensors"))
@@ -131,7 +132,7 @@ def _fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
                              failure_config=FailureConfig(max_failures=max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2)))
     try:
-        result = trainer.fit()
+        result = fit_off_the_main_thread(trainer)
     except ray.train.TrainingFailedError as exc:
         raise TrainingError(f"Ray Train run {name} failed: {_root_cause(exc)}") from exc
     if result.checkpoint is None:
@@ -140,6 +141,30 @@ def _fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
              (result.metrics or {}).get("threads"))
     with result.checkpoint.as_directory() as directory:
         return _read_checkpoint(Path(directory))
+
+
+def fit_off_the_main_thread(trainer: Any) -> Any:
+    """``trainer.fit()`` in a thread of its own, waited for here. Called from the main thread,
+    Ray Train's ``fit`` puts its own Ctrl-C handler in place and leaves it there: Ctrl-C then
+    aborted the run and exited 0 (a script carried on; ``autospec train`` did not say it was
+    interrupted), and in ``controller run`` every later Ctrl-C went to it. From another thread
+    it installs none: Ctrl-C stays a ``KeyboardInterrupt`` here (the command exits 130; the
+    run, owned by this process, ends with it)."""
+    outcome: dict[str, Any] = {}
+
+    def fit() -> None:
+        try:
+            outcome["result"] = trainer.fit()
+        except BaseException as exc:  # re-raised in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=fit, name="ray-train-fit", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)  # a join that returns now and then: Ctrl-C interrupts it
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 def _worker(cfg: dict[str, Any]) -> None:
