@@ -195,11 +195,19 @@ def train_on(request: TrainRequest, data: TrainingData, *, engine: Engine, targe
 def base_version(session, kind: str, target: Target) -> str | None:  # type: ignore[no-untyped-def]
     """The newest registered *base* version of ``kind`` (``autospec pretrain``) for
     ``target``'s id and revision, or None."""
+    from sqlalchemy import select
+
+    from autospec.store.models import Speculator
+
     info = target.info
-    for row in store.list_speculators(session, kind=kind, limit=1000):
-        usable = row.state not in ("rejected", "rolled_back")
-        if (row.meta or {}).get("base") and usable and row.target_id == info.target_id \
-                and (not row.target_revision or info.accepts_revision(row.target_revision)):
+    bases = session.scalars(  # in SQL: however many other versions of the kind are newer
+        select(Speculator).where(
+            Speculator.kind == kind, Speculator.target_id == info.target_id,
+            Speculator.meta["base"].as_boolean().is_(True),
+            Speculator.state.not_in(("rejected", "rolled_back")))
+        .order_by(Speculator.created_at.desc()))
+    for row in bases:
+        if not row.target_revision or info.accepts_revision(row.target_revision):
             return row.version
     return None
 
