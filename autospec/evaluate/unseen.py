@@ -1,9 +1,11 @@
 """The logged requests a set of versions never trained on, so a shadow evaluation is held out.
 
 A training run records its window (``metrics.window``: ``start``, ``split_at``, ``end``,
-``segment``, ``anchor_requests``): it trained on the window's requests logged before
-``split_at`` (every one up to ``end`` where nothing was held out), of ``segment`` only where
-the window named one, and on up to ``anchor_requests`` older ones. A version fine-tuned from
+``segment``, ``anchor_requests``, ``synthetic_origins``): it trained on the window's requests
+logged before ``split_at`` (every one up to ``end`` where nothing was held out), of
+``segment`` only where the window named one, on up to ``anchor_requests`` older ones, and on
+the prompts of the requests its synthetic sequences were resampled from (``autospec synth``:
+any request, of any time or segment). A version fine-tuned from
 a parent has seen its parent's requests too. :func:`unseen` drops each request some
 evaluated version (or one of its ancestors) trained on: replaying a suffix index on the
 answers it indexed gives a τ near k + 1 whatever it would do on new traffic, and a gate
@@ -46,8 +48,11 @@ class TrainedOn:
     cut: datetime
     through: bool
     segment: str | None
+    origins: frozenset[int] = frozenset()  # resampled into its synthetic sequences
 
     def covers(self, ex: TrafficExample) -> bool:
+        if ex.id in self.origins:
+            return True
         if self.segment is not None and ex.segment != self.segment:
             return False
         if self.start is not None and ex.created_at < self.start:
@@ -58,8 +63,10 @@ class TrainedOn:
         where = f" of segment {self.segment!r}" if self.segment else ""
         until = "up to" if self.through else "before"
         via = "" if self.via == self.version else f" (through its ancestor {self.via})"
+        resampled = f" and {len(self.origins)} resampled into synthetic sequences" \
+            if self.origins else ""
         return f"{self.version} trained on the requests{where} logged {until} " \
-               f"{self.cut.isoformat(timespec='seconds')}{via}"
+               f"{self.cut.isoformat(timespec='seconds')}{resampled}{via}"
 
 
 def trained_on(db: Engine, versions: Sequence[str]) -> list[TrainedOn]:
@@ -147,7 +154,8 @@ def _trained(version: str, via: str, window: dict[str, Any]) -> TrainedOn:
     start = None if anchors or not window.get("start") else _when(window["start"])
     return TrainedOn(version=version, via=via, start=start,
                      cut=_when(split or window["end"]), through=split is None,
-                     segment=window.get("segment"))
+                     segment=window.get("segment"),
+                     origins=frozenset(int(i) for i in window.get("synthetic_origins") or ()))
 
 
 def _when(text: str) -> datetime:

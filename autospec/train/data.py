@@ -63,6 +63,9 @@ class TrainingData:
     heldout: list[TrainSequence]
     anchors: int = 0  # how many of ``train`` are anchors from before the window
     synthetic: int = 0  # how many of ``train`` are synthetic sequences (mix_synthetic)
+    #: the logged requests those synthetic sequences were resampled from (their prompts
+    #: were trained on: :mod:`autospec.evaluate.unseen` holds them out of evaluations)
+    synthetic_origins: tuple[int, ...] = ()
     start: datetime | None = None
     end: datetime | None = None
     split_at: datetime | None = None
@@ -77,7 +80,8 @@ class TrainingData:
                 "split_at": _iso(self.split_at),
                 "train_requests": len(self.train) - self.synthetic,
                 "heldout_requests": len(self.heldout), "anchor_requests": self.anchors,
-                "synthetic_sequences": self.synthetic, "train_tokens": self.train_tokens}
+                "synthetic_sequences": self.synthetic, "train_tokens": self.train_tokens,
+                "synthetic_origins": sorted(self.synthetic_origins)}
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,10 @@ def mix_synthetic(session: Session, data: TrainingData, mix: SyntheticMix,
                           synthetic=True) for r in rows]
     log.info("mixed in %d synthetic sequences (%d wanted at share %.2f)", len(seqs), wanted,
              mix.share)
-    return replace(data, train=data.train + seqs, synthetic=len(seqs))
+    origins = tuple(sorted({r.origin_request_id for r in rows
+                            if r.origin_request_id is not None}))
+    return replace(data, train=data.train + seqs, synthetic=len(seqs),
+                   synthetic_origins=origins)
 
 
 def parse_window(text: str, *, now: datetime | None = None) -> WindowSpec:

@@ -53,3 +53,28 @@ def test_a_run_trains_on_the_mix_and_counts_real_requests(db_with_traffic, tiny)
         assert run.train_requests == 30  # real requests only
         assert run.metrics["window"]["synthetic_sequences"] == 10
         assert run.config["synthetic"]["share"] == 0.25
+
+
+def test_requests_resampled_into_a_versions_training_are_left_out_of_its_evaluation(
+        db_with_traffic, tiny) -> None:  # type: ignore[no-untyped-def]
+    """A version trained on the newest 10 requests plus synthetic sequences resampled from
+    older ones trained on those older prompts too: its run records them and an evaluation
+    replays none of them (it replayed them, the version's τ read high on its own prompts)."""
+    from autospec.evaluate.run import select_requests
+    from autospec.evaluate.unseen import trained_on, unseen
+
+    synthesize(SynthRequest(count=40, max_new_tokens=4, heldout_fraction=0.0),
+               engine=db_with_traffic, target=tiny)  # every logged prompt, once
+    request = TrainRequest(kind="suffix", window=WindowSpec(limit=10, heldout_fraction=0.2),
+                           synthetic=SyntheticMix(share=0.5))
+    outcome = train_candidate(request, engine=db_with_traffic, target=tiny)
+    with store.session_scope(db_with_traffic, readonly=True) as session:
+        origins = store.get_training_run(session, run_id=outcome.run_id
+                                         ).metrics["window"]["synthetic_origins"]
+    examples = select_requests(db_with_traffic, last=100)
+    window_ids = {ex.id for ex in examples[-10:]}
+    assert len(origins) == 8 and not set(origins) <= window_ids  # older requests' prompts
+    kept, dropped = unseen(examples, trained_on(db_with_traffic, [outcome.version]))
+    assert not {ex.id for ex in kept} & set(origins)
+    assert {ex.id for ex in examples[-2:]} <= {ex.id for ex in kept}  # the held-out part
+    assert dropped[outcome.version] == len(set(origins) | {ex.id for ex in examples[-10:-2]})
