@@ -24,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -150,7 +152,7 @@ def cached_extract(cache_dir: Path | None, target: Target, sequences: list[Train
     cache = extract_features(target, sequences, feature_layers=feature_layers, top_k=top_k,
                              progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".partial")
+    tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.partial")  # one a writer
     cache.save(tmp, metadata={"layers": wanted})
-    tmp.rename(path)
+    tmp.replace(path)  # two writers of one key write the same features: the last one stays
     return cache
