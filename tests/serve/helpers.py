@@ -3,6 +3,7 @@ speculator artifacts registered in a store, and an in-process server."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,18 @@ def wait_for_rows(db: Any, n: int, *, timeout_s: float = 10.0, poll_s: float = 0
         if len(rows) >= n or time.monotonic() > deadline:
             return rows
         time.sleep(poll_s)
+
+
+def slowed_forwards(target: Target, monkeypatch: Any, step_s: float) -> list[float]:
+    """Make each of ``target``'s forwards take at least ``step_s``; the list returned gets
+    each forward's start time (``time.monotonic``)."""
+    forwards: list[float] = []
+    real = target.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        forwards.append(time.monotonic())
+        time.sleep(step_s)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, "forward", forward)
+    return forwards

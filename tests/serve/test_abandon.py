@@ -16,7 +16,7 @@ from autospec.serve.http import make_app
 from autospec.serve.schemas import CompletionRequest
 from autospec.serve.server import LLMServer, RequestContext
 
-from .helpers import make_server
+from .helpers import make_server, slowed_forwards
 
 LONG = {"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
 STEP_S = 0.005
@@ -60,15 +60,7 @@ class Client:
 @pytest.fixture
 def slow_server(tiny_llm, db, monkeypatch) -> Iterator[tuple[LLMServer, list[float], Any]]:  # type: ignore[no-untyped-def]
     """Target-only decoding at >= 5 ms per step; the list holds each forward's time."""
-    forwards: list[float] = []
-    real = tiny_llm.forward
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        forwards.append(time.monotonic())
-        time.sleep(STEP_S)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(tiny_llm, "forward", forward)
+    forwards = slowed_forwards(tiny_llm, monkeypatch, STEP_S)
     srv = make_server(tiny_llm, db, speculation="off")
     yield srv, forwards, db
     srv.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +19,7 @@ from autospec.serve.requests import Served
 from autospec.serve.schemas import CompletionRequest
 from autospec.serve.server import LLMServer, RequestContext
 
-from .helpers import make_server
+from .helpers import make_server, slowed_forwards
 
 STEP_S = 0.005
 
@@ -29,15 +28,7 @@ STEP_S = 0.005
 def slow_server(tiny_llm, monkeypatch) -> Iterator[tuple[LLMServer, list[float]]]:  # type: ignore[no-untyped-def]
     """Target-only decoding at >= 5 ms per step, no store; the list holds each forward's
     time."""
-    forwards: list[float] = []
-    real = tiny_llm.forward
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        forwards.append(time.monotonic())
-        time.sleep(STEP_S)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(tiny_llm, "forward", forward)
+    forwards = slowed_forwards(tiny_llm, monkeypatch, STEP_S)
     srv = make_server(tiny_llm, None, speculation="off", log_traffic=False)
     yield srv, forwards
     srv.close()

@@ -714,15 +714,20 @@ def test_the_default_kv_cache_size_applies_on_the_cpu_backend_only(monkeypatch):
     assert "kv_cache_memory_bytes" not in kwargs(gpu_memory_utilization=0.3)
 
 
+def _vllm_deployment(session, tiny_llm) -> None:  # type: ignore[no-untyped-def]
+    """The default deployment's row, served on vLLM (policy bands are set on it)."""
+    store.record_deployment(session, name="default", target="tiny",
+                            target_id=tiny_llm.info.target_id, target_revision="r",
+                            dtype="float32", actor="test", engine="vllm")
+
+
 def test_bands_set_by_the_policy_restart_the_engine_with_them_and_rows_name_them(
         vllm_server, fake_engines, tiny_llm, db):
     first = fake_engines[0][1]
     assert first.k_bands is None
     assert "num_speculative_tokens_per_batch_size" not in first.speculative_config
     with store.session_scope(db) as session:
-        store.record_deployment(session, name="default", target="tiny",
-                                target_id=tiny_llm.info.target_id, target_revision="r",
-                                dtype="float32", actor="test", engine="vllm")
+        _vllm_deployment(session, tiny_llm)
         assert store.set_k_bands(session, name="default", k_bands="1-2:3,3-:0", actor="ctl")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and not (
@@ -770,9 +775,7 @@ def test_a_failed_restart_for_new_bands_is_tried_again_later_each_failure_audite
     monkeypatch.setattr(VllmVersionManager, "_engine_version", out_of_memory_twice)
     first = fake_engines[0][1]
     with store.session_scope(db) as session:
-        store.record_deployment(session, name="default", target="tiny",
-                                target_id=tiny_llm.info.target_id, target_revision="r",
-                                dtype="float32", actor="test", engine="vllm")
+        _vllm_deployment(session, tiny_llm)
         assert store.set_k_bands(session, name="default", k_bands="1-2:3,3-:0", actor="ctl")
     deadline = time.monotonic() + 10
     while vllm_server.versions.current.engine is first:
@@ -829,9 +832,7 @@ def test_policy_bands_on_a_data_parallel_engine_are_refused_and_audited_once(
     versions.prime()
     try:
         with store.session_scope(db) as session:
-            store.record_deployment(session, name="default", target="tiny",
-                                    target_id=tiny_llm.info.target_id, target_revision="r",
-                                    dtype="float32", actor="test", engine="vllm")
+            _vllm_deployment(session, tiny_llm)
             assert store.set_k_bands(session, name="default", k_bands="1-2:3,3-:0",
                                      actor="ctl")
         for _ in range(3):
@@ -850,9 +851,7 @@ def _bands_and_pointer_in_one_poll(vllm_server, db, tiny_llm, version):  # type:
     """New bands and a pointer moved to ``version`` in one transaction (one poll sees
     both); returns once the watcher has polled past them."""
     with store.session_scope(db) as session:
-        store.record_deployment(session, name="default", target="tiny",
-                                target_id=tiny_llm.info.target_id, target_revision="r",
-                                dtype="float32", actor="test", engine="vllm")
+        _vllm_deployment(session, tiny_llm)
     with store.session_scope(db) as session:
         assert store.set_k_bands(session, name="default", k_bands="1-2:3,3-:0", actor="ctl")
         store.set_live(session, version=version, actor="test", reason="test",

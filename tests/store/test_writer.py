@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select, text
@@ -332,34 +333,46 @@ def test_a_writers_own_new_spill_file_is_never_adopted_as_an_orphan(tmp_path: Pa
     spill.close()
 
 
+def _dead_spill_file(tmp_path: Path, rows: int) -> tuple[Path, Any]:
+    """A dead writer's spill file of ``rows`` rows in a folder of its own, claimed: its path
+    and its open, locked handle."""
+    dead = SpillFile(tmp_path / "dead")
+    dead.append([_prepared(i) for i in range(rows)])
+    dead.close()
+    return next(claim_orphans(tmp_path / "dead", own=tmp_path / "none.jsonl"))
+
+
+def _store_once_then_fail(writer: TrafficWriter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's first insert goes through; every later one finds the database down."""
+    from sqlalchemy.exc import OperationalError
+
+    real, calls = writer._try_insert, []
+
+    def insert_then_fail(rows):  # type: ignore[no-untyped-def]
+        calls.append(len(rows))
+        down = OperationalError("INSERT", {}, OSError("down"))
+        return real(rows) if len(calls) == 1 else down
+
+    monkeypatch.setattr(writer, "_try_insert", insert_then_fail)
+
+
 def test_a_replay_that_stops_part_way_keeps_every_unstored_row_through_a_crash(
         sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A replay stored the file's first batch, then the database went; keeping the rest
     must not first empty the file: a crash while the rest is written (here: its rows fail
     to serialise) leaves every row that is not stored on disk, replayed once later."""
-    from sqlalchemy.exc import OperationalError
-
     from autospec.store import spill as spill_module
     from autospec.store import writer as writer_module
 
     engine = db.make_engine(sqlite_url)
     migrate.upgrade(engine)
-    dead = SpillFile(tmp_path / "dead")  # a dead writer's file, in a folder of its own
-    dead.append([_prepared(i) for i in range(10)])
-    dead.close()
+    path, fh = _dead_spill_file(tmp_path, 10)
+
+    def crash(row):  # type: ignore[no-untyped-def]
+        raise RuntimeError("killed while keeping the rest")
+
     with _writer(engine, tmp_path, batch_size=4) as writer:
-        path, fh = next(claim_orphans(tmp_path / "dead", own=tmp_path / "none.jsonl"))
-        real, calls = writer._try_insert, []
-
-        def insert_then_fail(rows):  # type: ignore[no-untyped-def]
-            calls.append(len(rows))
-            down = OperationalError("INSERT", {}, OSError("down"))
-            return real(rows) if len(calls) == 1 else down
-
-        def crash(row):  # type: ignore[no-untyped-def]
-            raise RuntimeError("killed while keeping the rest")
-
-        monkeypatch.setattr(writer, "_try_insert", insert_then_fail)
+        _store_once_then_fail(writer, monkeypatch)
         for module in (spill_module, writer_module):
             monkeypatch.setattr(module, "row_to_json", crash, raising=False)
         with pytest.raises(RuntimeError, match="killed"):
@@ -379,30 +392,18 @@ def test_a_spill_file_that_cannot_be_shortened_stays_whole_and_is_retried(
         sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A full disk while a part-way replay keeps the rest: no scratch file is left, the
     spill file stays whole, the writer says it will try again (False), nothing raises."""
-    from sqlalchemy.exc import OperationalError
-
     from autospec.store import spill as spill_module
 
     engine = db.make_engine(sqlite_url)
     migrate.upgrade(engine)
-    dead = SpillFile(tmp_path / "dead")
-    dead.append([_prepared(i) for i in range(6)])
-    dead.close()
+    path, fh = _dead_spill_file(tmp_path, 6)
     real_fsync = spill_module.os.fsync
 
     def full(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
     with _writer(engine, tmp_path, batch_size=4) as writer:
-        path, fh = next(claim_orphans(tmp_path / "dead", own=tmp_path / "none.jsonl"))
-        real, calls = writer._try_insert, []
-
-        def insert_then_fail(rows):  # type: ignore[no-untyped-def]
-            calls.append(len(rows))
-            down = OperationalError("INSERT", {}, OSError("down"))
-            return real(rows) if len(calls) == 1 else down
-
-        monkeypatch.setattr(writer, "_try_insert", insert_then_fail)
+        _store_once_then_fail(writer, monkeypatch)
         monkeypatch.setattr(spill_module.os, "fsync", full)
         assert writer._replay_file(path, fh) is False
         monkeypatch.setattr(spill_module.os, "fsync", real_fsync)
