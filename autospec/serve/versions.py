@@ -372,16 +372,19 @@ class VersionManager:
         return next((v for v in self._by_segment.values() if v.name == version), None)
 
     def _swap_to(self, version: str, generation: int, *,
-                 details: dict[str, Any] | None = None) -> bool:
-        """Load ``version`` and serve it; False if refused (audited with ``details``)."""
+                 details: dict[str, Any] | None = None, pointer: bool = True) -> bool:
+        """Load ``version`` and serve it; False if refused (audited with ``details``).
+        ``pointer``: the swap follows the deployment's pointer, whose failed version it
+        remembers (else a restart of the version served: the record is left as it is)."""
         started = time.perf_counter()
         try:
             new = self._held(version) or self._load(version)
         except VersionLoadError as exc:
-            self._refused(version, generation, exc, details=details)
+            self._refused(version, generation, exc, details=details, remember=pointer)
             return False
         old, self._current = self.current, new  # the swap: one reference assignment
-        self._failed = None
+        if pointer:
+            self._failed = None
         log.info("now serving %s (was %s; loaded in %.2fs)", new.name, old.name,
                  time.perf_counter() - started)
         self.report()
@@ -391,13 +394,15 @@ class VersionManager:
         return True
 
     def _refused(self, version: str, generation: int, exc: VersionLoadError, *,
-                 segment: str | None = None, details: dict[str, Any] | None = None) -> None:
+                 segment: str | None = None, details: dict[str, Any] | None = None,
+                 remember: bool = True) -> None:
         """``version`` failed to load (for ``segment``'s pointer, or the deployment's):
-        remember it (no retry until that pointer moves), log it, audit it (``details``
-        added to the event's)."""
+        remember it (no retry until that pointer moves; not where ``remember`` is False),
+        log it, audit it (``details`` added to the event's)."""
         staying = self._current.name if self._current else None
         if segment is None:
-            self._failed = (version, generation)
+            if remember:
+                self._failed = (version, generation)
             log.error("staying on %s: %s", staying, exc)
         else:
             self._segment_failed[segment] = (version, generation)

@@ -270,14 +270,11 @@ class VllmVersionManager(VersionManager):
         delay = min(BANDS_RETRY_S * 2 ** failures, BANDS_RETRY_MAX_S)
         details = {"restart": "concurrency bands", "bands": str(self.serving_bands or "none"),
                    "failures": failures + 1, "retry_in_s": delay}
-        failed = self._failed  # a failed restart is no failure of the pointer's version
-        try:
-            restarted = self._swap_to(current.name, generation, details=details)
+        try:  # no pointer moves: the record of the pointer's failed version stays as it is
+            restarted = self._swap_to(current.name, generation, details=details, pointer=False)
         except Exception as exc:  # the store failed under the load: tried again later
             log.warning("restarting %s with the bands failed: %s", current.name, exc)
             restarted = False
-        finally:
-            self._failed = failed
         if restarted:
             self._bands_retry = None
             return
