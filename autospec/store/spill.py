@@ -58,11 +58,22 @@ def _lock(fh: IO[Any], path: Path) -> bool:
         return False
 
 
+#: the scratch files beside a spill file (a name no scan of ``PATTERN`` matches): ``new``
+#: while it is created (:func:`_create_locked`), ``rest`` while a replay shortens it
+#: (:func:`keep_rows`); :func:`_sweep_scratch` removes those a crash left
+SCRATCH_TAGS = ("new", "rest")
+
+
+def _scratch(path: Path, tag: str) -> Path:
+    """The scratch file ``tag`` (one of :data:`SCRATCH_TAGS`) of the spill file at ``path``."""
+    return path.with_name(f".{path.name}.{tag}")
+
+
 def _create_locked(path: Path) -> IO[str]:
     """A new, empty spill file at ``path``, open for appending and locked before it appears
     under that name (see the module docstring); the folder is synced so the name outlasts a
     crash before any row is written to it. OSError when it cannot be made."""
-    scratch = path.with_name(f".{path.name}.new")
+    scratch = _scratch(path, "new")
     fd = os.open(scratch, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666)
     try:
         if fcntl is not None:
@@ -154,16 +165,16 @@ def claim_orphans(spill_dir: Path, *, own: Path) -> Iterator[tuple[Path, IO[str]
             fh.close()
 
 
-#: a scratch file (``.traffic-….jsonl.new`` / ``.rest``) unlocked and older than this was
-#: left by a crash between its creation and its rename: :func:`_sweep_scratch` removes it
+#: a scratch file (:data:`SCRATCH_TAGS`) unlocked and older than this was left by a crash
+#: between its creation and its rename: :func:`_sweep_scratch` removes it
 SCRATCH_STALE_S = 60.0
 
 
 def _sweep_scratch(spill_dir: Path) -> None:
     """Remove scratch files a crash left behind (they hold no row that is not also in a
     spill file or stored): unlocked, and untouched for :data:`SCRATCH_STALE_S`."""
-    for path in spill_dir.glob(".traffic-*.jsonl.*"):
-        if path.suffix not in (".new", ".rest"):
+    for path in spill_dir.glob(f".{PATTERN}.*"):
+        if path.suffix.removeprefix(".") not in SCRATCH_TAGS:
             continue
         try:
             fh = path.open("r", encoding="utf-8")  # flock needs no write access
@@ -185,7 +196,7 @@ def keep_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     then renamed over ``path``. A crash at any point leaves the old file or the new one,
     never a truncated one; rows the old one still holds were stored and are skipped when it
     is replayed again (by ``request_uid``)."""
-    scratch = path.with_name(f".{path.name}.rest")  # ours alone while we hold path's lock
+    scratch = _scratch(path, "rest")  # ours alone while we hold path's lock
     try:
         fd = os.open(scratch, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
