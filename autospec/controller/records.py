@@ -144,11 +144,10 @@ def close_cycle(session: Session, *, deployment: str, cycle_id: str, actor: str,
 def has_canary_verdict(session: Session, *, deployment: str, move: Event) -> bool:
     """Whether a canary note judged pointer move ``move`` (found in SQL among the notes since
     the move, however many came after it; a verdict once given is final)."""
-    query = select(Event.id).where(
-        Event.kind == "note", Event.deployment == deployment,
-        Event.created_at >= move.created_at, Event.details["type"].as_string() == "canary",
-        Event.details["promotion_event"].as_integer() == move.id).limit(1)
-    return session.scalars(query).first() is not None
+    query = _notes_query(deployment, "canary").where(
+        Event.created_at >= move.created_at,
+        Event.details["promotion_event"].as_integer() == move.id)  # an int: not a match=
+    return session.scalars(query.limit(1)).first() is not None
 
 
 def cycles(session: Session, *, deployment: str, limit: int = 20) -> list[CycleRecord]:
