@@ -7,9 +7,9 @@ machine-wide cache, ``AUTOSPEC_CACHE_DIR``, default ``$XDG_CACHE_HOME/autospec``
 ``~/.cache/autospec`` — so later loads take seconds.
 
 :meth:`Target.forward` returns float32 logits for the positions asked for and, when a
-speculator needs them, the hidden states of chosen layers (index convention of Hugging
-Face's ``hidden_states`` tuple: 0 is the embedding output, ``i`` the output of decoder
-layer ``i``). This module knows nothing of HTTP, databases or speculators.
+speculator needs them, the hidden states of chosen layers (:mod:`autospec.engine.feature_layers`:
+0 is the embedding output, ``i`` the output of decoder layer ``i``, the last one's before the
+final norm, as vLLM reads them). This module knows nothing of HTTP, databases or speculators.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from jinja2 import TemplateError
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from autospec.engine.feature_layers import forward_with_features
 from autospec.engine.info import TargetInfo
 from autospec.engine.verify import tree_depths
 from autospec.settings import get_settings
@@ -140,18 +141,16 @@ class Target:
         tree = {}
         if tree_parents is not None:
             tree = _tree_inputs(tree_parents, cache.length, self.dtype, self.device)
-        out = self.model(
+        out, features = forward_with_features(
+            self.model, feature_layers,
             input_ids=input_ids.unsqueeze(0).to(self.device),
             past_key_values=cache.inner,
             use_cache=True,
-            output_hidden_states=bool(feature_layers),
             logits_to_keep=logits_to_keep,
             **tree,
         )
-        features = None
-        if feature_layers:
-            features = torch.cat([out.hidden_states[i][0] for i in feature_layers], dim=-1)
-        return TargetOutput(logits=out.logits[0].float(), features=features)
+        return TargetOutput(logits=out.logits[0].float(),
+                            features=features[0] if features is not None else None)
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """Token ids of a plain completion prompt, with the special tokens the tokenizer adds

@@ -116,14 +116,16 @@ class DraftConfig(_Transformer):
 
 
 def default_feature_layers(num_layers: int) -> tuple[int, int, int]:
-    """Low, middle and high target layers, in the hidden-state index convention.
+    """Low, middle and high target layers, in the feature layer convention.
 
-    Index 0 is the embedding output, ``i`` the output of decoder layer ``i``. As in
+    Index 0 is the embedding output, ``i`` the output of decoder layer ``i`` (``N``, the
+    last one's, before the final norm: :mod:`autospec.engine.feature_layers`). As in
     EAGLE-3 (and vLLM's default): ``(2, N // 2, N - 3)`` from 7 layers; shallower targets
-    get ``(1, N // 2, N - 1)``, and 3 layers ``(0, 1, 2)``: always three strictly
-    increasing ids below ``N``, the only ones vLLM reads as autospec does
-    (:mod:`autospec.speculators.eagle3.export`). A 1- or 2-layer target has no three such
-    ids: it gets ``(1, 1, 1)``, which the native engine serves and vLLM refuses.
+    get ``(1, N // 2, N - 1)``, and 3 layers ``(0, 1, 2)``: from 3 layers up, three
+    strictly increasing ids below ``N``, which vLLM reads as autospec does (so does any
+    strictly increasing triple in ``[0, N]``: :mod:`autospec.speculators.eagle3.export`).
+    A 1- or 2-layer target gets ``(1, 1, 1)``, which the native engine serves and vLLM
+    refuses (a 2-layer target's ``(0, 1, 2)`` is one to ask for explicitly).
     """
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
@@ -140,8 +142,9 @@ class Eagle3Config(_Transformer):
     kind: Literal["eagle3"] = Field(default="eagle3", description="speculator kind tag")
     target_vocab_size: int = Field(ge=2, description="the target's vocabulary size")
     feature_layers: tuple[int, int, int] = Field(
-        description="target hidden-state indices (0 = embeddings, i = output of layer i) "
-        "of the low, middle and high features"
+        description="target hidden-state indices (0 = embeddings, i = output of layer i, "
+        "the last layer's before the final norm, as vLLM reads it) of the low, middle and "
+        "high features"
     )
     draft_vocab_size: int = Field(
         ge=2, description="size of the reduced draft vocabulary (LM head rows)"

@@ -4,8 +4,9 @@
 in right-padded batches of similar length, and keeps per position:
 
 - ``features``: the concatenated hidden states of ``feature_layers`` (what the
-  ``eagle3`` head reads; ``[N, len(layers) * H]``, stored as ``dtype``, bfloat16 by
-  default) — only when layers are asked for;
+  ``eagle3`` head reads, read as the engine reads them:
+  :func:`~autospec.engine.feature_layers.forward_with_features`; ``[N, len(layers) * H]``,
+  stored as ``dtype``, bfloat16 by default) — only when layers are asked for;
 - ``top_ids`` / ``top_logprobs``: the target's ``top_k`` most likely next tokens and
   their log-probabilities (``[N, top_k]``, int32 / float16); ``top_ids[:, 0]`` is the
   target's greedy choice. Distillation losses use them as the target's distribution.
@@ -28,17 +29,22 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import safetensors
 import safetensors.torch
 import torch
 
+from autospec.engine.feature_layers import forward_with_features
 from autospec.engine.target import Target
 from autospec.speculators.training import FeatureCache, TrainSequence
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TOP_K = 20
+#: how a cached file's features read layer N (the target's depth): before the final norm, as
+#: :mod:`autospec.engine.feature_layers` does; files without it read it after the norm
+LAST_LAYER = "pre-norm"
 
 
 @torch.inference_mode()
@@ -70,8 +76,8 @@ def extract_features(
     for batch in _length_batches(lengths, batch_tokens):
         longest = int(lengths[batch].max())
         first = max(0, int(prompt_lens[batch].min()) - 1)  # first position predicting output
-        out = _forward_batch(target, [sequences[i].ids for i in batch], feature_layers,
-                             logits_to_keep=longest - first)
+        out, feats = _forward_batch(target, [sequences[i].ids for i in batch], feature_layers,
+                                    logits_to_keep=longest - first)
         for row, i in enumerate(batch):
             start, n = int(offsets[i]), int(lengths[i])
             lo = max(first, int(prompt_lens[i]) - 1)
@@ -80,9 +86,7 @@ def extract_features(
             top_ids[start + lo : start + n], top_lp[start + lo : start + n] = indices.int(), \
                 values.half()
             if features is not None:
-                features[start : start + n] = torch.cat(
-                    [out.hidden_states[layer][row, :n] for layer in feature_layers], -1
-                ).to(dtype)
+                features[start : start + n] = feats[row, :n].to(dtype)
         if progress is not None:
             progress(len(batch))
     return FeatureCache(ids=ids, offsets=offsets,
@@ -91,18 +95,19 @@ def extract_features(
 
 
 def _forward_batch(target: Target, seqs: list[list[int]], layers: tuple[int, ...],
-                   logits_to_keep: int = 0):
-    """One padded target forward (right padding, attention mask); logits of the last
-    ``logits_to_keep`` positions (0: all)."""
+                   logits_to_keep: int = 0) -> tuple[Any, torch.Tensor | None]:
+    """One padded target forward (right padding, attention mask): its output (logits of the
+    last ``logits_to_keep`` positions, 0: all) and the features of ``layers``
+    (``[batch, width, len(layers) * H]``, as the engine reads them)."""
     width = max(len(s) for s in seqs)
     ids = torch.zeros(len(seqs), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, seq in enumerate(seqs):
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
-    return target.model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
-                        output_hidden_states=bool(layers), use_cache=False,
-                        logits_to_keep=logits_to_keep)
+    return forward_with_features(target.model, layers, input_ids=ids.to(target.device),
+                                 attention_mask=mask.to(target.device), use_cache=False,
+                                 logits_to_keep=logits_to_keep)
 
 
 def _length_batches(lengths: torch.Tensor, batch_tokens: int) -> list[list[int]]:
@@ -128,7 +133,9 @@ def cached_extract(cache_dir: Path | None, target: Target, sequences: list[Train
 
     The key is the target (id, revision, dtype), ``top_k`` and every token of every
     sequence; a cached file with features of the same layers also serves a request for
-    no features (draft after eagle3 on one window). ``cache_dir=None``: no reuse.
+    no features (draft after eagle3 on one window). A file whose layers include the
+    target's depth N and that does not say it read layer N before the final norm (written
+    before autospec did, :data:`LAST_LAYER`) is computed again. ``cache_dir=None``: no reuse.
     """
     if cache_dir is None:
         return extract_features(target, sequences, feature_layers=feature_layers, top_k=top_k,
@@ -140,8 +147,10 @@ def cached_extract(cache_dir: Path | None, target: Target, sequences: list[Train
     wanted = ",".join(map(str, feature_layers))
     if path.exists():
         with safetensors.safe_open(str(path), "pt") as f:
-            have = (f.metadata() or {}).get("layers", "")
-        if not feature_layers or have == wanted:
+            meta = f.metadata() or {}
+        same = meta.get("layers", "") == wanted and (
+            target.info.num_layers not in feature_layers or meta.get("last_layer") == LAST_LAYER)
+        if not feature_layers or same:
             log.info("reusing target features %s", path.name)
             cache = FeatureCache.load(path)
             if progress is not None:
@@ -153,6 +162,6 @@ def cached_extract(cache_dir: Path | None, target: Target, sequences: list[Train
                              progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.partial")  # one a writer
-    cache.save(tmp, metadata={"layers": wanted})
+    cache.save(tmp, metadata={"layers": wanted, "last_layer": LAST_LAYER})
     tmp.replace(path)  # two writers of one key write the same features: the last one stays
     return cache

@@ -1,7 +1,8 @@
 """An eagle3 head whose feature layers vLLM would read otherwise than autospec (not strictly
-increasing, or reaching the target's depth N: vLLM sorts and de-duplicates them and takes
-layer N before the final norm) is neither exported nor served on vLLM; the default ones are
-fine from 3 layers up (tiny random-init targets)."""
+increasing, or above the target's depth N: vLLM sorts and de-duplicates them and collects
+none above N) is neither exported nor served on vLLM; id N itself is fine (both read it
+before the final norm), and so are the default ones from 3 layers up (tiny random-init
+targets)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ CHAINS = {"tree_nodes": 0, "suffix_threshold": None, "draft_vocab_size": 40}
 
 
 @pytest.mark.parametrize(("layers", "depth"), [((1, 2, 3), 4), ((0, 1, 2), 3),
-                                               ((1, 3, 5), 6), ((2, 15, 27), 30)])
-def test_strictly_increasing_ids_below_the_depth_are_served_and_exported_tiny(
+                                               ((1, 3, 5), 6), ((2, 15, 27), 30),
+                                               ((1, 2, 4), 4), ((0, 1, 2), 2)])
+def test_strictly_increasing_ids_up_to_the_depth_are_served_and_exported_tiny(
         layers, depth, tmp_path) -> None:
     target = tiny_target(num_layers=depth)
     spec = new_speculator("eagle3", target, feature_layers=layers, **CHAINS)
@@ -37,14 +39,16 @@ def test_the_default_feature_layers_are_served_on_vllm_tiny(depth) -> None:
     assert vllm_refusal("eagle3", spec.config, target.info) is None
 
 
-@pytest.mark.parametrize(("layers", "depth"), [((1, 1, 1), 2), ((3, 2, 1), 4),
-                                               ((1, 1, 3), 4), ((1, 2, 4), 4)])
-def test_other_ids_are_refused_for_vllm_naming_them_tiny(layers, depth, tmp_path) -> None:
+@pytest.mark.parametrize(("layers", "depth", "fix"), [
+    ((1, 1, 1), 2, "a < b < c <= 2"), ((3, 2, 1), 4, "a < b < c <= 4"),
+    ((1, 1, 3), 4, "a < b < c <= 4"), ((1, 1, 1), 1, "serve it natively")])
+def test_other_ids_are_refused_for_vllm_naming_them_tiny(layers, depth, fix,
+                                                         tmp_path) -> None:
     target = tiny_target(num_layers=depth)
     spec = new_speculator("eagle3", target, feature_layers=layers, **CHAINS)
     why = vllm_refusal("eagle3", spec.config, target.info) or ""
-    assert f"feature_layers {list(layers)} are not strictly increasing ids below the " \
-        f"target's {depth} layers" in why
+    assert f"feature_layers {list(layers)} are not strictly increasing ids in [0, {depth}] " \
+        f"(the target has {depth} layers)" in why and fix in why
     with pytest.raises(ExportError, match=r"cannot be exported for vLLM: its feature_layers"):
         export_speculator(spec, target, tmp_path / "out", k=3)
     assert not (tmp_path / "out").exists()  # nothing half-written
@@ -54,7 +58,7 @@ def test_export_of_a_2_layer_targets_default_head_is_one_line_exit_2_tiny(
         sqlite_url, tmp_path, monkeypatch) -> None:
     target = tiny_target(num_layers=2)
     spec = new_speculator("eagle3", target, **CHAINS)
-    assert spec.config.feature_layers == (1, 1, 1)  # no three distinct ids below 2
+    assert spec.config.feature_layers == (1, 1, 1)  # not (0, 1, 2): asked for explicitly
     sha = save_speculator(spec, tmp_path / "art")
     engine = store.open_store(sqlite_url, upgrade=True)
     with store.session_scope(engine) as session:
@@ -68,5 +72,5 @@ def test_export_of_a_2_layer_targets_default_head_is_one_line_exit_2_tiny(
                                     "--target", "tiny", "--url", sqlite_url])
     assert done.exit_code == 2, done.output
     assert len(done.output.strip().splitlines()) == 1, done.output  # no traceback
-    assert "feature_layers [1, 1, 1]" in done.output and "serve it natively" in done.output
+    assert "feature_layers [1, 1, 1]" in done.output and "a < b < c <= 2" in done.output
     assert not (tmp_path / "out").exists()

@@ -30,8 +30,9 @@ def tiny_llm(tiny_model_dir: Path) -> Target:
 @pytest.fixture(scope="session")
 def tiny_llm_4_layers(tmp_path_factory: pytest.TempPathFactory) -> Target:
     """The tiny target with 4 layers, for eagle3 heads on vLLM: their default feature layers
-    on it, (1, 2, 3), are strictly increasing ids below its depth, the only ones vLLM reads
-    as autospec does; a 2-layer target has none, and vLLM serving and export refuse them."""
+    on it, (1, 2, 3), are strictly increasing ids up to its depth, the only ones vLLM reads
+    as autospec does; a 2-layer target's default ones, (1, 1, 1), are not, and vLLM serving
+    and export refuse them."""
     directory = make_tiny_model_dir(tmp_path_factory.mktemp("tiny-llama-4"), layers=4)
     return load_target(str(directory), dtype="float32", device="cpu")
 

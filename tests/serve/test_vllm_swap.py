@@ -12,7 +12,8 @@ from autospec.speculators.registry import new_speculator
 
 @pytest.fixture(scope="session")
 def tiny_llm(tiny_llm_4_layers):  # type: ignore[no-untyped-def]
-    """4 layers: eagle3 heads on vLLM need three distinct feature layers below the depth."""
+    """4 layers: eagle3 heads on vLLM need three strictly increasing feature layers up to the
+    depth, which the default ones are from 3 layers up."""
     return tiny_llm_4_layers
 
 

@@ -86,16 +86,20 @@ def _export_index(spec: Eagle3Speculator, index: dict[str, Any], out: Path,
 
 def feature_layers_refusal(layers: Sequence[int], info: TargetInfo) -> str | None:
     """Why vLLM would feed a head of feature ``layers`` on the target of ``info`` other
-    hidden states than autospec does (None: the same ones); see the module doc."""
+    hidden states than autospec does (None: the same ones).
+
+    Both number them alike (:mod:`autospec.engine.feature_layers`: id N, the target's depth,
+    is the last layer's output before the final norm), but vLLM sorts and de-duplicates the
+    ids and collects none above N: only strictly increasing ids in ``[0, N]`` reach the
+    head's ``fc`` as they do on autospec's engine."""
     ids, depth = tuple(layers), info.num_layers
-    if all(a < b for a, b in pairwise(ids)) and all(0 <= i < depth for i in ids):
+    if all(a < b for a, b in pairwise(ids)) and all(0 <= i <= depth for i in ids):
         return None
-    fix = f"train it with --set feature_layers=[a, b, c], a < b < c < {depth}" \
-        if depth >= 3 else f"a {depth}-layer target has no three such ids: serve it natively"
-    return (f"its feature_layers {list(ids)} are not strictly increasing ids below the "
-            f"target's {depth} layers, and vLLM reads them sorted, de-duplicated and layer "
-            f"{depth} before the final norm (autospec: as given, after it), so it would feed "
-            f"the head other features; {fix}")
+    fix = f"train it with --set feature_layers=[a, b, c], a < b < c <= {depth}" \
+        if depth >= 2 else f"a {depth}-layer target has no three such ids: serve it natively"
+    return (f"its feature_layers {list(ids)} are not strictly increasing ids in [0, {depth}] "
+            f"(the target has {depth} layers), and vLLM reads them sorted, de-duplicated and "
+            f"none above {depth}, so it would feed the head other features; {fix}")
 
 
 def vllm_refusal(config: Any, info: TargetInfo) -> str | None:
