@@ -31,6 +31,7 @@ from jinja2 import TemplateError
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from autospec.durable import rename_into_place
 from autospec.engine.feature_layers import forward_with_features
 from autospec.engine.info import TargetInfo
 from autospec.engine.verify import tree_depths
@@ -306,7 +307,8 @@ def _complete(directory: Path) -> bool:
 
 
 def _cached_from_gguf(gguf: Path, target_id: str) -> Path:
-    """Dequantize ``gguf`` once into a safetensors directory under the artifact dir."""
+    """Dequantize ``gguf`` once into a safetensors directory under the artifact dir (synced
+    to disk before it takes its name: a later load trusts the files it finds there)."""
     if not gguf.exists():
         raise TargetLoadError(f"GGUF file {gguf} does not exist")
     stat = gguf.stat()
@@ -328,7 +330,7 @@ def _cached_from_gguf(gguf: Path, target_id: str) -> Path:
         write_model_dir(model, tokenizer, tmp)
         (tmp / "autospec-source.json").write_text(
             json.dumps({"gguf": str(gguf), "target": target_id}))
-        tmp.rename(out)
+        rename_into_place(tmp, out)  # on disk first: a torn copy would pass _complete
     except OSError:
         if not _complete(out):  # not another process's finished copy
             raise

@@ -14,7 +14,8 @@ gets the config's defaults; ``settings`` (``autospec import --set``) override ei
 
 The head is then built and loaded as an :class:`~autospec.speculators.eagle3.Eagle3Speculator`
 (so it serves and warm-starts training like a trained one), saved as an autospec artifact
-under the artifact directory, registered as a ``candidate`` and audited with an ``import``
+under the artifact directory (on disk, renamed included, before the transaction commits:
+:mod:`autospec.durable`), registered as a ``candidate`` and audited with an ``import``
 event in the same transaction. Every refusal is an :class:`ImportRefused` naming what is
 wrong.
 """
@@ -38,6 +39,7 @@ import torch
 from sqlalchemy import Engine
 
 from autospec import artifacts, store
+from autospec.durable import sync_dir, sync_tree
 from autospec.engine.target import Target
 from autospec.settings import get_settings
 from autospec.speculators.checkpoint import save_speculator
@@ -139,6 +141,7 @@ def import_head(directory: str | Path, *, target: Target, engine: Engine,
                "settings": {n: getattr(spec.config, n) for n in SETTINGS}}
     try:
         sha = save_speculator(spec, tmp)
+        sync_tree(tmp)  # on disk before the transaction names it (and takes the write lock)
         with store.session_scope(engine) as session:
             version = name or store.next_version(session, kind=EAGLE3.name)
             final = inside(root, version)
@@ -146,6 +149,7 @@ def import_head(directory: str | Path, *, target: Target, engine: Engine,
                 raise store.Conflict(f"artifact directory {final} already exists")
             tmp.rename(final)
             created = True
+            sync_dir(root)  # the rename too, before the COMMIT
             info = target.info
             store.register_speculator(
                 session, version=version, kind=EAGLE3.name, target_id=info.target_id,

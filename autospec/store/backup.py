@@ -10,18 +10,19 @@ from SQLite restores into PostgreSQL and back. A backup is a directory::
 
 Values: ``LargeBinary`` columns (token ids) as base64, timestamps as ISO 8601 UTC, JSON as JSON,
 the rest as is. The tables are read in one transaction (``REPEATABLE READ`` on PostgreSQL),
-so the copy is consistent while replicas keep writing.
+so the copy is consistent while replicas keep writing. It is written under a partial name
+and renamed into place once on disk (:func:`autospec.durable.rename_into_place`).
 
 :func:`restore` refuses a backup of another revision than this code's head (restore it with
 the autospec that took it, then ``autospec db upgrade``), a target store at another revision,
 and a target store that holds anything (beyond the built-in version the migrations register)
 unless ``force``. It checks every artifact against the SHA-256 the registry records, copies it
-to the configured artifact directory (rows' ``artifact_uri`` point there afterwards), then
-replaces every table's rows in one transaction, in foreign-key order, resets PostgreSQL's id
-sequences, and records the restore in the audit log (a ``note`` event). Rows the target
-database refuses (a string longer than its column or a NUL in text, which SQLite keeps and
-PostgreSQL does not) are a :class:`StoreError` naming the table, row and column
-(:mod:`autospec.store.restore_rows`); the transaction rolls back.
+to the configured artifact directory (on disk, as above; rows' ``artifact_uri`` point there
+afterwards), then replaces every table's rows in one transaction, in foreign-key order,
+resets PostgreSQL's id sequences, and records the restore in the audit log (a ``note``
+event). Rows the target database refuses (a string longer than its column or a NUL in
+text, which SQLite keeps and PostgreSQL does not) are a :class:`StoreError` naming the
+table, row and column (:mod:`autospec.store.restore_rows`); the transaction rolls back.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DataError, IntegrityError
 
+from autospec.durable import rename_into_place
 from autospec.store.artifacts import artifact_sha256, inside, local_path, without_links
 from autospec.store.db import describe, ping, writer_engine
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated, StoreError
@@ -208,7 +210,7 @@ def backup(engine: Engine, path: str | Path, *, progress: Progress | None = None
         (partial / INDEX).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
         if dest.exists():
             dest.rmdir()
-        partial.rename(dest)
+        rename_into_place(partial, dest)  # a backup said to be taken outlasts a power loss
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -393,7 +395,7 @@ def _copy_artifacts(source: Path, root: Path, plan: dict[str, bool]) -> list[str
         dest = inside(root, version)
         if dest.exists():
             shutil.rmtree(dest)
-        partial.rename(dest)
+        rename_into_place(partial, dest)  # on disk before the rows naming it are committed
     return list(plan)
 
 

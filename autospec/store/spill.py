@@ -37,6 +37,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no orphan adoption, own file only
     fcntl = None  # type: ignore[assignment]
 
+from autospec.durable import sync_dir
 from autospec.store.traffic import row_from_json, row_to_json
 
 log = logging.getLogger(__name__)
@@ -79,25 +80,12 @@ def _create_locked(path: Path) -> IO[str]:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no one else can know this name
         os.rename(scratch, path)
+        sync_dir(path.parent)
     except BaseException:
         os.close(fd)
         scratch.unlink(missing_ok=True)
         raise
-    _sync_dir(path.parent)
     return os.fdopen(fd, "a+", encoding="utf-8")
-
-
-def _sync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - a platform without directory fds (Windows)
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - a filesystem that cannot sync a folder
-        pass
-    finally:
-        os.close(fd)
 
 
 class SpillFile:
@@ -209,7 +197,7 @@ def keep_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     except BaseException:  # a full disk, say: the old file stays as it was
         scratch.unlink(missing_ok=True)
         raise
-    _sync_dir(path.parent)
+    sync_dir(path.parent)
 
 
 def read_rows(fh: IO[str], path: Path) -> tuple[list[dict[str, Any]], int]:

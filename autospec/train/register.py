@@ -3,9 +3,12 @@
 :func:`register_candidate` saves the fitted speculator into a partial directory under the
 artifact dir (:mod:`autospec.train.partials`), then in one transaction (retried while the
 store is out, :mod:`autospec.store.retry`) renames it to ``<artifact dir>/<version>``,
-registers the version as a ``candidate`` and closes the run as ``succeeded``. The version
-takes the next name free both in the registry and in the artifact directory: a directory
-left there under a version's name (a store reset) is never overwritten nor removed. A
+registers the version as a ``candidate`` and closes the run as ``succeeded``. The artifact
+is durable before the transaction commits (:mod:`autospec.durable`: its files and directory
+synced before the transaction, the artifact dir right after the rename), so a power loss
+never leaves a registered version with empty or truncated files, or none. The version takes
+the next name free both in the registry and in the artifact directory: a directory left
+there under a version's name (a store reset) is never overwritten nor removed. A
 failure moves the artifact back and removes it (a failed move is
 :class:`~autospec.train.errors.ArtifactMoveError`); the caller records the run as failed.
 """
@@ -20,6 +23,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from autospec import store
+from autospec.durable import sync_dir, sync_tree
 from autospec.engine.target import Target
 from autospec.settings import get_settings
 from autospec.speculators.checkpoint import save_speculator
@@ -41,6 +45,7 @@ def register_candidate(engine: Engine, spec: SavableSpeculator, target: Target, 
     tmp = partial_dir(root, run_id)
     try:
         sha = save_speculator(spec, tmp)
+        sync_tree(tmp)  # here, not in the transaction (which holds SQLite's write lock)
         version, final = retrying(
             f"registering the candidate of run {run_id}",
             lambda: _register_once(engine, kind, target, tmp, root, sha, metrics, run_id,
@@ -67,8 +72,9 @@ def _register_once(engine: Engine, kind: str, target: Target, tmp: Path,
             version = store.next_version(session, kind=kind,
                                          taken=lambda name: (root / name).exists())
             final = root / version
-            try:
+            try:  # its files were synced before: only the rename is left to sync
                 tmp.rename(final)
+                sync_dir(root)
             except OSError as exc:
                 raise ArtifactMoveError(f"cannot move the candidate's artifact to {final}: "
                                         f"{exc.strerror or exc}") from exc

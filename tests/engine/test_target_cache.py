@@ -1,5 +1,6 @@
 """The dequantized target's cache directory under processes that start at once: each writes
-its own directory and renames it into place; one that loses the race uses the winner's copy.
+its own directory and renames it into place (synced to disk first); one that loses the race
+uses the winner's copy.
 (The GGUF read and the model write are replaced by fakes: no model is loaded.)"""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pytest
 
 from autospec.engine import target as t
 from autospec.settings import get_settings
+from tests.fsync_calls import needs_proc, recorded, rename_of, synced_after, unsynced_before
 
 
 @pytest.fixture
@@ -64,3 +66,14 @@ def test_a_failed_write_is_raised_and_leaves_nothing(fake_gguf, monkeypatch) -> 
     with pytest.raises(OSError, match="No space left"):
         t._cached_from_gguf(fake_gguf, "fake")
     assert list((get_settings().cache_dir / "targets").iterdir()) == []
+
+
+@needs_proc
+def test_the_copy_is_on_disk_before_it_takes_its_name(fake_gguf, monkeypatch) -> None:
+    """A load trusts a copy whose files exist: after a power loss they must not be empty."""
+    monkeypatch.setattr(t, "write_model_dir", lambda m, tok, d: _write(d, "mine"))
+    with recorded(monkeypatch) as calls:
+        out = t._cached_from_gguf(fake_gguf, "fake")
+    moved = rename_of(calls, out)
+    assert unsynced_before(calls, moved) == set()
+    assert synced_after(calls, moved) == [str(out.parent)]
