@@ -8,19 +8,32 @@ is durable before the transaction commits (:mod:`autospec.durable`: its files an
 synced before the transaction, the artifact dir right after the rename), so a power loss
 never leaves a registered version with empty or truncated files, or none. The version takes
 the next name free both in the registry and in the artifact directory: a directory left
-there under a version's name (a store reset) is never overwritten nor removed. A
-failure moves the artifact back and removes it (a failed move is
-:class:`~autospec.train.errors.ArtifactMoveError`); the caller records the run as failed.
+there under a version's name (a store reset, an artifact whose registration is in doubt,
+below) is never overwritten nor removed.
+
+A failure before the COMMIT moves the artifact back to the partial directory (for the next
+try, or its removal; a failed move is :class:`~autospec.train.errors.ArtifactMoveError`).
+A COMMIT that raises may have landed all the same (the connection lost while its reply was
+in flight), so a fresh session asks whether the version is registered with this run's id
+and SHA-256: it is, and the registration succeeded (logged; an interrupt is raised all the
+same, the artifact kept); it is not, and the artifact moves back as above. While the store
+cannot answer, the artifact stays at its version's name and the error is raised: the next
+try asks again first; if none is left, the directory stays, registered or an orphan that
+the next registration's name skips. When the registration fails for good, the partial
+directory is removed and the caller records the run as failed (a run still ``running``:
+one whose registration landed stays ``succeeded``).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from autospec import store
 from autospec.durable import sync_dir, sync_tree
@@ -46,10 +59,13 @@ def register_candidate(engine: Engine, spec: SavableSpeculator, target: Target, 
     try:
         sha = save_speculator(spec, tmp)
         sync_tree(tmp)  # here, not in the transaction (which holds SQLite's write lock)
-        version, final = retrying(
-            f"registering the candidate of run {run_id}",
-            lambda: _register_once(engine, kind, target, tmp, root, sha, metrics, run_id,
-                                   parent, meta, getattr(spec.config, "draft_vocab_size", None)))
+        row = {"kind": kind, "target_id": target.info.target_id,
+               "target_revision": target.info.revision, "parent": parent,
+               "draft_vocab_size": getattr(spec.config, "draft_vocab_size", None),
+               "meta": {**meta, "metrics": _summary(metrics)}}
+        registration = _Registration(engine, tmp, root, sha, run_id, row, metrics)
+        version, final = retrying(f"registering the candidate of run {run_id}",
+                                  registration.once)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -57,39 +73,90 @@ def register_candidate(engine: Engine, spec: SavableSpeculator, target: Target, 
     return version, final, sha
 
 
-def _register_once(engine: Engine, kind: str, target: Target, tmp: Path,
-                   root: Path, sha: str, metrics: dict[str, Any], run_id: int,
-                   parent: str | None, meta: dict[str, Any],
-                   draft_vocab_size: int | None) -> tuple[str, Path]:
-    """One try at the registering transaction: the artifact in ``tmp`` takes its version's
-    name, and goes back to ``tmp`` when the transaction fails (for the next try, or its
-    removal)."""
-    final: Path | None = None
-    try:
-        with store.session_scope(engine) as session:
-            # a directory already named like the next version (left by a store reset, say)
-            # is never overwritten nor removed: the version takes the next free name
-            version = store.next_version(session, kind=kind,
-                                         taken=lambda name: (root / name).exists())
-            final = root / version
-            try:  # its files were synced before: only the rename is left to sync
-                tmp.rename(final)
-                sync_dir(root)
-            except OSError as exc:
-                raise ArtifactMoveError(f"cannot move the candidate's artifact to {final}: "
-                                        f"{exc.strerror or exc}") from exc
-            store.register_speculator(
-                session, version=version, kind=kind, target_id=target.info.target_id,
-                target_revision=target.info.revision, artifact_uri=str(final), sha256=sha,
-                parent=parent, draft_vocab_size=draft_vocab_size, training_run_id=run_id,
-                meta={**meta, "metrics": _summary(metrics)}, actor="trainer")
-            store.finish_training_run(session, run_id=run_id, status="succeeded",
-                                      version=version, metrics=metrics)
-    except BaseException:
-        if final is not None and final.exists() and not tmp.exists():
-            final.rename(tmp)
-        raise
-    return version, final
+@dataclass
+class _Registration:
+    """Run ``run_id``'s registering transaction, one try per :meth:`once`."""
+
+    engine: Engine
+    tmp: Path  # the partial directory holding the artifact
+    root: Path  # the artifact dir
+    sha: str
+    run_id: int
+    row: dict[str, Any]  # the rest of the version's registry row
+    metrics: dict[str, Any]
+    #: where a try whose COMMIT raised, and whose outcome the store could not tell, left
+    #: the artifact
+    in_doubt: Path | None = None
+
+    def once(self) -> tuple[str, Path]:
+        """One try: the artifact takes its version's name, the version is registered."""
+        if self.in_doubt is not None:  # raises again while the store is still out
+            if self._landed(self.in_doubt):
+                return self._landed_after_all(self.in_doubt)
+            self.in_doubt.rename(self.tmp)
+            self.in_doubt = None
+        final: Path | None = None
+        body_done = False
+        try:
+            with store.session_scope(self.engine) as session:
+                # a directory already named like the next version (a store reset, say) is
+                # never overwritten nor removed: the version takes the next free name
+                version = store.next_version(session, kind=self.row["kind"],
+                                             taken=lambda name: (self.root / name).exists())
+                final = self.root / version
+                try:  # its files were synced before: only the rename is left to sync
+                    self.tmp.rename(final)
+                    sync_dir(self.root)
+                except OSError as exc:
+                    raise ArtifactMoveError(f"cannot move the candidate's artifact to "
+                                            f"{final}: {exc.strerror or exc}") from exc
+                store.register_speculator(
+                    session, version=version, artifact_uri=str(final), sha256=self.sha,
+                    training_run_id=self.run_id, actor="trainer", **self.row)
+                store.finish_training_run(session, run_id=self.run_id, status="succeeded",
+                                          version=version, metrics=self.metrics)
+                body_done = True  # what raises from here on is the COMMIT
+        except BaseException as exc:
+            if final is None or not final.exists() or self.tmp.exists():
+                raise  # the artifact never moved
+            if body_done:  # the COMMIT raised: it may have landed all the same
+                landed = self._landed_or_unknown(final)
+                if landed and isinstance(exc, Exception):
+                    return self._landed_after_all(final)
+                if landed:  # an interrupt still interrupts; the version keeps its artifact
+                    self._landed_after_all(final)
+                    raise
+                if landed is None:
+                    self.in_doubt = final
+                    raise
+            final.rename(self.tmp)
+            raise
+        return version, final
+
+    def _landed(self, final: Path) -> bool:
+        """Whether ``final``'s version is registered by this run, with this artifact."""
+        with store.session_scope(self.engine, readonly=True) as session:
+            try:
+                row = store.get_speculator(session, version=final.name)
+            except store.NotFound:
+                return False
+            return (row.training_run_id == self.run_id and row.sha256 == self.sha
+                    and row.artifact_uri == str(final))
+
+    def _landed_or_unknown(self, final: Path) -> bool | None:
+        """:meth:`_landed`, or None (logged) when the store cannot say."""
+        try:
+            return self._landed(final)
+        except (SQLAlchemyError, store.StoreError, OSError) as exc:
+            log.warning("run %d: the COMMIT registering %s raised and the store cannot say "
+                        "whether it landed (%s); its artifact stays at %s", self.run_id,
+                        final.name, exc, final)
+            return None
+
+    def _landed_after_all(self, final: Path) -> tuple[str, Path]:
+        log.warning("run %d: the COMMIT registering %s raised, but it had landed; its "
+                    "artifact stays at %s", self.run_id, final.name, final)
+        return final.name, final
 
 
 def _summary(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -22,16 +22,18 @@
    its recipe in the plain loop in this process (``workers=0``) or on Ray Train workers
    (:mod:`autospec.train.ray_trainer`);
 4. writes the artifact (safetensors + config + manifest with SHA-256) into a temporary
-   directory under the artifact dir, renames it to ``<artifact dir>/<version>``, then in
-   one transaction registers the version as a ``candidate`` (parent, window, metrics)
-   and closes the run as ``succeeded`` with its loss curve and examples seen.
+   directory under the artifact dir, then in one transaction renames it to
+   ``<artifact dir>/<version>``, registers the version as a ``candidate`` (parent, window,
+   metrics) and closes the run as ``succeeded`` with its loss curve and examples seen
+   (:mod:`autospec.train.register`).
 
 Any failure or interruption (an exception, Ctrl-C, ``should_stop`` returning True — raised
 as :class:`TrainingStopped` —, a Ray run that runs out of retries)
 after step 2 closes the run as ``failed`` with the reason, removes the partial artifact
-and registers nothing; the error is re-raised. A run killed outright (SIGKILL) cannot: the
-next run on its host closes it and removes its artifact (step 2), as a controller does for
-its own dead cycle's runs.
+and registers nothing; the error is re-raised (a run whose registering COMMIT landed though
+it raised stays ``succeeded``, its version registered). A run killed outright (SIGKILL)
+cannot: the next run on its host closes it and removes its artifact (step 2), as a
+controller does for its own dead cycle's runs.
 """
 
 from __future__ import annotations
@@ -426,8 +428,10 @@ def _record_failure(engine: Engine, run_id: int, exc: BaseException) -> None:
         type(exc), type(exc).__name__)
     message = f"{reason}: {exc}".strip().rstrip(":")
     def write() -> None:
-        with store.session_scope(engine) as session:
-            store.finish_training_run(session, run_id=run_id, status="failed", error=message)
+        with store.session_scope(engine) as session:  # a landed registration stays
+            if store.get_training_run(session, run_id=run_id).status == "running":
+                store.finish_training_run(session, run_id=run_id, status="failed",
+                                          error=message)
 
     try:  # a store outage is waited out: else the run would stay `running`
         retrying(f"recording the failure of run {run_id}", write)
