@@ -5,12 +5,16 @@ starts, and the kind's :class:`~autospec.speculators.training.Recipe`.
 output predicts token ``t + 2``, whose teacher is the target's distribution at position
 ``t + 1``. The head is unrolled ``steps`` draft steps (training-time test,
 :meth:`~autospec.speculators.eagle3.model.Eagle3Head.ttt_forward`); step ``s`` counts only
-where its real prefix ends inside the output (``t - s >= prompt_len - 1``), as in decoding,
-the predicted token is one the target generated and the context does not end in EOS. Loss
-``"kl"``: cross-entropy to the target's top-K distribution restricted to the draft
-vocabulary (= KL up to a constant); ``"ce"``: to the target's greedy token. Step ``s`` is
-weighted ``step_decay ** s``. Forward returns ``(loss, correct [steps], counted [steps])``;
-correct = the draft's top-1 equals the target's greedy token.
+where its real prefix ends inside the output (``t - s >= prompt_len - 1``), as in decoding
+(a head's first draft reads the last prompt position's features and the first output
+token: pair ``prompt_len - 1``; pair ``prompt_len - 2`` would predict the first output
+token, which the target itself produces), and the context does not end in EOS (the last
+pair of an output cut short, not ended by EOS, counts: its teacher is the target's
+distribution after the output). Loss ``"kl"``: cross-entropy to the target's top-K
+distribution restricted to the draft vocabulary (= KL up to a constant); ``"ce"``: to the
+target's greedy token. Step ``s`` is weighted ``step_decay ** s``. Forward returns
+``(loss, correct [steps], counted [steps])``; correct = the draft's top-1 equals the
+target's greedy token.
 
 :class:`Eagle3Recipe` sets the draft vocabulary (:mod:`~autospec.speculators.eagle3.vocab`)
 and the initialisation (the target's LM-head rows, or the incumbent's weights), and after
@@ -42,7 +46,6 @@ from autospec.speculators.training import (
     arch_fields,
     documents,
     on_device,
-    output_mask,
     pad_stack,
     target_lm_rows,
 )
@@ -72,9 +75,7 @@ class Eagle3Trainee(nn.Module):
             nxt.append(cache.ids[span][1:])
             top_ids.append(cache.top_ids[span][1:].long())  # teacher of t + 2 sits at t + 1
             top_lp.append(cache.top_logprobs[span][1:].float())
-            # the pair's token (t + 1) must be an output token and not EOS
-            mask = output_mask(cache, i, n + 1, self.eos.cpu())[1:]
-            valid.append(mask)
+            valid.append(pair_mask(cache, i, n, self.eos.cpu()))
         width = max(f.shape[0] for f in feats)
         dtype = self.head.fc.weight.dtype
         return on_device(self.head.fc.weight.device, {
@@ -134,6 +135,13 @@ def _noisy(features: torch.Tensor, scale: float, width: int) -> torch.Tensor:
     rms = blocks.float().pow(2).mean(-1, keepdim=True).sqrt()
     noise = torch.randn(blocks.shape, device=features.device) * rms * scale
     return (blocks + noise.to(blocks.dtype)).flatten(-2)
+
+
+def pair_mask(cache: FeatureCache, i: int, n: int, eos: torch.Tensor) -> torch.Tensor:
+    """Bool ``[n]``: pair ``t`` of sequence ``i`` (``features[t]``, ``ids[t + 1]``) counts at
+    step 0: its token ``t + 1`` is an output token (``t >= prompt_len - 1``), not EOS."""
+    seq = cache.ids[cache.span(i)]
+    return (torch.arange(n) >= int(cache.prompt_lens[i]) - 1) & ~torch.isin(seq[1 : n + 1], eos)
 
 
 @torch.no_grad()

@@ -1,0 +1,65 @@
+"""Which (feature position, target token) pairs the eagle3 loss counts, step by step.
+
+A deployed head drafts only after the prompt: its first draft reads the features of the
+last prompt position (``prompt_len - 1``) and the first output token. So step ``s`` of
+training-time test counts pair ``t`` only where its real prefix ends at or after that
+pair (``t - s >= prompt_len - 1``) and the pair has a teacher (``t <= len - 2``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from autospec.speculators.registry import new_speculator
+from autospec.train.data import TrainSequence
+from autospec.train.features import extract_features
+from autospec.train.kinds import TraineeOptions, recipe
+
+# (prompt length, output length, ends in EOS): two prompt lengths, so the batch is padded
+# and the draft steps start at the shorter prompt's end
+SHAPES = [(6, 5, False), (9, 4, True)]
+STEPS = 3
+EOS = 63  # the tiny target's
+
+
+def _sequences() -> list[TrainSequence]:
+    gen = torch.Generator().manual_seed(7)
+    seqs = []
+    for p, o, eos in SHAPES:
+        ids = torch.randint(0, EOS, (p + o,), generator=gen)
+        if eos:
+            ids[-1] = EOS
+        seqs.append(TrainSequence(ids=ids.tolist(), prompt_len=p))
+    return seqs
+
+
+def _trainee_and_batch(tiny):
+    seqs = _sequences()
+    spec = new_speculator("eagle3", tiny, draft_vocab_size=64)  # every teacher teachable
+    kind = recipe("eagle3")
+    kind.prepare(spec, seqs, tiny, None)
+    trainee = kind.trainee(spec, TraineeOptions(ttt_steps=STEPS, loss="kl",
+                                                eos_ids=tiny.info.eos_token_ids))
+    cache = extract_features(tiny, seqs, feature_layers=spec.feature_layers)
+    return trainee, trainee.make_batch(cache, [0, 1])
+
+
+def test_eagle3_tiny_random_init_counts_pairs_from_the_last_prompt_position(tiny) -> None:
+    trainee, batch = _trainee_and_batch(tiny)
+    width = batch["valid"].shape[1]
+    expected = torch.zeros(len(SHAPES), width, dtype=torch.bool)
+    pairs = []  # pairs (features[t], ids[t + 1]) counted at step 0, per sequence
+    for row, (p, o, eos) in enumerate(SHAPES):
+        last = p + o - 2 - eos  # a context ending in EOS is never drafted from
+        expected[row, p - 1 : last + 1] = True  # ids[t + 1] is an output token: t >= p - 1
+        pairs.append(last + 1 - (p - 1))
+    assert torch.equal(batch["valid"], expected)
+
+    top_lp = batch["top_logprobs"].clone().requires_grad_()
+    loss, correct, counted = trainee(**{**batch, "top_logprobs": top_lp})
+    # step s: real prefixes ending at t - s >= prompt_len - 1, so one pair fewer a step
+    assert counted.tolist() == [sum(n - s for n in pairs) for s in range(STEPS)]
+    assert (correct <= counted).all()
+    loss.backward()  # the loss reads a teacher exactly at the counted pairs
+    assert top_lp.grad is not None
+    assert torch.equal(top_lp.grad.abs().sum(-1) > 0, expected)
