@@ -12,6 +12,12 @@ uninterrupted run would. ``precision="bf16"`` runs forward and backward under bf
 autocast (weights and optimiser in float32). A ``time_budget_s`` ends the run when it is
 used up (the schedule then follows the clock, so the rate still ends low); a run cut short
 this way is deterministic only up to where the clock stopped it.
+
+``should_stop`` stops the run on request (:class:`TrainingStopped`, no checkpoint of the
+step): alone it is asked after each step; in a group it is asked before each step and its
+answer travels in the one all-reduce a step that the clock already does, so a stop any rank
+sees stops every rank before the same step (ranks stopping at different steps would wait
+for ever in DDP's next all-reduce). The Ray wrapper asks there for the driver's stop marker.
 """
 
 from __future__ import annotations
@@ -143,29 +149,25 @@ def train_loop(
     total = per_epoch * cfg.epochs
     model.train()
     running, started = [], time.perf_counter()
-    clock = _Clock(state.elapsed_s, world_size)
+    clock = _Clock(state.elapsed_s, world_size, params[0].device)
+    ask_before = should_stop if clock.shared else None  # a group decides together
     for epoch in range(state.epoch, cfg.epochs):
         # random draws (feature noise, dropout) seeded per epoch: a resumed run repeats them
         torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)
         batches = epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch)
         for indices in batches[rank : per_epoch * world_size : world_size]:
-            state.elapsed_s = clock.elapsed()
+            state.elapsed_s, stop = clock.read(ask_before is not None and ask_before())
+            if stop:
+                raise TrainingStopped(f"stopped on request at step {state.step}")
             if cfg.time_budget_s is not None and state.step and \
                     state.elapsed_s >= cfg.time_budget_s:
                 state.stopped_early = True
                 break
             lr = get_lr(state.step, total, cfg, state.elapsed_s)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss, correct, counted = _batch_loss(model, trainee, cache, indices, cfg.precision,
-                                                 params[0].device)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            optimizer.step()
+            step_loss, correct, counted = _optimise(model, trainee, cache, indices, cfg,
+                                                    optimizer, params, lr)
             state.step += 1
             state.examples_seen += len(indices) * world_size
-            step_loss = float(loss.detach())
             running.append(step_loss)
             if state.step % cfg.log_every == 0 or state.step == total:
                 state.loss_curve.append((state.step, sum(running) / len(running)))
@@ -173,11 +175,11 @@ def train_loop(
             if on_step is not None:
                 acc = (correct.float() / counted.clamp_min(1)).tolist()
                 on_step(StepMetrics(state.step, epoch, step_loss, lr, acc))
-            if should_stop is not None and should_stop():
+            if ask_before is None and should_stop is not None and should_stop():
                 raise TrainingStopped(f"stopped on request at step {state.step}")
         if not state.stopped_early:
             state.epoch = epoch + 1
-        state.elapsed_s = clock.elapsed()
+        state.elapsed_s, _ = clock.read()
         state.optimizer = optimizer.state_dict()
         if on_epoch_end is not None:  # also after a cut-short epoch: the final checkpoint
             on_epoch_end(state)
@@ -190,22 +192,42 @@ def train_loop(
     return state
 
 
-class _Clock:
-    """Training seconds, continuing from ``already`` (a resumed run); with several ranks
-    every rank reads the slowest one's clock, so they agree on the rate and on stopping."""
+def _optimise(model: nn.Module, trainee: nn.Module, cache: FeatureCache, indices: list[int],
+              cfg: LoopConfig, optimizer: torch.optim.Optimizer, params: list[nn.Parameter],
+              lr: float) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """One optimiser step at rate ``lr`` on one batch: (loss, correct, counted)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss, correct, counted = _batch_loss(model, trainee, cache, indices, cfg.precision,
+                                         params[0].device)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    optimizer.step()
+    return float(loss.detach()), correct, counted
 
-    def __init__(self, already: float, world_size: int) -> None:
+
+class _Clock:
+    """Training seconds, continuing from ``already`` (a resumed run). With several ranks one
+    all-reduce (MAX, on ``device``: NCCL reduces only CUDA tensors) per read gives every rank
+    the slowest one's clock, so they agree on the rate and on stopping for the budget, and
+    a stop any rank asks for, so they agree on stopping on request."""
+
+    def __init__(self, already: float, world_size: int, device: torch.device) -> None:
         self.origin = time.perf_counter() - already
+        self.device = device
         self.shared = world_size > 1 and torch.distributed.is_available() and \
             torch.distributed.is_initialized()
 
-    def elapsed(self) -> float:
+    def read(self, stop: bool = False) -> tuple[float, bool]:
+        """(seconds so far, whether any rank asked to stop): ``stop`` alone, unshared."""
         value = time.perf_counter() - self.origin
-        if self.shared:
-            t = torch.tensor([value], dtype=torch.float64)
-            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-            value = float(t.item())
-        return value
+        if not self.shared:
+            return value, stop
+        t = torch.tensor([value, float(stop)], dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        value, anyone = t.tolist()  # the step's one host sync
+        return value, anyone > 0
 
 
 #: the loop's numerics (a request's ``auto`` is resolved to one of them before the loop)
