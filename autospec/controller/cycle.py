@@ -17,7 +17,8 @@
    whose key was already consumed → ``nothing_to_do``;
 5. trains one ``candidate`` per kind of ``training.kinds`` (ending early, keeping what it
    learnt, when ``training.time_budget`` is used up; stopped, registering nothing, when the
-   lease is lost or it overruns by half); a kind that fails is recorded and skipped.
+   lease is lost or it overruns by half, in this process or on Ray Train workers alike:
+   :mod:`autospec.train.ray_trainer`); a kind that fails is recorded and skipped.
    A candidate warm-started from a *base* head (``autospec pretrain``) brings that base
    along as a candidate of its own (``training.evaluate_base``); a base is never ``rejected``;
 6. shadow-evaluates each candidate against the incumbent (the live version, or the built-in

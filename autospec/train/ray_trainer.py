@@ -14,6 +14,21 @@ tests and drills): the first attempt to pass that step raises, later attempts do
 Once the final checkpoint is read into memory (or the run failed), the run's folder under
 the storage — job and checkpoints — is removed: nothing of a run stays on disk.
 
+Stopping on request (``should_stop``: the cycle's deadline, a lost lease): the driver asks it
+every half second while it waits for the run (:class:`RunStop`) and, when True, writes a stop
+marker into the job. Each worker's loop asks for the marker before each step and the ranks
+decide together, in the loop's one all-reduce a step, so all stop before the same step
+(ranks stopping apart would hang in DDP's next all-reduce); they end without error and
+without a checkpoint, and the driver raises :class:`TrainingStopped` (nothing comes back
+to register). A worker also stops when the job is gone. Ray Train's only abort is the
+Ctrl-C handler its ``fit`` installs when run from the main thread (its controller actor's
+handle stays inside ``fit``), which :func:`fit_off_the_main_thread` avoids; so a run that has
+not ended ``stop_grace_s`` after the marker (a step that hangs, a worker group still waiting
+for resources) is given up, not aborted: :class:`TrainingStopped` is raised at once and the
+job removed; the run ends at its workers' next step (no job), a group that starts later
+fails at once, and until then it holds its workers' resources (at the latest until this
+process, its owner, ends). Ray itself is not shut down for it.
+
 Which Ray (:func:`connect_ray`, called by :func:`ray_fit` and by the CLIs before a run):
 the one this process is already a driver of; else the cluster at ``address`` (``autospec
 train --address``, ``autospec controller ... --address``) or ``RAY_ADDRESS``; else a new
@@ -25,12 +40,15 @@ runs), and a cluster this process only joined is never stopped. On a multi-node 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -39,7 +57,7 @@ import safetensors.torch
 import torch
 
 from autospec.threads import ThreadSetting, worker_threads
-from autospec.train.errors import TrainingError
+from autospec.train.errors import TrainingError, TrainingStopped
 from autospec.train.features import FeatureCache
 from autospec.train.kinds import TraineeOptions, recipe
 from autospec.train.loop import LoopConfig, LoopState, train_loop
@@ -47,6 +65,10 @@ from autospec.train.loop import LoopConfig, LoopState, train_loop
 log = logging.getLogger(__name__)
 
 STATE_FILE, OPTIM_FILE, LOOP_FILE = "state.safetensors", "optimizer.safetensors", "loop.json"
+#: in the job: the driver's request to stop; rank 0's word that the ranks stopped (the step)
+STOP_FILE, STOPPED_FILE = "stop-requested", "stopped"
+#: how long the driver waits for a run to end after it asked it to stop
+STOP_GRACE_S = 120.0
 
 
 def connect_ray(*, address: str | None = None, workers: int = 2) -> str:
@@ -78,19 +100,26 @@ def ray_fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
             loop: LoopConfig, workers: int, storage_path: Path, name: str,
             use_gpu: bool = False, max_failures: int = 1,
             fail_at_step: int | None = None, address: str | None = None,
-            threads: ThreadSetting | None = None) -> tuple[dict[str, torch.Tensor], LoopState]:
+            threads: ThreadSetting | None = None,
+            should_stop: Callable[[], bool] | None = None,
+            stop_grace_s: float = STOP_GRACE_S) -> tuple[dict[str, torch.Tensor], LoopState]:
     """Train on ``workers`` Ray workers; the final trainee state and loop state.
     ``address``: the Ray cluster to join when this process is not a driver yet (else
     ``RAY_ADDRESS``, else a new local Ray; see :func:`connect_ray`). ``threads``: the cap on
     torch threads, shared out among the workers of each node in the worker itself
-    (:func:`~autospec.threads.worker_threads`; None: the node's CPUs shared out). The run's
-    folder ``storage_path/name`` is removed once its checkpoint is read, or the run failed
-    (:func:`remove_run_storage`)."""
+    (:func:`~autospec.threads.worker_threads`; None: the node's CPUs shared out).
+    ``should_stop`` returning True stops the run (:class:`TrainingStopped`; the module's
+    docstring says how, and what ``stop_grace_s`` bounds). The run's folder
+    ``storage_path/name`` is removed once its checkpoint is read, or the run failed or
+    stopped (:func:`remove_run_storage`)."""
     try:
         return _fit(kind=kind, config=config, state=state, shared=shared, opts=opts,
                     cache=cache, loop=loop, workers=workers, storage_path=storage_path,
                     name=name, use_gpu=use_gpu, max_failures=max_failures,
-                    fail_at_step=fail_at_step, address=address, threads=threads)
+                    fail_at_step=fail_at_step, address=address, threads=threads,
+                    stop=None if should_stop is None else
+                    RunStop(should_stop, Path(storage_path).resolve() / name / "job",
+                            stop_grace_s))
     finally:  # read or failed, the run's storage is of no further use
         remove_run_storage(storage_path, name)
 
@@ -109,7 +138,8 @@ def _fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
          shared: dict[str, torch.Tensor], opts: TraineeOptions, cache: FeatureCache,
          loop: LoopConfig, workers: int, storage_path: Path, name: str, use_gpu: bool,
          max_failures: int, fail_at_step: int | None, address: str | None,
-         threads: ThreadSetting | None) -> tuple[dict[str, torch.Tensor], LoopState]:
+         threads: ThreadSetting | None,
+         stop: RunStop | None) -> tuple[dict[str, torch.Tensor], LoopState]:
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -132,7 +162,7 @@ def _fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
                              failure_config=FailureConfig(max_failures=max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2)))
     try:
-        result = fit_off_the_main_thread(trainer)
+        result = fit_off_the_main_thread(trainer, stop)
     except ray.train.TrainingFailedError as exc:
         raise TrainingError(f"Ray Train run {name} failed: {_root_cause(exc)}") from exc
     if result.checkpoint is None:
@@ -143,13 +173,45 @@ def _fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
         return _read_checkpoint(Path(directory))
 
 
-def fit_off_the_main_thread(trainer: Any) -> Any:
+class RunStop:
+    """The driver's half of stopping a Ray run on request. :meth:`poll` (every half second)
+    writes the stop marker into ``job`` once ``should_stop()`` is True, and raises
+    :class:`TrainingStopped` when the run has not ended ``grace_s`` after that;
+    :meth:`stopped` is the error for a run that ended after the request."""
+
+    def __init__(self, should_stop: Callable[[], bool], job: Path, grace_s: float) -> None:
+        self.should_stop, self.job, self.grace_s = should_stop, job, grace_s
+        self.asked_at: float | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.asked_at is not None
+
+    def poll(self) -> None:
+        if self.asked_at is None:
+            if self.should_stop():
+                (self.job / STOP_FILE).write_text("stop")
+                self.asked_at = time.monotonic()
+                log.info("asked the Ray Train run to stop (%s)", self.job.parent.name)
+        elif time.monotonic() - self.asked_at > self.grace_s:
+            raise TrainingStopped(
+                f"stopped on request; the Ray Train run {self.job.parent.name} had not ended "
+                f"{self.grace_s:.0f}s after it was asked to and is left to end by itself")
+
+    def stopped(self) -> TrainingStopped:
+        said = self.job / STOPPED_FILE
+        return TrainingStopped(said.read_text() if said.exists()
+                               else "stopped on request as the Ray Train run ended")
+
+
+def fit_off_the_main_thread(trainer: Any, stop: RunStop | None = None) -> Any:
     """``trainer.fit()`` in a thread of its own, waited for here. Called from the main thread,
     Ray Train's ``fit`` puts its own Ctrl-C handler in place and leaves it there: Ctrl-C then
     aborted the run and exited 0 (a script carried on; ``autospec train`` did not say it was
     interrupted), and in ``controller run`` every later Ctrl-C went to it. From another thread
     it installs none: Ctrl-C stays a ``KeyboardInterrupt`` here (the command exits 130; the
-    run, owned by this process, ends with it)."""
+    run, owned by this process, ends with it). ``stop`` is polled while the run goes on; once
+    it was asked to stop, however the run ended, :class:`TrainingStopped` is raised."""
     outcome: dict[str, Any] = {}
 
     def fit() -> None:
@@ -162,6 +224,10 @@ def fit_off_the_main_thread(trainer: Any) -> Any:
     thread.start()
     while thread.is_alive():
         thread.join(0.5)  # a join that returns now and then: Ctrl-C interrupts it
+        if stop is not None and thread.is_alive():
+            stop.poll()
+    if stop is not None and stop.requested:
+        raise stop.stopped() from outcome.get("error")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]
@@ -207,9 +273,18 @@ def _worker(cfg: dict[str, Any]) -> None:
             _write_checkpoint(Path(directory), fit.state_of(trainee), state)
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
 
-    fault = _fault(spec)
-    train_loop(trainee, cache, loop, model=model, rank=rank, world_size=world, resume=resume,
-               on_epoch_end=report, on_step=fault)
+    def should_stop() -> bool:  # the driver asked, or gave the run up (the job is gone)
+        return (job / STOP_FILE).exists() or not (job / "job.json").exists()
+
+    try:
+        train_loop(trainee, cache, loop, model=model, rank=rank, world_size=world,
+                   resume=resume, on_epoch_end=report, on_step=_fault(spec),
+                   should_stop=should_stop)
+    except TrainingStopped as exc:  # every rank, before the same step: the run ends cleanly
+        log.info("rank %d: %s", rank, exc)
+        if rank == 0:
+            with contextlib.suppress(OSError):  # no job: the driver gave the run up
+                (job / STOPPED_FILE).write_text(str(exc))
 
 
 def _fault(spec: dict[str, Any]):

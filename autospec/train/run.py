@@ -28,11 +28,11 @@
    (:mod:`autospec.train.register`).
 
 Any failure or interruption (an exception, Ctrl-C, ``should_stop`` returning True — raised
-as :class:`TrainingStopped` —, a Ray run that runs out of retries)
-after step 2 closes the run as ``failed`` with the reason, removes the partial artifact
-and registers nothing; the error is re-raised (a run whose registering COMMIT landed though
-it raised stays ``succeeded``, its version registered). A run killed outright (SIGKILL)
-cannot: the next run on its host closes it and removes its artifact (step 2), as a
+as :class:`TrainingStopped`, by the loop or by the Ray run's driver —, a Ray run that runs out
+of retries) after step 2 closes the run as ``failed`` with the reason, removes the partial
+artifact and registers nothing; the error is re-raised (a run whose registering COMMIT landed
+though it raised stays ``succeeded``, its version registered). A run killed outright
+(SIGKILL) cannot: the next run on its host closes it and removes its artifact (step 2), as a
 controller does for its own dead cycle's runs.
 """
 
@@ -346,7 +346,8 @@ def _fit_gradient(request: TrainRequest, data: TrainingData, target: Target,
         state = train_loop(trainee, train_cache, loop, on_step=progress.step,
                            should_stop=should_stop)
     else:
-        state = _fit_on_ray(request, recipe, spec, trainee, opts, train_cache, loop, progress)
+        state = _fit_on_ray(request, recipe, spec, trainee, opts, train_cache, loop, progress,
+                            should_stop)
     train_s = time.perf_counter() - started
     after = evaluate(trainee, held) if held is not None else None
     built = recipe.finish(spec, data.train, target, incumbent)
@@ -393,7 +394,7 @@ def _extract(target: Target, seqs: list[TrainSequence], layers: tuple[int, ...],
 
 def _fit_on_ray(request: TrainRequest, recipe, spec: SavableSpeculator, trainee,
                 opts: TraineeOptions, cache: FeatureCache, loop: LoopConfig,
-                progress: Progress) -> LoopState:
+                progress: Progress, should_stop: Callable[[], bool] | None) -> LoopState:
     from autospec.train.ray_trainer import ray_fit
 
     progress.phase(f"training on {request.workers} Ray workers", None)
@@ -404,7 +405,7 @@ def _fit_on_ray(request: TrainRequest, recipe, spec: SavableSpeculator, trainee,
         workers=request.workers, storage_path=storage,
         name=f"{request.kind}-{uuid.uuid4().hex[:8]}", use_gpu=request.use_gpu,
         max_failures=request.max_failures, fail_at_step=request.fail_at_step,
-        threads=request.threads)
+        threads=request.threads, should_stop=should_stop)
     recipe.load_state(trainee, state_tensors)
     return state
 

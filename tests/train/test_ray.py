@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -9,7 +11,7 @@ from autospec import store
 from autospec.settings import get_settings
 from autospec.speculators.checkpoint import load_speculator
 from autospec.train.data import WindowSpec
-from autospec.train.errors import TrainingError
+from autospec.train.errors import TrainingError, TrainingStopped
 from autospec.train.run import TrainRequest, train_candidate
 
 pytestmark = pytest.mark.slow
@@ -23,8 +25,8 @@ def ray_local():
     ray.shutdown()
 
 
-def _request(tmp_path, **kw) -> TrainRequest:
-    return TrainRequest(kind="eagle3", epochs=3, workers=2,
+def _request(tmp_path, epochs: int = 3, **kw) -> TrainRequest:
+    return TrainRequest(kind="eagle3", epochs=epochs, workers=2,
                         window=WindowSpec(heldout_fraction=0.2),
                         overrides={"draft_vocab_size": 40}, storage_path=tmp_path / "ray", **kw)
 
@@ -57,6 +59,28 @@ def test_ray_tiny_random_init_killed_run_leaves_no_candidate(ray_local, db_with_
     root = get_settings().resolved_artifact_dir
     assert not root.exists() or not any(root.iterdir())
     assert not any((tmp_path / "ray").iterdir())  # a failed run's storage is removed too
+
+
+def test_ray_two_workers_tiny_random_init_stop_on_request_together_and_register_nothing(
+        ray_local, db_with_traffic, tiny, tmp_path) -> None:
+    """``should_stop`` (a cycle's deadline, a lost lease) reaches the workers: both ranks stop
+    before the same step (apart, one would wait in DDP's next all-reduce), long before the
+    run's 180 steps; nothing is registered and the run's storage is removed."""
+    storage = tmp_path / "ray"
+
+    def after_the_first_checkpoint() -> bool:
+        return any(storage.glob("*/checkpoint_*"))
+
+    with pytest.raises(TrainingStopped, match=r"^stopped on request at step \d+$") as stopped:
+        train_candidate(_request(tmp_path, epochs=60), engine=db_with_traffic, target=tiny,
+                        should_stop=after_the_first_checkpoint)
+    step = int(re.findall(r"\d+", str(stopped.value))[-1])
+    assert 3 <= step < 180  # 3 steps an epoch: at least the first one's
+    with store.session_scope(db_with_traffic) as s:
+        assert [v.version for v in store.list_speculators(s)] == ["builtin-ngram"]
+        (run,) = store.list_training_runs(s)
+        assert run.status == "failed" and run.error == f"stopped: {stopped.value}"
+    assert not any(storage.iterdir())
 
 
 def test_ray_two_workers_tiny_random_init_are_deterministic_through_a_worker_death(
