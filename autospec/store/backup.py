@@ -55,7 +55,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 
 from autospec.durable import rename_into_place
 from autospec.store.artifacts import artifact_sha256, inside, local_path, without_links
-from autospec.store.db import describe, ping, writer_engine
+from autospec.store.db import describe, ping, redact, writer_engine
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated, StoreError
 from autospec.store.models import BUILTIN_VERSION, metadata, utcnow
 from autospec.store.registry import check_actor
@@ -435,7 +435,7 @@ def _record(conn: Any, *, actor: str, source: Path, index: dict[str, Any],
     conn.execute(insert(_writable(events)).values(
         created_at=utcnow(), kind="note", actor=actor,
         reason=f"store restored from backup {source} (taken {index.get('created_at')} from "
-               f"{index.get('source')})",
+               f"{redact(str(index.get('source')))})",  # older backups kept a ?password= there
         details={"type": "restore", "backup": str(source), "revision": outcome.revision,
                  "rows": sum(outcome.tables.values()), "artifacts": len(outcome.artifacts),
                  "replaced": outcome.replaced}))

@@ -13,8 +13,9 @@
 - :func:`ping` opens a connection and raises
   :class:`~autospec.store.errors.DatabaseUnreachable` naming the database when it cannot.
 - Every engine :func:`make_engine` builds tags the SQLAlchemy errors it raises with the
-  database they came from (its URL, password hidden); :func:`database_failure` turns such an
-  error into the one line a command prints (the CLI's root group, :mod:`autospec.cli_errors`).
+  database they came from (its URL, password hidden, a ``?password=`` too);
+  :func:`database_failure` turns such an error into the one line a command prints (the
+  CLI's root group, :mod:`autospec.cli_errors`).
 - ``open_store`` (make_engine + ping + schema check or upgrade, what processes call at
   start-up) lives in :mod:`autospec.store.migrate`, which imports this module.
 
@@ -29,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_plus
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
@@ -44,6 +46,10 @@ _BEGIN_OPTION = "autospec_sqlite_begin"
 # scheme://user:PASSWORD@ in any text (greedy to the last '@' of the word: a password may
 # hold '@' or '/'); what redact() masks where SQLAlchemy's own parser cannot be used
 _CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):[^\s]*@")
+# a query parameter (?key=value or &key=value) in any text, and the names whose value is a
+# secret: libpq's password and sslpassword (passfile, sslkey and sslcert are paths, shown)
+_PARAMETER = re.compile(r"(?P<head>[?&](?P<key>[^=&?#\s'\"]+)=)(?P<value>[^&#\s'\"]*)")
+_SECRET_KEY = re.compile(r"password|passwd|pwd|secret|token", re.IGNORECASE)
 
 
 def parse_url(url: str | URL) -> URL:
@@ -61,15 +67,24 @@ def parse_url(url: str | URL) -> URL:
 
 
 def redact(text: str) -> str:
-    """``text`` with the password of every ``scheme://user:password@`` in it shown as
+    """``text`` with the password of every ``scheme://user:password@`` in it, and the value
+    of every query parameter naming a secret (``?password=``, ``&sslpassword=``, any name
+    holding password, passwd, pwd, secret or token, percent-encoded or not), shown as
     ``***``: for a URL SQLAlchemy cannot parse, and for messages that quote one."""
-    return _CREDENTIALS.sub(r"\g<head>:***@", text)
+    return _PARAMETER.sub(_mask_parameter, _CREDENTIALS.sub(r"\g<head>:***@", text))
+
+
+def _mask_parameter(match: re.Match[str]) -> str:
+    if _SECRET_KEY.search(unquote_plus(match["key"])) and match["value"]:
+        return match["head"] + "***"
+    return match[0]
 
 
 def describe(url: str | URL) -> str:
-    """The URL with its password hidden, for messages and logs (a malformed one too)."""
+    """The URL with its password hidden, the one after ``user:`` and one given as a query
+    parameter alike (:func:`redact`), for messages and logs (a malformed one too)."""
     try:
-        return parse_url(url).render_as_string(hide_password=True)
+        return redact(parse_url(url).render_as_string(hide_password=True))
     except BadDatabaseURL:
         return repr(redact(str(url)))
 

@@ -94,3 +94,47 @@ def test_redaction_of_urls_sqlalchemy_cannot_parse() -> None:
     assert "root:***@127.0.0.1:xx" in str(exc.value)
     assert redact("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
     assert describe(Path("/tmp/x").as_posix()) == "'/tmp/x'"
+
+
+def test_a_password_given_as_a_query_parameter_is_masked() -> None:
+    urls = (f"postgresql://root@127.0.0.1:5432/x?password={SECRET}",
+            f"postgresql+psycopg://root@h/x?sslmode=require&sslpassword={SECRET}",
+            f"postgresql://root@h/x?pass%77ord={SECRET}",  # percent-encoded name
+            f"postgresql://root@h:xx/x?PASSWORD={SECRET}")  # unparseable: redact()
+    for url in urls:
+        _no_secret(describe(url), redact(f"error: {url} failed"))
+        assert "=***" in describe(url), describe(url)
+    shown = describe("postgresql://root@h/x?passfile=/home/r/.pgpass&sslmode=require")
+    assert shown == "postgresql://root@h/x?passfile=%2Fhome%2Fr%2F.pgpass&sslmode=require"
+    with pytest.raises(store.BadDatabaseURL) as exc:
+        store.make_engine(f"postgresql+psycopg://root@127.0.0.1:xx/db?password={SECRET}")
+    assert "password=***" in str(exc.value)
+
+
+@pytest.mark.postgres
+def test_a_query_password_stays_out_of_backups_restores_and_errors(
+        postgres_url: str, tmp_path: Path) -> None:
+    url = make_url(postgres_url).update_query_dict({"password": SECRET})
+    secret_url = url.render_as_string(hide_password=False)
+    assert SECRET in secret_url
+    bk = tmp_path / "bk"
+    upgrade = runner.invoke(app, ["db", "upgrade", "--url", secret_url])
+    backup = runner.invoke(app, ["db", "backup", str(bk), "--url", secret_url])
+    assert upgrade.exit_code == backup.exit_code == 0, backup.output
+    index = json.loads((bk / "backup.json").read_text("utf-8"))
+    assert "password=***" in index["source"], index["source"]
+    _no_secret(upgrade.output, backup.output, *(p.read_text("utf-8") for p in bk.rglob("*.json*")))
+    index["source"] = secret_url  # as a backup taken before the mask holds it
+    (bk / "backup.json").write_text(json.dumps(index), "utf-8")
+    restore = runner.invoke(app, ["db", "restore", str(bk), "--url", secret_url, "--force"])
+    assert restore.exit_code == 0, restore.output
+    engine = store.make_engine(secret_url)
+    with store.session_scope(engine, readonly=True) as session:
+        events = [json.dumps([e.reason, e.details], default=str)
+                  for e in store.list_events(session, limit=1000)]
+    engine.dispose()
+    assert any("restored from backup" in e for e in events), events
+    unreachable = url.set(port=1).render_as_string(hide_password=False)
+    failed = runner.invoke(app, ["db", "backup", str(tmp_path / "bk2"), "--url", unreachable])
+    assert failed.exit_code != 0 and "password=***" in failed.output, failed.output
+    _no_secret(restore.output, *events, failed.output)
