@@ -1,8 +1,9 @@
-"""``--json FILE`` on the commands that run for minutes (``loadgen``, ``demo``, ``bench …``):
-they print tables as they go and write their figures to a file, where the store's commands'
-``--json`` is a flag that prints JSON. A value that looks like an option (``demo --json
---quick`` would have written a file named ``--quick`` and run the full demo) is refused
-before anything runs."""
+"""``--json FILE`` on the commands that run for minutes (``loadgen``, ``demo``, ``bench …``;
+also ``evaluate --json-path``): they print tables as they go and write their figures to a
+file, where the store's commands' ``--json`` is a flag that prints JSON. A value that looks
+like an option (``demo --json --quick`` would have written a file named ``--quick`` and run
+the full demo), a folder that does not exist or a folder named as the file is refused before
+anything runs."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import typer
 
 def checked_json_file(value: Path | None) -> Path | None:
     """The typer callback of a ``--json FILE`` option: a usage error for a value starting
-    with ``-`` or a file in a folder that does not exist."""
+    with ``-``, a file in a folder that does not exist, or a folder."""
     if value is None:
         return None
     if str(value).startswith("-"):
@@ -23,6 +24,8 @@ def checked_json_file(value: Path | None) -> Path | None:
                                  "prints tables as it runs)")
     if not value.parent.is_dir():
         raise typer.BadParameter(f"{value.parent} is not a directory")
+    if value.is_dir():
+        raise typer.BadParameter(f"{value} is a directory; name the file to write")
     return value
 
 

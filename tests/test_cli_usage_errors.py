@@ -35,6 +35,9 @@ from autospec.cli import app
     (["db", "purge", "--older-than", "0d"], "--older-than: '0d': a duration must be longer"),
     (["evaluate", "v1", "--window", "soon"], "Invalid value for --window"),
     (["evaluate", "v1", "--window", "7d:0"], "the window's request count must be at least 1"),
+    # checked before the store opens and the target loads (it had failed after the replay)
+    (["evaluate", "v1", "--json-path", "/no/such/dir/e.json"], "/no/such/dir is not a directory"),
+    (["evaluate", "v1", "--json-path", "/"], "'--json-path': / is a directory; name the file"),
     (["loadgen", "--duration", "5 minutes"], "--duration: '5 minutes' is not a length like 90 "
                                              "(seconds), 45s"),
     (["loadgen", "--duration", "0m"], "--duration: '0m': a duration must be longer than 0"),

@@ -18,6 +18,7 @@ from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from autospec.controller.cli import POLICY_HELP, DbUrl, _errors
+from autospec.json_file import checked_json_file
 from autospec.jsonout import json_default
 
 out = Console()
@@ -87,7 +88,9 @@ def evaluate(
     database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     json_path: Annotated[Path | None, typer.Option(
-        "--json-path", help="also write JSON here")] = None,
+        "--json-path", callback=checked_json_file, metavar="FILE",
+        help="also write JSON here (its folder is checked before anything runs; a write that "
+        "fails at the end is said on stderr, the exit code stays the gate's)")] = None,
 ) -> None:
     """Replay held-out logged requests with each version (the window less any request a
     version evaluated trained on): τ, a paired CI of Δτ, per-segment results, estimated and
@@ -102,7 +105,7 @@ def evaluate(
     )
     from autospec.numerics import load_served_target, served
     from autospec.threads import resolve_threads, within
-    from autospec.versions import BUILTIN_VERSION, check_registered
+    from autospec.versions import check_registered
 
     spec = parse_window(window)
     with _errors():  # one line, exit 2, as the operator commands (a database error: the root)
@@ -115,10 +118,7 @@ def evaluate(
             synthetic_heldout = in_force.policy.training.synthetic.heldout_sequences
         err.print(f"gate: policy {in_force.policy.name!r} ({in_force.origin}), k = {k}",
                   highlight=False)  # stderr, --json or not: stdout stays the document
-        if len(versions) == 1:
-            with store.session_scope(db, readonly=True) as session:
-                live = store.get_live(session, deployment=deployment)
-            versions = [versions[0], live.version if live else BUILTIN_VERSION]
+        versions = _compared(db, versions, deployment)
         check_registered(db, versions)
         examples = select_requests(db, deployment=deployment, **spec)
         if not examples:
@@ -144,6 +144,28 @@ def evaluate(
             json_out=json_out, json_path=json_path)
 
 
+def _compared(db, versions: list[str], deployment: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The versions to replay: one named is compared with the live one (builtin-ngram where
+    none is); a version named twice, or one named that is already live, is an
+    :class:`EvaluationError` before the target loads."""
+    from autospec import store
+    from autospec.evaluate.run import EvaluationError
+    from autospec.versions import BUILTIN_VERSION
+
+    if len(set(versions)) != len(versions):
+        raise EvaluationError(f"a version is named twice: {list(versions)}")
+    if len(versions) > 1:
+        return list(versions)
+    with store.session_scope(db, readonly=True) as session:
+        live = store.get_live(session, deployment=deployment)
+    incumbent = live.version if live else BUILTIN_VERSION
+    if versions[0] == incumbent:
+        live_for = (f"is already live for {deployment}" if live else
+                    f"drafts for {deployment} (no version is live)")
+        raise EvaluationError(f"{incumbent} {live_for}; name a version to compare it with")
+    return [versions[0], incumbent]
+
+
 def _speed_settings(policy, **given: int | bool | None):  # type: ignore[no-untyped-def]
     """The policy's ``evaluation.speed`` (as the controller's cycles measure), with the
     options given on the command line in its place; threads within the policy's cap, as a
@@ -158,12 +180,16 @@ def _speed_settings(policy, **given: int | bool | None):  # type: ignore[no-unty
 def _report(report, extra: dict, *, json_out: bool, json_path: Path | None) -> None:  # type: ignore[no-untyped-def]
     """The table (or ``--json``), the ``--json-path`` file; exit 3 where the gate rejects."""
     data = _as_json(report) | extra
-    if json_path:
-        json_path.write_text(json.dumps(data, indent=2, default=json_default))
     if json_out:
         typer.echo(json.dumps(data, indent=2, default=json_default))
     else:
         _print(report)
+    if json_path:  # after the table: a failed write loses neither it nor the gate's exit code
+        try:
+            json_path.write_text(json.dumps(data, indent=2, default=json_default))
+        except OSError as exc:
+            err.print(f"error: --json-path {json_path}: could not write it ({exc.strerror or exc})"
+                      f"; the evaluation is above", highlight=False, markup=False, soft_wrap=True)
     if report.decision is not None and not report.decision.promote:
         raise typer.Exit(3)
 

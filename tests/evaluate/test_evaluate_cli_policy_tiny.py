@@ -9,6 +9,8 @@ from typer.testing import CliRunner
 
 from autospec import store
 from autospec.cli import app
+from autospec.speculators.checkpoint import save_speculator
+from autospec.speculators.registry import new_speculator
 from tests.train.conftest import greedy_traffic, log_traffic
 
 POLICY = """name: slow-speed
@@ -30,12 +32,17 @@ class _Stop(Exception):
 
 
 @pytest.fixture
-def calls(sqlite_url, tiny, monkeypatch):
+def calls(sqlite_url, tiny, tmp_path, monkeypatch):
     from autospec import numerics
     from autospec.evaluate import run
 
     engine = store.open_store(sqlite_url, upgrade=True)
     log_traffic(engine, greedy_traffic(tiny, 6, output_len=8))
+    sha = save_speculator(new_speculator("suffix", tiny), tmp_path / "suffix-1")
+    with store.session_scope(engine) as session:  # compared with builtin-ngram, none live
+        store.register_speculator(session, version="suffix-1", kind="suffix",
+                                  target_id=tiny.info.target_id,
+                                  artifact_uri=str(tmp_path / "suffix-1"), sha256=sha)
     engine.dispose()
     seen: list[dict] = []
 
@@ -51,7 +58,7 @@ def calls(sqlite_url, tiny, monkeypatch):
 def _evaluate(tmp_path, *options: str) -> None:
     policy = tmp_path / "slow-speed.yaml"
     policy.write_text(POLICY)
-    got = CliRunner().invoke(app, ["evaluate", "builtin-ngram", "--policy", str(policy),
+    got = CliRunner().invoke(app, ["evaluate", "suffix-1", "--policy", str(policy),
                                    "--no-record", *options])
     assert got.exit_code == 2 and "recorded" in got.output, got.output
 
