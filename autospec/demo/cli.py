@@ -27,6 +27,19 @@ log = logging.getLogger(__name__)
 _QUICK, _FULL = PRESETS["quick"], PRESETS["full"]  # the help states their sizes
 
 
+def _checked_out(value: Path | None) -> Path | None:
+    """``--out`` is a folder or can be made one: a file there (or in place of a folder above
+    it) is a usage error before anything runs."""
+    if value is None:
+        return None
+    there = value
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        raise typer.BadParameter(f"{there} is a file; --out names the report's directory")
+    return value
+
+
 def demo(
     quick: Annotated[bool, typer.Option(
         "--quick", help=f"the short variant ({_QUICK.requests_per_phase} requests of "
@@ -34,6 +47,7 @@ def demo(
         f"vLLM) instead of the full one ({_FULL.requests_per_phase} of {_FULL.max_tokens}: "
         "10.7-17.3 minutes; README)")] = False,
     out: Annotated[Path | None, typer.Option(
+        callback=_checked_out,
         help="report directory (default: ./autospec-demo-<time>); its data/ holds the "
         "store")] = None,
     json_path: Annotated[Path | None, json_file_option(
@@ -79,12 +93,13 @@ def demo(
     from autospec.settings import get_settings
 
     try:
-        canonical(domain_a), canonical(domain_b)
+        names = canonical(domain_a), canonical(domain_b)
     except SourceError as exc:
         raise typer.BadParameter(str(exc)) from None
-    if domain_a == domain_b:
-        raise typer.BadParameter("--domain-a and --domain-b must differ: the demo shifts "
-                                 "the traffic from one to the other")
+    if names[0] == names[1]:  # an alias is the same prompts under another segment name
+        same = "" if domain_a == domain_b else f" ({domain_a}, {domain_b}: both {names[0]})"
+        raise typer.BadParameter(f"--domain-a and --domain-b must differ{same}: the demo "
+                                 "shifts the traffic from one to the other")
     if engine not in ("auto", *ENGINES):
         raise typer.BadParameter(f"--engine must be auto, native or vllm, not {engine!r}")
     _check_target(target, dtype)
@@ -99,7 +114,10 @@ def demo(
         requests_per_phase=requests_per_phase, max_tokens=max_tokens, domain_a=domain_a,
         domain_b=domain_b).on_engine(resolved)
     out = out or Path.cwd() / time.strftime("autospec-demo-%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # unwritable, say
+        raise typer.BadParameter(f"{out}: {exc.strerror or exc}", param_hint="--out") from None
     console = Console()
     console.print(f"[bold]autospec demo[/] ({plan.mode}): {target} on the {plan.engine} engine, "
                   f"{plan.requests_per_phase} requests per phase, {plan.max_tokens} tokens each, "
