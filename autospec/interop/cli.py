@@ -142,7 +142,7 @@ def import_(
     with _refusals():
         from autospec import store
         from autospec.engine.target import load_target
-        from autospec.interop.importer import ImportRefused, import_head, parse_settings
+        from autospec.interop.importer import ImportRefused, check_name, import_head, parse_settings
 
         store.check_actor(actor or cli_actor())  # before the target is loaded
         settings = parse_settings(assignments or [])
@@ -151,6 +151,7 @@ def import_(
         if not (directory / "config.json").is_file():
             raise ImportRefused(f"{directory}: no config.json (not a speculators directory)")
         db = store.open_store(database_url, upgrade="create")
+        check_name(db, name)  # before the target is loaded
         model = load_target(_target(db, target), dtype="float32")
         done = import_head(directory, target=model, engine=db, name=name,
                            actor=actor or cli_actor(), settings=settings)

@@ -118,19 +118,37 @@ def read_head(directory: str | Path, target: Target,
     return spec.to(target.device)
 
 
+def check_name(engine: Engine, name: str | None) -> None:
+    """A version name given for an import (``None``: the next eagle3 name, nothing to check)
+    follows the registry's rule and is free: not registered, no artifact directory of that
+    name (an :class:`ImportRefused` or :class:`~autospec.store.Conflict`). Cheap: ``autospec
+    import`` asks before the target loads."""
+    if name is None:
+        return
+    if not _NAME.fullmatch(name):
+        raise ImportRefused(f"invalid version name {name!r}: use 1-64 letters, digits, '.', "
+                            f"'_' or '-', starting with a letter or digit")
+    with store.session_scope(engine, readonly=True) as session:
+        try:
+            store.get_speculator(session, version=name)
+        except store.NotFound:
+            pass
+        else:
+            raise store.Conflict(f"speculator version {name!r} is already registered")
+    there = inside(get_settings().resolved_artifact_dir, name)
+    if there.exists():
+        raise store.Conflict(f"artifact directory {there} already exists")
+
+
 def import_head(directory: str | Path, *, target: Target, engine: Engine,
                 name: str | None = None, actor: str = "cli",
                 settings: Mapping[str, Any] | None = None) -> Imported:
     """Register the head in ``directory`` as a candidate version; see the module doc."""
-    if name is not None and not _NAME.fullmatch(name):
-        raise ImportRefused(f"invalid version name {name!r}: use 1-64 letters, digits, '.', "
-                            f"'_' or '-', starting with a letter or digit")
+    check_name(engine, name)
     spec = read_head(directory, target, settings)
     source = str(Path(directory).resolve())
     root = get_settings().resolved_artifact_dir
     root.mkdir(parents=True, exist_ok=True)
-    if name is not None and inside(root, name).exists():
-        raise store.Conflict(f"artifact directory {inside(root, name)} already exists")
     tmp = root / f".partial-{uuid.uuid4().hex}"
     final: Path | None = None
     created = False  # only a directory this call moved into place is ever removed

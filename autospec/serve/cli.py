@@ -153,6 +153,8 @@ def serve(
                                      "addresses are its own", param_hint="--expose-ray")
         expose_ray = False  # AUTOSPEC_EXPOSE_RAY: the machine's setting, for a local Ray
     _check_port(host, port, local=address is None)
+    if address is None:  # a joined cluster's nodes find the target themselves
+        _check_target(target)
     actor_options: dict[str, float] = {"num_cpus": num_cpus}
     if num_gpus:
         actor_options["num_gpus"] = num_gpus
@@ -199,6 +201,17 @@ def _check_port(host: str, port: int, *, local: bool) -> None:
     if local and in_use(host, port):
         raise typer.BadParameter(f"{host}:{port} is already in use by another process; "
                                  "stop it or pick another --port", param_hint="--port")
+
+
+def _check_target(target: str) -> None:
+    """A ``--target`` that names no target on this machine (no known name, model directory
+    or .gguf) is a usage error before a local Ray starts (as ``autospec demo``'s)."""
+    from autospec.engine.target import TargetLoadError, check_spec
+
+    try:
+        check_spec(target)
+    except TargetLoadError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--target") from None
 
 
 def _segment_rules(path: Path | None) -> list[Any]:

@@ -213,7 +213,7 @@ def _pretrain(request, assignments: list[str], *, database_url: str | None,  # t
     from autospec.engine.target import TargetLoadError
     from autospec.numerics import NumericsMismatch, load_served_target
     from autospec.synth.backends import SynthEngineUnavailable
-    from autospec.synth.pretrain import pretrain_base
+    from autospec.synth.pretrain import generation, pretrain_base
     from autospec.synth.run import SynthError
     from autospec.train.errors import TrainingError, TrainingInputError
     from autospec.train.overrides import parse_overrides
@@ -221,6 +221,7 @@ def _pretrain(request, assignments: list[str], *, database_url: str | None,  # t
     try:
         request = type(request)(**{**request.__dict__,
                                    "overrides": parse_overrides("eagle3", assignments)})
+        generation(request)  # an unknown --domain or --engine: before the target loads
         engine = store.open_store(database_url, upgrade="create")
         model = load_served_target(engine, deployment=request.deployment, target=target,
                                    dtype=dtype)

@@ -27,7 +27,7 @@ from autospec import store
 from autospec.engine.target import Target
 from autospec.numerics import check_target
 from autospec.synth.run import Progress as SynthProgress
-from autospec.synth.run import SynthError, SynthRequest, synthesize
+from autospec.synth.run import SynthError, SynthRequest, check_request, synthesize
 from autospec.train.data import TrainingData, TrainSequence
 from autospec.train.run import Progress, TrainOutcome, TrainRequest, synthetic_target, train_on
 from autospec.workloads import DOMAINS
@@ -73,19 +73,30 @@ def base_data(engine: Engine, target: Target, max_sequences: int) -> TrainingDat
     return TrainingData(train=train, heldout=held, synthetic=len(train))
 
 
+def generation(request: PretrainRequest) -> SynthRequest | None:
+    """The generation step's request (``None`` when ``per_domain`` is 0), checked: a
+    :class:`SynthError` for an unknown or repeated domain, an unknown engine... — before the
+    target loads (``autospec pretrain`` asks first)."""
+    if not request.per_domain:
+        return None
+    unknown = [d for d in request.domains if d not in DOMAINS]
+    if unknown or not request.domains:
+        raise SynthError(f"unknown domains {unknown}; domains: {', '.join(sorted(DOMAINS))}")
+    gen = SynthRequest(**{**request.synth.__dict__, "count": request.per_domain,
+                          "sources": tuple(f"domain:{d}" for d in request.domains),
+                          "deployment": request.deployment})
+    check_request(gen)
+    return gen
+
+
 def pretrain_base(request: PretrainRequest, *, engine: Engine, target: Target,
                   progress: Progress | None = None,
                   synth_progress: SynthProgress | None = None) -> TrainOutcome:
     """Generate, train and register a base eagle3 head; see the module docstring.
     ``progress`` follows the training phases, ``synth_progress`` each generated batch."""
+    gen = generation(request)
     check_target(engine, deployment=request.deployment, target=target)
-    if request.per_domain:
-        unknown = [d for d in request.domains if d not in DOMAINS]
-        if unknown or not request.domains:
-            raise SynthError(f"unknown domains {unknown}; domains: {', '.join(sorted(DOMAINS))}")
-        gen = SynthRequest(**{**request.synth.__dict__, "count": request.per_domain,
-                              "sources": tuple(f"domain:{d}" for d in request.domains),
-                              "deployment": request.deployment})
+    if gen is not None:
         synthesize(gen, engine=engine, target=target, progress=synth_progress)
     data = base_data(engine, target, request.max_sequences)
     train = TrainRequest(kind="eagle3", from_scratch=True, epochs=request.epochs,

@@ -10,12 +10,13 @@ by the kind's config model (:mod:`autospec.train.overrides`); the command builds
 Prints the registered version (``--json``: one JSON object with version, run id,
 artifact, SHA-256 and metrics). The target and its dtype are the deployment's
 (what its replicas recorded; :mod:`autospec.numerics`) unless given. Bad input — an empty
-window, a window below the policy minimum, an incumbent built for another target, a
-target or dtype the deployment does not serve, an unknown kind, a bad option, a database
-URL autospec cannot use, a database it cannot reach or a SQLite file that does not exist
-(never created here) — is one line on stderr, no traceback, exit status 2, as is a database
-that fails during the run (locked, read-only, its connection lost: :mod:`autospec.cli_errors`);
-a run that fails otherwise is recorded as failed (nothing registered) and exits with status 1.
+window, a window below ``--min-requests`` (both said before the target loads), an incumbent
+built for another target, a target or dtype the deployment does not serve, an unknown kind,
+a bad option, a database URL autospec cannot use, a database it cannot reach or a SQLite
+file that does not exist (never created here) — is one line on stderr, no traceback, exit
+status 2, as is a database that fails during the run (locked, read-only, its connection
+lost: :mod:`autospec.cli_errors`); a run that fails otherwise is recorded as failed (nothing
+registered) and exits with status 1.
 """
 
 from __future__ import annotations
@@ -252,10 +253,13 @@ def _run(request: TrainRequest, *, database_url: str | None, address: str | None
          target: str | None, dtype: str | None, quiet: bool) -> TrainOutcome:
     from autospec import store
     from autospec.numerics import load_served_target
+    from autospec.train.data import load_training_data
     from autospec.train.run import train_candidate
 
     engine = store.open_store(database_url)  # a store with traffic: never a new one
     _check_incumbent(engine, request.incumbent)
+    with store.session_scope(engine, readonly=True) as session:  # empty or short: say it now
+        data = load_training_data(session, request.window, min_requests=request.min_requests)
     if address:  # join the cluster now, before any work is done
         from autospec.train.ray_trainer import connect_ray
 
@@ -266,7 +270,8 @@ def _run(request: TrainRequest, *, database_url: str | None, address: str | None
                TimeElapsedColumn(), TextColumn("{task.fields[info]}"))
     with Progress(*columns, console=err, transient=quiet) as bars:
         shown = _RichProgress(bars)
-        outcome = train_candidate(request, engine=engine, target=model, progress=shown)
+        outcome = train_candidate(request, engine=engine, target=model, progress=shown,
+                                  data=data)
         shown.finish()
         return outcome
 

@@ -147,15 +147,17 @@ class Progress:
 
 
 def train_candidate(request: TrainRequest, *, engine: Engine, target: Target,
-                    progress: Progress | None = None,
+                    progress: Progress | None = None, data: TrainingData | None = None,
                     should_stop: Callable[[], bool] | None = None) -> TrainOutcome:
-    """Train, write and register one candidate; see the module docstring."""
+    """Train, write and register one candidate; see the module docstring. ``data``: the
+    window's (:func:`load_training_data`) where the caller read it before loading the target."""
     progress = progress or Progress()
     training_of(request.kind)  # a trainable kind, else TrainingInputError naming them
     check_target(engine, deployment=request.deployment, target=target)
     with store.session_scope(engine) as session:
         parent = _incumbent_version(session, request, target)
-        data = load_training_data(session, request.window, min_requests=request.min_requests)
+        if data is None:
+            data = load_training_data(session, request.window, min_requests=request.min_requests)
         if request.synthetic is not None:
             data = mix_synthetic(session, data, request.synthetic, synthetic_target(target))
     incumbent = _load_incumbent(engine, parent, target, request.deployment) if parent else None
