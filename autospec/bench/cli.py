@@ -80,6 +80,7 @@ def store(
 
 @bench_app.command("serve")
 def serve(
+    ctx: typer.Context,
     target: Annotated[str, typer.Option(
         help="target: a name, a model directory or .gguf")] = "smollm2-135m",
     max_tokens: Annotated[int, typer.Option(
@@ -138,7 +139,7 @@ def serve(
     """Requests/s and p50/p99 over HTTP: logging on vs off, speculation on vs off; with
     --engine, the engines side by side."""
     from autospec.bench.serve import run_serve_bench
-    from autospec.serve.cli import _check_engine_options, _engine_options
+    from autospec.serve.cli import _check_engine_options, _engine_options, _given
 
     if engine is not None:
         from autospec.bench.serve_engines import fresh_pool_size, run_engine_bench
@@ -167,10 +168,12 @@ def serve(
                          vllm_suffix_warm=_checked_suffix_warm(vllm_suffix_warm, vllm_suffix,
                                                                database_url))
         return
-    given = [name for name, value in (("--k-bands", k_bands is not None),
-                                      ("--vllm-option", vllm_option), ("--builtin", builtin),
-                                      ("--fresh-prompts", fresh_prompts)) if value]
-    if given:
+    given = [name for name, value in (
+        ("--k-bands", k_bands is not None), ("--vllm-option", vllm_option),
+        ("--builtin", builtin), ("--fresh-prompts", fresh_prompts),
+        ("--dtype", _given(ctx, "dtype")), ("--database-url", database_url is not None),
+        ("--deployment", _given(ctx, "deployment")), ("--domain", domain is not None)) if value]
+    if given:  # the logging / speculation bench takes none of them: refused, never ignored
         raise typer.BadParameter(f"{', '.join(given)}: need --engine")
     _checked_vllm_suffix(vllm_suffix, [])
     _checked_suffix_cache(vllm_suffix_cache, vllm_suffix)

@@ -41,10 +41,20 @@ def test_domain_prompts_replace_the_generic_ones_and_differ_from_the_demos() -> 
     (["--engine", "vllm", "--vllm-option", "oops"], "expected KEY=VALUE"),
     (["--concurrency", "1,4"], "one value without --engine"),
     (["--k-bands", "1-:0"], "need --engine"),
+    # options only the engines' bench reads: refused, no longer silently ignored
+    (["--dtype", "bfloat16"], "--dtype: need --engine"),
+    (["--dtype", "auto", "--deployment", "default"], "--dtype, --deployment: need --engine"),
+    (["--database-url", "sqlite:////nowhere/x.db"], "--database-url: need --engine"),
+    (["--domain", "support"], "--domain: need --engine"),
 ])
-def test_bad_options_are_refused_before_anything_starts(args, message) -> None:  # type: ignore[no-untyped-def]
+def test_bad_options_are_refused_before_anything_starts(args, message, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from autospec.bench import serve
+
+    def ran(**kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the bench ran")
+    monkeypatch.setattr(serve, "run_serve_bench", ran)
     done = CliRunner().invoke(app, ["bench", "serve", *args])
-    assert done.exit_code == 2 and message in done.output
+    assert done.exit_code == 2 and message in done.output, done.output
 
 
 def test_the_batch_sender_sends_every_body_and_reads_each_answer() -> None:
