@@ -56,7 +56,8 @@ def loadgen(
         "them)")] = None,
     json_path: Annotated[Path | None, json_file_option("write the summary here (a JSON file)")
                          ] = None,
-    per_request: Annotated[bool, typer.Option(help="with --json: include every request")] = False,
+    per_request: Annotated[bool, typer.Option(
+        help="with --json (refused without it): include every request")] = False,
     stream: Annotated[bool, typer.Option(
         help="stream each request (stream_options.include_usage) and report the time to "
         "first token and output tokens/s after it")] = False,
@@ -67,6 +68,9 @@ def loadgen(
     from autospec.loadgen.runner import LoadSpec, run_load, summarize
     from autospec.loadgen.source import DomainSource, ReplaySource, SourceError, known_domains
 
+    if per_request and json_path is None:
+        raise typer.BadParameter("needs --json FILE: the requests are written there",
+                                 param_hint="--per-request")
     if requests is None and duration is None:
         requests = 20
     duration_s = parse_span(duration, "--duration", "s").total_seconds() if duration else None

@@ -92,9 +92,14 @@ class ReplaySource:
 def load_replay(path: Path, default_segment: str = "replay") -> list[Prompt]:
     """Every line of ``path`` as a :class:`Prompt`; :class:`SourceError` names the line."""
     if not path.is_file():
-        raise SourceError(f"replay file {path} does not exist")
+        raise SourceError(f"replay file {path} " + ("is a directory; name a JSONL file"
+                                                    if path.is_dir() else "does not exist"))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceError(f"replay file {path}: {exc}") from None
     prompts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             prompts.append(_parse_line(line, f"{path}:{number}", default_segment))
     if not prompts:
