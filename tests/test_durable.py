@@ -107,3 +107,50 @@ def test_an_imported_head_is_on_disk_before_its_registration_commits_tiny(
     after = synced_after(calls, moved)
     assert after.index(str(done.artifact.parent)) < after.index("COMMIT")
     engine.dispose()
+
+
+def test_an_import_whose_commit_raises_keeps_its_artifact_when_the_store_cannot_say_tiny(
+        tiny, sqlite_url, tmp_path, monkeypatch) -> None:
+    """A COMMIT that raised may have landed: with the store unable to answer the check,
+    the artifact stays (never a registered version without files) and the error raised is
+    the import's own, not the check's."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine as SAEngine
+
+    from autospec.interop import importer
+
+    engine = store.open_store(sqlite_url, upgrade=True)
+    export_speculator(new_speculator("eagle3", tiny, draft_vocab_size=40), tiny,
+                      tmp_path / "head", k=4)
+
+    def lost_reply(conn) -> None:  # type: ignore[no-untyped-def]
+        raise ConnectionError("connection lost while the COMMIT's reply was in flight")
+
+    def store_down(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise store.StoreError("the store is out")
+
+    monkeypatch.setattr(importer.store, "session_scope",
+                        _failing_after_first(importer.store.session_scope, store_down))
+    event.listen(SAEngine, "commit", lost_reply)
+    try:
+        with pytest.raises(ConnectionError, match="reply was in flight"):
+            import_head(tmp_path / "head", target=tiny, engine=engine, name="imported")
+    finally:
+        event.remove(SAEngine, "commit", lost_reply)
+    artifact = get_settings().resolved_artifact_dir / "imported"
+    assert artifact.is_dir() and (artifact / "model.safetensors").is_file()
+    engine.dispose()
+
+
+def _failing_after_first(real, failing):  # type: ignore[no-untyped-def]
+    """``real`` up to the import's transaction (its first writing scope), ``failing``
+    after it."""
+    wrote = []
+
+    def scope(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if wrote:
+            return failing(*args, **kwargs)
+        if not kwargs.get("readonly"):
+            wrote.append(1)
+        return real(*args, **kwargs)
+    return scope

@@ -16,8 +16,10 @@ The head is then built and loaded as an :class:`~autospec.speculators.eagle3.Eag
 (so it serves and warm-starts training like a trained one), saved as an autospec artifact
 under the artifact directory (on disk, renamed included, before the transaction commits:
 :mod:`autospec.durable`), registered as a ``candidate`` and audited with an ``import``
-event in the same transaction. Every refusal is an :class:`ImportRefused` naming what is
-wrong.
+event in the same transaction. A transaction that fails removes the artifact unless the
+version is registered with it after all (a COMMIT that landed though it raised) or the store
+cannot say (it then stays, an orphan the next name skips; the import's own error is raised).
+Every refusal is an :class:`ImportRefused` naming what is wrong.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import safetensors
 import safetensors.torch
 import torch
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from autospec import artifacts, store
 from autospec.durable import sync_dir, sync_tree
@@ -179,7 +182,7 @@ def import_head(directory: str | Path, *, target: Target, engine: Engine,
                                                                           "sha256": sha})
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if created and final is not None and not _registered(engine, final):
+        if created and final is not None and _registered(engine, final, sha) is False:
             shutil.rmtree(final, ignore_errors=True)
         raise
     log.info("imported %s as %s (%s)", source, version, final)
@@ -187,12 +190,22 @@ def import_head(directory: str | Path, *, target: Target, engine: Engine,
                     details=details)
 
 
-def _registered(engine: Engine, path: Path) -> bool:
-    with store.session_scope(engine, readonly=True) as session:
-        try:
-            return store.get_speculator(session, version=path.name).artifact_uri == str(path)
-        except store.NotFound:
-            return False
+def _registered(engine: Engine, path: Path, sha: str) -> bool | None:
+    """Whether the import's version is registered with the artifact at ``path`` (its COMMIT
+    may have landed though it raised); None, logged, when the store cannot say: the artifact
+    then stays (an orphan the next name skips, never a registered version without files)
+    and the import's own error is the one raised."""
+    try:
+        with store.session_scope(engine, readonly=True) as session:
+            try:
+                row = store.get_speculator(session, version=path.name)
+            except store.NotFound:
+                return False
+            return row.artifact_uri == str(path) and row.sha256 == sha
+    except (SQLAlchemyError, store.StoreError, OSError) as exc:
+        log.warning("cannot tell whether the import of %s registered %s (%s); its artifact "
+                    "stays at %s", path.name, path.name, exc, path)
+        return None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
