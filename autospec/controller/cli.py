@@ -39,7 +39,8 @@ err = Console(stderr=True)
 
 EXIT_ERROR, EXIT_REFUSED = 2, 3
 
-POLICY_HELP = "a shipped policy (default, conservative) or the path of a YAML file"
+POLICY_HELP = ("a shipped policy by name (default, conservative; a file of that name is "
+               "./default) or the path of a YAML file")
 DB_OPT = typer.Option("--database-url", help="database URL (default: AUTOSPEC_DATABASE_URL, "
                       "else the SQLite file in AUTOSPEC_DATA_DIR), as `autospec db` takes it")
 DbUrl = Annotated[str | None, DB_OPT]

@@ -13,7 +13,8 @@ Durations are strings such as ``45s``, ``30m``, ``6h``, ``2d``, ``1w``.
 Shipped policies live in the top-level ``policies/`` directory (``default``,
 ``conservative``), installed as the ``autospec.policies`` package and found through
 :func:`autospec.shipped.shipped_dir`, so they work from a checkout and from a wheel;
-:func:`load_policy` takes either one of those names or a path.
+:func:`load_policy` takes either one of those names or a path (a name always means the
+shipped policy; a file of that name in the current directory is ``./default``).
 The trainable kinds and the overrides a vLLM deployment needs come from the speculator
 registry. This module knows nothing of the store or scheduling.
 """
@@ -373,14 +374,28 @@ def load_policy(spec: str | Path = "default") -> Policy:
 
 
 def policy_text(spec: str | Path = "default") -> tuple[str, str]:
-    """The YAML text of a shipped policy or a file, and where it came from."""
-    path = Path(spec)
-    if isinstance(spec, str) and spec in SHIPPED and not path.exists():
+    """The YAML text of a shipped policy or a file, and where it came from.
+
+    A shipped name (a ``str``) always means the shipped policy, whatever the current
+    directory holds: a file of that name there is read only when written as a path
+    (``./default``). :class:`PolicyError` for a file that is missing, a directory, or not
+    UTF-8 text."""
+    if isinstance(spec, str) and spec in SHIPPED:
         return shipped_policy_text(spec), f"policies/{spec}.yaml"
+    path = Path(spec)
+    if path.is_dir():
+        raise PolicyError(f"policy file {path} is a directory, not a YAML file")
     if not path.is_file():
         raise PolicyError(f"policy file {path} does not exist (shipped policies: "
                           f"{', '.join(SHIPPED)})")
-    return path.read_text(encoding="utf-8"), str(path)
+    try:
+        return path.read_text(encoding="utf-8"), str(path)
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
+            from None
+    except OSError as exc:
+        raise PolicyError(f"policy file {path} cannot be read: "
+                          f"{exc.strerror or exc}") from None
 
 
 def parse_policy(text: str, *, source: str = "<policy>") -> Policy:

@@ -79,8 +79,48 @@ def test_cli_reports_a_bad_policy_without_a_traceback(tmp_path: Path, sqlite_url
     result = CliRunner().invoke(app, ["controller", "once", "--policy", str(path)])
     assert result.exit_code == 2
     assert "window.min_fresh_requests" in result.output and "Traceback" not in result.output
+    from autospec import store
+
+    store.open_store(sqlite_url, upgrade=True).dispose()  # (else: "database file ... does not")
     missing = CliRunner().invoke(app, ["status", "--policy", str(tmp_path / "none.yaml")])
-    assert missing.exit_code == 2 and "does not exist" in missing.output
+    assert missing.exit_code == 2 and "none.yaml does not exist" in missing.output
+
+
+def test_a_shipped_name_means_the_shipped_policy_whatever_the_folder_holds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file named ``default`` in the current directory was silently run as the policy,
+    and a folder named ``conservative`` made ``--policy conservative`` "does not exist";
+    such a file is read only when written as a path."""
+    monkeypatch.chdir(tmp_path)
+    Path("default").write_text("name: mine\n")
+    Path("conservative").mkdir()
+    assert load_policy("default").name == "default"
+    assert load_policy("conservative").name == "conservative"
+    assert load_policy("./default").name == "mine"
+    assert load_policy(Path("default")).name == "mine"  # a Path is always a file
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (None, "is a directory, not a YAML file"),  # it said "does not exist"
+    (b"name: caf\xe9\n", "not UTF-8 text (invalid continuation byte at byte 9)"),  # traceback
+])
+def test_a_policy_that_is_no_text_file_is_one_line(tmp_path: Path, sqlite_url: str,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   content: bytes | None, words: str) -> None:
+    from autospec import store
+
+    store.open_store(sqlite_url, upgrade=True).dispose()
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", sqlite_url)
+    path = tmp_path / "p9.yaml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    for args in (["status"], ["controller", "once"], ["evaluate", "v1"]):
+        result = CliRunner().invoke(app, [*args, "--policy", str(path)])
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and str(path) in lines[0] and words in lines[0], result.output
 
 
 def test_durations_and_defaults() -> None:
