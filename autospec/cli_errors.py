@@ -8,7 +8,9 @@ root group, :class:`Commands`, turns whichever of those escapes a command — an
 the database or its driver (``DBAPIError``), a connection pool timeout, or a ``StoreError``
 — into one line naming the database (its password
 hidden, no SQL statement: :func:`autospec.store.db.database_failure`) and exit status 2,
-never a traceback.
+never a traceback. So is an ``AUTOSPEC_*`` environment variable that does not parse
+(:class:`autospec.settings.SettingsError`, raised wherever a command first reads the
+settings): one line naming the variable and what is wrong.
 """
 
 from __future__ import annotations
@@ -37,14 +39,24 @@ def database_message(exc: BaseException) -> str | None:
     return None
 
 
+def error_message(exc: BaseException) -> str | None:
+    """The line for a database error or a bad ``AUTOSPEC_*`` variable (None otherwise)."""
+    from autospec.settings import SettingsError
+
+    if isinstance(exc, SettingsError):
+        return str(exc)
+    return database_message(exc)
+
+
 class Commands(TyperGroup):
-    """The ``autospec`` group: a database error out of any command is one line, exit 2."""
+    """The ``autospec`` group: a database error or a bad ``AUTOSPEC_*`` variable out of any
+    command is one line, exit 2."""
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
         except Exception as exc:  # click's own (Exit, usage errors) are none of these
-            message = database_message(exc)
+            message = error_message(exc)
             if message is None:
                 raise
             from rich.console import Console

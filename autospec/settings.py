@@ -11,6 +11,9 @@
 | ``AUTOSPEC_API_KEY_FILE`` | none; a file of keys, one per line, re-read when it changes |
 | ``AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S`` | 0; crash drills: a cycle's wait from gate to promotion |
 
+A variable that does not parse (``AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S=abc``) is a
+:class:`SettingsError` naming it and what is wrong; every command prints it as one line.
+
 The cache holds only what can be derived again (a GGUF target dequantized to
 safetensors); it is machine-wide, like Hugging Face's, so every data directory shares it.
 """
@@ -21,7 +24,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -121,7 +124,30 @@ def parse_keys(text: str) -> tuple[str, ...]:
     return tuple(keys)
 
 
+class SettingsError(ValueError):
+    """An ``AUTOSPEC_*`` variable holds a value its setting cannot take; the message names
+    each such variable and what is wrong (the CLI prints it as one line, exit 2)."""
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The settings of this process (read once; tests call ``get_settings.cache_clear()``)."""
-    return Settings()
+    """The settings of this process (read once; tests call ``get_settings.cache_clear()``);
+    :class:`SettingsError` for a variable that does not parse."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    """``AUTOSPEC_X='abc': Input should be a valid number, ...``, one per bad variable (the
+    value is left out of a secret's)."""
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        name = f"{Settings.model_config.get('env_prefix', '')}{field}".upper()
+        info = Settings.model_fields.get(field)
+        secret = info is not None and "SecretStr" in str(info.annotation)
+        value = "" if secret else f"={error.get('input')!r}"
+        problems.append(f"{name}{value}: {error['msg']}")
+    return "environment variable " + "; ".join(problems)

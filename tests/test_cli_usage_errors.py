@@ -127,3 +127,27 @@ def test_dash_h_is_help_everywhere_and_serve_takes_k_as_the_other_commands_name_
     serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
     (k,) = [p for p in serve.params if p.name == "speculator_k"]
     assert set(k.opts) == {"--speculator-k", "--k"}
+
+
+@pytest.mark.parametrize("option", [
+    ["serve", "--segment-rules"], ["loadgen", "--replay"], ["loadgen", "--schedule"],
+])
+@pytest.mark.parametrize(("content", "words"), [
+    (None, "is a directory, not a file"),  # "does not exist" (replay, schedule)
+    (b"- caf\xe9\n", ": not UTF-8 text (invalid continuation byte at byte 5)"),  # a traceback
+])
+def test_a_file_option_naming_no_text_file_is_exit_2_naming_it(
+        option: list[str], content: bytes | None, words: str, tmp_path, monkeypatch) -> None:
+    """serve's segment rules and loadgen's replay and schedule files: a directory or a file
+    that is not UTF-8 is a usage error naming the file, before anything starts."""
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "data"))
+    path = tmp_path / "p9.yaml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    result = CliRunner().invoke(app, [*option, str(path)])
+    assert result.exit_code == 2, result.output
+    text = "".join(result.output.replace("│", " ").split())  # rich's error box, unwrapped
+    assert "".join(f"{path}{words}".split()) in text, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "data").exists()

@@ -42,6 +42,7 @@ from autospec.evaluate.gate import GatePolicy
 from autospec.evaluate.speed_settings import SpeedSettings
 from autospec.shipped import shipped_dir
 from autospec.speculators.registry import trainable_kinds, vllm_overrides
+from autospec.text_file import TextFileError, read_text_file
 from autospec.threads import AUTO, ThreadSetting, resolve_threads
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -383,19 +384,11 @@ def policy_text(spec: str | Path = "default") -> tuple[str, str]:
     if isinstance(spec, str) and spec in SHIPPED:
         return shipped_policy_text(spec), f"policies/{spec}.yaml"
     path = Path(spec)
-    if path.is_dir():
-        raise PolicyError(f"policy file {path} is a directory, not a YAML file")
-    if not path.is_file():
-        raise PolicyError(f"policy file {path} does not exist (shipped policies: "
-                          f"{', '.join(SHIPPED)})")
     try:
-        return path.read_text(encoding="utf-8"), str(path)
-    except UnicodeDecodeError as exc:
-        raise PolicyError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
-            from None
-    except OSError as exc:
-        raise PolicyError(f"policy file {path} cannot be read: "
-                          f"{exc.strerror or exc}") from None
+        return read_text_file(path, "policy file"), str(path)
+    except TextFileError as exc:
+        shipped = "" if path.exists() else f" (shipped policies: {', '.join(SHIPPED)})"
+        raise PolicyError(f"{exc}{shipped}") from None
 
 
 def parse_policy(text: str, *, source: str = "<policy>") -> Policy:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import yaml
 
+from autospec.text_file import TextFileError, read_text_file
+
 Mix = dict[str, float]
 
 
@@ -125,10 +127,10 @@ def _seconds(text: str, where: str) -> float:
 
 
 def _schedule_from_yaml(path: Path, known: list[str] | None) -> Schedule:
-    if not path.is_file():
-        raise MixError(f"schedule file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(read_text_file(path, "schedule file"))
+    except TextFileError as exc:
+        raise MixError(str(exc)) from None
     except yaml.YAMLError as exc:
         raise MixError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, list) or not data:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autospec.text_file import TextFileError, read_text_file
 from autospec.workloads import DOMAINS, domain_prompts
 
 #: names accepted for a domain besides :data:`autospec.workloads.DOMAINS`' keys
@@ -91,13 +92,10 @@ class ReplaySource:
 
 def load_replay(path: Path, default_segment: str = "replay") -> list[Prompt]:
     """Every line of ``path`` as a :class:`Prompt`; :class:`SourceError` names the line."""
-    if not path.is_file():
-        raise SourceError(f"replay file {path} " + ("is a directory; name a JSONL file"
-                                                    if path.is_dir() else "does not exist"))
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SourceError(f"replay file {path}: {exc}") from None
+        text = read_text_file(path, "replay file")
+    except TextFileError as exc:
+        raise SourceError(str(exc)) from None
     prompts = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():

@@ -218,11 +218,15 @@ def _segment_rules(path: Path | None) -> list[Any]:
     """The rules of ``--segment-rules`` as data (ServeConfig checks each rule)."""
     import yaml
 
+    from autospec.text_file import TextFileError, read_text_file
+
     if path is None:
         return []
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(read_text_file(path, "segment rules file"))
+    except TextFileError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--segment-rules") from None
+    except yaml.YAMLError as exc:
         raise typer.BadParameter(f"{path}: {exc}", param_hint="--segment-rules") from None
     if isinstance(data, dict) and set(data) == {"segments"}:
         data = data["segments"]

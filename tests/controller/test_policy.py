@@ -101,7 +101,7 @@ def test_a_shipped_name_means_the_shipped_policy_whatever_the_folder_holds(
 
 
 @pytest.mark.parametrize(("content", "words"), [
-    (None, "is a directory, not a YAML file"),  # it said "does not exist"
+    (None, "is a directory, not a file"),  # it said "does not exist"
     (b"name: caf\xe9\n", "not UTF-8 text (invalid continuation byte at byte 9)"),  # traceback
 ])
 def test_a_policy_that_is_no_text_file_is_one_line(tmp_path: Path, sqlite_url: str,
