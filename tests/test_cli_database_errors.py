@@ -118,3 +118,20 @@ def test_only_what_the_database_said_is_mapped_not_sqlalchemy_misuse() -> None:
     assert database_message(InvalidRequestError("misuse")) is None
     assert database_message(DetachedInstanceError("detached")) is None
     assert database_message(ValueError("other")) is None
+
+
+#: commands that never create a store a URL names: all but db upgrade and restore (which
+#: make one), serve (its own SQLite file) and db current (says "missing", exit 0)
+NOT_CREATING = [c for c in OPENING if c not in ("db upgrade", "db restore", "serve",
+                                                 "db current")]
+
+
+@pytest.mark.parametrize("command", NOT_CREATING)
+def test_a_missing_sqlite_file_is_one_line_and_is_not_created(command: str, places,  # type: ignore[no-untyped-def]
+                                                              tmp_path: Path) -> None:
+    """A mistyped path stays a mistake: export, import, synth, pretrain and db backup had
+    created an empty store there (and went on in it), db downgrade too (exit 0)."""
+    typo = tmp_path / "typo.db"
+    line = _one_line(OPENING[command], places, f"sqlite:///{typo}", str(typo))
+    assert f"database file {typo} does not exist" in line
+    assert not typo.exists()

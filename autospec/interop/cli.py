@@ -75,7 +75,7 @@ def export(
         if fmt not in FORMATS:
             raise ExportError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
         check_out_dir(out_dir)  # before the target loads (seconds)
-        db = store.open_store(database_url, upgrade="create")
+        db = store.open_store(database_url)  # read only: a missing store is not created
         check_registered(db, [version])
         source = _source(db, version) if version != BUILTIN_VERSION else {"version": version}
         model = load_target(_target(db, target), dtype="float32")

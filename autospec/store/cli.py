@@ -4,8 +4,10 @@ Commands: ``upgrade``, ``downgrade``, ``current`` (database revision vs the one 
 expects; ``--json``), ``purge --older-than 30d``, ``backup PATH`` and ``restore PATH`` (the
 store's rows and the artifacts, portable between SQLite and PostgreSQL;
 :mod:`autospec.store.backup`). Every command takes ``--database-url`` (or ``--url``; default
-``AUTOSPEC_DATABASE_URL``). A :class:`~autospec.store.errors.StoreError` is printed as one
-line on stderr, without a traceback, and the command exits with status 2; so is a database
+``AUTOSPEC_DATABASE_URL``). Only ``upgrade`` and ``restore`` create a SQLite file that does
+not exist; ``current`` reports it missing, the others refuse it (a mistyped path stays a
+mistake). A :class:`~autospec.store.errors.StoreError` is printed as one line on stderr,
+without a traceback, and the command exits with status 2; so is a database
 that fails under a command (read-only, locked, its connection lost: the database and the
 driver's message, :mod:`autospec.cli_errors`).
 """
@@ -73,11 +75,24 @@ def downgrade(revision: Annotated[str, typer.Argument(help="target revision, or 
     from autospec.store import db, migrate
 
     def go() -> str | None:
+        _check_exists(url)
         engine = db.make_engine(url)
         migrate.downgrade(engine, revision)
         return migrate.current_revision(engine)
 
     out.print(f"database at revision {_run(go)}")
+
+
+def _check_exists(url: str | None) -> None:
+    """A command that does not create the store refuses a SQLite file that does not exist
+    (opening it would create it empty): a mistyped path stays a mistake."""
+    from autospec.store import migrate
+    from autospec.store.errors import SchemaNotInitialized
+
+    missing = migrate.missing_sqlite_file(url)
+    if missing is not None:
+        raise SchemaNotInitialized(f"database file {missing} does not exist (`autospec db "
+                                   "upgrade` creates a store)")
 
 
 def current_status(url: str | None) -> dict[str, Any]:
@@ -171,11 +186,14 @@ def _purge(url: str | None, age: timedelta, *, text_only: bool, dry_run: bool, r
     return count
 
 
-def _on_engine(url: str | None, fn: Callable[[Engine], T]) -> T:
-    """``fn`` on an engine for ``url`` (disposed after); a store error is one line, exit 2."""
+def _on_engine(url: str | None, fn: Callable[[Engine], T], *, create: bool = False) -> T:
+    """``fn`` on an engine for ``url`` (disposed after); a store error is one line, exit 2.
+    A SQLite file that does not exist is refused unless ``create``."""
     from autospec.store import db
 
     with _errors():
+        if not create:
+            _check_exists(url)
         engine = db.make_engine(url)
         try:
             return fn(engine)
@@ -234,7 +252,8 @@ def restore(
 
     who = actor or cli_actor()
     done = _on_engine(url, lambda engine: backups.restore(
-        engine, path, force=force, actor=who, progress=_progress(as_json)).as_dict())
+        engine, path, force=force, actor=who, progress=_progress(as_json)).as_dict(),
+        create=True)
     if as_json:
         out.print_json(json.dumps(done))
         return

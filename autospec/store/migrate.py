@@ -20,14 +20,16 @@ The migration scripts live in the top-level ``migrations/`` directory, installed
   at start-up (here, not in :mod:`~autospec.store.db`, so the two do not import each other).
   Whether it may create or migrate the schema is decided in one place, :func:`may_migrate`:
   only ``autospec db upgrade`` migrates a PostgreSQL database or an existing SQLite store
-  other processes use; ``serve``/``demo`` upgrade their own SQLite file; ``export``,
-  ``import``, ``synth``, ``pretrain`` only create a brand-new SQLite file; ``train`` (which
-  needs logged traffic) and the read-only commands never create one.
+  other processes use; ``serve``/``demo`` upgrade their own SQLite file; ``import``,
+  ``synth``, ``pretrain`` only create the data directory's store on a fresh machine (a SQLite
+  file a URL names must exist); ``train`` (which needs logged traffic), ``export`` and the
+  read-only commands never create one.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Literal
 
 from alembic import command
@@ -38,6 +40,7 @@ from alembic.script import Script, ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import URL, Connection, Engine, delete, insert, inspect, select
 
+from autospec.settings import get_settings
 from autospec.shipped import shipped_dir
 from autospec.store.db import (
     describe,
@@ -247,10 +250,14 @@ def schema_drift(engine: Engine) -> list[Any]:
 UpgradeMode = Literal["never", "create", "embedded", "always"]
 """Who may migrate what, when a process opens the store (:func:`may_migrate`):
 
-- ``never`` — check only (replicas on PostgreSQL, the controller, ``db purge``, ...);
-- ``create`` — create the schema in an *empty SQLite* database (a new file), never migrate an
-  existing one (``train``, ``export``, ``import``, ``synth``, ``pretrain``: a fresh machine's
-  first command works; a store other processes use is never changed under them);
+- ``never`` — check only, a missing SQLite file refused, never created (replicas on
+  PostgreSQL, the controller, ``train``, ``export``, ``db purge``, ...: a mistyped path
+  stays a mistake);
+- ``create`` — create the data directory's own SQLite store (no URL given: neither
+  ``--database-url`` nor ``AUTOSPEC_DATABASE_URL``) when it does not exist yet, never migrate
+  an existing one (``import``, ``synth``, ``pretrain``, which write what stands without
+  traffic: a fresh machine's first command works; a store other processes use is never
+  changed under them); a SQLite file named by a URL must exist, as in ``never``;
 - ``embedded`` — create or upgrade a *SQLite* store (``serve`` and ``demo`` own their
   single-machine SQLite file; the upgrade is logged), never a server database;
 - ``always`` — create or upgrade anything (``autospec db upgrade``; tests and benches on their
@@ -292,6 +299,28 @@ def _is_empty(engine: Engine) -> bool:
         return not inspect(conn).get_table_names()
 
 
+def missing_sqlite_file(url: str | URL | None) -> Path | None:
+    """The file of a SQLite ``url`` (None: the settings') when it does not exist; None when
+    it does or the store is not a SQLite file. Opening it would create it empty."""
+    path = sqlite_file(url)
+    return path if path is not None and not path.exists() else None
+
+
+def _check_exists(url: str | URL | None, mode: UpgradeMode) -> None:
+    """A missing SQLite file is created only where ``mode`` may (see :data:`UpgradeMode`);
+    else :class:`SchemaNotInitialized`: checked, not created, a mistyped path stays a
+    mistake."""
+    missing = missing_sqlite_file(url)
+    if missing is None or mode in ("embedded", "always"):
+        return
+    if mode == "create" and url is None and get_settings().database_url is None:
+        log.warning("creating the store %s (a new SQLite file)", missing)
+        return
+    raise SchemaNotInitialized(
+        f"database file {missing} does not exist; run `autospec db upgrade` to create it "
+        "(or set AUTOSPEC_DATABASE_URL to an existing store)")
+
+
 def open_store(url: str | URL | None = None, *,
                upgrade: UpgradeMode | bool = "never") -> Engine:
     """Engine for ``url``, checked: reachable and at a revision this code can run against.
@@ -301,11 +330,7 @@ def open_store(url: str | URL | None = None, *,
     may not, a schema mismatch raises a :class:`~autospec.store.errors.SchemaError` telling the
     operator to run ``autospec db upgrade``.
     """
-    missing = sqlite_file(url)
-    if _mode(upgrade) == "never" and missing is not None and not missing.exists():
-        raise SchemaNotInitialized(  # checked, not created: a mistyped path stays a mistake
-            f"database file {missing} does not exist; run `autospec db upgrade` to create it "
-            "(or set AUTOSPEC_DATABASE_URL to an existing store)")
+    _check_exists(url, _mode(upgrade))
     engine = make_engine(url)
     ping(engine)
     current = current_revision(engine)

@@ -340,6 +340,7 @@ def test_cli_refusals_are_one_line_exit_2(sqlite_url, tmp_path):
     actor = runner.invoke(app, ["import", str(tmp_path / "empty"), "--actor", "a" * 129,
                                 "--url", sqlite_url])  # before the target loads
     assert actor.exit_code == 2 and "the store keeps at most 128" in actor.output
+    store.open_store(sqlite_url, upgrade=True).dispose()  # export never creates one
     unknown = runner.invoke(app, ["export", "nope", "--out", str(tmp_path / "o"),
                                   "--url", sqlite_url])
     assert unknown.exit_code == 2 and "'nope' is not registered" in unknown.output

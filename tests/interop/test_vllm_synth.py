@@ -28,6 +28,8 @@ def test_vllm_answers_domain_prompts_as_the_native_batch_does(tmp_path) -> None:
 
     target = load_target("smollm2-135m", dtype="float32")
     cli = Path(sys.executable).with_name("autospec")
+    # synth creates no SQLite file a URL names (a mistyped path stays a mistake)
+    store.open_store(f"sqlite:///{tmp_path / 'synth.db'}", upgrade=True).dispose()
     done = subprocess.run(
         [str(cli), "synth", "--source", "domain:support", "--source", "domain:json",
          "--count", "3", "--temperature", "0", "--max-tokens", "24", "--batch-size", "3",

@@ -1,7 +1,8 @@
 """Only ``autospec db upgrade`` migrates a store other processes use (issue 31, item 4).
 
-``export``, ``import``, ``synth`` and ``pretrain`` may create a brand-new SQLite file
-(``train``, which needs logged traffic, does not); on a PostgreSQL database, or an existing
+``import``, ``synth`` and ``pretrain`` may create the data directory's SQLite store on a
+fresh machine, never a file a URL names that does not exist (a mistyped path stays a
+mistake; ``train`` and ``export`` create none); on a PostgreSQL database, or an existing
 SQLite store at an older revision, they refuse naming ``autospec db upgrade`` and leave the
 revision as it was. ``serve``/``demo`` upgrade their own SQLite file. One rule decides it
 all: :func:`autospec.store.migrate.may_migrate`.
@@ -60,9 +61,23 @@ def _revision(url: str) -> str | None:
         engine.dispose()
 
 
-def test_create_makes_a_new_sqlite_file_but_never_migrates_an_old_one(tmp_path: Path) -> None:
-    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
-    migrate.open_store(fresh, upgrade="create").dispose()
+def test_create_makes_the_data_directorys_store_but_never_migrates_an_old_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autospec.settings import get_settings
+
+    typo = tmp_path / "fresh.db"  # named by a URL: it had been created
+    with pytest.raises(SchemaNotInitialized, match=f"database file {typo} does not exist"):
+        migrate.open_store(f"sqlite:///{typo}", upgrade="create")
+    assert not typo.exists()
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", f"sqlite:///{typo}")  # named all the same
+    get_settings.cache_clear()
+    with pytest.raises(SchemaNotInitialized):
+        migrate.open_store(None, upgrade="create")
+    assert not typo.exists()
+    monkeypatch.delenv("AUTOSPEC_DATABASE_URL")
+    get_settings.cache_clear()
+    migrate.open_store(None, upgrade="create").dispose()  # the data directory's, first use
+    fresh = get_settings().resolved_database_url
     assert _revision(fresh) == migrate.head_revision()
 
     old = f"sqlite:///{tmp_path / 'old.db'}"
@@ -142,3 +157,20 @@ def test_serve_prepares_its_sqlite_store_but_only_checks_postgres(
         with pytest.raises(SchemaOutdated, match="autospec db upgrade"):
             _prepare_database(db_url)
         assert _revision(db_url) == OLD
+
+
+@pytest.mark.parametrize("command", ["import", "synth", "pretrain"])
+def test_a_fresh_machines_first_write_creates_the_data_directorys_store(
+        tmp_path: Path, command: str, caplog: pytest.LogCaptureFixture) -> None:
+    """No URL given: the data directory's store is made (and said), then the command goes
+    on (here to a target that does not load)."""
+    from autospec.cli import app
+    from autospec.settings import get_settings
+
+    path = Path(get_settings().resolved_database_url.removeprefix("sqlite:///"))
+    args = [*_commands(tmp_path)[command], "--target", str(tmp_path / "no-model")]
+    with caplog.at_level("WARNING", logger="autospec.store.migrate"):
+        result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "no-model' is neither" in result.output, result.output
+    assert _revision(f"sqlite:///{path}") == migrate.head_revision()
+    assert f"creating the store {path} (a new SQLite file)" in caplog.text
