@@ -27,6 +27,10 @@ from pathlib import Path
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+DATABASE_URL_HELP = ("database URL (default: AUTOSPEC_DATABASE_URL, else the SQLite file "
+                     "autospec.db in AUTOSPEC_DATA_DIR)")
+"""The help of every command's ``--database-url`` (and ``ServeConfig.database_url``)."""
+
 
 class Settings(BaseSettings):
     """Process-wide settings; see the module docstring for the variables."""

@@ -19,6 +19,10 @@ HEADER = """# CLI reference
 
 Generated from the commands' `--help` by `make docs` (`scripts/gen_cli_docs.py`); do not
 edit by hand. Every command also prints this with `--help` (or `-h`).
+
+Every command that opens the store takes it as `--database-url` or `--url` (the same
+option); `autospec loadgen --url` is another thing, the server it sends requests to, and
+the `bench` commands' `--database-url` says what each does with it.
 """
 
 

@@ -135,3 +135,38 @@ def test_a_missing_sqlite_file_is_one_line_and_is_not_created(command: str, plac
     line = _one_line(OPENING[command], places, f"sqlite:///{typo}", str(typo))
     assert f"database file {typo} does not exist" in line
     assert not typo.exists()
+
+
+@pytest.mark.parametrize("command", list(OPENING))
+def test_url_names_the_store_on_every_command_that_opens_it(command: str, places,  # type: ignore[no-untyped-def]
+                                                            tmp_path: Path) -> None:
+    """``--url`` is ``--database-url`` everywhere; status, promote, rollback, history,
+    versions, ledger, evaluate, controller and serve had said "No such option"."""
+    garbage = tmp_path / "notes.db"
+    garbage.write_text("not a database\n" * 200)
+    result = runner.invoke(app, [a.format(**places) for a in OPENING[command]]
+                           + ["--url", f"sqlite:///{garbage}"])
+    assert result.exit_code == 2, result.output
+    assert str(garbage) in result.stderr and "file is not a database" in result.stderr
+
+
+def test_every_database_url_option_has_the_alias_and_the_one_help() -> None:
+    """Outside ``bench`` (whose --database-url means what each bench does with it), every
+    --database-url is the store, named as the others name it, its help the same words."""
+    import typer.main
+
+    from autospec.settings import DATABASE_URL_HELP
+
+    def walk(cmd, path):  # type: ignore[no-untyped-def]
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+        yield path, cmd
+
+    seen = []
+    for path, cmd in walk(typer.main.get_command(app), []):
+        for param in getattr(cmd, "params", []):
+            if "--database-url" in param.opts and path[:1] != ["bench"]:
+                seen.append(" ".join(path))
+                assert param.opts == ["--database-url", "--url"], path
+                assert param.help == DATABASE_URL_HELP, path
+    assert {c.removesuffix(" --force") for c in OPENING} <= set(seen)

@@ -2,8 +2,8 @@
 the helpers :mod:`autospec.controller.run_cli`'s ``controller run|once|watch`` share).
 
 Every command takes ``--json`` (one JSON document on stdout) and prints rich tables
-otherwise. The database is ``--database-url``, else ``AUTOSPEC_DATABASE_URL`` (or the default
-SQLite file).
+otherwise. The database is ``--database-url`` (or ``--url``), else ``AUTOSPEC_DATABASE_URL``
+(or the default SQLite file).
 Errors are one line on stderr, never a traceback. Exit codes, for scripts:
 
 - ``0`` — done: promoted, rolled back, listed; ``controller once``: promoted, nothing to
@@ -31,6 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from autospec.actor import cli_actor
+from autospec.cli_options import DatabaseUrl
 from autospec.controller.status_view import fmt, print_status
 from autospec.jsonout import json_default
 
@@ -41,9 +42,7 @@ EXIT_ERROR, EXIT_REFUSED = 2, 3
 
 POLICY_HELP = ("a shipped policy by name (default, conservative; a file of that name is "
                "./default) or the path of a YAML file")
-DB_OPT = typer.Option("--database-url", help="database URL (default: AUTOSPEC_DATABASE_URL, "
-                      "else the SQLite file in AUTOSPEC_DATA_DIR), as `autospec db` takes it")
-DbUrl = Annotated[str | None, DB_OPT]
+DbUrl = DatabaseUrl  # --database-url / --url, as every command that opens the store
 
 
 @contextmanager

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from autospec.actor import cli_actor
+from autospec.cli_options import DatabaseUrl
 
 out = Console()
 err = Console(stderr=True)
@@ -24,9 +25,6 @@ err = Console(stderr=True)
 TargetOpt = Annotated[str | None, typer.Option(
     help="the target: a name, a directory or a .gguf (default: what the default deployment's "
     "replicas serve, else smollm2-135m)")]
-UrlOpt = Annotated[str | None, typer.Option(
-    "--database-url", "--url",
-    help="database URL (default: AUTOSPEC_DATABASE_URL; --url: the same)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 
 
@@ -55,7 +53,7 @@ def export(
     k: Annotated[int, typer.Option("--k", min=1, max=16, help="num_speculative_tokens in the "
                                    "written speculative_config")] = 5,
     target: TargetOpt = None,
-    database_url: UrlOpt = None,
+    database_url: DatabaseUrl = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Export a version for vLLM: an eagle3 head in the speculators format, a draft as a
@@ -133,7 +131,7 @@ def import_(
         "a setting of the head the speculators format has no field for, KEY=VALUE (repeat; "
         "ttt_steps, suffix_threshold, tree_nodes, tree_min_prob, tree_width), over the ones "
         "autospec export stored or the defaults; tree_nodes=0 serves on vLLM"))] = None,
-    database_url: UrlOpt = None,
+    database_url: DatabaseUrl = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Register a speculators-format EAGLE-3 head (speculators, SpecForge, published) as a

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import psutil
 import typer
 
+from autospec.cli_options import DatabaseUrl
 from autospec.engine.choice import ENGINE_HELP
 
 if TYPE_CHECKING:  # imported where it is used: it brings torch
@@ -112,8 +113,7 @@ def serve(
         help="live-pointer name this app follows")] = "default",
     dtype: Annotated[str, typer.Option(
         help="target dtype: auto, float32 or bfloat16")] = "auto",
-    database_url: Annotated[str | None, typer.Option(
-        help="traffic store URL (default: AUTOSPEC_DATABASE_URL or the data dir)")] = None,
+    database_url: DatabaseUrl = None,
     log_traffic: Annotated[bool, typer.Option(
         help="log every request to the traffic store")] = True,
     num_cpus: Annotated[float, typer.Option(min=0.0, help="CPUs reserved per replica")] = 1.0,

@@ -28,6 +28,7 @@ from pydantic import (
 from autospec.engine.choice import ENGINE_HELP
 from autospec.serve.bands import MAX_K, KBands, parse_bands, vllm_bands_refusal
 from autospec.serve.segments import SegmentRule
+from autospec.settings import DATABASE_URL_HELP
 
 # the version name served while no version is live (the training-free n-gram speculator);
 # one name in the store's models, read by serving, evaluation and the controller alike
@@ -86,8 +87,7 @@ class ServeConfig(BaseModel):
         "`segment` and matches by `model`, `system_sha256` (hex prefix) and/or `header` + "
         "`value`; a request's x-autospec-segment header wins over them, no match: the route "
         "(docs/segments.md)")
-    database_url: str | None = Field(
-        None, description="traffic store URL (default: AUTOSPEC_DATABASE_URL or the data dir)")
+    database_url: str | None = Field(None, description=DATABASE_URL_HELP)
     log_traffic: bool = Field(True, description="log every request to the traffic store")
     poll_interval_s: float = Field(
         1.0, gt=0, le=60, description="how often each replica reads the live pointer")

@@ -25,6 +25,7 @@ import typer
 from rich.console import Console
 
 from autospec.actor import cli_actor
+from autospec.cli_options import DatabaseUrl
 from autospec.durations import parse_duration
 from autospec.store.errors import StoreError
 
@@ -36,8 +37,6 @@ db_app = typer.Typer(help="Create, migrate, inspect and purge the autospec datab
 out = Console()
 err = Console(stderr=True)
 
-UrlOption = typer.Option("--database-url", "--url",
-                         help="database URL (default: AUTOSPEC_DATABASE_URL; --url: the same)")
 T = TypeVar("T")
 @contextmanager
 def _errors() -> Iterator[None]:
@@ -54,7 +53,7 @@ def _run(fn: Callable[[], T]) -> T:
 
 
 @db_app.command()
-def upgrade(url: Annotated[str | None, UrlOption] = None,
+def upgrade(url: DatabaseUrl = None,
             revision: Annotated[str, typer.Option(help="target revision")] = "head") -> None:
     """Create or migrate the schema (a fresh database is created this way)."""
     from autospec.store import db, migrate
@@ -70,7 +69,7 @@ def upgrade(url: Annotated[str | None, UrlOption] = None,
 
 @db_app.command()
 def downgrade(revision: Annotated[str, typer.Argument(help="target revision, or 'base' for empty")],
-              url: Annotated[str | None, UrlOption] = None) -> None:
+              url: DatabaseUrl = None) -> None:
     """Migrate the schema down to REVISION."""
     from autospec.store import db, migrate
 
@@ -117,7 +116,7 @@ def _readable_by(status: dict[str, Any]) -> str:
 
 
 @db_app.command()
-def current(url: Annotated[str | None, UrlOption] = None,
+def current(url: DatabaseUrl = None,
             as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Say which revision the database is at and which this code expects.
 
@@ -147,7 +146,7 @@ def purge(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="count what would go, change nothing (a read: no write lock, no "
         "audit event)")] = False,
-    url: Annotated[str | None, UrlOption] = None,
+    url: DatabaseUrl = None,
     actor: Annotated[str | None, typer.Option(
         help="who purges (audit log; default: cli:<your user name>, as promote)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -210,7 +209,7 @@ def _progress(quiet: bool) -> Callable[[str, int], None] | None:
 @db_app.command()
 def backup(
     path: Annotated[Path, typer.Argument(help="a new directory to write the backup to")],
-    url: Annotated[str | None, UrlOption] = None,
+    url: DatabaseUrl = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Back up every table and the registered versions' artifacts to PATH (a new directory).
@@ -236,7 +235,7 @@ def backup(
 @db_app.command()
 def restore(
     path: Annotated[Path, typer.Argument(help="a directory written by `autospec db backup`")],
-    url: Annotated[str | None, UrlOption] = None,
+    url: DatabaseUrl = None,
     force: Annotated[bool, typer.Option(
         "--force", help="replace a store that is not empty (and artifacts that differ)")] = False,
     actor: Annotated[str | None, typer.Option(

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from autospec.cli_options import DatabaseUrl
 from autospec.jsonout import json_default
 
 if TYPE_CHECKING:
@@ -39,9 +40,6 @@ err = Console(stderr=True)
 # options both commands take, declared once
 DtypeOption = Annotated[str | None, typer.Option(
     help="target dtype (default: the deployment's; another one is refused)")]
-UrlOption = Annotated[str | None, typer.Option(
-    "--database-url", "--url",
-    help="database URL (default: AUTOSPEC_DATABASE_URL; --url: the same)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 EngineOption = Annotated[str, typer.Option(
     help="who answers: native (the target's model in batches), vllm (vLLM's offline engine, "
@@ -77,7 +75,7 @@ def synth(
         help="target: a name, a directory or a .gguf (default: what the deployment's "
         "replicas serve, else smollm2-135m)")] = None,
     dtype: DtypeOption = None,
-    database_url: UrlOption = None,
+    database_url: DatabaseUrl = None,
     as_json: JsonOption = False,
 ) -> None:
     """Generate synthetic training sequences with the target (never logged as traffic)."""
@@ -172,7 +170,7 @@ def pretrain(
     target: Annotated[str | None, typer.Option(
         help="target (default: what the deployment's replicas serve, else smollm2-135m)")] = None,
     dtype: DtypeOption = None,
-    database_url: UrlOption = None,
+    database_url: DatabaseUrl = None,
     as_json: JsonOption = False,
 ) -> None:
     """Train a base eagle3 head for the target from synthetic data (every workload domain)

@@ -32,6 +32,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from autospec.cli_options import DatabaseUrl
 from autospec.jsonout import json_default
 from autospec.speculators.registry import kinds_help, trainable_kinds
 
@@ -189,9 +190,7 @@ def train(
     dtype: Annotated[str | None, typer.Option(
         help="target dtype: float32, bfloat16 or auto (default: the deployment's; another "
         "one is refused)")] = None,
-    database_url: Annotated[str | None, typer.Option(
-        "--database-url", "--url",
-        help="database URL (default: AUTOSPEC_DATABASE_URL; --url: the same)")] = None,
+    database_url: DatabaseUrl = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Train a candidate speculator on fresh traffic and register it."""
