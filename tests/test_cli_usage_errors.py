@@ -19,7 +19,7 @@ from autospec.cli import app
     (["loadgen", "--json", "/no/such/dir/summary.json"], "/no/such/dir is not a directory"),
     (["loadgen", "--json", "--per-request"], "got '--per-request'"),
     (["loadgen", "--per-request"], "--per-request: needs --json FILE"),  # had been ignored
-    (["loadgen", "--replay", "/"], "replay file / is a directory; name a JSONL file"),
+    (["loadgen", "--replay", "/"], "replay file / is a directory, not a file"),
     (["demo", "--json", "--quick"], "'--json': takes the file to write the figures to, got "
                                     "'--quick'"),  # it had run the full demo
     (["bench", "decode", "--json", "--dtypes"], "got '--dtypes'"),
