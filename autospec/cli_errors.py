@@ -60,8 +60,8 @@ class Commands(TyperGroup):
             if message is None:
                 raise
             from rich.console import Console
-            from rich.markup import escape
+            from rich.text import Text
 
-            Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}",
-                                       highlight=False, soft_wrap=True)
+            Console(stderr=True).print(Text.assemble(("error:", "bold red"), " ", message),
+                                       soft_wrap=True)
             raise typer.Exit(EXIT_ERROR) from None

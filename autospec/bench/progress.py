@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from autospec.jsonout import json_default
 
@@ -38,13 +39,13 @@ class BenchProgress:
     def stage(self, what: str) -> Iterator[None]:
         """Name what runs inside (printed now, and the JSON's ``stage`` until the next)."""
         self.report["stage"] = what
-        self.console.print(f"[dim]{self.name} [{self._clock()}] {what}…[/]")
+        self.console.print(Text(f"{self.name} [{self._clock()}] {what}…", style="dim"))
         self.save()
         yield
 
     def done(self, line: str) -> None:
         """A run finished (its figures are already in the report): print ``line``, save."""
-        self.console.print(f"{self.name} [{self._clock()}] {line}")
+        self.console.print(Text(f"{self.name} [{self._clock()}] {line}"))
         self.save()
 
     def finish(self) -> None:

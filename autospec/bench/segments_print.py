@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from autospec.bench.segments_ledger import ledger_text
 from autospec.bench.segments_measure import GLOBAL, SEGMENT, TARGET_ONLY
@@ -79,15 +80,15 @@ def print_report(report: dict) -> None:
     for title, head, rows in ((_title(report), HEAD, arm_rows(report)),
                               ("versions picked (the gate's measurement)", PICK_HEAD,
                                pick_rows(report))):
-        table = Table(title=title)
+        table = Table(title=Text(title))
         for col in head:
             table.add_column(col, justify="left" if col in ("segment", "for") else "right")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*map(Text, row))
         console.print(table)
-    console.print(verdict(report))
-    console.print(ledger_text(report["ledger_check"]))
-    console.print(ledger_text(report["ledger_check_holdout"]))
+    console.print(Text(verdict(report)))
+    console.print(Text(ledger_text(report["ledger_check"])))
+    console.print(Text(ledger_text(report["ledger_check_holdout"])))
 
 
 def _title(report: dict) -> str:

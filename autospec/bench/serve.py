@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import requests
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from autospec.bench.progress import BenchProgress
 from autospec.bench.prompts import BENCH_PROMPTS
@@ -217,12 +218,12 @@ def _print(result: dict[str, Any]) -> None:
     for phase, title in (("decode", f"decode: {result['max_tokens']} tokens, "
                           f"{result['concurrency']} clients"),
                          ("logging", "logging cost: 1-token requests, 1 client")):
-        table = Table(title=f"bench serve ({result['target']}) — {title}")
+        table = Table(title=Text(f"bench serve ({result['target']}) — {title}"))
         for col in ("config", "requests", "req/s", "p50 ms", "p99 ms"):
             table.add_column(col, justify="left" if col == "config" else "right")
         for name, row in result[phase].items():
-            table.add_row(name, str(row["requests"]), f"{row['requests_per_s']:.2f}",
-                          f"{row['p50_ms']:.1f}", f"{row['p99_ms']:.1f}")
+            table.add_row(*map(Text, (name, str(row["requests"]), f"{row['requests_per_s']:.2f}",
+                                      f"{row['p50_ms']:.1f}", f"{row['p99_ms']:.1f}")))
         console.print(table)
     console.print(f"speculation on/off: {result['speculation_speedup_rps']:.2f}× req/s, "
                   f"p50 ×{result['speculation_p50_ratio']:.2f}")

@@ -36,6 +36,7 @@ from typing import Any
 import requests
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from autospec.bench.progress import BenchProgress
 from autospec.bench.prompts import BENCH_PROMPTS
@@ -300,9 +301,10 @@ def _summarize(engines: list[str], modes: list[str], target: str, dtype: str, ma
 
 def _print(result: dict[str, Any]) -> None:
     console = Console()
-    table = Table(title=f"bench serve --engine ({result['target']}, {result['dtype']}, "
-                  f"{result['max_tokens']} tokens, k={result['k']}"
-                  + (f", bands {result['k_bands']}" if result["k_bands"] else "") + ")")
+    table = Table(title=Text(f"bench serve --engine ({result['target']}, {result['dtype']}, "
+                             f"{result['max_tokens']} tokens, k={result['k']}"
+                             + (f", bands {result['k_bands']}" if result["k_bands"] else "")
+                             + ")"))
     for col in ("engine/speculation", "clients", "version", "τ", "tok/s per request",
                 "throughput tok/s", "÷ off"):
         table.add_column(col, justify="left" if col in ("engine/speculation", "version")
@@ -312,24 +314,25 @@ def _print(result: dict[str, Any]) -> None:
             engine, mode = name.split("/")
             ratio = result["ratios"][engine][c].get(mode)
             shown = "—" if row["tau"] is None else f"{row['tau']:.2f}"
-            table.add_row(name, c, ",".join(row["versions"]), shown,
-                          f"{row['per_request_tok_s']:.1f}", f"{row['throughput_tok_s']:.1f}",
-                          "—" if ratio is None else f"{ratio:.2f}×")
+            table.add_row(*map(Text, (name, c, ",".join(row["versions"]), shown,
+                                      f"{row['per_request_tok_s']:.1f}",
+                                      f"{row['throughput_tok_s']:.1f}",
+                                      "—" if ratio is None else f"{ratio:.2f}×")))
     console.print(table)
     for engine, at in result["speculation_stops_paying_at"].items():
-        console.print(f"{engine}: speculation " + (
+        console.print(Text(f"{engine}: speculation " + (
             f"stops paying at {at} clients" if at is not None else
-            f"pays at every load measured ({', '.join(map(str, result['clients']))} clients)"))
+            f"pays at every load measured ({', '.join(map(str, result['clients']))} clients)")))
     for engine, by_c in result.get("live_over_builtin", {}).items():
-        console.print(f"{engine}: the live version over builtin-ngram: " + ", ".join(
-            f"{r:.2f}× at {c}" for c, r in by_c.items()))
+        console.print(Text(f"{engine}: the live version over builtin-ngram: " + ", ".join(
+            f"{r:.2f}× at {c}" for c, r in by_c.items())))
     if "live_over_vllm_suffix" in result:
         cached = result.get("vllm_suffix_options", {}).get(
             "suffix_decoding_max_cached_requests", "vLLM's default number of")
-        console.print(f"vllm: the live version over vLLM's suffix (arctic-inference, caching "
-                      f"{cached} served responses): " + ", ".join(
-            f"{r:.2f}× at {c}" for c, r in result["live_over_vllm_suffix"].items()))
+        console.print(Text(f"vllm: the live version over vLLM's suffix (arctic-inference, "
+                           f"caching {cached} served responses): " + ", ".join(
+            f"{r:.2f}× at {c}" for c, r in result["live_over_vllm_suffix"].items())))
     for engine, ok in result.get("banded_never_slower", {}).items():
-        console.print(f"{engine}: with bands {result['k_bands']} the deployment is "
-                      + ("never slower than target-only" if ok else
-                         "[red]slower than target-only at some load[/]"))
+        console.print(Text.assemble(f"{engine}: with bands {result['k_bands']} the deployment "
+                                    "is ", ("never slower than target-only", "") if ok else
+                                    ("slower than target-only at some load", "red")))

@@ -26,6 +26,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from autospec.bench.progress import BenchProgress
 
@@ -205,19 +206,19 @@ def _goals(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print(report: dict[str, Any]) -> None:
-    table = Table(title=f"traffic store ingest ({report['rows']} request rows)")
+    table = Table(title=Text(f"traffic store ingest ({report['rows']} request rows)"))
     for column in ("database", "writer rows/s", "batched insert rows/s", "record() p50 µs",
                    "record() p99 µs", "spilled", "dropped"):
         table.add_column(column, justify="right" if column != "database" else "left")
     for name, r in report["results"].items():
         if "skipped" in r:
-            table.add_row(name, f"skipped: {r['skipped']}", "", "", "", "", "")
+            table.add_row(Text(name), Text(f"skipped: {r['skipped']}"), "", "", "", "", "")
             continue
-        table.add_row(name, f"{r['writer_rows_per_s']:,}", f"{r['insert_rows_per_s']:,}",
-                      f"{r['record_p50_us']}", f"{r['record_p99_us']}", str(r["spilled"]),
-                      str(r["dropped"]))
+        table.add_row(*map(Text, (name, f"{r['writer_rows_per_s']:,}",
+                                  f"{r['insert_rows_per_s']:,}", f"{r['record_p50_us']}",
+                                  f"{r['record_p99_us']}", str(r["spilled"]), str(r["dropped"]))))
     console = Console()
     console.print(table)
     for goal, g in report["goals"].items():
-        mark = "[green]met[/]" if g["met"] else "[red]missed[/]"
-        console.print(f"goal {goal}: {g['value']} vs {g['goal']} — {mark}")
+        mark = ("met", "green") if g["met"] else ("missed", "red")
+        console.print(Text.assemble(f"goal {goal}: {g['value']} vs {g['goal']} — ", mark))

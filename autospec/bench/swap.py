@@ -29,6 +29,7 @@ from typing import Any
 
 import psutil
 from rich.console import Console
+from rich.text import Text
 
 from autospec.speculators.registry import vllm_seeded
 
@@ -37,7 +38,7 @@ _console = Console(stderr=True, soft_wrap=True)
 
 def say(line: str) -> None:
     """One progress line on stderr (the figures go to stdout or ``--json``)."""
-    _console.print(f"[bench swap] {line}", highlight=False, markup=False)
+    _console.print(Text(f"[bench swap] {line}"))
 
 
 @dataclass

@@ -36,6 +36,7 @@ def generate_traffic(target: Target, url: str, *, domain: str, requests: int, ma
     """Answer ``requests`` prompts of ``domain`` greedily and log them at ``url``; rows."""
     from rich.console import Console
     from rich.progress import Progress
+    from rich.text import Text
 
     from autospec.store import TrafficWriter, open_store
     from autospec.workloads import domain_prompts
@@ -65,8 +66,8 @@ def generate_traffic(target: Target, url: str, *, domain: str, requests: int, ma
             progress.advance(task, len(batch))
             if not console.is_terminal:  # a log file gets a line per batch instead of a bar
                 rate = tokens / (time.perf_counter() - began)
-                console.print(f"  {written}/{requests} {domain} requests logged "
-                              f"({rate:.0f} tokens/s)", highlight=False)
+                console.print(Text(f"  {written}/{requests} {domain} requests logged "
+                                   f"({rate:.0f} tokens/s)"))
         writer.flush()
     engine.dispose()
     return written

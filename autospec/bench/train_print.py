@@ -7,6 +7,7 @@ is None (a method that took no step) reads ``—``.
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 
 def print_report(report: dict) -> None:
@@ -14,15 +15,16 @@ def print_report(report: dict) -> None:
     from rich.console import Console
 
     console = Console()
-    table = Table(title=f"held-out {report['domain']} requests ({report['eval_requests']}, "
-                        f"greedy, k={report['k']}, {report['dtype']}), side by side")
+    table = Table(title=Text(f"held-out {report['domain']} requests "
+                             f"({report['eval_requests']}, greedy, k={report['k']}, "
+                             f"{report['dtype']}), side by side"))
     for col in ("method", "τ", "tokens/s", "speedup", "identical", "draft ms/step",
                 "step ms"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for name, r in report["methods"].items():
-        table.add_row(name, tau_text(r["tau"]), f"{r['tokens_per_s']:.1f}",
-                      f"{r['speedup']:.2f}×", r["identical_outputs"],
-                      f"{r['draft_ms_per_step']:.1f}", f"{r['step_ms']:.1f}")
+        table.add_row(*map(Text, (name, tau_text(r["tau"]), f"{r['tokens_per_s']:.1f}",
+                                  f"{r['speedup']:.2f}×", str(r["identical_outputs"]),
+                                  f"{r['draft_ms_per_step']:.1f}", f"{r['step_ms']:.1f}")))
     console.print(table)
     train = Table(title="training (one run each; from scratch except eagle3-base+finetune)")
     for col in ("kind", "wall s", "features s", "train s", "examples", "held-out top-1 before → "
@@ -36,14 +38,14 @@ def print_report(report: dict) -> None:
                                                              after["accuracy"], strict=True))
         elif t.get("replay_tau"):
             acc = f"replay τ {t['replay_tau']:.2f}"
-        train.add_row(kind, f"{t['wall_s']:.0f}", f"{t['feature_s'] or 0:.0f}",
-                      f"{t['train_s'] or 0:.0f}", str(t["examples_seen"]), acc)
+        train.add_row(*map(Text, (kind, f"{t['wall_s']:.0f}", f"{t['feature_s'] or 0:.0f}",
+                                  f"{t['train_s'] or 0:.0f}", str(t["examples_seen"]), acc)))
     console.print(train)
     if len(report.get("by_variant", {})) > 1 or "other_domain" in report:
         console.print(_variant_table(report))
-    console.print("target forward of n tokens vs 1: " + ", ".join(
+    console.print(Text("target forward of n tokens vs 1: " + ", ".join(
         f"n={n}: {ms:.1f} ms ({report['verify_ratio'][n]:.2f}×)"
-        for n, ms in report["verify_ms"].items()))
+        for n, ms in report["verify_ms"].items())))
 
 
 def _variant_table(report: dict) -> Table:
@@ -54,7 +56,7 @@ def _variant_table(report: dict) -> Table:
     if other:
         ngram = tau_text(other["methods"]["ngram"]["tau"])
         title += f"; {other['domain']} ({other['eval_requests']} prompts, ngram τ {ngram})"
-    table = Table(title=title)
+    table = Table(title=Text(title))
     cols = ["variant", "τ", "speedup", "τ / scratch", "speed / scratch"]
     if other:
         cols += [f"τ {other['domain']}", f"τ / ngram {other['domain']}"]
@@ -65,7 +67,7 @@ def _variant_table(report: dict) -> Table:
                _ratio(r.get("tau_vs_scratch")), _ratio(r.get("speedup_vs_scratch"))]
         if other:
             row += [tau_text(r["other_tau"]), _ratio(r.get("other_tau_vs_ngram"))]
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     return table
 
 

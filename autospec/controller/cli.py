@@ -27,14 +27,16 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from autospec.actor import cli_actor
 from autospec.cli_options import DatabaseUrl
 from autospec.controller.status_view import fmt, print_status
 from autospec.jsonout import json_default
 
+# what an operator or the store wrote goes out as a rich Text, printed as written: never read
+# as markup or an emoji code ("fix [/] tag", ":x:"); markup styles only the commands' labels
 out = Console()
 err = Console(stderr=True)
 
@@ -77,7 +79,7 @@ def _errors() -> Iterator[None]:
 
 def _fail(message: str, code: int) -> None:
     label = "refused" if code == EXIT_REFUSED else "error"
-    err.print(f"[bold red]{label}:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(Text.assemble((f"{label}:", "bold red"), " ", message), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -112,7 +114,7 @@ def _db(deployment: str | None = None, url: str | None = None):  # type: ignore[
     db = store.open_store(url)
     note = unknown_deployment(db, deployment) if deployment is not None else None
     if note:
-        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        err.print(Text.assemble(("note:", "yellow"), " ", note), soft_wrap=True)
     return db
 
 
@@ -184,12 +186,17 @@ def promote(
     if json_out:
         _emit(data)
     else:
-        out.print(f"[green]{data['kind']}{_on(segment)}:[/] {data['from']} → {data['version']} "
-                  f"({data['reason']})", highlight=False)
+        out.print(_moved((f"{data['kind']}{_on(segment)}:", "green"),
+                         f"{data['from']} → {data['version']} ({data['reason']})"))
 
 
 def _on(segment: str | None) -> str:
     return f" (segment {segment})" if segment else ""
+
+
+def _moved(label: tuple[str, str], text: str) -> Text:
+    """A pointer's move: its ``(label, style)``, then ``text`` as written."""
+    return Text.assemble(label, " ", text)
 
 
 def rollback(
@@ -223,11 +230,11 @@ def rollback(
     if json_out:
         _emit(data)
     elif unpin:
-        out.print(f"[yellow]unpinned{_on(segment)}:[/] {data['from']} → the deployment's "
-                  f"{data['version']}", highlight=False)
+        out.print(_moved((f"unpinned{_on(segment)}:", "yellow"),
+                         f"{data['from']} → the deployment's {data['version']}"))
     else:
-        out.print(f"[yellow]rolled back{_on(segment)}:[/] {data['from']} → {data['version']}",
-                  highlight=False)
+        out.print(_moved((f"rolled back{_on(segment)}:", "yellow"),
+                         f"{data['from']} → {data['version']}"))
 
 
 # -- versions / history ---------------------------------------------------------------------
@@ -268,10 +275,10 @@ def versions(
     for r in rows:
         ev = r["evaluation"]
         kind = r["kind"] + (" (base)" if r["base"] else "")
-        table.add_row(r["version"], kind, _state(r), str(r["parent"] or "—"),
-                      str(r["created_at"])[5:16], "—" if not ev else
-                      f"#{ev['id']} {ev['decision']} vs {ev['incumbent']}: τ "
-                      f"{fmt(ev['tau_candidate'])} vs {fmt(ev['tau_incumbent'])}")
+        table.add_row(*map(Text, (
+            r["version"], kind, _state(r), str(r["parent"] or "—"), str(r["created_at"])[5:16],
+            "—" if not ev else f"#{ev['id']} {ev['decision']} vs {ev['incumbent']}: τ "
+            f"{fmt(ev['tau_candidate'])} vs {fmt(ev['tau_incumbent'])}")))
     out.print(table)
 
 
@@ -303,12 +310,12 @@ def versions_prune(
         return
     verb = "would prune" if dry_run else "pruned"
     for entry in done["pruned"]:
-        out.print(f"{verb} {entry['version']}: {entry['artifact']} "
-                  f"({entry['bytes'] / 1e6:.1f} MB)", highlight=False)
+        out.print(Text(f"{verb} {entry['version']}: {entry['artifact']} "
+                       f"({entry['bytes'] / 1e6:.1f} MB)"))
     for entry in done["skipped"]:
-        out.print(f"skipped {entry['version']}: {entry['why']}", highlight=False)
+        out.print(Text(f"skipped {entry['version']}: {entry['why']}"))
     for version, why in done["kept"].items():
-        out.print(f"kept {version}: {'; '.join(why)}", highlight=False)
+        out.print(Text(f"kept {version}: {'; '.join(why)}"))
     out.print(f"{verb} {len(done['pruned'])} versions' artifacts "
               f"({done['bytes'] / 1e6:.1f} MB), kept {len(done['kept'])}", highlight=False)
 
@@ -331,7 +338,7 @@ def history(
     with _errors():
         db = _db(deployment, database_url)
         if segment is not None and (note := unknown_segment(db, deployment, segment)):
-            err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+            err.print(Text.assemble(("note:", "yellow"), " ", note), soft_wrap=True)
         rows = list_history(db, deployment=deployment, limit=limit, segment=segment)
     if json_out:
         _emit(rows)
@@ -340,7 +347,8 @@ def history(
     for col in ("time", "event", "actor", "version", "from", "reason"):  # names fold, not cut
         table.add_column(col, overflow="fold" if col in ("version", "from") else "ellipsis")
     for r in rows:
-        event = r["event"] + (escape(f" [{r['segment']}]") if r.get("segment") else "")
-        table.add_row(str(r["time"])[:19], event, r["actor"], str(r["version"] or "—"),
-                      str(r["from_version"] or "—"), r["reason"])
+        event = r["event"] + (f" [{r['segment']}]" if r.get("segment") else "")
+        table.add_row(*map(Text, (str(r["time"])[:19], event, r["actor"],
+                                  str(r["version"] or "—"), str(r["from_version"] or "—"),
+                                  r["reason"])))
     out.print(table)

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
+from rich.text import Text
 
 from autospec.controller.cli import POLICY_HELP, DbUrl, _errors
 from autospec.json_file import checked_json_file
@@ -116,8 +117,8 @@ def evaluate(
                                    repeats=speed_repeats, max_tokens=speed_max_tokens)
         if synthetic_heldout is None:
             synthetic_heldout = in_force.policy.training.synthetic.heldout_sequences
-        err.print(f"gate: policy {in_force.policy.name!r} ({in_force.origin}), k = {k}",
-                  highlight=False)  # stderr, --json or not: stdout stays the document
+        # stderr, --json or not: stdout stays the document
+        err.print(Text(f"gate: policy {in_force.policy.name!r} ({in_force.origin}), k = {k}"))
         versions = _compared(db, versions, deployment)
         check_registered(db, versions)
         examples = select_requests(db, deployment=deployment, **spec)
@@ -204,7 +205,7 @@ def _shown(bar: Progress, task: TaskID, what: str) -> Callable[[int, int | None]
         bar.update(task, completed=done, total=total)
         if plain and total and done * 10 // total > said[0]:
             said[0] = done * 10 // total
-            err.print(f"{what}: {done}/{total}", highlight=False)
+            err.print(Text(f"{what}: {done}/{total}"))
     return update
 
 
@@ -219,7 +220,7 @@ def _held_out(db, versions: list[str], examples: list,
         err.print(f"left out {len(examples) - len(kept)} of {len(examples)} requests of the "
                   f"window: a version evaluated trained on them", highlight=False)
         for w in took:
-            err.print(f"  • {w.describe()}", highlight=False)
+            err.print(Text(f"  • {w.describe()}"))
     return kept, left_out
 
 
@@ -260,8 +261,8 @@ def _print_synthetic(ev) -> None:
     taus = ", ".join(f"{v} {tau_text(t)}" for v, t in syn.tau.items())
     delta = (f"; Δτ = {syn.delta.delta:+.3f}, CI [{syn.delta.low:+.3f}, "
              f"{syn.delta.high:+.3f}]" if syn.delta else "")
-    out.print(f"held-out synthetic τ ({syn.num_sequences} sequences, not gated): "
-              f"{taus}{delta}")
+    out.print(Text(f"held-out synthetic τ ({syn.num_sequences} sequences, not gated): "
+                   f"{taus}{delta}"))
 
 
 def speed_note(m) -> str:  # type: ignore[no-untyped-def]
@@ -288,27 +289,27 @@ def _print(report) -> None:
         table.add_column(col, justify="left" if col == "version" else "right")
     for v in ev.versions:
         rates = " ".join(f"{r:.2f}" for r in ev.accepted_per_position[v])
-        table.add_row(v, tau_text(ev.tau[v]), f"{ev.draft_tokens_per_step[v]:.2f}", rates,
-                      f"{ev.speedup[v]:.2f}×", *_measured(ev, v))
+        table.add_row(*map(Text, (v, tau_text(ev.tau[v]), f"{ev.draft_tokens_per_step[v]:.2f}",
+                                  rates, f"{ev.speedup[v]:.2f}×", *_measured(ev, v))))
     out.print(table)
     if ev.measured is None:
         out.print("speed not measured (--no-speed): the gate used the estimated speedup")
     else:
-        out.print(speed_note(ev.measured))
+        out.print(Text(speed_note(ev.measured)))
     if ev.delta is not None:
-        out.print(f"Δτ ({ev.candidate} − {ev.incumbent}) = {ev.delta.delta:+.3f}, "
-                  f"{ev.ci_level:.0%} CI [{ev.delta.low:+.3f}, {ev.delta.high:+.3f}]")
+        out.print(Text(f"Δτ ({ev.candidate} − {ev.incumbent}) = {ev.delta.delta:+.3f}, "
+                       f"{ev.ci_level:.0%} CI [{ev.delta.low:+.3f}, {ev.delta.high:+.3f}]"))
     _print_synthetic(ev)
     seg = Table(title="per segment")
     for col in ("segment", "requests", *[f"τ {v}" for v in ev.versions], "Δτ [CI]"):
         seg.add_column(col, justify="left" if col == "segment" else "right")
     for s in ev.segments:
         d = f"{s.delta.delta:+.3f} [{s.delta.low:+.3f}, {s.delta.high:+.3f}]" if s.delta else "—"
-        seg.add_row(s.segment, str(s.num_requests), *[tau_text(s.tau[v]) for v in ev.versions],
-                    d)
+        seg.add_row(*map(Text, (s.segment, str(s.num_requests),
+                                *[tau_text(s.tau[v]) for v in ev.versions], d)))
     out.print(seg)
     if report.decision is not None:
         colour = "green" if report.decision.promote else "red"
-        out.print(f"[bold {colour}]decision: {report.decision.verdict}[/]")
+        out.print(Text(f"decision: {report.decision.verdict}", style=f"bold {colour}"))
         for reason in report.decision.reasons:
-            out.print(f"  • {reason}")
+            out.print(Text(f"  • {reason}"))

@@ -1,11 +1,13 @@
 """The ledger (:mod:`autospec.ledger`) drawn: a rich table for ``autospec
-status`` and ``autospec ledger``, markdown lines for the demo's report. Queries nothing."""
+status`` and ``autospec ledger`` (its names and notes as rich ``Text``: printed as written,
+never read as markup), markdown lines for the demo's report. Queries nothing."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 COLUMNS = ("segment", "requests", "tokens", "decode s", "target-only s", "saved s",
            "loop s", "net s")
@@ -55,12 +57,13 @@ def summary(ledger: dict[str, Any]) -> str:
 
 def ledger_table(ledger: dict[str, Any]) -> Table:
     """The ledger as a rich table, its summary as the caption."""
-    table = Table(title=f"ledger of {ledger.get('deployment', '')}: decode time saved by "
-                  "speculation vs the loop's time", caption=summary(ledger))
+    table = Table(title=Text(f"ledger of {ledger.get('deployment', '')}: decode time saved "
+                             "by speculation vs the loop's time"),
+                  caption=Text(summary(ledger)))
     for col in COLUMNS:
         table.add_column(col, justify="left" if col == "segment" else "right")
     for row in rows(ledger):
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     return table
 
 

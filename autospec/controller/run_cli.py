@@ -7,6 +7,7 @@ import logging
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from autospec.controller.cli import (
     LOG_LEVEL_HELP,
@@ -44,8 +45,8 @@ def _controller(policy: str, target: str | None, dtype: str | None,  # type: ign
 
         connect_ray(address=address, workers=pol.training.workers)
     elif address:
-        err.print(f"note: policy {policy!r} trains in this process (training.workers: 0); "
-                  "--address is not used", highlight=False)
+        err.print(Text(f"note: policy {policy!r} trains in this process (training.workers: "
+                       "0); --address is not used"))
 
     controller = Controller(db, pol, lambda: numerics.load_served_target(
         db, deployment=pol.deployment, target=target, dtype=dtype), threads=threads)
@@ -92,9 +93,9 @@ def once(
     else:
         colour = {"promoted": "green", "rejected": "yellow", "failed": "red"}.get(
             result.outcome, "blue")
-        out.print(f"[bold {colour}]{result.outcome}[/] {result.promoted or ''}")
+        out.print(Text.assemble((result.outcome, f"bold {colour}"), f" {result.promoted or ''}"))
         for reason in result.reasons:
-            out.print(f"  • {reason}", highlight=False)
+            out.print(Text(f"  • {reason}"))
     raise typer.Exit(result.exit_code)
 
 
@@ -118,9 +119,9 @@ def watch(
     if json_out:
         _emit(result.as_dict())
     else:
-        out.print(f"[bold]{result.action}[/] {result.version or ''}")
+        out.print(Text.assemble((result.action, "bold"), f" {result.version or ''}"))
         for reason in result.reasons:
-            out.print(f"  • {reason}", highlight=False)
+            out.print(Text(f"  • {reason}"))
     code = result.cycle.exit_code if result.cycle else 0
     raise typer.Exit(code)
 

@@ -1,7 +1,9 @@
 """``autospec status`` as rich tables: the live version, τ shadow and live, speed, the
 policy in force, traffic, schedule, lease, canary, segment pointers, recent cycles and
 failures. Reads the
-dictionary :func:`autospec.controller.status.collect_status` builds; queries nothing."""
+dictionary :func:`autospec.controller.status.collect_status` builds; queries nothing. What
+the store holds (names, reasons, paths, a policy's name) goes into the tables as rich
+``Text``: printed as written, never read as markup."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from autospec.controller.ledger_view import ledger_table
 
@@ -33,46 +36,11 @@ def canary_text(canary: dict[str, Any] | None) -> str:
 
 def print_status(data: dict[str, Any], out: Console) -> None:
     """``data`` (:func:`autospec.controller.status.collect_status`) as tables on ``out``."""
-    live = data["live"]
-    table = Table(title=f"deployment {data['deployment']}", show_header=False)
+    table = Table(title=Text(f"deployment {data['deployment']}"), show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("live pointer", f"{live['version']}"
-                  + (" (built-in, nothing promoted)" if not live["pointer"] else ""))
-    table.add_row("served by replicas", _served_text(data["served"], live["version"]))
-    numerics = data["numerics"]
-    table.add_row("target / dtype / engine", "— (no replica has started)" if not numerics else
-                  f"{numerics['target_id']} rev {numerics['revision']} / {numerics['dtype']}"
-                  f" / {numerics['engine']}")
-    table.add_row("previous", str(live.get("previous_version") or "—"))
-    tau = data["tau"]
-    table.add_row("τ shadow / 1h / 24h", f"{fmt(tau['shadow'])} / {fmt(tau['live_1h'])} "
-                  f"({tau['requests_1h']} req) / {fmt(tau['live_24h'])} "
-                  f"({tau['requests_24h']} req)")
-    table.add_row("speedup est. / measured", _speedup_text(data.get("speedup")))
-    table.add_row("last evaluation τ real / synthetic",
-                  _evaluation_text(data.get("last_evaluation")))
-    load = data.get("concurrency")
-    table.add_row("in flight per replica, 1h", "— (no request recorded it)" if not load else
-                  f"p50 {load['p50']:.1f} / p90 {load['p90']:.1f} / max {load['max']:.1f} "
-                  f"({load['requests']} requests)")
-    if numerics and numerics.get("k_bands"):
-        table.add_row("k per concurrency band", f"{numerics['k_bands']} (the policy's)")
-    table.add_row("policy", _policy_text(data.get("policy_in_force")))
-    traffic = data["traffic"]
-    table.add_row("requests 1h / 24h / all",
-                  f"{traffic['last_hour']} / {traffic['last_day']} / {traffic['total']}")
-    table.add_row("fresh since last cycle",
-                  f"{data['fresh_requests']} (policy {data['policy']} needs "
-                  f"{data['min_fresh_requests']})")
-    sched = data["schedule"]
-    table.add_row("next scheduled cycle", "—" if not sched else
-                  f"{sched['next_run']} by {sched['holder']}"
-                  + (" [red](overdue: no scheduler running?)[/]" if sched["overdue"] else ""))
-    lease = data["lease"]
-    table.add_row("lease", "free" if not lease else
-                  f"{lease['holder']} (token {lease['token']}, until {lease['expires_at']})")
-    table.add_row("canary", canary_text(data["canary"]))
+    for name, value in _rows(data):
+        table.add_row(name, Text(value) if isinstance(value, str) else value)
     out.print(table)
     if data.get("segments"):
         out.print(_segments(data["segments"]))
@@ -84,8 +52,45 @@ def print_status(data: dict[str, Any], out: Console) -> None:
         for col in ("time", "actor", "version", "reason"):
             fails.add_column(col)
         for f in data["failures"]:
-            fails.add_row(str(f["time"]), f["actor"], str(f["version"] or "—"), f["reason"])
+            fails.add_row(*map(Text, (str(f["time"]), f["actor"], str(f["version"] or "—"),
+                                      f["reason"])))
         out.print(fails)
+
+
+def _rows(data: dict[str, Any]) -> list[tuple[str, str | Text]]:
+    """The deployment table's rows: what, and its value (a ``str`` printed as written)."""
+    live = data["live"]
+    numerics, tau, load = data["numerics"], data["tau"], data.get("concurrency")
+    traffic, sched, lease = data["traffic"], data["schedule"], data["lease"]
+    return [
+        ("live pointer", live["version"]
+         + (" (built-in, nothing promoted)" if not live["pointer"] else "")),
+        ("served by replicas", _served_text(data["served"], live["version"])),
+        ("target / dtype / engine", "— (no replica has started)" if not numerics else
+         f"{numerics['target_id']} rev {numerics['revision']} / {numerics['dtype']}"
+         f" / {numerics['engine']}"),
+        ("previous", str(live.get("previous_version") or "—")),
+        ("τ shadow / 1h / 24h", f"{fmt(tau['shadow'])} / {fmt(tau['live_1h'])} "
+         f"({tau['requests_1h']} req) / {fmt(tau['live_24h'])} ({tau['requests_24h']} req)"),
+        ("speedup est. / measured", _speedup_text(data.get("speedup"))),
+        ("last evaluation τ real / synthetic", _evaluation_text(data.get("last_evaluation"))),
+        ("in flight per replica, 1h", "— (no request recorded it)" if not load else
+         f"p50 {load['p50']:.1f} / p90 {load['p90']:.1f} / max {load['max']:.1f} "
+         f"({load['requests']} requests)"),
+        *([("k per concurrency band", f"{numerics['k_bands']} (the policy's)")]
+          if numerics and numerics.get("k_bands") else []),
+        ("policy", _policy_text(data.get("policy_in_force"))),
+        ("requests 1h / 24h / all",
+         f"{traffic['last_hour']} / {traffic['last_day']} / {traffic['total']}"),
+        ("fresh since last cycle", f"{data['fresh_requests']} (policy {data['policy']} needs "
+         f"{data['min_fresh_requests']})"),
+        ("next scheduled cycle", "—" if not sched else Text.assemble(
+            f"{sched['next_run']} by {sched['holder']}",
+            (" (overdue: no scheduler running?)" if sched["overdue"] else "", "red"))),
+        ("lease", "free" if not lease else
+         f"{lease['holder']} (token {lease['token']}, until {lease['expires_at']})"),
+        ("canary", canary_text(data["canary"])),
+    ]
 
 
 def _policy_text(info: dict[str, Any] | None) -> str:
@@ -99,7 +104,7 @@ def _policy_text(info: dict[str, Any] | None) -> str:
     return f"{info['name']} (shipped default: no controller has recorded its policy yet)"
 
 
-def _evaluation_text(ev: dict[str, Any] | None) -> str:
+def _evaluation_text(ev: dict[str, Any] | None) -> str | Text:
     if not ev:
         return "— (no evaluation yet)"
     real = " / ".join(f"{v} {fmt(t)}" for v, t in ev["tau_real"].items())
@@ -107,8 +112,9 @@ def _evaluation_text(ev: dict[str, Any] | None) -> str:
     synthetic = ("no synthetic sequences" if not syn else
                  " / ".join(f"{v} {fmt(t)}" for v, t in syn.items())
                  + f" ({ev['synthetic_sequences']} seq)")
-    guard = "; [red]overfitting guard rejected it[/]" if ev["overfits"] else ""
-    return f"#{ev['evaluation_id']} {ev['decision']}: real {real}; synthetic {synthetic}{guard}"
+    return Text.assemble(f"#{ev['evaluation_id']} {ev['decision']}: real {real}; synthetic "
+                         f"{synthetic}",
+                         ("; overfitting guard rejected it" if ev["overfits"] else "", "red"))
 
 
 def _speedup_text(speed: dict[str, Any] | None) -> str:
@@ -120,14 +126,14 @@ def _speedup_text(speed: dict[str, Any] | None) -> str:
     return text + f" over target-only (evaluation #{speed['evaluation_id']})"
 
 
-def _served_text(served: dict[str, Any], pointer: str) -> str:
+def _served_text(served: dict[str, Any], pointer: str) -> str | Text:
     if not served["versions"]:
         return "— (no replica reported in the last minute)"
     n = served["replicas"]
-    text = f"{', '.join(served['versions'])} ({n} replica{'' if n == 1 else 's'} reporting)"
-    if not served["agrees"]:
-        text += f" [red]— not the pointer's {pointer}: see recent failures[/]"
-    return text
+    return Text.assemble(
+        f"{', '.join(served['versions'])} ({n} replica{'' if n == 1 else 's'} reporting)",
+        ("" if served["agrees"] else f" — not the pointer's {pointer}: see recent failures",
+         "red"))
 
 
 def _segments(segments: list[dict[str, Any]]) -> Table:
@@ -136,9 +142,9 @@ def _segments(segments: list[dict[str, Any]]) -> Table:
         table.add_column(col)
     for s in segments:
         refused = s.get("refused")
-        table.add_row(s["segment"], s["version"], str(s["since"])[:19],
-                      str(s["previous_version"] or "—"), s["updated_by"],
-                      "yes" if refused is None else f"[red]no — {refused}[/]")
+        table.add_row(*map(Text, (s["segment"], s["version"], str(s["since"])[:19],
+                                  str(s["previous_version"] or "—"), s["updated_by"])),
+                      Text("yes") if refused is None else Text(f"no — {refused}", style="red"))
     return table
 
 
@@ -148,6 +154,7 @@ def _cycles(cycles: list[dict[str, Any]]) -> Table:
         table.add_column(col)
     for c in cycles:
         reasons = [r if len(r) <= 90 else r[:89] + "…" for r in c["reasons"][-2:]]
-        table.add_row(str(c["started_at"])[:19], str(c["trigger"]), str(c["window_key"]),
-                      c["outcome"], str(c["promoted"] or "—"), "\n".join(reasons))
+        table.add_row(*map(Text, (str(c["started_at"])[:19], str(c["trigger"]),
+                                  str(c["window_key"]), c["outcome"], str(c["promoted"] or "—"),
+                                  "\n".join(reasons))))
     return table

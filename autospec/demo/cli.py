@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from autospec.demo.plan import PRESETS
 from autospec.json_file import json_file_option
@@ -119,9 +120,10 @@ def demo(
     except OSError as exc:  # unwritable, say
         raise typer.BadParameter(f"{out}: {exc.strerror or exc}", param_hint="--out") from None
     console = Console()
-    console.print(f"[bold]autospec demo[/] ({plan.mode}): {target} on the {plan.engine} engine, "
-                  f"{plan.requests_per_phase} requests per phase, {plan.max_tokens} tokens each, "
-                  f"candidates {', '.join(plan.kinds)}; report in {out}")
+    console.print(Text.assemble(
+        ("autospec demo", "bold"), f" ({plan.mode}): {target} on the {plan.engine} engine, "
+        f"{plan.requests_per_phase} requests per phase, {plan.max_tokens} tokens each, "
+        f"candidates {', '.join(plan.kinds)}; report in {out}"))
     err = Console(stderr=True)
     try:
         try:
@@ -191,8 +193,8 @@ def _report(result, out: Path, json_path: Path | None, console) -> None:  # type
         from autospec.demo.concurrency import concurrency_table
 
         console.print(concurrency_table(result.concurrency))
-    console.print(f"chart: {chart}\nreport: {out / 'report.md'}\nfigures: "
-                  f"{json_path or out / 'demo.json'}")
+    console.print(Text(f"chart: {chart}\nreport: {out / 'report.md'}\nfigures: "
+                       f"{json_path or out / 'demo.json'}"))
 
 
 def _stopped(stop, out: Path, json_path: Path | None, console, err) -> None:  # type: ignore[no-untyped-def]
@@ -207,25 +209,26 @@ def _stopped(stop, out: Path, json_path: Path | None, console, err) -> None:  # 
     except Exception as exc:  # the run's failure is the news; a report that fails is a note
         log.warning("the partial report could not be written: %s", exc)
     extra = f"; traceback in {out / 'traceback.txt'}" if stop.__cause__ is not None else ""
-    from rich.markup import escape
-
-    err.print(f"[bold red]demo {escape(stop.result.partial or '')}[/]; {escape(where + extra)}",
-              highlight=False, soft_wrap=True)
+    err.print(Text.assemble((f"demo {stop.result.partial or ''}", "bold red"),
+                            f"; {where}{extra}"), soft_wrap=True)
     raise typer.Exit(130 if stop.interrupted else 1)
 
 
 class ConsoleReporter:
-    """Draws the demo's progress with rich."""
+    """Draws the demo's progress with rich: a message as written (a ``str`` is never read
+    as markup; a ``Text`` brings its own styles)."""
 
     def __init__(self, console, every: int = 4) -> None:  # type: ignore[no-untyped-def]
         self.console, self.every = console, every
         self.started = time.perf_counter()
 
-    def say(self, message: str) -> None:
-        self.console.print(f"[dim]{time.perf_counter() - self.started:6.0f}s[/] {message}")
+    def say(self, message: str | Text) -> None:
+        self.console.print(Text.assemble((f"{time.perf_counter() - self.started:6.0f}s", "dim"),
+                                         " ", message))
 
     def request(self, phase, sample) -> None:  # type: ignore[no-untyped-def]
         if phase.requests % self.every == 0 or not sample.ok:
-            status = f"τ {sample.tau:.2f}" if sample.ok and sample.tau else "[red]failed[/]"
-            self.say(f"  {phase.name} {phase.requests:3d} requests — last: {status} on "
-                     f"{sample.version}, {sample.tokens} tokens in {sample.latency_s:.1f}s")
+            status = (f"τ {sample.tau:.2f}", "") if sample.ok and sample.tau else ("failed", "red")
+            self.say(Text.assemble(f"  {phase.name} {phase.requests:3d} requests — last: ",
+                                   status, f" on {sample.version}, {sample.tokens} tokens in "
+                                   f"{sample.latency_s:.1f}s"))

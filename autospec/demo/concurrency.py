@@ -99,10 +99,11 @@ def concurrency_lines(table: dict[str, Any] | None) -> list[str]:
 def concurrency_table(table: dict[str, Any]) -> Any:
     """The same table for the console (rich)."""
     from rich.table import Table
+    from rich.text import Text
 
-    out = Table(title=f"speculation at the load served (vLLM): {verdict(table)}")
+    out = Table(title=Text(f"speculation at the load served (vLLM): {verdict(table)}"))
     for col in COLUMNS:
         out.add_column(col, justify="left" if col == "live version" else "right")
     for row in concurrency_rows(table):
-        out.add_row(*row)
+        out.add_row(*map(Text, row))
     return out

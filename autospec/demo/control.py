@@ -12,6 +12,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from rich.text import Text
+
 from autospec.demo.record import DecisionNote, Timeline
 from autospec.demo.serving import DEPLOYMENT
 
@@ -30,7 +32,7 @@ class ControllerSteps:
     serves it (None: the live pointer's); ``stage(name)`` names what runs, for a partial
     report."""
 
-    def __init__(self, *, timeline: Timeline, say: Callable[[str], None],
+    def __init__(self, *, timeline: Timeline, say: Callable[[str | Text], None],
                  controller: Callable[[float], Any], wait_logged: Callable[[], None],
                  wait_for_version: Callable[[str | None], None],
                  stage: Callable[[str], AbstractContextManager[None]]) -> None:
@@ -62,8 +64,8 @@ class ControllerSteps:
             self.timeline.now(), after, result.action, result.action, result.version,
             list(result.reasons)))
         named = f" {result.version}" if result.version else ""
-        self.say(f"controller watch: [bold]{result.action}[/]{named} — "
-                 + "; ".join(result.reasons))
+        self.say(Text.assemble("controller watch: ", (result.action, "bold"),
+                               f"{named} — " + "; ".join(result.reasons)))
         if result.cycle is not None:
             self._note_cycle(after, result.cycle, started)
         elif result.action == "rolled_back":
@@ -78,10 +80,11 @@ class ControllerSteps:
             [*result.reasons, *moved], result.promoted_speedup))
         colour = "green" if result.outcome == "promoted" else "yellow"
         named = f" {result.promoted}" if result.promoted else ""
-        self.say(f"controller: cycle [{colour}]{result.outcome}[/]{named} "
-                 f"after {now - started:.0f}s — "
-                 + "; ".join(moved if moved and not result.promoted
-                             else headline_reasons(result.reasons, result.promoted)))
+        self.say(Text.assemble("controller: cycle ", (result.outcome, colour),
+                               f"{named} after {now - started:.0f}s — "
+                               + "; ".join(moved if moved and not result.promoted
+                                           else headline_reasons(result.reasons,
+                                                                 result.promoted))))
         if result.promoted:
             self.wait_for_version(result.promoted)
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
+from rich.text import Text
 
 from autospec.demo.plan import DemoPlan
 from autospec.demo.record import PhaseFigures, fmt
@@ -170,13 +171,14 @@ def mix_lines(mix: dict[str, Any] | None) -> list[str]:
 
 
 def mix_table(mix: dict[str, Any]) -> Table:
-    table = Table(title=f"mixed traffic ({mix['phase']}): per-segment versions against one "
-                  f"(deployment: {mix['deployment_version'] or '—'})", caption=mix["note"])
+    table = Table(title=Text(f"mixed traffic ({mix['phase']}): per-segment versions against "
+                             f"one (deployment: {mix['deployment_version'] or '—'})"),
+                  caption=Text(mix["note"]))
     for col in MIX_COLUMNS:
         table.add_column(col, justify="left" if col in MIX_COLUMNS[:3] else "right",
                          overflow="fold")
     for row in mix_rows(mix):
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     return table
 
 

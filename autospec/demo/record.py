@@ -14,9 +14,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autospec.demo.speed_checks import speed_checks
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 log = logging.getLogger(__name__)
 
@@ -160,9 +163,11 @@ class DemoStopped(Exception):
 
 
 class Reporter:
-    """Progress callbacks; the CLI draws them with rich. The default logs."""
+    """Progress callbacks; the CLI draws them with rich. The default logs. A message is
+    printed as written: a ``str`` is never read as markup (it may carry a path, a reason);
+    a rich ``Text`` carries the demo's own styles (logged as its plain text)."""
 
-    def say(self, message: str) -> None:
+    def say(self, message: str | Text) -> None:
         log.info("%s", message)
 
     def request(self, phase: PhaseFigures, sample: Sample) -> None:

@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from autospec.controller.ledger_view import ledger_markdown
 from autospec.demo.concurrency import concurrency_lines
@@ -65,16 +66,17 @@ def partial_note(result: DemoResult) -> str | None:
 
 
 def phase_table(result: DemoResult) -> Table:
-    table = Table(title=f"autospec demo ({result.plan['mode']}, {result.target}, "
-                  f"{result.plan.get('engine', 'native')} engine) — "
-                  f"{result.took_s / 60:.1f} min"
-                  + (" — PARTIAL" if result.partial is not None else ""),
-                  caption=partial_note(result))
+    note = partial_note(result)
+    table = Table(title=Text(f"autospec demo ({result.plan['mode']}, {result.target}, "
+                             f"{result.plan.get('engine', 'native')} engine) — "
+                             f"{result.took_s / 60:.1f} min"
+                             + (" — PARTIAL" if result.partial is not None else "")),
+                  caption=None if note is None else Text(note))
     for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("phase", "traffic", "live version")
                          else "right")
     for p in result.phases:
-        table.add_row(*phase_row(p))
+        table.add_row(*map(Text, phase_row(p)))
     return table
 
 
@@ -83,8 +85,8 @@ def decision_table(result: DemoResult) -> Table:
     for col in ("t s", "after", "what", "version", "reasons"):
         table.add_column(col, overflow="fold")
     for d in result.decisions:
-        table.add_row(f"{d.t:.0f}", d.after_phase, d.outcome, d.version or "—",
-                      "\n".join(d.reasons) or "—")
+        table.add_row(*map(Text, (f"{d.t:.0f}", d.after_phase, d.outcome, d.version or "—",
+                                  "\n".join(d.reasons) or "—")))
     return table
 
 
@@ -110,7 +112,7 @@ def speed_table(result: DemoResult) -> Table:
         table.add_column(col, justify="left" if col in ("promoted", "after", "realised in")
                          else "right")
     for row in speed_rows(result):
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     return table
 
 

@@ -52,6 +52,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
+
 from autospec.demo.control import ControllerSteps, audit_events
 from autospec.demo.mix import compare, read_pointers, segment_moves, segment_shadow
 from autospec.demo.phases import TrafficPhase, shadow_tau, wait_logged
@@ -214,8 +216,8 @@ class Demo:
         with self._stage(f"phase {name}"):
             figures = PhaseFigures(name=name, title=title, domain=domain,
                                    start_t=self.now())
-            self.say(f"[bold]phase {name}[/]: {title} — {n} requests of {domain}, "
-                     f"{self.plan.max_tokens} tokens each")
+            self.say(Text.assemble((f"phase {name}", "bold"), f": {title} — {n} requests of "
+                                   f"{domain}, {self.plan.max_tokens} tokens each"))
             phase = TrafficPhase(figures, plan=self.plan, source=self.source, live=self.live,
                                  baseline=self.baseline, timeline=self.timeline,
                                  reporter=self.reporter, mix=mix)
@@ -242,8 +244,8 @@ class Demo:
         self._phase("B1", f"traffic shifts to {domain}; watch every {plan.watch_every} "
                     f"requests", domain, 2 * n, stop_when=watch_tick)
         if not fired:
-            self.say("[yellow]no drift trigger within the shift phase's requests: the "
-                     "scheduled cycle runs instead[/]")
+            self.say(Text("no drift trigger within the shift phase's requests: the scheduled "
+                          "cycle runs instead", style="yellow"))
         return bool(fired)
 
     def _cycle(self, after: str) -> Any:

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from autospec.actor import cli_actor
 from autospec.cli_options import DatabaseUrl
@@ -41,7 +42,7 @@ def _refusals() -> Iterator[None]:
     except (ExportError, ImportRefused, VersionLoadError, TargetLoadError, StoreError,
             OSError) as exc:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        err.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True)
+        err.print(Text.assemble(("error:", "bold red"), " ", text), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -82,13 +83,13 @@ def export(
     if as_json:
         out.print_json(json.dumps({"version": version, **result.as_dict()}))
         return
-    out.print(f"exported [bold]{version}[/] ({result.kind}) to {result.out}: "
-              f"{', '.join(result.files)}")
-    out.print(f"serve with: python -m vllm.entrypoints.openai.api_server --model <target dir> "
-              f"--speculative-config '{json.dumps(result.speculative_config)}'",
-              highlight=False, soft_wrap=True)
+    out.print(Text.assemble("exported ", (version, "bold"),
+                            f" ({result.kind}) to {result.out}: {', '.join(result.files)}"))
+    out.print(Text("serve with: python -m vllm.entrypoints.openai.api_server --model <target "
+                   f"dir> --speculative-config '{json.dumps(result.speculative_config)}'"),
+              soft_wrap=True)
     for note in result.notes:
-        out.print(f"note: {note}", highlight=False)
+        out.print(Text(f"note: {note}"))
 
 
 def _target(db, target: str | None) -> str:  # type: ignore[no-untyped-def]
@@ -158,5 +159,5 @@ def import_(
                                    "sha256": done.sha256, "source": done.source,
                                    **done.details}))
         return
-    out.print(f"imported [bold]{done.version}[/] (candidate) from {done.source}; artifact "
-              f"{done.artifact} sha256 {done.sha256[:16]}…")
+    out.print(Text.assemble("imported ", (done.version, "bold"), f" (candidate) from "
+                            f"{done.source}; artifact {done.artifact} sha256 {done.sha256[:16]}…"))

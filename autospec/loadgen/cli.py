@@ -155,9 +155,10 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 def _print(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console()
-    console.print(
+    console = Console()  # what the server answered (error kinds, versions) as written
+    console.print(Text(
         f"requests {summary['requests']} (errors {summary['errors']}"
         + (f": {summary['error_kinds']}" if summary["errors"] else "") + f") in "
         f"{summary['wall_s']:.1f}s — {summary['requests_per_s']:.2f} req/s, "
@@ -165,12 +166,12 @@ def _print(summary: dict[str, Any]) -> None:
         f"ms, p99 {_fmt(summary['p99_ms'], '.0f')} ms, τ {_fmt(summary['tau'])}"
         + ("" if summary["ttft_p50_ms"] is None else
            f"; streamed: time to first token p50 {summary['ttft_p50_ms']:.0f} ms, "
-           f"{_fmt(summary['decode_tokens_per_s'], '.1f')} tokens/s per request after it"))
+           f"{_fmt(summary['decode_tokens_per_s'], '.1f')} tokens/s per request after it")))
     for key, title in (("by_version", "speculator version"), ("by_segment", "segment")):
         table = Table(title=f"by {title}")
         for col in (title, "requests", "τ", "p50 ms", "output tokens"):
             table.add_column(col, justify="left" if col == title else "right")
         for name, row in summary[key].items():
-            table.add_row(name, str(row["requests"]), _fmt(row["tau"]),
-                          f"{row['p50_ms']:.0f}", str(row["completion_tokens"]))
+            table.add_row(*map(Text, (name, str(row["requests"]), _fmt(row["tau"]),
+                                      f"{row['p50_ms']:.0f}", str(row["completion_tokens"]))))
         console.print(table)

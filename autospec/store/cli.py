@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from autospec.actor import cli_actor
 from autospec.cli_options import DatabaseUrl
@@ -43,7 +44,7 @@ def _errors() -> Iterator[None]:
     try:
         yield
     except StoreError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+        err.print(Text.assemble(("error:", "bold red"), " ", str(exc)), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -64,7 +65,7 @@ def upgrade(url: DatabaseUrl = None,
         return migrate.current_revision(engine)
 
     now = _run(go)
-    out.print(f"database at revision {now} (code expects {migrate.head_revision()})")
+    out.print(Text(f"database at revision {now} (code expects {migrate.head_revision()})"))
 
 
 @db_app.command()
@@ -79,7 +80,7 @@ def downgrade(revision: Annotated[str, typer.Argument(help="target revision, or 
         migrate.downgrade(engine, revision)
         return migrate.current_revision(engine)
 
-    out.print(f"database at revision {_run(go)}")
+    out.print(Text(f"database at revision {_run(go)}"))
 
 
 def _check_exists(url: str | None) -> None:
@@ -128,10 +129,9 @@ def current(url: DatabaseUrl = None,
     if as_json:
         out.print_json(json.dumps(status))
     else:
-        out.print(f"database  {status['url']}\nat        {status['current'] or '—'}\n"
-                  f"expected  {status['expected']}\nstate     {status['state']}\n"
-                  f"readable  {_readable_by(status)}",
-                  highlight=False)
+        out.print(Text(f"database  {status['url']}\nat        {status['current'] or '—'}\n"
+                       f"expected  {status['expected']}\nstate     {status['state']}\n"
+                       f"readable  {_readable_by(status)}"))
     if status["state"] not in ("current", "ahead-compatible"):
         raise typer.Exit(1)
 
@@ -162,10 +162,10 @@ def purge(
         return
     verb, done = ("strip", "stripped") if text_only else ("delete", "deleted")
     if dry_run:
-        out.print(f"would {verb} {count} requests older than {older_than} (dry run: nothing "
-                  "changed)")
+        out.print(Text(f"would {verb} {count} requests older than {older_than} (dry run: "
+                       "nothing changed)"))
     else:
-        out.print(f"{done} {count} requests older than {older_than}")
+        out.print(Text(f"{done} {count} requests older than {older_than}"))
 
 
 def _purge(url: str | None, age: timedelta, *, text_only: bool, dry_run: bool, reason: str,
@@ -203,7 +203,7 @@ def _on_engine(url: str | None, fn: Callable[[Engine], T], *, create: bool = Fal
 def _progress(quiet: bool) -> Callable[[str, int], None] | None:
     if quiet:
         return None
-    return lambda what, count: err.print(f"  {what}: {count}", highlight=False)
+    return lambda what, count: err.print(Text(f"  {what}: {count}"))
 
 
 @db_app.command()
@@ -224,12 +224,12 @@ def backup(
     if as_json:
         out.print_json(json.dumps(done))
         return
-    out.print(f"backed up {done['rows']} rows of {len(done['tables'])} tables and "
-              f"{len(done['artifacts'])} artifacts from {done['database']} (revision "
-              f"{done['revision']}) to {done['path']}", highlight=False)
+    out.print(Text(f"backed up {done['rows']} rows of {len(done['tables'])} tables and "
+                   f"{len(done['artifacts'])} artifacts from {done['database']} (revision "
+                   f"{done['revision']}) to {done['path']}"))
     if done["missing_artifacts"]:
-        out.print(f"without an artifact (pruned or missing): "
-                  f"{', '.join(done['missing_artifacts'])}", highlight=False)
+        out.print(Text(f"without an artifact (pruned or missing): "
+                       f"{', '.join(done['missing_artifacts'])}"))
 
 
 @db_app.command()
@@ -258,6 +258,5 @@ def restore(
         return
     replaced = (f" (replacing {sum(done['replaced'].values())} rows)"
                 if done["replaced"] else "")
-    out.print(f"restored {done['rows']} rows of {len(done['tables'])} tables and "
-              f"{len(done['artifacts'])} artifacts into {done['database']}{replaced}",
-              highlight=False)
+    out.print(Text(f"restored {done['rows']} rows of {len(done['tables'])} tables and "
+                   f"{len(done['artifacts'])} artifacts into {done['database']}{replaced}"))

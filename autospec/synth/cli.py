@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from autospec.cli_options import DatabaseUrl
 from autospec.jsonout import json_default
@@ -112,9 +113,9 @@ def _run(request, *, database_url: str | None, target: str | None,  # type: igno
 
 
 def _progress(result: SourceResult, done: int, total: int) -> None:
-    err.print(f"{result.source}: {done}/{total} prompts answered ({result.train} train, "
-              f"{result.heldout} held out, {result.output_tokens} tokens, "
-              f"{result.seconds:.1f} s)", highlight=False)
+    err.print(Text(f"{result.source}: {done}/{total} prompts answered ({result.train} train, "
+                   f"{result.heldout} held out, {result.output_tokens} tokens, "
+                   f"{result.seconds:.1f} s)"))
 
 
 def _print(outcome: SynthOutcome, *, as_json: bool) -> None:
@@ -124,20 +125,20 @@ def _print(outcome: SynthOutcome, *, as_json: bool) -> None:
                                    "sources": [asdict(s) for s in outcome.sources]}))
         return
     t = outcome.target
-    out.print(f"run {outcome.run_id}: {outcome.written} synthetic sequences of "
-              f"{t.target_id} (revision {t.revision}, {t.dtype}; answered by "
-              f"{outcome.engine})", highlight=False)
+    out.print(Text(f"run {outcome.run_id}: {outcome.written} synthetic sequences of "
+                   f"{t.target_id} (revision {t.revision}, {t.dtype}; answered by "
+                   f"{outcome.engine})"))
     for s in outcome.sources:
         rate = s.output_tokens / s.seconds if s.seconds else 0.0
-        out.print(f"  {s.source}: {s.train} train, {s.heldout} held out, "
-                  f"{s.output_tokens} tokens ({rate:.0f} tokens/s)", highlight=False)
+        out.print(Text(f"  {s.source}: {s.train} train, {s.heldout} held out, "
+                       f"{s.output_tokens} tokens ({rate:.0f} tokens/s)"))
 
 
 class _LineProgress:
     """Training phases as lines on stderr (a line per phase; a loss line every 20 steps)."""
 
     def phase(self, name: str, total: int | None) -> None:
-        err.print(f"{name} ({total if total is not None else '?'})", highlight=False)
+        err.print(Text(f"{name} ({total if total is not None else '?'})"))
 
     def advance(self, n: int = 1) -> None:
         pass
@@ -199,8 +200,10 @@ def pretrain(
         return
     after = outcome.metrics.get("heldout_after") or {}
     top1 = f"; held-out synthetic top-1 {after['accuracy'][0]:.3f}" if after else ""
-    out.print(f"registered base [bold]{outcome.version}[/] from run {outcome.run_id}: "
-              f"{outcome.metrics['window']['synthetic_sequences']} synthetic sequences{top1}")
+    out.print(Text.assemble("registered base ", (outcome.version, "bold"),
+                            f" from run {outcome.run_id}: "
+                            f"{outcome.metrics['window']['synthetic_sequences']} synthetic "
+                            f"sequences{top1}"))
 
 
 def _pretrain(request, assignments: list[str], *, database_url: str | None,  # type: ignore[no-untyped-def]
@@ -235,5 +238,5 @@ def _pretrain(request, assignments: list[str], *, database_url: str | None,  # t
 
 def _fail(exc: BaseException, code: int) -> None:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    err.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True)
+    err.print(Text.assemble(("error:", "bold red"), " ", text), soft_wrap=True)
     raise typer.Exit(code) from None

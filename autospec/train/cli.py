@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from autospec.cli_options import DatabaseUrl
 from autospec.jsonout import json_default
@@ -74,7 +75,7 @@ def _fail(exc: BaseException, code: int) -> None:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if type(exc).__name__ == "ValidationError":
         text = " ".join(str(exc).split("\n")[:3])
-    err.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True)
+    err.print(Text.assemble(("error:", "bold red"), " ", text), soft_wrap=True)
     raise typer.Exit(code) from None
 
 
@@ -91,8 +92,7 @@ class _RichProgress:
         self.last: Any = None  # the newest step's metrics (plain: printed per epoch)
 
     def _line(self, text: str) -> None:
-        self.progress.console.print(f"{time.perf_counter() - self.started:6.0f}s {text}",
-                                    highlight=False)
+        self.progress.console.print(Text(f"{time.perf_counter() - self.started:6.0f}s {text}"))
 
     def phase(self, name: str, total: int | None) -> None:
         if self.task is not None:
@@ -301,14 +301,14 @@ def _print(outcome: TrainOutcome, *, as_json: bool) -> None:
     detail = (f"held-out top-1 {after['accuracy'][0]:.3f}" if after else
               f"held-out replay τ(k=5) {m['heldout_replay_tau_k5']:.2f}"
               if "heldout_replay_tau_k5" in m else "")
-    out.print(f"registered [bold]{outcome.version}[/] (candidate, parent "
-              f"{outcome.parent or 'none'}) from run {outcome.run_id}: "
-              f"{m.get('examples_seen', 0)} examples seen; {detail}")
-    out.print(f"artifact {outcome.artifact} sha256 {outcome.sha256[:16]}…")
+    out.print(Text.assemble("registered ", (outcome.version, "bold"), " (candidate, parent "
+                            f"{outcome.parent or 'none'}) from run {outcome.run_id}: "
+                            f"{m.get('examples_seen', 0)} examples seen; {detail}"))
+    out.print(Text(f"artifact {outcome.artifact} sha256 {outcome.sha256[:16]}…"))
     held = (m.get("window") or {}).get("heldout_requests")
     if held is not None:
         from autospec.evaluate.gate import GatePolicy
 
-        out.print(f"`autospec evaluate {outcome.version}` replays its {held} held-out requests "
-                  f"and those logged after them, never the ones it trained on (the gate needs "
-                  f"{GatePolicy().min_heldout} by default)")
+        out.print(Text(f"`autospec evaluate {outcome.version}` replays its {held} held-out "
+                       f"requests and those logged after them, never the ones it trained on "
+                       f"(the gate needs {GatePolicy().min_heldout} by default)"))

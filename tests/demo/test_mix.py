@@ -199,7 +199,7 @@ def test_a_cycle_that_moved_only_a_segment_pointer_is_noted_with_that_segment_re
         {"segment": "json", "action": "kept", "reason": "no candidate beats v-1"},
         {"segment": "support", "action": "promoted", "version": "s-3",
          "reason": "segment 'support': s-3 wins on its 8 held-out requests"}])
-    said: list[str] = []
+    said: list = []  # str, or a rich Text (styled; printed as written)
     waited: list[str | None] = []
     timeline = Timeline()
     steps = ControllerSteps(
@@ -211,7 +211,7 @@ def test_a_cycle_that_moved_only_a_segment_pointer_is_noted_with_that_segment_re
     assert note.outcome == "promoted" and note.version is None
     assert note.reasons == ["s-3: Δτ CI low < +0.05",
                             "segment 'support': s-3 wins on its 8 held-out requests"]
-    assert said[-1].endswith("— segment 'support': s-3 wins on its 8 held-out requests")
+    assert str(said[-1]).endswith("— segment 'support': s-3 wins on its 8 held-out requests")
     assert waited == []  # the deployment's pointer did not move
 
 
