@@ -104,16 +104,21 @@ def _emit(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=json_default))
 
 
-def _db(deployment: str | None = None, url: str | None = None):  # type: ignore[no-untyped-def]
+def _db(deployment: str | None = None, url: str | None = None,  # type: ignore[no-untyped-def]
+        segment: str | None = None, version: str | None = None):
     """The store at ``url`` (``--database-url``; default: the settings'); a ``deployment``
-    this store has never heard of is named on stderr (a typo would otherwise show an empty
-    status, or stage a pointer nobody follows)."""
+    or a ``segment`` of it this store has never heard of is named on stderr, and the command
+    goes on (a typo would otherwise show an empty status or history, or stage a pointer
+    nobody follows; a new segment's pointer may be staged before its traffic comes).
+    ``version``: the one a ``promote`` moves to, whose evaluations may name the segment."""
     from autospec import store
-    from autospec.controller.names import unknown_deployment
+    from autospec.controller.names import unknown_deployment, unknown_segment
 
     db = store.open_store(url)
-    note = unknown_deployment(db, deployment) if deployment is not None else None
-    if note:
+    notes = [unknown_deployment(db, deployment) if deployment is not None else None,
+             unknown_segment(db, deployment, segment, version=version)
+             if deployment is not None and segment is not None else None]
+    for note in filter(None, notes):
         err.print(Text.assemble(("note:", "yellow"), " ", note), soft_wrap=True)
     return db
 
@@ -180,7 +185,7 @@ def promote(
     if force and not reason.strip():
         _fail("--force needs --reason \"...\" (it is recorded in the audit log)", EXIT_ERROR)
     with _errors():
-        data = promote_version(_db(deployment, database_url), version=version,
+        data = promote_version(_db(deployment, database_url, segment, version), version=version,
                                actor=cli_actor(), force=force, reason=reason,
                                deployment=deployment, segment=segment)
     if json_out:
@@ -222,7 +227,7 @@ def rollback(
         raise typer.BadParameter("--unpin needs --segment (the deployment's pointer cannot be "
                                  "unpinned)", param_hint="--unpin")
     with _errors():
-        db = _db(deployment, database_url)
+        db = _db(deployment, database_url, segment)
         data = (unpin_segment(db, actor=cli_actor(), reason=reason, deployment=deployment,
                               segment=segment) if unpin and segment is not None else
                 rollback_version(db, actor=cli_actor(), reason=reason, deployment=deployment,
@@ -332,14 +337,11 @@ def history(
     """The audit log: promotions, rollbacks, overrides, rejections, failures, cycles,
     canary and drift notes, the replicas' swaps, imports, policies and purges (a segment's
     events name it: `promotion [S]`)."""
-    from autospec.controller.names import unknown_segment
     from autospec.controller.operations import list_history
 
     with _errors():
-        db = _db(deployment, database_url)
-        if segment is not None and (note := unknown_segment(db, deployment, segment)):
-            err.print(Text.assemble(("note:", "yellow"), " ", note), soft_wrap=True)
-        rows = list_history(db, deployment=deployment, limit=limit, segment=segment)
+        rows = list_history(_db(deployment, database_url, segment), deployment=deployment,
+                            limit=limit, segment=segment)
     if json_out:
         _emit(rows)
         return

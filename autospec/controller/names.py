@@ -10,7 +10,7 @@ import difflib
 from sqlalchemy import Engine, select
 
 from autospec import store
-from autospec.store.models import Request
+from autospec.store.models import Evaluation, Request
 from autospec.store.registry import DEFAULT_DEPLOYMENT
 
 
@@ -28,13 +28,22 @@ def unknown_deployment(engine: Engine, deployment: str) -> str | None:
             + (f"; did you mean {close[0]!r}?" if close else ""))
 
 
-def unknown_segment(engine: Engine, deployment: str, segment: str) -> str | None:
+def unknown_segment(engine: Engine, deployment: str, segment: str, *,
+                    version: str | None = None) -> str | None:
     """Why ``segment`` looks like a typo (no logged request and no pointer of ``deployment``
-    names it), or None (one read of the segment index, however large the traffic)."""
+    names it, nor, with ``version``, an evaluation of that version: its requests may have
+    been purged since), or None (one read of the segment index, however large the traffic;
+    the version's evaluations, a few)."""
     with store.session_scope(engine, readonly=True) as session:
         logged = session.scalar(select(Request.id).where(Request.segment == segment).limit(1))
         pinned = store.get_live(session, deployment=deployment, segment=segment)
-    if logged is not None or pinned is not None:
+        judged = version is not None and any(
+            segment in ((per_segment or {}).get("segments") or {})
+            for per_segment in session.scalars(
+                select(Evaluation.per_segment).where(Evaluation.candidate == version)))
+    if logged is not None or pinned is not None or judged:
         return None
-    return (f"no logged request and no pointer of deployment {deployment!r} names segment "
-            f"{segment!r} (`autospec status` lists the segment pointers)")
+    known = (f"no logged request and no pointer of deployment {deployment!r}" if version is None
+             else f"no logged request, no pointer of deployment {deployment!r} and no "
+             f"evaluation of {version}")
+    return f"{known} names segment {segment!r} (`autospec status` lists the segment pointers)"

@@ -97,6 +97,24 @@ def test_promote_and_rollback_a_segment(cli) -> None:
     assert none.exit_code == 3 and "segment gamma" in none.output
 
 
+def test_a_segment_nothing_in_the_store_names_is_noted_and_the_move_goes_on(cli) -> None:
+    """As ``history --segment`` and an unknown ``--deployment``: a note on stderr, and the
+    move is made (a new segment's pointer may be staged before its traffic comes); it had
+    been silent. A segment an evaluation of the version judged is known, its requests
+    purged or not."""
+    judged = cli("promote", "v1", "--segment", "alpha")  # no request logged: the evaluation
+    assert judged.exit_code == 0 and "names segment" not in judged.stderr
+    new = cli("promote", "v2", "--force", "--reason", "r", "--segment", "newseg")
+    assert new.exit_code == 0, new.output
+    assert ("no logged request, no pointer of deployment 'default' and no evaluation of v2 "
+            "names segment 'newseg'") in " ".join(new.stderr.split())
+    assert "override (segment newseg): builtin-ngram → v2 (r)" in new.stdout
+    again = cli("rollback", "--segment", "newseg")  # its pointer now
+    assert again.exit_code == 0 and "names segment" not in again.stderr
+    typo = cli("rollback", "--segment", "nwseg")
+    assert typo.exit_code == 3 and "names segment 'nwseg'" in " ".join(typo.stderr.split())
+
+
 def test_promoting_a_segment_to_the_version_that_drafts_it_is_refused_not_an_error(
         cli, engine) -> None:
     """The segment follows the deployment's pointer: a refusal (exit 3) that says so, and no
