@@ -178,8 +178,9 @@ def promote(
     """Make VERSION live — only with a passing evaluation against the live version, unless
     --force --reason "..." (exit 0 promoted, 3 refused, 2 error). With --segment, for that
     segment: passing there means an evaluation of VERSION against the version drafting the
-    segment now whose per-segment results show the segment with Δτ ≥ 0 on at least the
-    gate's min_segment_requests (10) of its requests."""
+    segment now whose per-segment results show the segment with Δτ ≥ 0 on at least
+    gate.min_segment_requests of its requests, as set by the policy that evaluation ran
+    under (the controller's, or `autospec evaluate --policy`; each evaluation records it)."""
     from autospec.controller.operations import promote_version
 
     if force and not reason.strip():
