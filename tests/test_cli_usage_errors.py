@@ -45,6 +45,9 @@ from autospec.cli import app
     (["loadgen", "--duration", "0m"], "--duration: '0m': a duration must be longer than 0"),
     (["bench", "soak", "--duration", "30s"], "--duration: '30s': a soak runs at least 1 minute"),
     (["bench", "soak", "--duration", "2x"], "is not a length like 90 (minutes)"),
+    # the config model's error in the option's words, one line (it was pydantic's dump)
+    (["bench", "soak", "--engine", "bogus", "--duration", "1"],
+     "Invalid value: --engine: Input should be 'native' or 'vllm'"),
 ])
 def test_a_bad_option_is_exit_2_naming_it(args: list[str], words: str, tmp_path,
                                           monkeypatch) -> None:
@@ -53,6 +56,7 @@ def test_a_bad_option_is_exit_2_naming_it(args: list[str], words: str, tmp_path,
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.replace("│", " ").split())  # rich's error box, unwrapped
     assert words in text and "Traceback" not in result.output
+    assert "errors.pydantic.dev" not in text  # no validation error's dump
     assert not (tmp_path / "data").exists()  # nothing created on the way
 
 

@@ -114,9 +114,16 @@ def test_soak_report_under_the_same_rules_changes_nothing_but_says_it_judged(
 
 
 def test_soak_report_refuses_a_directory_that_is_not_a_soak(tmp_path: Path) -> None:
+    """One line saying what is missing (it had been re-worded as a parse error, the first
+    one's repr inside: ``not a soak's figures (NotASoak("… is missing: …"))``)."""
+    res = CliRunner().invoke(app, ["bench", "soak-report", str(tmp_path / "nowhere")])
+    assert res.exit_code == 2
+    assert res.output == f"bench soak-report: {tmp_path / 'nowhere'}: no such directory\n"
     res = CliRunner().invoke(app, ["bench", "soak-report", str(tmp_path)])
     assert res.exit_code == 2
-    assert "soak.json is missing: not a finished soak's directory" in res.output
+    assert res.output.startswith(f"bench soak-report: {tmp_path / 'soak.json'} is missing: "
+                                 "not a finished soak's directory")
+    assert "NotASoak" not in res.output and "figures" not in res.output
     (tmp_path / "soak.json").write_text("{}")
     res = CliRunner().invoke(app, ["bench", "soak-report", str(tmp_path)])
     assert res.exit_code == 2 and "not a soak's figures" in res.output

@@ -11,11 +11,15 @@ from pydantic import ValidationError
 
 from autospec.bench.soak.config import SoakConfig
 from autospec.bench.soak.faults import FAULTS
+from autospec.option_errors import first_error
 from autospec.stopping import exit_on_sigterm, stop_now
 
 #: seconds an interrupted soak gives ``autospec serve`` to shut its Ray down before killing
 #: what is left below it
 STOP_GRACE_S = 30.0
+#: the option of each SoakConfig field not named after it
+SOAK_OPTIONS = {"duration_s": "duration", "warmup_s": "duration",
+                "cycle_interval_s": "cycle_interval"}
 
 
 def run_soak(*, duration_min: float, rate: float, engine: str, target: str, dtype: str,
@@ -33,8 +37,8 @@ def run_soak(*, duration_min: float, rate: float, engine: str, target: str, dtyp
                          target=target, dtype=dtype, out=out, max_tokens=max_tokens,
                          cycle_interval_s=cycle_interval_s, short=short, faults=names,
                          warmup_s=min(120.0, duration_min * 60 / 4))
-    except ValidationError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    except ValidationError as exc:  # one line naming the option, as every command's
+        raise typer.BadParameter(first_error(exc, SOAK_OPTIONS)) from None
     logging.basicConfig(level=logging.WARNING)
 
     def say(line: str) -> None:

@@ -54,11 +54,14 @@ def _outcomes(path: Path) -> list[Outcome]:
 def rejudge(out: Path) -> dict[str, Any]:
     """The run's figures with memory, not-live and verdict recomputed; the report
     rewritten."""
+    if not out.is_dir():
+        raise NotASoak(f"{out}: no such directory")
+    figures = _need(out / "soak.json")  # (a NotASoak, not re-worded as a parse error below)
     try:
-        r = json.loads(_need(out / "soak.json").read_text())
+        r = json.loads(figures.read_text())
         started, warmup_s = float(r["started"]), float(r["config"]["warmup_s"])
     except (ValueError, KeyError, TypeError) as exc:
-        raise NotASoak(f"{out / 'soak.json'}: not a soak's figures ({exc!r})") from None
+        raise NotASoak(f"{figures}: not a soak's figures ({exc!r})") from None
     samples = _samples(_need(out / "memory.jsonl"))
     outcomes = _outcomes(_need(out / "requests.jsonl"))
     view = StoreView(f"sqlite:///{_need(out / 'data' / 'autospec.db')}")
