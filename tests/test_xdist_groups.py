@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import RAY_MODULES, ROOT, pytest_xdist_make_scheduler, xdist_scope
 
-STARTS_RAY = re.compile(r"ray\.init\(|start_local\(|Soak\(|from tests\.cluster|mark\.e2e|"
+STARTS_RAY = re.compile(r"ray\.init\(|start_local\(|\bSoak\(|from tests\.cluster|mark\.e2e|"
                         r"ray_listen_probe|\"autospec\.cli\", \"(serve|demo)\"")
 
 
