@@ -13,7 +13,8 @@ parent) before a transaction naming it commits:
 - a candidate's registration (:mod:`autospec.train.register`) and an import
   (:mod:`autospec.interop.importer`) sync the tree before their transaction (not while it
   holds SQLite's write lock), then rename and sync the artifact dir inside it;
-- the spill files (:mod:`autospec.store.spill`) sync their folder after their renames.
+- the spill files (:mod:`autospec.store.spill`) sync their folder after their renames (a
+  failure there is logged: the file is in place, locked, its rows kept).
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def sync_dir(directory: str | Path) -> None:
     skipped; any other error is raised."""
     try:
         fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - a platform without directory fds (Windows)
-        return
+    except OSError:
+        if os.name == "nt":  # pragma: no cover - a platform without directory fds
+            return
+        raise
     try:
         os.fsync(fd)
     except OSError as exc:
@@ -72,7 +75,23 @@ def rename_into_place(source: str | Path, dest: str | Path) -> None:
     """Rename the finished file or directory ``source`` to ``dest``, durably: its contents
     synced before (:func:`sync_tree`), the rename synced after (:func:`sync_dir` of
     ``dest``'s folder). The rename's ``OSError`` (``dest`` there and not empty, say) is
-    raised as is, with ``source`` left where it was."""
+    raised as is, with ``source`` left where it was; a sync failing after the rename is an
+    :class:`RenamedNotSynced`, ``dest`` then in place."""
     sync_tree(source)
     os.rename(source, dest)
-    sync_dir(Path(dest).parent)
+    sync_renamed(dest)
+
+
+class RenamedNotSynced(OSError):
+    """A rename was done but its folder could not be synced: the new name is there now and
+    might not outlast a power loss."""
+
+
+def sync_renamed(dest: str | Path) -> None:
+    """:func:`sync_dir` of ``dest``'s folder after ``dest`` was renamed into place; its
+    failure a :class:`RenamedNotSynced` that says so (not that the rename failed)."""
+    try:
+        sync_dir(Path(dest).parent)
+    except OSError as exc:
+        raise RenamedNotSynced(exc.errno, f"{dest} is in place, but its folder could not be "
+                                          f"synced to disk: {exc.strerror or exc}") from exc

@@ -154,3 +154,47 @@ def _failing_after_first(real, failing):  # type: ignore[no-untyped-def]
             wrote.append(1)
         return real(*args, **kwargs)
     return scope
+
+
+def test_sync_dir_raises_what_it_cannot_open(tmp_path) -> None:
+    """Only a platform without directory fds is skipped: a missing folder (or EMFILE, EACCES)
+    was skipped silently, the sync said done."""
+    with pytest.raises(FileNotFoundError):
+        durable.sync_dir(tmp_path / "missing")
+
+
+def test_a_sync_failing_after_the_rename_says_the_rename_is_done(tmp_path,
+                                                                 monkeypatch) -> None:
+    source, dest = tmp_path / ".partial", tmp_path / "done"
+    source.mkdir()
+    (source / "a").write_text("x")
+    real_fsync = os.fsync
+    renamed = []
+
+    def failing_after_rename(fd: int) -> None:
+        if dest.exists():
+            renamed.append(fd)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    monkeypatch.setattr(durable.os, "fsync", failing_after_rename)
+    with pytest.raises(durable.RenamedNotSynced, match="is in place, but its folder could "
+                                                       "not be synced"):
+        durable.rename_into_place(source, dest)
+    assert renamed and dest.is_dir() and not source.exists()
+
+
+def test_an_unnamed_import_skips_a_folder_named_like_the_next_version_tiny(
+        tiny, sqlite_url, tmp_path) -> None:
+    """A folder an import or registration in doubt left (or a store reset) under the next
+    eagle3 name: every unnamed import failed on it (Conflict) for the rest of the day."""
+    engine = store.open_store(sqlite_url, upgrade=True)
+    export_speculator(new_speculator("eagle3", tiny, draft_vocab_size=40), tiny,
+                      tmp_path / "head", k=4)
+    with store.session_scope(engine, readonly=True) as session:
+        nxt = store.next_version(session, kind="eagle3")
+    (get_settings().resolved_artifact_dir / nxt).mkdir(parents=True)
+    done = import_head(tmp_path / "head", target=tiny, engine=engine)
+    assert done.version != nxt and done.artifact.is_dir()
+    assert not any((get_settings().resolved_artifact_dir / nxt).iterdir())  # left alone
+    engine.dispose()

@@ -42,7 +42,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from autospec import artifacts, store
-from autospec.durable import sync_dir, sync_tree
+from autospec.durable import sync_renamed, sync_tree
 from autospec.engine.target import Target
 from autospec.settings import get_settings
 from autospec.speculators.checkpoint import save_speculator
@@ -164,13 +164,16 @@ def import_head(directory: str | Path, *, target: Target, engine: Engine,
         sha = save_speculator(spec, tmp)
         sync_tree(tmp)  # on disk before the transaction names it (and takes the write lock)
         with store.session_scope(engine) as session:
-            version = name or store.next_version(session, kind=EAGLE3.name)
+            # a folder already named like the next version (an import or registration in
+            # doubt, a store reset) is never overwritten: the version takes the next free name
+            version = name or store.next_version(
+                session, kind=EAGLE3.name, taken=lambda n: inside(root, n).exists())
             final = inside(root, version)
             if final.exists():
                 raise store.Conflict(f"artifact directory {final} already exists")
             tmp.rename(final)
             created = True
-            sync_dir(root)  # the rename too, before the COMMIT
+            sync_renamed(final)  # the rename too, before the COMMIT
             info = target.info
             store.register_speculator(
                 session, version=version, kind=EAGLE3.name, target_id=info.target_id,

@@ -80,12 +80,24 @@ def _create_locked(path: Path) -> IO[str]:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no one else can know this name
         os.rename(scratch, path)
-        sync_dir(path.parent)
     except BaseException:
         os.close(fd)
         scratch.unlink(missing_ok=True)
         raise
+    # named and locked now: a failed sync must not drop the lock (another writer would
+    # adopt the file as an orphan) nor the file; the name may just not outlast a crash
+    _sync_or_say(path)
     return os.fdopen(fd, "a+", encoding="utf-8")
+
+
+def _sync_or_say(path: Path) -> None:
+    """Sync ``path``'s folder after a rename into it; a failure is logged, not raised: the
+    rename is done and what holds the file (its lock, its rows) stays as it is."""
+    try:
+        sync_dir(path.parent)
+    except OSError as exc:
+        log.warning("spill file %s: its folder could not be synced to disk (%s); the file "
+                    "is in place", path, exc.strerror or exc)
 
 
 class SpillFile:
@@ -197,7 +209,7 @@ def keep_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     except BaseException:  # a full disk, say: the old file stays as it was
         scratch.unlink(missing_ok=True)
         raise
-    sync_dir(path.parent)
+    _sync_or_say(path)  # replaced: a failed sync is no failure to keep the rows
 
 
 def read_rows(fh: IO[str], path: Path) -> tuple[list[dict[str, Any]], int]:

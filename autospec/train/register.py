@@ -36,7 +36,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from autospec import store
-from autospec.durable import sync_dir, sync_tree
+from autospec.durable import sync_renamed, sync_tree
 from autospec.engine.target import Target
 from autospec.settings import get_settings
 from autospec.speculators.checkpoint import save_speculator
@@ -104,12 +104,12 @@ class _Registration:
                 version = store.next_version(session, kind=self.row["kind"],
                                              taken=lambda name: (self.root / name).exists())
                 final = self.root / version
-                try:  # its files were synced before: only the rename is left to sync
+                try:
                     self.tmp.rename(final)
-                    sync_dir(self.root)
                 except OSError as exc:
                     raise ArtifactMoveError(f"cannot move the candidate's artifact to "
                                             f"{final}: {exc.strerror or exc}") from exc
+                sync_renamed(final)  # its files were synced before: only the rename is left
                 store.register_speculator(
                     session, version=version, artifact_uri=str(final), sha256=self.sha,
                     training_run_id=self.run_id, actor="trainer", **self.row)

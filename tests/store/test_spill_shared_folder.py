@@ -86,3 +86,42 @@ def test_scratch_files_a_crash_left_are_swept_and_live_ones_kept(tmp_path: Path)
         assert list(spill.claim_orphans(folder, own=folder / "none.jsonl")) == []
         left = sorted(p.name for p in folder.iterdir())
     assert left == sorted([names["fresh"], names["locked"], names["other"]])
+
+
+def test_a_folder_sync_failing_after_the_rename_keeps_the_file_locked_and_its_rows(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The name is taken and locked once renamed: a failed fsync of the folder (EIO) was
+    raised after it, the lock dropped with the closed fd, the file left unlocked under the
+    live name (another writer adopts it) and the batch dropped. Now it is logged."""
+    import errno
+    import os
+
+    from autospec import durable
+    from autospec.store.traffic import RequestRecord
+
+    real_fsync = os.fsync
+
+    def failing_on_dirs(fd: int) -> None:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    monkeypatch.setattr(durable.os, "fsync", failing_on_dirs)
+    mine, theirs = SpillFile(tmp_path), SpillFile(tmp_path)
+    rows = [prepare_row(RequestRecord(**record_fields(i))) for i in range(2)]
+    try:
+        mine.append(rows)  # raised: the batch was dropped
+        assert list(claim_orphans(tmp_path, own=theirs.path)) == []  # still locked: not theirs
+        taken = mine.hand_over()
+        assert taken is not None
+        path, fh = taken
+        got, _ = read_rows(fh, path)
+        fh.close()
+        assert [r["request_uid"] for r in got] == [r["request_uid"] for r in rows]
+        spill_module.keep_rows(path, rows[1:])  # replaced; its sync failure only logged
+        with open(path, encoding="utf-8") as kept:
+            assert [r["request_uid"] for r in read_rows(kept, path)[0]] == \
+                [rows[1]["request_uid"]]
+    finally:
+        mine.close()
+        theirs.close()
