@@ -46,10 +46,13 @@ _BEGIN_OPTION = "autospec_sqlite_begin"
 # scheme://user:PASSWORD@ in any text (greedy to the last '@' of the word: a password may
 # hold '@' or '/'); what redact() masks where SQLAlchemy's own parser cannot be used
 _CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):[^\s]*@")
-# a query parameter (?key=value or &key=value) in any text, and the names whose value is a
-# secret: libpq's password and sslpassword (passfile, sslkey and sslcert are paths, shown)
-_PARAMETER = re.compile(r"(?P<head>[?&](?P<key>[^=&?#\s'\"]+)=)(?P<value>[^&#\s'\"]*)")
-_SECRET_KEY = re.compile(r"password|passwd|pwd|secret|token", re.IGNORECASE)
+# a query parameter (?key=value or &key=value) or a libpq keyword (key=value after a space
+# or at the start: "host=db password=x"; a value may be quoted, 'a b') in any text, and the
+# names whose value is a secret: libpq's password and sslpassword (passfile, sslkey and
+# sslcert are paths, shown)
+_PARAMETER = re.compile(r"(?P<head>(?:(?<=[?&\s])|^)(?P<key>[^=&?#\s'\"]+)=)"
+                        r"(?P<value>'(?:[^'\\]|\\.)*'?|[^&\s'\"]*)")
+_SECRET_KEY = re.compile(r"password|passwd|pwd|secret|(?<![a-z])token(?![a-z])", re.IGNORECASE)
 
 
 def parse_url(url: str | URL) -> URL:
@@ -68,9 +71,10 @@ def parse_url(url: str | URL) -> URL:
 
 def redact(text: str) -> str:
     """``text`` with the password of every ``scheme://user:password@`` in it, and the value
-    of every query parameter naming a secret (``?password=``, ``&sslpassword=``, any name
-    holding password, passwd, pwd, secret or token, percent-encoded or not), shown as
-    ``***``: for a URL SQLAlchemy cannot parse, and for messages that quote one."""
+    of every query parameter or libpq keyword naming a secret (``?password=``,
+    ``&sslpassword=``, ``host=db password=x``; any name holding password, passwd, pwd,
+    secret or token, percent-encoded or not), shown as ``***``: for a URL SQLAlchemy cannot
+    parse, and for messages that quote one."""
     return _PARAMETER.sub(_mask_parameter, _CREDENTIALS.sub(r"\g<head>:***@", text))
 
 

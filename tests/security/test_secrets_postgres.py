@@ -109,6 +109,15 @@ def test_a_password_given_as_a_query_parameter_is_masked() -> None:
     with pytest.raises(store.BadDatabaseURL) as exc:
         store.make_engine(f"postgresql+psycopg://root@127.0.0.1:xx/db?password={SECRET}")
     assert "password=***" in str(exc.value)
+    # libpq's keyword form (no URL: refused as malformed, quoting what it was given), a
+    # quoted value, and a value holding '#' (no fragment outside a URL)
+    for text in (f"host=db password={SECRET} dbname=x", f"host=db password='{SECRET} 2'"):
+        with pytest.raises(store.BadDatabaseURL) as exc:
+            store.make_engine(text)
+        _no_secret(str(exc.value), describe(text))
+    hashed = f"postgresql://root@h/x?password=ab#{SECRET}"
+    _no_secret(redact(f"error: {hashed} failed"), describe(hashed))
+    assert redact("max_tokens=5 tokens=3") == "max_tokens=5 tokens=3"  # no secret's name
 
 
 @pytest.mark.postgres
