@@ -74,8 +74,10 @@ def export(
         if fmt not in FORMATS:
             raise ExportError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
         check_out_dir(out_dir)  # before the target loads (seconds)
-        db = store.open_store(database_url)  # read only: a missing store is not created
-        check_registered(db, [version])
+        db = None  # builtin-ngram for a given target reads nothing stored (a fresh machine)
+        if version != BUILTIN_VERSION or target is None:
+            db = store.open_store(database_url)  # read only: a missing store is not created
+            check_registered(db, [version])
         source = _source(db, version) if version != BUILTIN_VERSION else {"version": version}
         model = load_target(_target(db, target), dtype="float32")
         _, spec = load_speculator_version(db, model, version)
@@ -149,8 +151,9 @@ def import_(
             raise ImportRefused(f"{directory}: no such directory")
         if not (directory / "config.json").is_file():
             raise ImportRefused(f"{directory}: no config.json (not a speculators directory)")
+        check_name(None, name)  # its form, before a store is opened (or created)
         db = store.open_store(database_url, upgrade="create")
-        check_name(db, name)  # before the target is loaded
+        check_name(db, name)  # free: before the target is loaded
         model = load_target(_target(db, target), dtype="float32")
         done = import_head(directory, target=model, engine=db, name=name,
                            actor=actor or cli_actor(), settings=settings)

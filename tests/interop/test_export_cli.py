@@ -49,3 +49,23 @@ def test_export_of_a_missing_or_pruned_artifact_is_one_line_exit_2_tiny(
     assert done.exit_code == 2, done.output
     assert len(done.output.strip().splitlines()) == 1, done.output  # no traceback
     assert re.search(words, done.output), done.output
+
+
+def test_export_of_builtin_ngram_for_a_given_target_needs_no_store_tiny(
+        tiny, tmp_path, monkeypatch):
+    """builtin-ngram for a given --target reads nothing stored: it exported on a fresh
+    machine, until a missing store was refused (a mistyped path stays a mistake); it still
+    does, and creates no store."""
+    import autospec.engine.target as target_module
+    from autospec.settings import get_settings
+
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    monkeypatch.setattr(target_module, "load_target", lambda spec, **_: tiny)
+    try:
+        done = CliRunner().invoke(app, ["export", "builtin-ngram", "--out",
+                                        str(tmp_path / "out"), "--target", "tiny"])
+        assert done.exit_code == 0, done.output
+        assert (tmp_path / "out").is_dir() and not (tmp_path / "data").exists()
+    finally:
+        get_settings.cache_clear()

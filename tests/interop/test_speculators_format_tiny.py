@@ -370,8 +370,11 @@ def test_import_keeps_an_existing_directory_it_refuses_to_overwrite_tiny(tiny, d
     for name in ("mine", auto):  # named, and the next version's name
         (root / name).mkdir(parents=True)
         (root / name / "keep.txt").write_text("not autospec's")
-        with pytest.raises(store.Conflict, match="already exists"):
-            import_head(tmp_path / "x", target=tiny, engine=db,
-                        name=name if name == "mine" else None)
+    with pytest.raises(store.Conflict, match="already exists"):
+        import_head(tmp_path / "x", target=tiny, engine=db, name="mine")
+    done = import_head(tmp_path / "x", target=tiny, engine=db)  # takes the next free name
+    assert done.version != auto and done.artifact.is_dir()
+    for name in ("mine", auto):
         assert (root / name / "keep.txt").read_text() == "not autospec's"
+        assert [p.name for p in (root / name).iterdir()] == ["keep.txt"]
     assert not list(root.glob(".partial-*"))
