@@ -82,3 +82,21 @@ def test_serve_checks_its_target_before_ray_starts(env, monkeypatch) -> None:  #
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.replace("│", " ").split())
     assert f"Invalid value for --target: target '{env['target']}' is neither" in text, text
+
+
+def test_import_checks_its_names_form_before_it_creates_a_store(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """On a fresh machine (no store yet), a malformed name left a new store behind."""
+    from autospec.settings import get_settings
+
+    monkeypatch.delenv("AUTOSPEC_DATABASE_URL", raising=False)
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text("{}")
+    try:
+        _refused(["import", str(head), "--target", str(tmp_path / "no-such-target"),
+                  "--name", "-bad"], "invalid version name '-bad'")
+        assert not (tmp_path / "data" / "autospec.db").exists()
+    finally:
+        get_settings.cache_clear()

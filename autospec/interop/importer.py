@@ -121,16 +121,19 @@ def read_head(directory: str | Path, target: Target,
     return spec.to(target.device)
 
 
-def check_name(engine: Engine, name: str | None) -> None:
+def check_name(engine: Engine | None, name: str | None) -> None:
     """A version name given for an import (``None``: the next eagle3 name, nothing to check)
-    follows the registry's rule and is free: not registered, no artifact directory of that
-    name (an :class:`ImportRefused` or :class:`~autospec.store.Conflict`). Cheap: ``autospec
-    import`` asks before the target loads."""
+    follows the registry's rule and, given the store's ``engine``, is free: not registered,
+    no artifact directory of that name (an :class:`ImportRefused` or
+    :class:`~autospec.store.Conflict`). Cheap: ``autospec import`` asks before the target
+    loads (the name's form before it opens the store)."""
     if name is None:
         return
     if not _NAME.fullmatch(name):
         raise ImportRefused(f"invalid version name {name!r}: use 1-64 letters, digits, '.', "
                             f"'_' or '-', starting with a letter or digit")
+    if engine is None:
+        return
     with store.session_scope(engine, readonly=True) as session:
         try:
             store.get_speculator(session, version=name)
