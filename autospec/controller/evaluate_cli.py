@@ -91,7 +91,8 @@ def evaluate(
     json_path: Annotated[Path | None, typer.Option(
         "--json-path", callback=checked_json_file, metavar="FILE",
         help="also write JSON here (its folder is checked before anything runs; a write that "
-        "fails at the end is said on stderr, the exit code stays the gate's)")] = None,
+        "fails at the end is said on stderr after the table, exit 2, or 3 where the gate "
+        "rejects)")] = None,
 ) -> None:
     """Replay held-out logged requests with each version (the window less any request a
     version evaluated trained on): τ, a paired CI of Δτ, per-segment results, estimated and
@@ -179,20 +180,25 @@ def _speed_settings(policy, **given: int | bool | None):  # type: ignore[no-unty
 
 
 def _report(report, extra: dict, *, json_out: bool, json_path: Path | None) -> None:  # type: ignore[no-untyped-def]
-    """The table (or ``--json``), the ``--json-path`` file; exit 3 where the gate rejects."""
+    """The table (or ``--json``), the ``--json-path`` file; exit 3 where the gate rejects,
+    else 2 where the file could not be written (a script must not read success)."""
     data = _as_json(report) | extra
     if json_out:
         typer.echo(json.dumps(data, indent=2, default=json_default))
     else:
         _print(report)
-    if json_path:  # after the table: a failed write loses neither it nor the gate's exit code
+    written = True
+    if json_path:  # after the table: a failed write loses neither it nor the gate's verdict
         try:
             json_path.write_text(json.dumps(data, indent=2, default=json_default))
         except OSError as exc:
+            written = False
             err.print(f"error: --json-path {json_path}: could not write it ({exc.strerror or exc})"
                       f"; the evaluation is above", highlight=False, markup=False, soft_wrap=True)
     if report.decision is not None and not report.decision.promote:
         raise typer.Exit(3)
+    if not written:
+        raise typer.Exit(2)
 
 
 def _shown(bar: Progress, task: TaskID, what: str) -> Callable[[int, int | None], None]:

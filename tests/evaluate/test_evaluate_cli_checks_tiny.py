@@ -71,3 +71,24 @@ def test_a_json_path_that_fails_at_the_end_keeps_the_table_and_exit_code_tiny_ra
     assert "decision: reject" in result.stdout and "shadow evaluation" in result.stdout
     assert f"--json-path {folder / 'e.json'}: could not write it" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_a_json_path_that_fails_after_a_passing_gate_is_exit_2(tmp_path, monkeypatch) -> None:
+    """A script reading exit 0 would look for a file that is not there."""
+    from types import SimpleNamespace
+
+    import typer
+
+    from autospec.controller import evaluate_cli
+
+    monkeypatch.setattr(evaluate_cli, "_as_json", lambda report: {"k": 1})
+    monkeypatch.setattr(evaluate_cli, "_print", lambda report: None)
+    for promote, code in ((True, 2), (False, 3)):
+        report = SimpleNamespace(decision=SimpleNamespace(promote=promote))
+        with pytest.raises(typer.Exit) as done:
+            evaluate_cli._report(report, {}, json_out=False,
+                                 json_path=tmp_path / "gone" / "e.json")
+        assert done.value.exit_code == code
+    evaluate_cli._report(SimpleNamespace(decision=SimpleNamespace(promote=True)), {},
+                         json_out=False, json_path=tmp_path / "e.json")  # written: no exit
+    assert (tmp_path / "e.json").is_file()
