@@ -119,6 +119,11 @@ def test_soak_report_refuses_a_directory_that_is_not_a_soak(tmp_path: Path) -> N
     res = CliRunner().invoke(app, ["bench", "soak-report", str(tmp_path / "nowhere")])
     assert res.exit_code == 2
     assert res.output == f"bench soak-report: {tmp_path / 'nowhere'}: no such directory\n"
+    (tmp_path / "a-file").write_text("x")
+    res = CliRunner().invoke(app, ["bench", "soak-report", str(tmp_path / "a-file")])
+    assert res.exit_code == 2
+    assert res.output == (f"bench soak-report: {tmp_path / 'a-file'}: a file, not a soak's "
+                          "run directory\n")
     res = CliRunner().invoke(app, ["bench", "soak-report", str(tmp_path)])
     assert res.exit_code == 2
     assert res.output.startswith(f"bench soak-report: {tmp_path / 'soak.json'} is missing: "

@@ -55,7 +55,8 @@ def rejudge(out: Path) -> dict[str, Any]:
     """The run's figures with memory, not-live and verdict recomputed; the report
     rewritten."""
     if not out.is_dir():
-        raise NotASoak(f"{out}: no such directory")
+        raise NotASoak(f"{out}: " + ("a file, not a soak's run directory" if out.exists()
+                                     else "no such directory"))
     figures = _need(out / "soak.json")  # (a NotASoak, not re-worded as a parse error below)
     try:
         r = json.loads(figures.read_text())
