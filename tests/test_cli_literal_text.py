@@ -6,6 +6,7 @@ an emoji code. The controller's commands: tests/controller/test_cli_literal_text
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from rich.console import Console
@@ -75,3 +76,20 @@ def test_a_benchs_progress_and_goals_print_names_as_written(capsys, monkeypatch)
     out = capsys.readouterr().out
     assert "skipped: no server [/] :x:" in out
     assert "goal rows: 1 vs 2 — missed" in out
+
+
+def test_a_table_title_and_caption_as_written_keep_their_styles() -> None:
+    """A title or caption given as Text (so that it is not read as markup) took none of
+    rich's table.title / table.caption styles (italic, dim italic): plain text there."""
+    from autospec.controller.ledger_view import ledger_table
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=200, color_system="standard")
+    line = {"segment": "all", "requests": 1, "tokens": 2, "decode_s": 1.0, "baseline_s": 2.0,
+            "saved_s": 1.0, "loop_s": 0.5, "net_s": 0.5}
+    console.print(ledger_table({
+        "deployment": "d[/]", "segments": [], "total": line, "period_s": 60.0, "pays": True,
+        "note": None, "loop": {"stages": {}, "cycles": 1, "seconds": 0.5},
+        "target_only": {"source": "holdout", "requests": 3, "tokens_per_s": 10.0}}))
+    shown = console.file.getvalue()
+    assert re.search(r"\x1b\[3m *ledger of d\[/\]", shown), shown  # italic, as written
+    assert re.search(r"\x1b\[2;3m *last 1\.0 min", shown), shown  # the caption dim italic

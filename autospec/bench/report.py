@@ -12,7 +12,7 @@ console = Console()
 
 def print_decode_report(section: dict) -> None:
     table = Table(title=Text(f"decode benchmark ({section['dtype']}), speedup vs engine "
-                             "target-only"))
+                             "target-only", style="table.title"))
     for col in ("run", "tokens/s", "τ", "speedup", "lossless", "agreement"):
         table.add_column(col, justify="left" if col == "run" else "right")
     for r in section["runs"]:
@@ -26,7 +26,8 @@ def print_decode_report(section: dict) -> None:
             tie = "near-tie" if d["near_tie"] else "NOT a near-tie"
             console.print(Text(f"  {r['name']}: diverges at token {d['position']} "
                                f"(top-2 margin {d['margin']:.4f}, ulp {d['ulp']:.4f}: {tie})"))
-    cost = Table(title=Text(f"target forward cost ({section['dtype']}): n new tokens vs 1"))
+    cost = Table(title=Text(f"target forward cost ({section['dtype']}): n new tokens vs 1",
+                            style="table.title"))
     cost.add_column("n", justify="right")
     cost.add_column("ms", justify="right")
     cost.add_column("× 1-token step", justify="right")

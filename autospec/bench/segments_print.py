@@ -80,7 +80,7 @@ def print_report(report: dict) -> None:
     for title, head, rows in ((_title(report), HEAD, arm_rows(report)),
                               ("versions picked (the gate's measurement)", PICK_HEAD,
                                pick_rows(report))):
-        table = Table(title=Text(title))
+        table = Table(title=Text(title, style="table.title"))
         for col in head:
             table.add_column(col, justify="left" if col in ("segment", "for") else "right")
         for row in rows:

@@ -218,7 +218,8 @@ def _print(result: dict[str, Any]) -> None:
     for phase, title in (("decode", f"decode: {result['max_tokens']} tokens, "
                           f"{result['concurrency']} clients"),
                          ("logging", "logging cost: 1-token requests, 1 client")):
-        table = Table(title=Text(f"bench serve ({result['target']}) — {title}"))
+        table = Table(title=Text(f"bench serve ({result['target']}) — {title}",
+                                 style="table.title"))
         for col in ("config", "requests", "req/s", "p50 ms", "p99 ms"):
             table.add_column(col, justify="left" if col == "config" else "right")
         for name, row in result[phase].items():

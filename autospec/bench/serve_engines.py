@@ -304,7 +304,7 @@ def _print(result: dict[str, Any]) -> None:
     table = Table(title=Text(f"bench serve --engine ({result['target']}, {result['dtype']}, "
                              f"{result['max_tokens']} tokens, k={result['k']}"
                              + (f", bands {result['k_bands']}" if result["k_bands"] else "")
-                             + ")"))
+                             + ")", style="table.title"))
     for col in ("engine/speculation", "clients", "version", "τ", "tok/s per request",
                 "throughput tok/s", "÷ off"):
         table.add_column(col, justify="left" if col in ("engine/speculation", "version")

@@ -206,7 +206,8 @@ def _goals(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print(report: dict[str, Any]) -> None:
-    table = Table(title=Text(f"traffic store ingest ({report['rows']} request rows)"))
+    table = Table(title=Text(f"traffic store ingest ({report['rows']} request rows)",
+                             style="table.title"))
     for column in ("database", "writer rows/s", "batched insert rows/s", "record() p50 µs",
                    "record() p99 µs", "spilled", "dropped"):
         table.add_column(column, justify="right" if column != "database" else "left")

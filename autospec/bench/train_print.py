@@ -17,7 +17,7 @@ def print_report(report: dict) -> None:
     console = Console()
     table = Table(title=Text(f"held-out {report['domain']} requests "
                              f"({report['eval_requests']}, greedy, k={report['k']}, "
-                             f"{report['dtype']}), side by side"))
+                             f"{report['dtype']}), side by side", style="table.title"))
     for col in ("method", "τ", "tokens/s", "speedup", "identical", "draft ms/step",
                 "step ms"):
         table.add_column(col, justify="left" if col == "method" else "right")
@@ -56,7 +56,7 @@ def _variant_table(report: dict) -> Table:
     if other:
         ngram = tau_text(other["methods"]["ngram"]["tau"])
         title += f"; {other['domain']} ({other['eval_requests']} prompts, ngram τ {ngram})"
-    table = Table(title=Text(title))
+    table = Table(title=Text(title, style="table.title"))
     cols = ["variant", "τ", "speedup", "τ / scratch", "speed / scratch"]
     if other:
         cols += [f"τ {other['domain']}", f"τ / ngram {other['domain']}"]

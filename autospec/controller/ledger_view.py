@@ -58,8 +58,8 @@ def summary(ledger: dict[str, Any]) -> str:
 def ledger_table(ledger: dict[str, Any]) -> Table:
     """The ledger as a rich table, its summary as the caption."""
     table = Table(title=Text(f"ledger of {ledger.get('deployment', '')}: decode time saved "
-                             "by speculation vs the loop's time"),
-                  caption=Text(summary(ledger)))
+                             "by speculation vs the loop's time", style="table.title"),
+                  caption=Text(summary(ledger), style="table.caption"))
     for col in COLUMNS:
         table.add_column(col, justify="left" if col == "segment" else "right")
     for row in rows(ledger):

@@ -36,7 +36,8 @@ def canary_text(canary: dict[str, Any] | None) -> str:
 
 def print_status(data: dict[str, Any], out: Console) -> None:
     """``data`` (:func:`autospec.controller.status.collect_status`) as tables on ``out``."""
-    table = Table(title=Text(f"deployment {data['deployment']}"), show_header=False)
+    table = Table(title=Text(f"deployment {data['deployment']}", style="table.title"),
+                  show_header=False)
     table.add_column(style="bold")
     table.add_column()
     for name, value in _rows(data):

@@ -101,7 +101,8 @@ def concurrency_table(table: dict[str, Any]) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    out = Table(title=Text(f"speculation at the load served (vLLM): {verdict(table)}"))
+    out = Table(title=Text(f"speculation at the load served (vLLM): {verdict(table)}",
+                           style="table.title"))
     for col in COLUMNS:
         out.add_column(col, justify="left" if col == "live version" else "right")
     for row in concurrency_rows(table):

@@ -172,8 +172,9 @@ def mix_lines(mix: dict[str, Any] | None) -> list[str]:
 
 def mix_table(mix: dict[str, Any]) -> Table:
     table = Table(title=Text(f"mixed traffic ({mix['phase']}): per-segment versions against "
-                             f"one (deployment: {mix['deployment_version'] or '—'})"),
-                  caption=Text(mix["note"]))
+                             f"one (deployment: {mix['deployment_version'] or '—'})",
+                             style="table.title"),
+                  caption=Text(mix["note"], style="table.caption"))
     for col in MIX_COLUMNS:
         table.add_column(col, justify="left" if col in MIX_COLUMNS[:3] else "right",
                          overflow="fold")

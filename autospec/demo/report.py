@@ -70,8 +70,9 @@ def phase_table(result: DemoResult) -> Table:
     table = Table(title=Text(f"autospec demo ({result.plan['mode']}, {result.target}, "
                              f"{result.plan.get('engine', 'native')} engine) — "
                              f"{result.took_s / 60:.1f} min"
-                             + (" — PARTIAL" if result.partial is not None else "")),
-                  caption=None if note is None else Text(note))
+                             + (" — PARTIAL" if result.partial is not None else ""),
+                             style="table.title"),
+                  caption=None if note is None else Text(note, style="table.caption"))
     for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("phase", "traffic", "live version")
                          else "right")
