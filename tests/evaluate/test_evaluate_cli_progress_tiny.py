@@ -8,25 +8,13 @@ import json
 
 from typer.testing import CliRunner
 
-from autospec import store
 from autospec.cli import app
-from autospec.speculators.checkpoint import save_speculator
-from autospec.speculators.registry import new_speculator
-from tests.train.conftest import greedy_traffic, log_traffic
 
 
-def test_evaluate_json_prints_progress_on_stderr_tiny_random_init(sqlite_url, tiny, tmp_path,
-                                                                    monkeypatch) -> None:
+def test_evaluate_json_prints_progress_on_stderr_tiny_random_init(suffix_store, sqlite_url,
+                                                                    tiny, monkeypatch) -> None:
     from autospec import numerics
 
-    engine = store.open_store(sqlite_url, upgrade=True)
-    log_traffic(engine, greedy_traffic(tiny, 6, output_len=8))
-    sha = save_speculator(new_speculator("suffix", tiny), tmp_path / "suffix-1")
-    with store.session_scope(engine) as session:
-        store.register_speculator(session, version="suffix-1", kind="suffix",
-                                  target_id=tiny.info.target_id,
-                                  artifact_uri=str(tmp_path / "suffix-1"), sha256=sha)
-    engine.dispose()
     monkeypatch.setattr(numerics, "load_served_target", lambda *a, **kw: tiny)
     result = CliRunner().invoke(app, ["evaluate", "suffix-1", "--window", "6",
                                       "--no-speed", "--no-record", "--json",
