@@ -203,11 +203,7 @@ def _registered(engine: Engine, path: Path, sha: str) -> bool | None:
     and the import's own error is the one raised."""
     try:
         with store.session_scope(engine, readonly=True) as session:
-            try:
-                row = store.get_speculator(session, version=path.name)
-            except store.NotFound:
-                return False
-            return row.artifact_uri == str(path) and row.sha256 == sha
+            return store.registered_with(session, path, sha)
     except (SQLAlchemyError, store.StoreError, OSError) as exc:
         log.warning("cannot tell whether the import of %s registered %s (%s); its artifact "
                     "stays at %s", path.name, path.name, exc, path)

@@ -94,6 +94,7 @@ from autospec.store.registry import (
     next_version,
     record_event,
     register_speculator,
+    registered_with,
     set_state,
 )
 from autospec.store.synthetic import (
@@ -165,6 +166,7 @@ __all__ = [
     "redact_default",
     "register_prometheus",
     "register_speculator",
+    "registered_with",
     "release_lease",
     "remove_replica",
     "renew_lease",

@@ -17,6 +17,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, or_, select
@@ -208,6 +209,17 @@ def _verify_artifact(artifact_uri: str, sha256: str) -> None:
     actual = artifact_sha256(artifact_uri)
     if actual != sha256:
         raise ArtifactError(f"artifact {artifact_uri} has SHA-256 {actual}, expected {sha256}")
+
+
+def registered_with(session: Session, artifact: Path, sha256: str, *,
+                    training_run_id: int | None = None) -> bool:
+    """Whether version ``artifact.name`` is registered with the artifact at ``artifact`` and
+    ``sha256`` (and by run ``training_run_id``, if given): asked after a registering COMMIT
+    raised, which may have landed all the same (the connection lost while its reply was in
+    flight)."""
+    row = session.get(Speculator, artifact.name)
+    return row is not None and row.artifact_uri == str(artifact) and row.sha256 == sha256 \
+        and (training_run_id is None or row.training_run_id == training_run_id)
 
 
 def get_speculator(session: Session, *, version: str) -> Speculator:

@@ -136,12 +136,7 @@ class _Registration:
     def _landed(self, final: Path) -> bool:
         """Whether ``final``'s version is registered by this run, with this artifact."""
         with store.session_scope(self.engine, readonly=True) as session:
-            try:
-                row = store.get_speculator(session, version=final.name)
-            except store.NotFound:
-                return False
-            return (row.training_run_id == self.run_id and row.sha256 == self.sha
-                    and row.artifact_uri == str(final))
+            return store.registered_with(session, final, self.sha, training_run_id=self.run_id)
 
     def _landed_or_unknown(self, final: Path) -> bool | None:
         """:meth:`_landed`, or None (logged) when the store cannot say."""
