@@ -75,24 +75,12 @@ def downgrade(revision: Annotated[str, typer.Argument(help="target revision, or 
     from autospec.store import db, migrate
 
     def go() -> str | None:
-        _check_exists(url)
+        migrate.check_exists(url)  # a mistyped path stays a mistake
         engine = db.make_engine(url)
         migrate.downgrade(engine, revision)
         return migrate.current_revision(engine)
 
     out.print(Text(f"database at revision {_run(go)}"))
-
-
-def _check_exists(url: str | None) -> None:
-    """A command that does not create the store refuses a SQLite file that does not exist
-    (opening it would create it empty): a mistyped path stays a mistake."""
-    from autospec.store import migrate
-    from autospec.store.errors import SchemaNotInitialized
-
-    missing = migrate.missing_sqlite_file(url)
-    if missing is not None:
-        raise SchemaNotInitialized(f"database file {missing} does not exist (`autospec db "
-                                   "upgrade` creates a store)")
 
 
 def current_status(url: str | None) -> dict[str, Any]:
@@ -188,11 +176,11 @@ def _purge(url: str | None, age: timedelta, *, text_only: bool, dry_run: bool, r
 def _on_engine(url: str | None, fn: Callable[[Engine], T], *, create: bool = False) -> T:
     """``fn`` on an engine for ``url`` (disposed after); a store error is one line, exit 2.
     A SQLite file that does not exist is refused unless ``create``."""
-    from autospec.store import db
+    from autospec.store import db, migrate
 
     with _errors():
         if not create:
-            _check_exists(url)
+            migrate.check_exists(url)  # a mistyped path stays a mistake
         engine = db.make_engine(url)
         try:
             return fn(engine)

@@ -306,7 +306,7 @@ def missing_sqlite_file(url: str | URL | None) -> Path | None:
     return path if path is not None and not path.exists() else None
 
 
-def _check_exists(url: str | URL | None, mode: UpgradeMode) -> None:
+def check_exists(url: str | URL | None, mode: UpgradeMode = "never") -> None:
     """A missing SQLite file is created only where ``mode`` may (see :data:`UpgradeMode`);
     else :class:`SchemaNotInitialized`: checked, not created, a mistyped path stays a
     mistake."""
@@ -330,7 +330,7 @@ def open_store(url: str | URL | None = None, *,
     may not, a schema mismatch raises a :class:`~autospec.store.errors.SchemaError` telling the
     operator to run ``autospec db upgrade``.
     """
-    _check_exists(url, _mode(upgrade))
+    check_exists(url, _mode(upgrade))
     engine = make_engine(url)
     ping(engine)
     current = current_revision(engine)
