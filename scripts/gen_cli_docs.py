@@ -22,7 +22,7 @@ edit by hand. Every command also prints this with `--help` (or `-h`).
 
 Every command that opens the store takes it as `--database-url` or `--url` (the same
 option); `autospec loadgen --url` is another thing, the server it sends requests to, and
-the `bench` commands' `--database-url` says what each does with it.
+the `bench` commands' `--database-url` (`--url` too) says what each does with it.
 """
 
 

@@ -151,8 +151,9 @@ def test_url_names_the_store_on_every_command_that_opens_it(command: str, places
 
 
 def test_every_database_url_option_has_the_alias_and_the_one_help() -> None:
-    """Outside ``bench`` (whose --database-url means what each bench does with it), every
-    --database-url is the store, named as the others name it, its help the same words."""
+    """Every --database-url has the --url alias, bench's too; outside ``bench`` (whose
+    --database-url means what each bench does with it) it is the store, its help the same
+    words."""
     import typer.main
 
     from autospec.settings import DATABASE_URL_HELP
@@ -162,11 +163,16 @@ def test_every_database_url_option_has_the_alias_and_the_one_help() -> None:
             yield from walk(sub, [*path, name])
         yield path, cmd
 
-    seen = []
+    seen, benches = [], []
     for path, cmd in walk(typer.main.get_command(app), []):
         for param in getattr(cmd, "params", []):
-            if "--database-url" in param.opts and path[:1] != ["bench"]:
-                seen.append(" ".join(path))
-                assert param.opts == ["--database-url", "--url"], path
-                assert param.help == DATABASE_URL_HELP, path
+            if "--database-url" not in param.opts:
+                continue
+            assert param.opts == ["--database-url", "--url"], path  # bench's too
+            if path[:1] == ["bench"]:
+                benches.append(" ".join(path))
+                continue
+            seen.append(" ".join(path))
+            assert param.help == DATABASE_URL_HELP, path
     assert {c.removesuffix(" --force") for c in OPENING} <= set(seen)
+    assert {"bench store", "bench serve"} <= set(benches)

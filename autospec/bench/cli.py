@@ -67,6 +67,7 @@ bench_app.command("swap")(swap_command)
 @bench_app.command("store")
 def store(
     database_url: Annotated[str | None, typer.Option(
+        "--database-url", "--url",
         help="database to measure (default: a temporary SQLite file, and PostgreSQL too when "
         "AUTOSPEC_TEST_POSTGRES_URL is set)")] = None,
     rows: Annotated[int, typer.Option(min=100, help="request rows to ingest")] = 20000,
@@ -127,6 +128,7 @@ def serve(
         "repeatable")] = None,
     dtype: Annotated[str, typer.Option(help="--engine: target dtype")] = "auto",
     database_url: Annotated[str | None, typer.Option(
+        "--database-url", "--url",
         help="--engine: serve this store's live version (a promoted head) in every "
         "application (default: a fresh store, builtin-ngram)")] = None,
     deployment: Annotated[str, typer.Option(
