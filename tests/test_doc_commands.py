@@ -99,6 +99,25 @@ def check_autospec(words: list[str], root: Any) -> str | None:
             option = word.split("=", 1)[0]
             if option not in known and not option.startswith("--<"):
                 return f"{' '.join(path)} has no option {option}"
+    return missing_companion(path, rest)
+
+
+#: (command path, option) -> the option the CLI refuses it without (exit 2): a doc that
+#: shows one without the other tells the reader to run a command that fails
+COMPANIONS = {
+    (("promote",), "--force"): "--reason",
+    (("rollback",), "--unpin"): "--segment",
+    (("loadgen",), "--per-request"): "--json",
+}
+
+
+def missing_companion(path: list[str], words: list[str]) -> str | None:
+    """Why ``words`` (the options given to the command at ``path``) would be refused for
+    lack of a companion option; None if not."""
+    given = {w.split("=", 1)[0] for w in words if w.startswith("--")}
+    for (command, option), needed in COMPANIONS.items():
+        if tuple(path[1:]) == command and option in given and needed not in given:
+            return f"{' '.join(path)} {option} needs {needed}"
     return None
 
 
@@ -152,6 +171,7 @@ def test_the_docs_name_commands_at_all() -> None:
     ("run `autospec promote v1 --reason x --forcee`", "has no option --forcee"),
     ("```\n$ AUTOSPEC_X=1 autospec \\\n   controler once\n```", "has no command 'controler'"),
     ("```bash\nmake install && make frobnicate\n```", "no target 'frobnicate'"),
+    ("then `autospec promote v1 --force` made it live", "--force needs --reason"),
 ])
 def test_the_check_catches_a_stale_command(doc: str, why: str) -> None:
     root = typer.main.get_command(app)
@@ -165,5 +185,6 @@ def test_good_commands_pass() -> None:
     root = typer.main.get_command(app)
     for words in (["serve", "--engine", "vllm", "--vllm-option", "max_model_len=4096"],
                   ["controller", "once", "--json"], ["db", "upgrade"], ["status", "--help"],
-                  ["controller", "run|once|watch"]):
+                  ["controller", "run|once|watch"],
+                  ["promote", "v1", "--force", "--reason", "x"]):
         assert check_autospec(words, root) is None, words
