@@ -1,8 +1,10 @@
 """The decodes of ``autospec bench segments``: picking the versions, then both arms measured.
 
-:func:`pick_versions` is the gate's measurement (:func:`autospec.evaluate.speed.measure_speedups`:
-interleaved rounds of real greedy decodes, target-only beside each candidate, the median of
-per-round ratios) on each segment's picking prompts. :func:`measure_arms` decodes every
+:func:`pick_versions` runs the gate's measurement (:func:`autospec.evaluate.speed.measure_speedups`:
+interleaved rounds of real greedy decodes, target-only beside each candidate) on each
+segment's picking prompts and picks by its decoded median of per-round ratios, not by the
+projection the gate ranks on (replayed τ over step cost: the picking prompts are the ones
+decoded here, so the decodes are what the pick should see). :func:`measure_arms` decodes every
 evaluation request with the target alone, with the global version (arm ``global``) and
 with its segment's version (arm ``segment``), back to back in one round
 (:func:`autospec.evaluate.speed.interleaved`: the order reversed every other round), the
