@@ -27,7 +27,7 @@ controller_app = typer.Typer(help="Run the retraining controller (scheduled or o
 
 def _controller(policy: str, target: str | None, dtype: str | None,  # type: ignore[no-untyped-def]
                 address: str | None = None, threads: int | None = None,
-                database_url: str | None = None):
+                database_url: str | None = None, deployment: str | None = None):
     from autospec import numerics
     from autospec.controller.cycle import Controller
     from autospec.controller.policy import parse_policy, policy_text
@@ -35,7 +35,10 @@ def _controller(policy: str, target: str | None, dtype: str | None,  # type: ign
 
     text, source = policy_text(policy)
     pol = parse_policy(text, source=source)
-    db = _db(None, database_url)
+    if deployment is not None and deployment != pol.deployment:
+        pol = pol.model_copy(update={"deployment": deployment})
+        source = f"{source}, deployment {deployment!r} by --deployment"
+    db = _db(pol.deployment, database_url)  # a deployment the store never heard of: a note
     # refuse options the deployment does not serve now, before any cycle; the target is
     # loaded (and checked again against the deployment's record) when a cycle needs it
     numerics.resolve(db, deployment=pol.deployment, target=target, dtype=dtype)
@@ -66,6 +69,9 @@ THREADS_OPT = typer.Option(
     min=1, help="torch CPU threads of a cycle's work in this process (and, shared out, of its "
     "Ray Train workers); default: the policy's `threads` (auto in the shipped policies: the "
     "CPUs less one, so a replica on the same machine keeps one; autospec/threads.py)")
+DEPLOYMENT_OPT = typer.Option(
+    help="the deployment whose traffic and live pointer the controller manages (default: "
+    "the policy's `deployment`, `default` in the shipped policies)")
 ADDRESS_OPT = typer.Option(
     "--address", help="Ray cluster for the policy's Ray Train runs (training.workers > 0): "
     "host:port, 'auto' or ray://host:10001; default RAY_ADDRESS, else a new local Ray")
@@ -78,6 +84,7 @@ def once(
     dtype: Annotated[str | None, DTYPE_OPT] = None,
     address: Annotated[str | None, ADDRESS_OPT] = None,
     threads: Annotated[int | None, THREADS_OPT] = None,
+    deployment: Annotated[str | None, DEPLOYMENT_OPT] = None,
     database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
@@ -86,7 +93,7 @@ def once(
     3: every candidate rejected; 2: error."""
     _log_to_stderr(log_level)
     with _errors():
-        controller = _controller(policy, target, dtype, address, threads, database_url)
+        controller = _controller(policy, target, dtype, address, threads, database_url, deployment)
         result = controller.run_cycle(trigger="once")
     if json_out:
         _emit(result.as_dict())
@@ -106,6 +113,7 @@ def watch(
     dtype: Annotated[str | None, DTYPE_OPT] = None,
     address: Annotated[str | None, ADDRESS_OPT] = None,
     threads: Annotated[int | None, THREADS_OPT] = None,
+    deployment: Annotated[str | None, DEPLOYMENT_OPT] = None,
     database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
@@ -115,7 +123,8 @@ def watch(
 
     _log_to_stderr(log_level)
     with _errors():
-        result = Watcher(_controller(policy, target, dtype, address, threads, database_url)).run()
+        controller = _controller(policy, target, dtype, address, threads, database_url, deployment)
+        result = Watcher(controller).run()
     if json_out:
         _emit(result.as_dict())
     else:
@@ -133,6 +142,7 @@ def run(
     dtype: Annotated[str | None, DTYPE_OPT] = None,
     address: Annotated[str | None, ADDRESS_OPT] = None,
     threads: Annotated[int | None, THREADS_OPT] = None,
+    deployment: Annotated[str | None, DEPLOYMENT_OPT] = None,
     database_url: DbUrl = None,
     log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
 ) -> None:
@@ -147,7 +157,8 @@ def run(
     exit_on_sigterm()
     try:
         with _errors():
-            run_forever(_controller(policy, target, dtype, address, threads, database_url))
+            run_forever(_controller(policy, target, dtype, address, threads, database_url,
+                                    deployment))
     except KeyboardInterrupt:
         err.print("stopped")
         stop_now(130)

@@ -61,9 +61,11 @@ def greedy_traffic(target: Target, *, prompts: int = 4, repeats: int = 10, seed:
 
 
 def log_traffic(engine: Any, pairs: list[tuple[list[int], list[int]]], *,
-                start: datetime = T0, version: str | None = None) -> None:
+                start: datetime = T0, version: str | None = None,
+                deployment: str = "default") -> None:
     records = [store.RequestRecord(prompt_ids=p, output_ids=o, speculator_version=version,
-                                   created_at=start + timedelta(seconds=i))
+                                   created_at=start + timedelta(seconds=i),
+                                   deployment=deployment)
                for i, (p, o) in enumerate(pairs)]
     store.write_requests(engine, records)
 

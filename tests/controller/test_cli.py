@@ -156,6 +156,28 @@ def test_status_reads_the_policy_the_controller_runs(cli, db) -> None:
     assert table.exit_code == 0 and str(cli.rejecting) in unwrapped(table.stdout)
 
 
+def test_controller_deployment_overrides_the_policys(cli, db, traffic) -> None:
+    """``controller once --deployment B`` trains on B's traffic and moves B's pointer, as a
+    policy naming B would; the default deployment's pointer and policy are untouched."""
+    from autospec import store
+
+    log_traffic(db, traffic, deployment="b")
+    done = cli("controller", "once", "--json", "--deployment", "b")
+    assert done.exit_code == 0, done.output
+    promoted = json.loads(done.stdout)["promoted"]
+    with store.session_scope(db, readonly=True) as session:
+        assert store.get_live(session, deployment="b").version == promoted
+        assert store.get_live(session) is None
+        recorded = store.list_events(session, kinds=["policy"])
+    assert [e.deployment for e in recorded] == ["b"]
+    assert "--deployment" in recorded[0].details["source"]
+    status = json.loads(runner.invoke(app, ["status", "--json", "--deployment", "b"]).stdout)
+    assert status["live"]["version"] == promoted
+    unknown = cli("controller", "once", "--json", "--deployment", "bb")  # a typo: a note
+    assert unknown.exit_code == 0 and "did you mean 'b'" in unknown.stderr, unknown.output
+    assert json.loads(unknown.stdout)["outcome"] == "nothing_to_do"
+
+
 def test_an_unknown_log_level_is_a_usage_error(cli) -> None:
     bad = cli("controller", "once", "--log-level", "LOUD")
     assert bad.exit_code == 2 and "--log-level" in bad.output and "LOUD" in bad.output
