@@ -161,10 +161,21 @@ def on_device(device: torch.device, batch: dict[str, torch.Tensor]) -> dict[str,
 
 
 def output_mask(cache: FeatureCache, i: int, n: int, eos: torch.Tensor) -> torch.Tensor:
-    """Bool ``[n]``: position ``t`` predicts an output token, from a context not ending in EOS."""
-    seq = cache.ids[cache.span(i)]
+    """Bool ``[n]``: position ``t`` predicts an output token (``t >= prompt_len - 1``) from a
+    context holding no output EOS (decoding stops at the first: :func:`past_eos`)."""
     t = torch.arange(n)
-    return (t >= int(cache.prompt_lens[i]) - 1) & ~torch.isin(seq[:n], eos)
+    return (t >= int(cache.prompt_lens[i]) - 1) & ~past_eos(cache, i, eos)[:n]
+
+
+def past_eos(cache: FeatureCache, i: int, eos: torch.Tensor) -> torch.Tensor:
+    """Bool ``[L]`` over sequence ``i``: True from its output's first EOS on (an EOS in the
+    prompt, a chat template's end of turn, does not count). Decoding ends at that EOS, so
+    no context holding it is drafted from; an output logged past it (``ignore_eos``) is
+    cut there for training."""
+    seq = cache.ids[cache.span(i)]
+    hit = torch.isin(seq, eos)
+    hit[: int(cache.prompt_lens[i])] = False
+    return hit.cumsum(0) > 0
 
 
 def target_lm_rows(target: Target) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -8,6 +8,9 @@ import torch
 from autospec.engine.sampling import SamplingParams
 from autospec.speculators.draft import DraftSpeculator
 from autospec.speculators.registry import new_speculator
+from autospec.train.data import TrainSequence
+from autospec.train.features import extract_features
+from autospec.train.kinds import TraineeOptions, recipe
 
 from .helpers import assert_valid, feed_from_scratch
 
@@ -93,3 +96,22 @@ def test_draft_tiny_random_init_propose_twice_without_commit_repeats(tiny, seque
     first = spec.propose(4, GREEDY, None).tokens.tolist()
     assert spec.propose(4, GREEDY, None).tokens.tolist() == first
     assert spec.propose(0, GREEDY, None).num_tokens == 0
+
+
+def test_draft_tiny_random_init_counts_no_position_past_a_mid_output_eos(tiny) -> None:
+    """Position ``t`` predicts token ``t + 1``: from ``prompt_len - 1`` up to the output's
+    first EOS (predicted, counted), none after it (an output logged past EOS, ignore_eos);
+    an EOS in the prompt changes nothing."""
+    eos = tiny.info.eos_token_ids[0]
+    ids = torch.randint(0, eos, (14,), generator=torch.Generator().manual_seed(3))
+    ids[[1, 8, 13]] = eos  # prompt ids[0..4]; output ids[5..13], first EOS at 8
+    seq = TrainSequence(ids=ids.tolist(), prompt_len=5)
+    spec = _draft(tiny)
+    kind = recipe("draft")
+    kind.prepare(spec, [seq], tiny, None)
+    trainee = kind.trainee(spec, TraineeOptions(eos_ids=tiny.info.eos_token_ids))
+    batch = trainee.make_batch(extract_features(tiny, [seq]), [0])
+    expected = torch.zeros(1, 14, dtype=torch.bool)
+    expected[0, 4:8] = True  # contexts ending at 4..7 predict 5..8 (8: the EOS)
+    assert torch.equal(batch["valid"].cpu(), expected)
+    assert trainee(**batch)[2].tolist() == [4]

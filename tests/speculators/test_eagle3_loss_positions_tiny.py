@@ -3,7 +3,8 @@
 A deployed head drafts only after the prompt: its first draft reads the features of the
 last prompt position (``prompt_len - 1``) and the first output token. So step ``s`` of
 training-time test counts pair ``t`` only where its real prefix ends at or after that
-pair (``t - s >= prompt_len - 1``) and the pair has a teacher (``t <= len - 2``).
+pair (``t - s >= prompt_len - 1``) and the pair has a teacher (``t <= len - 2``). Decoding
+stops at the output's first EOS, so no pair whose context or chain holds it counts.
 """
 
 from __future__ import annotations
@@ -22,26 +23,28 @@ STEPS = 3
 EOS = 63  # the tiny target's
 
 
-def _sequences() -> list[TrainSequence]:
+def _sequences(shapes=SHAPES, eos_at=((), ())) -> list[TrainSequence]:
+    """Random sequences of ``shapes``; ``eos_at[row]``: more indices holding EOS."""
     gen = torch.Generator().manual_seed(7)
     seqs = []
-    for p, o, eos in SHAPES:
+    for (p, o, eos), more in zip(shapes, eos_at, strict=True):
         ids = torch.randint(0, EOS, (p + o,), generator=gen)
         if eos:
             ids[-1] = EOS
+        ids[list(more)] = EOS
         seqs.append(TrainSequence(ids=ids.tolist(), prompt_len=p))
     return seqs
 
 
-def _trainee_and_batch(tiny):
-    seqs = _sequences()
+def _trainee_and_batch(tiny, seqs=None):
+    seqs = seqs or _sequences()
     spec = new_speculator("eagle3", tiny, draft_vocab_size=64)  # every teacher teachable
     kind = recipe("eagle3")
     kind.prepare(spec, seqs, tiny, None)
     trainee = kind.trainee(spec, TraineeOptions(ttt_steps=STEPS, loss="kl",
                                                 eos_ids=tiny.info.eos_token_ids))
     cache = extract_features(tiny, seqs, feature_layers=spec.feature_layers)
-    return trainee, trainee.make_batch(cache, [0, 1])
+    return trainee, trainee.make_batch(cache, list(range(len(seqs))))
 
 
 def test_eagle3_tiny_random_init_counts_pairs_from_the_last_prompt_position(tiny) -> None:
@@ -63,3 +66,26 @@ def test_eagle3_tiny_random_init_counts_pairs_from_the_last_prompt_position(tiny
     loss.backward()  # the loss reads a teacher exactly at the counted pairs
     assert top_lp.grad is not None
     assert torch.equal(top_lp.grad.abs().sum(-1) > 0, expected)
+
+
+def test_eagle3_tiny_random_init_counts_no_pair_at_or_past_a_mid_output_eos(tiny) -> None:
+    """An output logged past an EOS (``ignore_eos``): with the first output EOS at ``e``, step
+    ``s`` counts pair ``t`` for ``prompt_len - 1 + s <= t <= e - 2`` (the last predicts the
+    EOS). Pairs after it, and chains fed the EOS mid-way (step 2 at ``t = e``: prefix ending
+    at ``e - 2``, chain ``ids[e], ids[e + 1]``), do not. An EOS in the prompt (a chat
+    template's end of turn) changes nothing."""
+    p, o, e = 6, 10, 9  # output ids[6..15], EOS at 9 and again at the end
+    seqs = _sequences([(p, o, True), (8, 4, False)], eos_at=((2, e), ()))
+    trainee, batch = _trainee_and_batch(tiny, seqs)
+    width = batch["valid"].shape[1]
+    expected = torch.zeros(2, width, dtype=torch.bool)
+    expected[0, p - 1 : e - 1] = True  # pairs 5..7: tokens 6..8 in, 7..9 predicted
+    expected[1, 8 - 1 : 8 + 4 - 1] = True  # no EOS: every output pair, the last one too
+    assert torch.equal(batch["valid"], expected)
+
+    top_lp = batch["top_logprobs"].clone().requires_grad_()
+    loss, _, counted = trainee(**{**batch, "top_logprobs": top_lp})
+    assert counted.tolist() == [(e - 1 - (p - 1) - s) + (4 - s) for s in range(STEPS)]
+    loss.backward()
+    assert torch.equal(top_lp.grad.abs().sum(-1) > 0, expected)
+

@@ -3,9 +3,10 @@ target's own layers or warm-started from the incumbent.
 
 :class:`DraftTrainee`: the small LM at position ``t`` predicts token ``t + 1``; loss = KL
 from the target's top-K distribution (renormalised) to the draft's, counted only where the
-predicted token is one the target generated (outputs, not prompts) and the context does not
-end in EOS. Forward returns ``(loss, correct [1], counted [1])``; correct = the draft's top-1
-equals the target's greedy token. :class:`DraftRecipe` is the kind's
+predicted token is one the target generated (outputs, not prompts) and the context holds no
+output EOS (decoding stops at the first; an output logged past it is cut there). Forward
+returns ``(loss, correct [1], counted [1])``; correct = the draft's top-1 equals the
+target's greedy token. :class:`DraftRecipe` is the kind's
 :class:`~autospec.speculators.training.Recipe`.
 """
 

@@ -8,13 +8,14 @@ output predicts token ``t + 2``, whose teacher is the target's distribution at p
 where its real prefix ends inside the output (``t - s >= prompt_len - 1``), as in decoding
 (a head's first draft reads the last prompt position's features and the first output
 token: pair ``prompt_len - 1``; pair ``prompt_len - 2`` would predict the first output
-token, which the target itself produces), and the context does not end in EOS (the last
-pair of an output cut short, not ended by EOS, counts: its teacher is the target's
-distribution after the output). Loss ``"kl"``: cross-entropy to the target's top-K
-distribution restricted to the draft vocabulary (= KL up to a constant); ``"ce"``: to the
-target's greedy token. Step ``s`` is weighted ``step_decay ** s``. Forward returns
-``(loss, correct [steps], counted [steps])``; correct = the draft's top-1 equals the
-target's greedy token.
+token, which the target itself produces), and neither the real prefix nor the chain holds
+an output EOS (decoding stops at the first: the last pair counted predicts it; an output
+logged past it, ``ignore_eos``, is cut there). The last pair of an output cut short by
+``max_tokens`` counts: its teacher is the target's distribution after the output. Loss
+``"kl"``: cross-entropy to the target's top-K distribution restricted to the draft
+vocabulary (= KL up to a constant); ``"ce"``: to the target's greedy token. Step ``s`` is
+weighted ``step_decay ** s``. Forward returns ``(loss, correct [steps], counted [steps])``;
+correct = the draft's top-1 equals the target's greedy token.
 
 :class:`Eagle3Recipe` sets the draft vocabulary (:mod:`~autospec.speculators.eagle3.vocab`)
 and the initialisation (the target's LM-head rows, or the incumbent's weights), and after
@@ -47,6 +48,7 @@ from autospec.speculators.training import (
     documents,
     on_device,
     pad_stack,
+    past_eos,
     target_lm_rows,
 )
 
@@ -139,9 +141,10 @@ def _noisy(features: torch.Tensor, scale: float, width: int) -> torch.Tensor:
 
 def pair_mask(cache: FeatureCache, i: int, n: int, eos: torch.Tensor) -> torch.Tensor:
     """Bool ``[n]``: pair ``t`` of sequence ``i`` (``features[t]``, ``ids[t + 1]``) counts at
-    step 0: its token ``t + 1`` is an output token (``t >= prompt_len - 1``), not EOS."""
-    seq = cache.ids[cache.span(i)]
-    return (torch.arange(n) >= int(cache.prompt_lens[i]) - 1) & ~torch.isin(seq[1 : n + 1], eos)
+    step 0: its token ``t + 1`` is an output token (``t >= prompt_len - 1``) and neither it
+    nor an output token before it is EOS (:func:`past_eos`). The counted pairs are one run,
+    so step ``s`` (pairs ``t`` and ``t - s`` counted) counts no chain that crosses an EOS."""
+    return (torch.arange(n) >= int(cache.prompt_lens[i]) - 1) & ~past_eos(cache, i, eos)[1 : n + 1]
 
 
 @torch.no_grad()
