@@ -89,3 +89,18 @@ def test_eagle3_tiny_random_init_counts_no_pair_at_or_past_a_mid_output_eos(tiny
     loss.backward()
     assert torch.equal(top_lp.grad.abs().sum(-1) > 0, expected)
 
+
+def test_eagle3_tiny_random_init_last_pair_of_a_cut_output_reads_the_target_after_it(tiny):
+    """An output cut short by max_tokens (no EOS): its last pair ``L - 2`` predicts token
+    ``L``, which is not in the sequence, but its teacher is: the target's distribution after
+    the whole output (the feature pass computes every position's), as decoding with a larger
+    max_tokens would verify a draft there."""
+    seqs = _sequences()
+    _, batch = _trainee_and_batch(tiny, seqs)
+    n = len(seqs[0].ids)
+    assert bool(batch["valid"][0, n - 2])
+    with torch.no_grad():
+        after = torch.log_softmax(tiny.model(torch.tensor([seqs[0].ids])).logits[0, -1], -1)
+    values, indices = after.topk(batch["top_ids"].shape[-1])
+    assert torch.equal(batch["top_ids"][0, n - 2].cpu(), indices)
+    assert torch.allclose(batch["top_logprobs"][0, n - 2].cpu(), values, atol=4e-3)
