@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from autospec.bench.serve_options import (
+    bench_prompts,
+    checked_bands,
+    checked_suffix_cache,
+    checked_suffix_warm,
+    checked_vllm_suffix,
+    client_counts,
+)
 from autospec.bench.swap_cli import swap as swap_command
 from autospec.json_file import json_file_option
 from autospec.speculators.registry import KINDS
@@ -67,9 +75,9 @@ bench_app.command("swap")(swap_command)
 @bench_app.command("store")
 def store(
     database_url: Annotated[str | None, typer.Option(
-        "--database-url", "--url",
-        help="database to measure (default: a temporary SQLite file, and PostgreSQL too when "
-        "AUTOSPEC_TEST_POSTGRES_URL is set)")] = None,
+        "--database-url", "--url", help="database to measure (default: a temporary SQLite "
+        "file, and PostgreSQL too at AUTOSPEC_BENCH_POSTGRES_URL, else "
+        "AUTOSPEC_TEST_POSTGRES_URL, when set)")] = None,
     rows: Annotated[int, typer.Option(min=100, help="request rows to ingest")] = 20000,
     json_path: Annotated[Path | None, json_file_option()] = None,
 ) -> None:
@@ -152,7 +160,7 @@ def serve(
         if not names or unknown:
             raise typer.BadParameter(f"--engine: unknown {unknown or names}; known: "
                                      f"{', '.join(ENGINES)}")
-        counts = _client_counts(concurrency or "1,4,8")
+        counts = client_counts(concurrency or "1,4,8")
         if fresh_prompts and domain is None:
             raise typer.BadParameter("--fresh-prompts: needs --domain (the prompts to draw)")
         pool = fresh_pool_size(rounds, counts) if fresh_prompts else None
@@ -161,13 +169,13 @@ def serve(
         run_engine_bench(engines=names, target=target, dtype=dtype, max_tokens=max_tokens,
                          rounds=rounds, clients=counts, k=k, fresh_prompts=fresh_prompts,
                          database_url=database_url, deployment=deployment, json_path=json_path,
-                         k_bands=_checked_bands(k_bands, k, options if "vllm" in names
+                         k_bands=checked_bands(k_bands, k, options if "vllm" in names
                                                 else {}),
-                         prompts=_bench_prompts(domain, pool),
+                         prompts=bench_prompts(domain, pool),
                          vllm_options=options, builtin=builtin,
-                         vllm_suffix=_checked_vllm_suffix(vllm_suffix, names),
-                         vllm_suffix_cached=_checked_suffix_cache(vllm_suffix_cache, vllm_suffix),
-                         vllm_suffix_warm=_checked_suffix_warm(vllm_suffix_warm, vllm_suffix,
+                         vllm_suffix=checked_vllm_suffix(vllm_suffix, names),
+                         vllm_suffix_cached=checked_suffix_cache(vllm_suffix_cache, vllm_suffix),
+                         vllm_suffix_warm=checked_suffix_warm(vllm_suffix_warm, vllm_suffix,
                                                                database_url))
         return
     given = [name for name, value in (
@@ -177,10 +185,10 @@ def serve(
         ("--deployment", _given(ctx, "deployment")), ("--domain", domain is not None)) if value]
     if given:  # the logging / speculation bench takes none of them: refused, never ignored
         raise typer.BadParameter(f"{', '.join(given)}: need --engine")
-    _checked_vllm_suffix(vllm_suffix, [])
-    _checked_suffix_cache(vllm_suffix_cache, vllm_suffix)
-    _checked_suffix_warm(vllm_suffix_warm, vllm_suffix, database_url)
-    counts = _client_counts(concurrency or "2")
+    checked_vllm_suffix(vllm_suffix, [])
+    checked_suffix_cache(vllm_suffix_cache, vllm_suffix)
+    checked_suffix_warm(vllm_suffix_warm, vllm_suffix, database_url)
+    counts = client_counts(concurrency or "2")
     if len(counts) != 1:
         raise typer.BadParameter("--concurrency: one value without --engine")
     run_serve_bench(target=target, max_tokens=max_tokens, rounds=rounds,
@@ -188,80 +196,7 @@ def serve(
                     json_path=json_path)
 
 
-def _checked_vllm_suffix(wanted: bool, engines: list[str]) -> bool:
-    """``--vllm-suffix``: refused without the vLLM engine or without arctic-inference."""
-    import importlib.util
-
-    if not wanted:
-        return False
-    if "vllm" not in engines:
-        raise typer.BadParameter("--vllm-suffix: needs --engine vllm")
-    if importlib.util.find_spec("arctic_inference") is None:  # vLLM's suffix method needs it
-        raise typer.BadParameter("--vllm-suffix: arctic-inference is not installed "
-                                 "(docs/vllm.md)")
-    return True
-
-
-def _checked_suffix_cache(cached: int | None, vllm_suffix: bool) -> int | None:
-    """``--vllm-suffix-cache``: only with ``--vllm-suffix``."""
-    if cached is not None and not vllm_suffix:
-        raise typer.BadParameter("--vllm-suffix-cache: needs --vllm-suffix")
-    return cached
-
-
-def _checked_suffix_warm(n: int | None, vllm_suffix: bool, database_url: str | None) -> int | None:
-    """``--vllm-suffix-warm``: only with ``--vllm-suffix`` and a store of logged traffic."""
-    if n is not None and (not vllm_suffix or database_url is None):
-        raise typer.BadParameter("--vllm-suffix-warm: needs --vllm-suffix and --database-url "
-                                 "(the store whose logged requests it replays)")
-    return n
-
-
-def _client_counts(text: str) -> list[int]:
-    """``--concurrency``'s values: positive integers, in the order given, no repeats."""
-    try:
-        counts = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
-        raise typer.BadParameter(f"--concurrency: {text!r} is not a list of distinct positive "
-                                 "integers, e.g. 1,4,8")
-    return counts
-
-
-def _checked_bands(text: str | None, k: int, vllm_options: dict[str, Any]) -> str | None:
-    from autospec.serve.bands import BandsError, parse_bands, vllm_bands_refusal
-
-    try:
-        bands = parse_bands(text, max_k=k)
-    except BandsError as exc:
-        raise typer.BadParameter(f"--k-bands: {exc}") from None
-    why = vllm_bands_refusal(vllm_options) if bands is not None else None
-    if why is not None:
-        raise typer.BadParameter(f"--k-bands: {why}")
-    return None if bands is None else str(bands)
-
-
-def _bench_prompts(domain: str | None, count: int | None = None
-                   ) -> list[list[dict[str, str]]] | None:
-    """``--domain``'s prompts (``count``, default as many as the generic set), or None for the
-    generic set."""
-    if domain is None:
-        return None
-    from autospec.bench.prompts import BENCH_PROMPTS
-    from autospec.workloads import UnknownDomain, domain_prompts
-
-    try:
-        return domain_prompts(domain, count or len(BENCH_PROMPTS), seed=DOMAIN_PROMPT_SEED)
-    except UnknownDomain as exc:
-        raise typer.BadParameter(f"--domain: {exc}") from None
-
-
 AUTO_DTYPE_HELP = "target dtype: float32, bfloat16 or auto (bfloat16 where the CPU has it)"
-
-#: seed of ``bench serve --domain``'s prompts: not the demo's or loadgen's default (0), so a
-#: head trained on that traffic is measured on other prompts of its domain
-DOMAIN_PROMPT_SEED = 7919
 
 
 @bench_app.command("train")

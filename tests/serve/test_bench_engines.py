@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from autospec.bench.cli import _bench_prompts
 from autospec.bench.prompts import BENCH_PROMPTS
 from autospec.bench.serve_engines import Answer, _figures
+from autospec.bench.serve_options import bench_prompts
 from autospec.cli import app
 
 
@@ -26,10 +26,10 @@ def test_figures_give_tau_over_all_steps_and_median_per_request_speed() -> None:
 def test_domain_prompts_replace_the_generic_ones_and_differ_from_the_demos() -> None:
     from autospec.workloads import domain_prompts
 
-    support = _bench_prompts("support")
+    support = bench_prompts("support")
     assert support is not None and len(support) == len(BENCH_PROMPTS)
     assert not set(map(str, support)) & set(map(str, domain_prompts("support", 64, seed=0)))
-    assert _bench_prompts(None) is None
+    assert bench_prompts(None) is None
 
 
 @pytest.mark.parametrize(("args", "message"), [
