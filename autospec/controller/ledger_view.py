@@ -4,6 +4,7 @@ never read as markup), markdown lines for the demo's report. Queries nothing."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from rich.table import Table
@@ -34,6 +35,19 @@ def period_text(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.3g} h"
 
 
+def window_text(ledger: dict[str, Any]) -> str:
+    """"last 24 h" for a period that ends now (within a minute), else the period and its end:
+    "10.0 min to 2026-12-07 06:00 UTC" (``autospec ledger --until``)."""
+    until = ledger.get("until")
+    if isinstance(until, str):
+        until = datetime.fromisoformat(until)
+    period = period_text(ledger["period_s"])
+    if not isinstance(until, datetime) or abs(
+            (datetime.now(timezone.utc) - until).total_seconds()) <= 60:
+        return f"last {period}"
+    return f"{period} to {until.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC"
+
+
 def rate_source(rate: dict[str, Any]) -> str:
     """Where R came from: the period's held-out requests or the gate's evaluations."""
     if rate.get("source") == "holdout":
@@ -50,7 +64,7 @@ def summary(ledger: dict[str, Any]) -> str:
     paid = {None: "not known", True: "yes", False: "no"}[ledger["pays"]]
     rate_text = ("target-only rate not measured" if rate is None else
                  f"target-only {rate['tokens_per_s']:.1f} tokens/s ({rate_source(rate)})")
-    return (f"last {period_text(ledger['period_s'])}; {rate_text}; loop: {cycles}, "
+    return (f"{window_text(ledger)}; {rate_text}; loop: {cycles}, "
             f"{loop['seconds']:,.0f} s ({stages or 'no stage timings'}); "
             f"paid for itself: {paid}" + (f" — {ledger['note']}" if ledger["note"] else ""))
 

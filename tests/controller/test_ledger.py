@@ -188,12 +188,29 @@ def _ledger() -> dict:
 def test_the_ledger_in_words_and_markdown() -> None:
     ledger = _ledger()
     text = summary(ledger)
-    assert "last 2 h" in text and "10.0 tokens/s" in text and "#7" in text
+    end = (T + timedelta(hours=2)).astimezone(timezone.utc)
+    assert f"2 h to {end:%Y-%m-%d %H:%M} UTC" in text  # a period that ended in the past
+    assert "10.0 tokens/s" in text and "#7" in text
     assert "1 cycle," in text and "paid for itself: yes" in text
     lines = ledger_markdown(ledger)
     assert lines[1].startswith("## Ledger")
     assert lines[-1].startswith("| (all) | 3 | 40 | 1.5 | 4.0 | 2.5 | 1.0 | 1.5 |")
     assert ledger_markdown(None) == []
+
+
+def test_a_period_that_ends_now_is_the_last_of_it_and_its_json_form_reads_alike() -> None:
+    """``autospec ledger --until`` said "last 10.0 min" of a window that ended hours ago."""
+    from autospec.controller.ledger_view import window_text
+
+    now = datetime.now(timezone.utc)
+    assert window_text({"until": now, "period_s": 7200.0}) == "last 2 h"
+    assert window_text({"until": now.isoformat(), "period_s": 600.0}) == "last 10.0 min"
+    past = datetime(2026, 12, 7, 6, 0, tzinfo=timezone.utc)
+    assert window_text({"until": past.isoformat(), "period_s": 600.0}) == (
+        "10.0 min to 2026-12-07 06:00 UTC")
+    future = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    assert window_text({"until": future, "period_s": 86400.0}) == (
+        "24 h to 2030-01-01 00:00 UTC")
 
 
 def test_a_period_under_an_hour_reads_in_minutes() -> None:
