@@ -75,6 +75,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
     is the disconnect."""
     task = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_disconnect(request))
+    watch.add_done_callback(_quietly)  # Ray cancels ``receive`` when it cancels the handler
     try:
         await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
     finally:  # also when this handler is itself cancelled (Ray Serve: client gone)
@@ -84,6 +85,14 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
     if not task.done() or task.cancelled():
         return None
     return task.result()
+
+
+def _quietly(watch: asyncio.Future[None]) -> None:
+    """Take the disconnect watch's exception, if any, so that asyncio does not log it as
+    never retrieved: when Ray Serve cancels a handler whose client left, ``receive`` raises
+    Ray's ``TaskCancelledError`` in the watch, and nobody is left to read it."""
+    if not watch.cancelled():
+        watch.exception()
 
 
 async def _disconnect(request: Request) -> None:

@@ -180,3 +180,32 @@ def test_a_stream_abandoned_before_it_is_read_is_freed_tiny(slow_server):
 
     asyncio.run(scenario())
     assert forwards == []
+
+
+def test_a_watch_that_raises_when_ray_cancels_it_is_not_logged_as_never_retrieved() -> None:
+    """A vLLM trial's replica log: "Task exception was never retrieved ... _disconnect ...
+    TaskCancelledError" after a client left: Ray Serve cancelled the handler and ``receive``
+    raised in the disconnect watch, whose exception nobody read."""
+    import gc
+
+    from autospec.serve.http_io import unless_disconnected
+
+    class Cancelled(Exception):  # what Ray's TaskCancelledError is to asyncio
+        pass
+
+    class Gone:
+        async def receive(self) -> dict[str, Any]:
+            raise Cancelled("Task was cancelled")
+
+    reported: list[dict[str, Any]] = []
+
+    async def main() -> object:
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: reported.append(ctx))
+        got = await unless_disconnected(Gone(), asyncio.sleep(30))  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # the done callbacks run
+        gc.collect()  # an unread task exception is reported when the task is collected
+        return got
+
+    assert asyncio.run(main()) is None
+    gc.collect()
+    assert [c.get("message") for c in reported] == []
