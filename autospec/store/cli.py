@@ -80,7 +80,7 @@ def downgrade(revision: Annotated[str, typer.Argument(help="target revision, or 
         migrate.downgrade(engine, revision)
         return migrate.current_revision(engine)
 
-    out.print(Text(f"database at revision {_run(go)}"))
+    out.print(Text(f"database at revision {_run(go) or 'base (no schema)'}"))
 
 
 def current_status(url: str | None) -> dict[str, Any]:
