@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from autospec.speculators.training import IncumbentMismatch, TrainingError, TrainingInputError
 
-__all__ = ["ArtifactMoveError", "EmptyWindow", "IncumbentMismatch", "TrainingError",
-           "TrainingInputError", "TrainingStopped", "WindowTooSmall"]
+__all__ = ["ArtifactMoveError", "EmptyWindow", "IncumbentMismatch", "StopQuestionFailed",
+           "TrainingError", "TrainingInputError", "TrainingStopped", "WindowTooSmall"]
 
 
 class EmptyWindow(TrainingInputError):
@@ -23,6 +23,12 @@ class WindowTooSmall(TrainingInputError):
 
 class TrainingStopped(TrainingError):
     """The run was stopped on request (``should_stop``: a deadline, a lost lease)."""
+
+
+class StopQuestionFailed(TrainingError):
+    """A rank of a data-parallel group could not ask ``should_stop`` (it raised): every rank
+    ends before the same step with this error, which names that rank and its error. Not a
+    :class:`TrainingStopped`: nobody asked the run to stop, it failed."""
 
 
 class ArtifactMoveError(TrainingError):

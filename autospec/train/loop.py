@@ -18,6 +18,13 @@ step): alone it is asked after each step; in a group it is asked before each ste
 answer travels in the one all-reduce a step that the clock already does, so a stop any rank
 sees stops every rank before the same step (ranks stopping at different steps would wait
 for ever in DDP's next all-reduce). The Ray wrapper asks there for the driver's stop marker.
+A rank whose ``should_stop`` raises (an ``OSError`` reading the marker on a network
+filesystem) still takes its part in that all-reduce, saying so: a stop another rank saw
+wins (every rank raises :class:`TrainingStopped`, the failing rank logs its error);
+otherwise every rank raises :class:`~autospec.train.errors.StopQuestionFailed` before the
+same step, naming the failing rank and its error (one broadcast, only then). Leaving the
+loop alone would leave the others waiting in the all-reduce; going on as if asked nothing
+would leave the run unstoppable while the question keeps failing.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from autospec.train.errors import TrainingInputError, TrainingStopped
+from autospec.train.errors import StopQuestionFailed, TrainingInputError, TrainingStopped
 from autospec.train.features import FeatureCache
 
 log = logging.getLogger(__name__)
@@ -149,14 +156,14 @@ def train_loop(
     total = per_epoch * cfg.epochs
     model.train()
     running, started = [], time.perf_counter()
-    clock = _Clock(state.elapsed_s, world_size, params[0].device)
+    clock = _Clock(state.elapsed_s, world_size, params[0].device, rank)
     ask_before = should_stop if clock.shared else None  # a group decides together
     for epoch in range(state.epoch, cfg.epochs):
         # random draws (feature noise, dropout) seeded per epoch: a resumed run repeats them
         torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)
         batches = epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch)
         for indices in batches[rank : per_epoch * world_size : world_size]:
-            state.elapsed_s, stop = clock.read(ask_before is not None and ask_before())
+            state.elapsed_s, stop = clock.read(ask_before, state.step)
             if stop:
                 raise TrainingStopped(f"stopped on request at step {state.step}")
             if cfg.time_budget_s is not None and state.step and \
@@ -213,21 +220,53 @@ class _Clock:
     the slowest one's clock, so they agree on the rate and on stopping for the budget, and
     a stop any rank asks for, so they agree on stopping on request."""
 
-    def __init__(self, already: float, world_size: int, device: torch.device) -> None:
+    def __init__(self, already: float, world_size: int, device: torch.device,
+                 rank: int = 0) -> None:
         self.origin = time.perf_counter() - already
-        self.device = device
+        self.device, self.rank = device, rank
         self.shared = world_size > 1 and torch.distributed.is_available() and \
             torch.distributed.is_initialized()
 
-    def read(self, stop: bool = False) -> tuple[float, bool]:
-        """(seconds so far, whether any rank asked to stop): ``stop`` alone, unshared."""
+    def read(self, ask: Callable[[], bool] | None = None, step: int = 0) -> tuple[float, bool]:
+        """(seconds so far, whether any rank's ``ask`` said stop); unshared, ``ask`` alone.
+        Shared, an ``ask`` that raises still takes this rank through the all-reduce: unless
+        some rank said stop, every rank then raises :class:`StopQuestionFailed` (``step``:
+        the step it was asked before)."""
         value = time.perf_counter() - self.origin
         if not self.shared:
-            return value, stop
-        t = torch.tensor([value, float(stop)], dtype=torch.float64, device=self.device)
+            return value, ask is not None and bool(ask())
+        stop, error = False, None
+        if ask is not None:
+            try:
+                stop = bool(ask())
+            except Exception as exc:  # the group must hear of it, below
+                error = exc
+        t = torch.tensor([value, float(stop), 0.0 if error is None else self.rank + 1.0],
+                         dtype=torch.float64, device=self.device)
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        value, anyone = t.tolist()  # the step's one host sync
+        value, anyone, failed = t.tolist()  # the step's one host sync
+        if error is not None:
+            log.warning("rank %d could not ask whether to stop before step %d: %r",
+                        self.rank, step, error)
+        if failed and not anyone:
+            raise StopQuestionFailed(self._failure(int(failed) - 1, error, step)) from error
         return value, anyone > 0
+
+    def _failure(self, failed: int, error: Exception | None, step: int) -> str:
+        """Rank ``failed``'s account of its failed question, broadcast to every rank (UTF-8,
+        at most :data:`_FAILURE_BYTES`)."""
+        text = b"" if self.rank != failed or error is None else (
+            f"rank {failed} could not ask whether to stop before step {step}: "
+            f"{type(error).__name__}: {error}").encode()[:_FAILURE_BYTES]
+        data = torch.zeros(_FAILURE_BYTES, dtype=torch.uint8)
+        data[: len(text)] = torch.tensor(list(text), dtype=torch.uint8)
+        data = data.to(self.device)
+        torch.distributed.broadcast(data, src=failed)
+        return bytes(data.cpu().tolist()).rstrip(b"\0").decode(errors="replace")
+
+
+#: the most of a failed stop question's account that reaches the other ranks
+_FAILURE_BYTES = 1024
 
 
 #: the loop's numerics (a request's ``auto`` is resolved to one of them before the loop)

@@ -20,14 +20,21 @@ marker into the job. Each worker's loop asks for the marker before each step and
 decide together, in the loop's one all-reduce a step, so all stop before the same step
 (ranks stopping apart would hang in DDP's next all-reduce); they end without error and
 without a checkpoint, and the driver raises :class:`TrainingStopped` (nothing comes back
-to register). A worker also stops when the job is gone. Ray Train's only abort is the
-Ctrl-C handler its ``fit`` installs when run from the main thread (its controller actor's
-handle stays inside ``fit``), which :func:`fit_off_the_main_thread` avoids; so a run that has
-not ended ``stop_grace_s`` after the marker (a step that hangs, a worker group still waiting
-for resources) is given up, not aborted: :class:`TrainingStopped` is raised at once and the
-job removed; the run ends at its workers' next step (no job), a group that starts later
-fails at once, and until then it holds its workers' resources (at the latest until this
-process, its owner, ends). Ray itself is not shut down for it.
+to register). A worker also stops when the job is gone. A worker that cannot ask (reading
+the job raises: a network filesystem's ``OSError``) ends with the others before the same
+step: unless another rank saw the marker, every rank raises
+:class:`~autospec.train.errors.StopQuestionFailed`, naming that rank and its error — a
+failure of the worker group, as a worker death is (Ray restarts the group from the latest
+checkpoint while ``max_failures`` allows, then the run fails with that error).
+
+Ray Train's only abort is the Ctrl-C handler its ``fit`` installs when run from the main
+thread (its controller actor's handle stays inside ``fit``), which
+:func:`fit_off_the_main_thread` avoids; so a run that has not ended ``stop_grace_s`` after
+the marker (a step that hangs, a worker group still waiting for resources) is given up, not
+aborted: :class:`TrainingStopped` is raised at once and the job removed; the run ends at its
+workers' next step (no job), a group that starts later fails at once, and until then it
+holds its workers' resources (at the latest until this process, its owner, ends). Ray itself
+is not shut down for it.
 
 Which Ray (:func:`connect_ray`, called by :func:`ray_fit` and by the CLIs before a run):
 the one this process is already a driver of; else the cluster at ``address`` (``autospec

@@ -40,9 +40,11 @@ class Cache:
         return torch.full((self.size,), 5)
 
 
-def rank(rank: int, store_file: str, out: str, stop_rank: int, stop_after: int) -> None:
-    """Train as ``rank`` of 2; ``stop_rank``'s own ``should_stop`` turns True once it has
-    taken ``stop_after`` steps. Writes ``out/rank<r>.json``: how the loop ended, its steps."""
+def rank(rank: int, store_file: str, out: str, plan: dict[int, tuple[int, str]]) -> None:
+    """Train as ``rank`` of 2. ``plan``: per rank, after how many of its steps its own
+    ``should_stop`` says True (``"stop"``) or raises an ``OSError`` as reading a marker on a
+    network filesystem can (``"raise"``). Writes ``out/rank<r>.json``: how the loop ended, its
+    steps."""
     import torch.distributed as dist
 
     from autospec.train.errors import TrainingStopped
@@ -51,10 +53,19 @@ def rank(rank: int, store_file: str, out: str, stop_rank: int, stop_after: int) 
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank,
                             world_size=2, timeout=timedelta(seconds=20))
     steps: list[int] = []
+    after, answer = plan.get(rank, (None, "stop"))
+
+    def should_stop() -> bool:
+        if after is None or len(steps) < after:
+            return False
+        if answer == "raise":
+            raise OSError(116, "Stale file handle")
+        return True
+
     try:
         train_loop(Trainee(), Cache(64), LoopConfig(epochs=4, batch_size=4, warmup_steps=1),
                    rank=rank, world_size=2, on_step=lambda m: steps.append(m.step),
-                   should_stop=lambda: rank == stop_rank and len(steps) >= stop_after)
+                   should_stop=should_stop)
         ended = "finished"
     except TrainingStopped as exc:
         ended = f"TrainingStopped: {exc}"
