@@ -30,11 +30,15 @@ checkpoint while ``max_failures`` allows, then the run fails with that error).
 Ray Train's only abort is the Ctrl-C handler its ``fit`` installs when run from the main
 thread (its controller actor's handle stays inside ``fit``), which
 :func:`fit_off_the_main_thread` avoids; so a run that has not ended ``stop_grace_s`` after
-the marker (a step that hangs, a worker group still waiting for resources) is given up, not
-aborted: :class:`TrainingStopped` is raised at once and the job removed; the run ends at its
-workers' next step (no job), a group that starts later fails at once, and until then it
-holds its workers' resources (at the latest until this process, its owner, ends). Ray itself
-is not shut down for it.
+the marker (a step that hangs, a worker group still waiting for resources) is given up: its
+workers are ended, :class:`TrainingStopped` is raised at once and the job removed. Rank 0
+names the placement group it runs in (``ray.util.get_current_placement_group``) in the job
+as it starts (:func:`note_placement_group`); the driver removes that group
+(``ray.util.remove_placement_group``, :func:`end_workers`): Ray kills the worker actors in
+it and frees the CPUs (and GPUs) it reserved, and the controller, finding its workers dead,
+ends the run (a group it restarts while ``max_failures`` allows fails at once: no job). A
+group that never started (still waiting for resources) reserves nothing and named no
+placement group; it fails at once should it start later. Ray itself is not shut down for it.
 
 Which Ray (:func:`connect_ray`, called by :func:`ray_fit` and by the CLIs before a run):
 the one this process is already a driver of; else the cluster at ``address`` (``autospec
@@ -74,6 +78,8 @@ log = logging.getLogger(__name__)
 STATE_FILE, OPTIM_FILE, LOOP_FILE = "state.safetensors", "optimizer.safetensors", "loop.json"
 #: in the job: the driver's request to stop; rank 0's word that the ranks stopped (the step)
 STOP_FILE, STOPPED_FILE = "stop-requested", "stopped"
+#: in the job: rank 0's word which placement group the workers run in (its hex id)
+PLACEMENT_FILE = "placement-group"
 #: how long the driver waits for a run to end after it asked it to stop
 STOP_GRACE_S = 120.0
 
@@ -183,7 +189,8 @@ def _fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
 class RunStop:
     """The driver's half of stopping a Ray run on request. :meth:`poll` (every half second)
     writes the stop marker into ``job`` once ``should_stop()`` is True, and raises
-    :class:`TrainingStopped` when the run has not ended ``grace_s`` after that;
+    :class:`TrainingStopped` when the run has not ended ``grace_s`` after that, its workers
+    ended first (:func:`end_workers`);
     :meth:`stopped` is the error for a run that ended after the request."""
 
     def __init__(self, should_stop: Callable[[], bool], job: Path, grace_s: float) -> None:
@@ -201,14 +208,60 @@ class RunStop:
                 self.asked_at = time.monotonic()
                 log.info("asked the Ray Train run to stop (%s)", self.job.parent.name)
         elif time.monotonic() - self.asked_at > self.grace_s:
+            ended = end_workers(self.job)
             raise TrainingStopped(
                 f"stopped on request; the Ray Train run {self.job.parent.name} had not ended "
-                f"{self.grace_s:.0f}s after it was asked to and is left to end by itself")
+                f"{self.grace_s:.0f}s after it was asked to and "
+                + ("its workers were ended" if ended else "is left to end by itself"))
 
     def stopped(self) -> TrainingStopped:
         said = self.job / STOPPED_FILE
         return TrainingStopped(said.read_text() if said.exists()
                                else "stopped on request as the Ray Train run ended")
+
+
+def note_placement_group(job: Path) -> None:
+    """Name in ``job`` the placement group this Ray worker runs in, for :func:`end_workers`.
+    Not in one (no Ray Train worker) or not writable: logged, the run goes on."""
+    from ray.util import get_current_placement_group
+
+    group = get_current_placement_group()
+    if group is None:
+        log.warning("this Ray worker runs in no placement group: a given-up run cannot end it")
+        return
+    try:
+        (job / PLACEMENT_FILE).write_text(group.id.hex())
+    except OSError as exc:
+        log.warning("could not name the placement group in the job %s: %s", job, exc)
+
+
+def end_workers(job: Path) -> bool:
+    """End the workers of the run of ``job``: remove the placement group its rank 0 named
+    there (:func:`note_placement_group`); Ray kills the actors in it and frees what it
+    reserved. False when none was named (no worker started) or it cannot be removed
+    (logged): the run is given up all the same."""
+    try:
+        named = (job / PLACEMENT_FILE).read_text().strip()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        log.warning("could not read the placement group of the Ray Train run %s: %s",
+                    job.parent.name, exc)
+        return False
+    import ray
+    from ray.util import remove_placement_group
+    from ray.util.placement_group import PlacementGroup
+
+    try:
+        group = PlacementGroup(ray.PlacementGroupID(bytes.fromhex(named)))
+        remove_placement_group(group)
+    except Exception as exc:  # a malformed name, Ray gone: given up all the same
+        log.warning("could not remove the placement group %r of the Ray Train run %s: %s",
+                    named[:80], job.parent.name, exc)
+        return False
+    log.info("removed the placement group %s of the given-up Ray Train run %s", named,
+             job.parent.name)
+    return True
 
 
 def fit_off_the_main_thread(trainer: Any, stop: RunStop | None = None) -> Any:
@@ -251,6 +304,8 @@ def _worker(cfg: dict[str, Any]) -> None:
     spec = json.loads((job / "job.json").read_text())
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    if rank == 0:  # for the driver, should it give the run up
+        note_placement_group(job)
     torch.set_num_threads(worker_threads(cfg.get("threads"), ctx.get_local_world_size()))
     fit = recipe(spec["kind"])
     opts = TraineeOptions(**{**spec["opts"], "eos_ids": tuple(spec["opts"]["eos_ids"])})

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +15,12 @@ from autospec.settings import get_settings
 from autospec.speculators.checkpoint import load_speculator
 from autospec.train.data import WindowSpec
 from autospec.train.errors import TrainingError, TrainingStopped
+from autospec.train.ray_trainer import (
+    PLACEMENT_FILE,
+    RunStop,
+    fit_off_the_main_thread,
+    note_placement_group,
+)
 from autospec.train.run import TrainRequest, train_candidate
 
 pytestmark = pytest.mark.slow
@@ -65,22 +74,69 @@ def test_ray_two_workers_tiny_random_init_stop_on_request_together_and_register_
         ray_local, db_with_traffic, tiny, tmp_path) -> None:
     """``should_stop`` (a cycle's deadline, a lost lease) reaches the workers: both ranks stop
     before the same step (apart, one would wait in DDP's next all-reduce), long before the
-    run's 180 steps; nothing is registered and the run's storage is removed."""
+    run's 180 steps; nothing is registered and the run's storage is removed. Rank 0 named
+    its placement group in the job (the driver would remove it, should it give the run up)."""
     storage = tmp_path / "ray"
+    named: list[str] = []
 
     def after_the_first_checkpoint() -> bool:
-        return any(storage.glob("*/checkpoint_*"))
+        if not any(storage.glob("*/checkpoint_*")):
+            return False
+        named.extend(p.read_text() for p in storage.glob(f"*/job/{PLACEMENT_FILE}"))
+        return True
 
     with pytest.raises(TrainingStopped, match=r"^stopped on request at step \d+$") as stopped:
         train_candidate(_request(tmp_path, epochs=60), engine=db_with_traffic, target=tiny,
                         should_stop=after_the_first_checkpoint)
     step = int(re.findall(r"\d+", str(stopped.value))[-1])
     assert 3 <= step < 180  # 3 steps an epoch: at least the first one's
+    assert len(named) == 1 and re.fullmatch("[0-9a-f]{36}", named[0]), named
     with store.session_scope(db_with_traffic) as s:
         assert [v.version for v in store.list_speculators(s)] == ["builtin-ngram"]
         (run,) = store.list_training_runs(s)
         assert run.status == "failed" and run.error == f"stopped: {stopped.value}"
     assert not any(storage.iterdir())
+
+
+def test_a_given_up_ray_run_has_its_workers_ended_and_their_cpus_freed(ray_local,
+                                                                      tmp_path) -> None:
+    """A run whose step hangs (it never asks for the marker) is given up after the grace;
+    the driver removes the placement group rank 0 named in the job, so the workers die, the
+    run ends and its 2 CPUs are free again. They stayed held while the step hung: a later run
+    waited for them. A ``TorchTrainer`` of its own (no model): its step hangs by design."""
+    import ray
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    job, release = tmp_path / "hung" / "job", tmp_path / "release"
+    job.mkdir(parents=True)
+
+    def hung_step(cfg: dict) -> None:  # nested: Ray pickles it by value
+        if ray.train.get_context().get_world_rank() == 0:
+            note_placement_group(Path(cfg["job"]))  # as ray_trainer._worker does
+        while not Path(cfg["release"]).exists():
+            time.sleep(0.1)
+
+    trainer = TorchTrainer(
+        hung_step, train_loop_config={"job": str(job), "release": str(release)},
+        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}),
+        run_config=RunConfig(name="hung", storage_path=str(tmp_path / "ray"),
+                             failure_config=FailureConfig(max_failures=0)))
+    try:
+        with pytest.raises(TrainingStopped) as stopped:  # asked once the workers are up
+            fit_off_the_main_thread(trainer, RunStop(lambda: (job / PLACEMENT_FILE).exists(),
+                                                     job, grace_s=1.0))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+                ray.available_resources().get("CPU", 0) < 2
+                or any(t.name == "ray-train-fit" for t in threading.enumerate())):
+            time.sleep(0.2)
+        assert ray.available_resources().get("CPU", 0) == 2
+        assert not any(t.name == "ray-train-fit" for t in threading.enumerate())
+        assert str(stopped.value).endswith(
+            "had not ended 1s after it was asked to and its workers were ended")
+    finally:
+        release.touch()  # whatever happened, the step ends (the module's Ray serves on)
 
 
 def test_ray_two_workers_tiny_random_init_are_deterministic_through_a_worker_death(

@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 
 from autospec.train.errors import TrainingStopped
-from autospec.train.ray_trainer import STOP_FILE, STOPPED_FILE, RunStop, fit_off_the_main_thread
+from autospec.train.ray_trainer import (
+    PLACEMENT_FILE,
+    STOP_FILE,
+    STOPPED_FILE,
+    RunStop,
+    fit_off_the_main_thread,
+)
 
 
 class _RayLikeTrainer:
@@ -84,6 +90,20 @@ def test_a_run_asked_to_stop_that_does_not_end_is_given_up_after_the_grace(
         run.release.set()
     assert time.monotonic() - started < 10
     assert (tmp_path / STOP_FILE).exists()
+
+
+def test_a_placement_group_that_cannot_be_removed_still_gives_the_run_up(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The driver ends a given-up run's workers by removing the placement group rank 0 named
+    in the job; a name it cannot use is logged and the run is given up all the same."""
+    (tmp_path / PLACEMENT_FILE).write_text("not a placement group")
+    run = _RunOnWorkers(tmp_path, hang=True)
+    try:
+        with pytest.raises(TrainingStopped, match=r"asked to and is left to end by itself$"):
+            fit_off_the_main_thread(run, RunStop(lambda: True, tmp_path, grace_s=0.5))
+    finally:
+        run.release.set()
+    assert "could not remove the placement group 'not a placement group'" in caplog.text
 
 
 def test_a_run_never_asked_to_stop_returns_its_result(tmp_path: Path) -> None:
