@@ -1,8 +1,9 @@
 """``autospec loadgen``: drive a running deployment with domain traffic (or a replay file).
 
-Prints a progress line while it runs and a summary table at the end (``--json PATH`` also
-writes the summary and, with ``--per-request``, every request). Exit status 0 when every
-request succeeded, 1 when some failed, 2 for a usage error.
+Prints a progress line while it runs and a summary table at the end: failed requests counted
+by kind, each kind with its first message (what the server or the connection said).
+``--json PATH`` also writes the summary and, with ``--per-request``, every request. Exit
+status 0 when every request succeeded, 1 when some failed, 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -167,6 +168,9 @@ def _print(summary: dict[str, Any]) -> None:
         + ("" if summary["ttft_p50_ms"] is None else
            f"; streamed: time to first token p50 {summary['ttft_p50_ms']:.0f} ms, "
            f"{_fmt(summary['decode_tokens_per_s'], '.1f')} tokens/s per request after it")))
+    for kind, message in summary["error_messages"].items():
+        console.print(Text(f"  {kind} × {summary['error_kinds'][kind]}: {message or '—'}"),
+                      soft_wrap=True)  # one line each, as the JSON has it
     for key, title in (("by_version", "speculator version"), ("by_segment", "segment")):
         table = Table(title=f"by {title}")
         for col in (title, "requests", "τ", "p50 ms", "output tokens"):

@@ -7,8 +7,12 @@ chat or completion request with the ``x-autospec-segment`` header. It returns a
 response's ``autospec`` object (``version``, ``num_drafts``, ``num_accepted_tokens``...),
 It sends ``api_key`` (default ``AUTOSPEC_API_KEY``) as the Bearer token. The version is also
 read from the ``x-autospec-speculator`` header and the replica that
-answered from ``x-autospec-replica``. Errors are returned
-as results (``ok=False``), never raised.
+answered from ``x-autospec-replica``.
+Errors are returned as results (``ok=False``), never raised: ``error`` is the kind
+(exception class and HTTP status, ``BadRequestError 400``), ``error_message`` what the server
+said (its error body's ``message``) or, without an answer, what happened to the connection
+(``Connection error: [Errno 111] Connection refused``), on one line of at most
+:data:`MESSAGE_CHARS` characters.
 
 With ``stream=True`` each request is streamed (``stream_options.include_usage``) and the
 result carries the **time to first token** (``ttft_s``: the first chunk with output text),
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 SEGMENT_HEADER = "x-autospec-segment"
 VERSION_HEADER = "x-autospec-speculator"
 REPLICA_HEADER = "x-autospec-replica"
+MESSAGE_CHARS = 200  # an error message is cut to this many characters, on one line
 
 
 @dataclass
@@ -40,7 +45,8 @@ class Result:
     start_s: float
     latency_s: float
     ok: bool
-    error: str | None = None
+    error: str | None = None  # its kind: "BadRequestError 400", "APIConnectionError"
+    error_message: str | None = None  # what the server (or the connection) said, one line
     version: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -102,7 +108,7 @@ class Driver:
                 body, ttft = _collect(body, started)
         except openai.OpenAIError as exc:
             return Result(index, prompt.segment, start_s, time.perf_counter() - started,
-                          ok=False, error=_describe(exc))
+                          ok=False, error=_describe(exc), error_message=_message(exc))
         latency = time.perf_counter() - started
         result = _result(index, prompt.segment, start_s, latency, raw.headers, body,
                          self.keep_text)
@@ -173,6 +179,25 @@ def _describe(exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
     return f"{name} {status}" if status is not None else name
+
+
+def _message(exc: Exception) -> str:
+    """The server's message (an OpenAI- or vLLM-shaped error body), else the client's own
+    with its cause (what the connection did), on one line of at most MESSAGE_CHARS."""
+    body = getattr(exc, "body", None)
+    said = body.get("message") if isinstance(body, dict) else body
+    if not isinstance(said, str) or not said.strip():
+        said = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        cause = exc.__cause__ or exc.__context__
+        if cause is not None and str(cause) and str(cause) not in said:
+            said = f"{said.rstrip('.')}: {cause}"
+    return shorten(said)
+
+
+def shorten(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` on one line (runs of whitespace made one space), cut to ``limit`` with '…'."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def _result(index: int, segment: str, start_s: float, latency: float, headers: Any,

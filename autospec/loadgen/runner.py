@@ -8,7 +8,8 @@ clients fall behind the pace rather than pile up requests (at most ``concurrency
 flight). The run stops by itself when ``requests`` have been started or ``duration_s`` has
 passed (requests in flight finish), or when ``stop`` is set (Ctrl-C in the CLI).
 
-:func:`summarize` turns results into the figures the CLI prints: requests, errors, req/s,
+:func:`summarize` turns results into the figures the CLI prints: requests, errors (counted
+by kind in ``error_kinds``, the first message of each kind in ``error_messages``), req/s,
 latency p50/p99, output tokens/s (streamed requests: time to first token p50 and each
 request's tokens/s after it, :func:`~autospec.loadgen.client.decode_rate`), and τ
 (:func:`autospec.engine.stats.tau` over the requests' summed counts: mean accepted + 1 per
@@ -142,14 +143,16 @@ def summarize(results: list[Result], wall_s: float) -> dict[str, Any]:
     ok = [r for r in results if r.ok]
     lat = [1e3 * r.latency_s for r in ok]
     errors: dict[str, int] = {}
+    messages: dict[str, str | None] = {}
     for r in results:
         if not r.ok:
             errors[r.error or "error"] = errors.get(r.error or "error", 0) + 1
+            messages.setdefault(r.error or "error", r.error_message)
     tokens = sum(r.completion_tokens for r in ok)
     ttft = [1e3 * r.ttft_s for r in ok if r.ttft_s is not None]
     return {
         "requests": len(results), "ok": len(ok), "errors": len(results) - len(ok),
-        "error_kinds": errors, "wall_s": wall_s,
+        "error_kinds": errors, "error_messages": messages, "wall_s": wall_s,
         "requests_per_s": len(ok) / wall_s if wall_s > 0 else 0.0,
         "p50_ms": statistics.median(lat) if lat else None,
         "p99_ms": percentile(lat, 0.99) if lat else None,
