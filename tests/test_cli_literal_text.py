@@ -54,11 +54,11 @@ def test_loadgen_prints_what_the_server_answered_as_written(capsys, monkeypatch)
     from autospec.loadgen.cli import _print
 
     monkeypatch.setenv("COLUMNS", "300")  # its console, made when it prints: no folded cell
-    row = {"requests": 1, "tau": 2.0, "p50_ms": 10.0, "completion_tokens": 5}
+    row = {"requests": 1, "tau": 2.0, "p50_ms": 10.0, "completion_tokens": 5, "straddled": 0}
     _print({"requests": 2, "errors": 1, "error_kinds": {"HTTP 500: [/] :x:": 1}, "wall_s": 1.0,
             "error_messages": {"HTTP 500: [/] :x:": "no [bold]model[/] :x:"},
             "requests_per_s": 2.0, "tokens_per_s": 5.0, "p50_ms": 10.0, "p99_ms": 12.0,
-            "tau": 2.0, "ttft_p50_ms": None, "decode_tokens_per_s": None,
+            "tau": 2.0, "straddled": 0, "ttft_p50_ms": None, "decode_tokens_per_s": None,
             "by_version": {"v[/]": row}, "by_segment": {"[red]s": row}})
     out = capsys.readouterr().out
     assert "HTTP 500: [/] :x:" in out and "v[/]" in out and "[red]s" in out

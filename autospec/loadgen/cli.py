@@ -1,9 +1,11 @@
 """``autospec loadgen``: drive a running deployment with domain traffic (or a replay file).
 
 Prints a progress line while it runs and a summary table at the end: failed requests counted
-by kind, each kind with its first message (what the server or the connection said).
-``--json PATH`` also writes the summary and, with ``--per-request``, every request. Exit
-status 0 when every request succeeded, 1 when some failed, 2 for a usage error.
+by kind, each kind with its first message (what the server or the connection said); the
+by-version table says how many requests straddled an in-place swap (drafted by several
+versions, counted once under the response's version). ``--json PATH`` also writes the
+summary and, with ``--per-request``, every request. Exit status 0 when every request
+succeeded, 1 when some failed, 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -171,11 +173,19 @@ def _print(summary: dict[str, Any]) -> None:
     for kind, message in summary["error_messages"].items():
         console.print(Text(f"  {kind} × {summary['error_kinds'][kind]}: {message or '—'}"),
                       soft_wrap=True)  # one line each, as the JSON has it
+    straddled = summary["straddled"]
     for key, title in (("by_version", "speculator version"), ("by_segment", "segment")):
         table = Table(title=f"by {title}")
-        for col in (title, "requests", "τ", "p50 ms", "output tokens"):
+        extra = ("straddled",) if straddled and key == "by_version" else ()
+        for col in (title, "requests", "τ", "p50 ms", "output tokens", *extra):
             table.add_column(col, justify="left" if col == title else "right")
         for name, row in summary[key].items():
             table.add_row(*map(Text, (name, str(row["requests"]), _fmt(row["tau"]),
-                                      f"{row['p50_ms']:.0f}", str(row["completion_tokens"]))))
+                                      f"{row['p50_ms']:.0f}", str(row["completion_tokens"]),
+                                      *(str(row["straddled"]) for _ in extra))))
         console.print(table)
+    if straddled:
+        console.print(Text(
+            f"{straddled} request(s) straddled a swap (drafted by more than one version: "
+            "drafted_by in --per-request rows), each counted once, under its response's "
+            "version"))

@@ -7,7 +7,9 @@ chat or completion request with the ``x-autospec-segment`` header. It returns a
 response's ``autospec`` object (``version``, ``num_drafts``, ``num_accepted_tokens``...),
 It sends ``api_key`` (default ``AUTOSPEC_API_KEY``) as the Bearer token. The version is also
 read from the ``x-autospec-speculator`` header and the replica that
-answered from ``x-autospec-replica``.
+answered from ``x-autospec-replica``; ``drafted_by`` lists every version that drafted the
+request when an in-place swap on vLLM happened while it decoded (the ``autospec`` object's
+``drafted_by``; empty when one version drafted).
 Errors are returned as results (``ok=False``), never raised: ``error`` is the kind
 (exception class and HTTP status, ``BadRequestError 400``), ``error_message`` what the server
 said (its error body's ``message``) or, without an answer, what happened to the connection
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autospec.loadgen.source import Prompt
@@ -57,6 +59,8 @@ class Result:
     text: str | None = None
     replica: str | None = None  # x-autospec-replica: id=...; app=...; node=...; host=...
     ttft_s: float | None = None  # streamed requests: seconds to the first output text
+    #: every version that drafted it when a swap happened mid-request (else empty)
+    drafted_by: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -217,4 +221,5 @@ def _result(index: int, segment: str, start_s: float, latency: float, headers: A
         num_drafts=int(info.get("num_drafts") or 0),
         num_draft_tokens=int(info.get("num_draft_tokens") or 0),
         num_accepted_tokens=int(info.get("num_accepted_tokens") or 0),
-        tau=info.get("tau"), text=text, replica=headers.get(REPLICA_HEADER))
+        tau=info.get("tau"), text=text, replica=headers.get(REPLICA_HEADER),
+        drafted_by=[str(v) for v in info.get("drafted_by") or []])

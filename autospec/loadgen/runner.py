@@ -14,7 +14,9 @@ latency p50/p99, output tokens/s (streamed requests: time to first token p50 and
 request's tokens/s after it, :func:`~autospec.loadgen.client.decode_rate`), and τ
 (:func:`autospec.engine.stats.tau` over the requests' summed counts: mean accepted + 1 per
 verification step, bonus included; None where no request had a step) — overall, per
-version and per segment.
+version and per segment. A request drafted by several versions (it straddled an in-place
+swap: ``drafted_by``) counts once, under its response's ``version``; ``straddled`` says how
+many did, overall and per version and segment.
 """
 
 from __future__ import annotations
@@ -159,11 +161,17 @@ def summarize(results: list[Result], wall_s: float) -> dict[str, Any]:
         "completion_tokens": tokens,
         "tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
         "tau": tau(ok),
+        "straddled": sum(straddled(r) for r in ok),
         "ttft_p50_ms": statistics.median(ttft) if ttft else None,
         "decode_tokens_per_s": decode_rate(ok) if ttft else None,
         "by_version": _group(ok, lambda r: r.version or "?"),
         "by_segment": _group(ok, lambda r: r.segment),
     }
+
+
+def straddled(result: Result) -> bool:
+    """Whether more than one version drafted ``result`` (a swap happened while it ran)."""
+    return len(set(result.drafted_by)) > 1
 
 
 def _group(results: list[Result], key: Callable[[Result], str]) -> dict[str, dict[str, Any]]:
@@ -172,5 +180,6 @@ def _group(results: list[Result], key: Callable[[Result], str]) -> dict[str, dic
         groups.setdefault(key(r), []).append(r)
     return {name: {"requests": len(rs), "tau": tau(rs),
                    "p50_ms": statistics.median(1e3 * r.latency_s for r in rs),
-                   "completion_tokens": sum(r.completion_tokens for r in rs)}
+                   "completion_tokens": sum(r.completion_tokens for r in rs),
+                   "straddled": sum(straddled(r) for r in rs)}
             for name, rs in sorted(groups.items())}
