@@ -69,7 +69,8 @@ class TrafficPhase:
                 self.timeline.logged += 1
             self.reporter.request(phase, sample)
         elif not result.ok:
-            log.warning("target-only request failed: %s", result.error)
+            log.warning("target-only request failed: %s%s", result.error,
+                        f": {result.error_message}" if result.error_message else "")
         return result
 
     def measure(self, shadow: Callable[[PhaseFigures, int], float | None]) -> None:
