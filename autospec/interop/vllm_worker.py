@@ -20,9 +20,13 @@ so no forward pass sees a half-loaded speculator). Two moves, one per kind of dr
   deployment's, or a segment version's in a slot of its own
   (:meth:`~AutospecWorkerExtension.autospec_drop_index` forgets one).
 
-And one call at the engine's start, :meth:`~AutospecWorkerExtension.autospec_cap_drafts`:
+And two calls at the engine's start: :meth:`~AutospecWorkerExtension.autospec_cap_drafts`:
 whatever proposer drafts, its drafts stop where the request can end, so vLLM's per-request
-counts are the emitted ones (:mod:`autospec.interop.vllm_request_end`).
+counts are the emitted ones (:mod:`autospec.interop.vllm_request_end`);
+:meth:`~AutospecWorkerExtension.autospec_weight_casts`: the weights the load rounded to the
+serving dtype (a float32 checkpoint served in bfloat16), whose per-weight warnings this
+module's import dropped — vLLM imports it in the worker's process before the model loads, so
+it installs :func:`autospec.engine.vllm.weight_casts.install_cast_filter` there.
 
 Every file is read from safetensors after its SHA-256 is checked against the one autospec
 computed when it exported the version; nothing is unpickled. Each method returns a small
@@ -40,6 +44,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from autospec.engine.vllm.weight_casts import install_cast_filter
+
+#: vLLM's per-weight "Attempted to load weight …" warnings of rounding casts, counted instead
+_CASTS = install_cast_filter()
 
 
 def file_sha256(path: Path) -> str:
@@ -135,6 +144,11 @@ class AutospecWorkerExtension:
             return {"capped": False, "why": "asynchronous scheduling: vLLM verifies drafts "
                     "on the device and reports every step"}
         return {"capped": True, "new": cap_drafts(self.model_runner)}
+
+    def autospec_weight_casts(self) -> dict[str, int]:
+        """The weights cast to the serving dtype since the last call (``"float32->bfloat16"``
+        → how many), their vLLM warnings dropped (:mod:`autospec.engine.vllm.weight_casts`)."""
+        return _CASTS.take()
 
     def autospec_load_index(self, directory: str, sha256: dict[str, str],
                             version: str | None = None,

@@ -35,6 +35,7 @@ from typing import Any
 from autospec.engine.interface import check_fits
 from autospec.engine.sampling import SamplingParams
 from autospec.engine.vllm.sampling import vllm_sampling, with_slot
+from autospec.engine.vllm.weight_casts import cast_summary
 from autospec.threads import set_num_threads_kept
 
 log = logging.getLogger(__name__)
@@ -195,8 +196,20 @@ class VllmEngine:
             loop.stop()
             raise
         self._init_lifecycle(cleanup, loop)
+        self._report_casts()
         if speculative_config:
             self._cap_drafts()
+
+    def _report_casts(self) -> None:
+        """One line for the weights the load rounded to the serving dtype, whose per-weight
+        warnings the worker extension dropped (:mod:`autospec.engine.vllm.weight_casts`)."""
+        try:
+            line = cast_summary(self.rpc("autospec_weight_casts"))
+        except Exception as exc:  # a summary only: the engine serves either way
+            log.debug("no weight cast counts from vLLM's workers: %s", exc)
+            return
+        if line:
+            log.info("vLLM: %s", line)
 
     def _cap_drafts(self) -> None:
         """Drafts stop where each request can end, so vLLM counts only emitted ones
