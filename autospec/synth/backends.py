@@ -81,16 +81,20 @@ class VllmSampler:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in-process
         from vllm import LLM
 
+        from autospec.engine.vllm.weight_casts import cast_summary, install_cast_filter
         from autospec.interop.export import target_dir
 
         options: dict[str, object] = {}
         if target.device.type == "cpu":
             options["kv_cache_memory_bytes"] = VLLM_KV_CACHE_BYTES
         self.eos = set(target.info.eos_token_ids)
+        casts = install_cast_filter()  # the engine loads in this process: one line, not 122
         with set_num_threads_kept():
             self.llm = LLM(model=target_dir(target), dtype=target.dtype_name,
                            max_model_len=max_model_len, seed=0, enable_prefix_caching=True,
                            **options)
+        if line := cast_summary([casts.take()]):
+            log.info("vLLM: %s", line)
 
     def answer(self, prompts: list[list[int]], params: SamplingParams,
                seed: int) -> list[list[int]]:
