@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
@@ -28,6 +29,8 @@ from autospec.serve.segments import SEGMENT_HEADER, SEGMENT_NAME, SegmentRule, r
 
 VERSION_HEADER = "x-autospec-speculator"
 DRAFTED_BY_HEADER = "x-autospec-drafted-by"
+log = logging.getLogger(__name__)
+
 LOG_HEADER = "x-autospec-log"
 REPLICA_HEADER = "x-autospec-replica"
 #: a segment is named as the store names it (a header's segment becomes a pointer's name)
@@ -90,9 +93,13 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
 def _quietly(watch: asyncio.Future[None]) -> None:
     """Take the disconnect watch's exception, if any, so that asyncio does not log it as
     never retrieved: when Ray Serve cancels a handler whose client left, ``receive`` raises
-    Ray's ``TaskCancelledError`` in the watch, and nobody is left to read it."""
-    if not watch.cancelled():
-        watch.exception()
+    Ray's ``TaskCancelledError`` in the watch, and nobody is left to read it. Any other
+    exception (the request is then treated as abandoned too) is logged once."""
+    if watch.cancelled() or (exc := watch.exception()) is None:
+        return
+    if type(exc).__name__ != "TaskCancelledError":  # Ray's, named so ray is not imported
+        log.warning("the disconnect watch failed (the request is dropped as abandoned): %r",
+                    exc)
 
 
 async def _disconnect(request: Request) -> None:

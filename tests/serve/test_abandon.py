@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -182,7 +183,8 @@ def test_a_stream_abandoned_before_it_is_read_is_freed_tiny(slow_server):
     assert forwards == []
 
 
-def test_a_watch_that_raises_when_ray_cancels_it_is_not_logged_as_never_retrieved() -> None:
+def test_a_watch_that_raises_when_ray_cancels_it_is_not_logged_as_never_retrieved(
+        caplog) -> None:  # type: ignore[no-untyped-def]
     """A vLLM trial's replica log: "Task exception was never retrieved ... _disconnect ...
     TaskCancelledError" after a client left: Ray Serve cancelled the handler and ``receive``
     raised in the disconnect watch, whose exception nobody read."""
@@ -190,22 +192,30 @@ def test_a_watch_that_raises_when_ray_cancels_it_is_not_logged_as_never_retrieve
 
     from autospec.serve.http_io import unless_disconnected
 
-    class Cancelled(Exception):  # what Ray's TaskCancelledError is to asyncio
+    class TaskCancelledError(Exception):  # Ray's, as asyncio sees it (matched by name)
         pass
 
     class Gone:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
         async def receive(self) -> dict[str, Any]:
-            raise Cancelled("Task was cancelled")
+            raise self.error
 
     reported: list[dict[str, Any]] = []
 
-    async def main() -> object:
+    async def main(error: Exception) -> object:
         asyncio.get_running_loop().set_exception_handler(lambda _, ctx: reported.append(ctx))
-        got = await unless_disconnected(Gone(), asyncio.sleep(30))  # type: ignore[arg-type]
+        got = await unless_disconnected(Gone(error), asyncio.sleep(30))  # type: ignore[arg-type]
         await asyncio.sleep(0)  # the done callbacks run
         gc.collect()  # an unread task exception is reported when the task is collected
         return got
 
-    assert asyncio.run(main()) is None
-    gc.collect()
+    with caplog.at_level(logging.WARNING, logger="autospec.serve.http_io"):
+        assert asyncio.run(main(TaskCancelledError("Task was cancelled"))) is None
+        gc.collect()
+        assert [c.get("message") for c in reported] == [] and not caplog.records
+        # anything else is not a cancellation: dropped as abandoned all the same, but said
+        assert asyncio.run(main(RuntimeError("a bug in receive"))) is None
     assert [c.get("message") for c in reported] == []
+    assert ["a bug in receive" in r.getMessage() for r in caplog.records] == [True]
