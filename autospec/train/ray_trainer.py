@@ -238,7 +238,8 @@ def note_placement_group(job: Path) -> None:
 def end_workers(job: Path) -> bool:
     """End the workers of the run of ``job``: remove the placement group its rank 0 named
     there (:func:`note_placement_group`); Ray kills the actors in it and frees what it
-    reserved. False when none was named (no worker started) or it cannot be removed
+    reserved. False when none was named (no worker started), the one named is already gone
+    (a worker group Ray Train restarted has not named its own yet) or it cannot be removed
     (logged): the run is given up all the same."""
     try:
         named = (job / PLACEMENT_FILE).read_text().strip()
@@ -249,11 +250,16 @@ def end_workers(job: Path) -> bool:
                     job.parent.name, exc)
         return False
     import ray
-    from ray.util import remove_placement_group
+    from ray.util import placement_group_table, remove_placement_group
     from ray.util.placement_group import PlacementGroup
 
     try:
         group = PlacementGroup(ray.PlacementGroupID(bytes.fromhex(named)))
+        state = placement_group_table(group).get("state")
+        if state in (None, "REMOVED"):  # a group Ray Train replaced after a worker died
+            log.warning("the placement group %s of the Ray Train run %s is %s: its workers "
+                        "are not known here", named, job.parent.name, state or "unknown")
+            return False
         remove_placement_group(group)
     except Exception as exc:  # a malformed name, Ray gone: given up all the same
         log.warning("could not remove the placement group %r of the Ray Train run %s: %s",

@@ -18,6 +18,7 @@ from autospec.train.errors import TrainingError, TrainingStopped
 from autospec.train.ray_trainer import (
     PLACEMENT_FILE,
     RunStop,
+    end_workers,
     fit_off_the_main_thread,
     note_placement_group,
 )
@@ -137,6 +138,22 @@ def test_a_given_up_ray_run_has_its_workers_ended_and_their_cpus_freed(ray_local
             "had not ended 1s after it was asked to and its workers were ended")
     finally:
         release.touch()  # whatever happened, the step ends (the module's Ray serves on)
+
+
+def test_a_placement_group_already_removed_is_not_said_to_be_ended(ray_local, tmp_path,
+                                                                    caplog) -> None:
+    """The job still names the group of a worker group Ray Train replaced (a worker died and
+    the new rank 0 has not named its own yet): removing it again raised nothing, so the run
+    was said to have had "its workers ended" when the restarted ones were untouched."""
+    from ray.util import placement_group, remove_placement_group
+
+    group = placement_group([{"CPU": 1}])
+    assert group.wait(timeout_seconds=60)
+    remove_placement_group(group)
+    (tmp_path / PLACEMENT_FILE).write_text(group.id.hex())
+    with caplog.at_level("WARNING", logger="autospec.train.ray_trainer"):
+        assert end_workers(tmp_path) is False
+    assert f"placement group {group.id.hex()}" in caplog.text and "is REMOVED" in caplog.text
 
 
 def test_ray_two_workers_tiny_random_init_are_deterministic_through_a_worker_death(
