@@ -8,10 +8,11 @@ from SQLite restores into PostgreSQL and back. A backup is a directory::
     tables/<table>.jsonl     one JSON object a row, primary-key order
     artifacts/<version>/     each registered version's artifact files (manifest included)
 
-Values: ``LargeBinary`` columns (token ids) as base64, timestamps as ISO 8601 UTC, JSON as JSON,
-the rest as is. The tables are read in one transaction (``REPEATABLE READ`` on PostgreSQL),
-so the copy is consistent while replicas keep writing. It is written under a partial name
-and renamed into place once on disk (:func:`autospec.durable.rename_into_place`).
+Values (:mod:`autospec.store.backup_format`): ``LargeBinary`` columns (token ids) as base64,
+timestamps as ISO 8601 UTC, JSON as JSON, the rest as is. The tables are read in one
+transaction (``REPEATABLE READ`` on PostgreSQL), so the copy is consistent while replicas
+keep writing. It is written under a partial name and renamed into place once on disk
+(:func:`autospec.durable.rename_into_place`).
 
 :func:`restore` refuses a backup of another revision than this code's head (restore it with
 the autospec that took it, then ``autospec db upgrade``), a target store at another revision,
@@ -27,44 +28,28 @@ table, row and column (:mod:`autospec.store.restore_rows`); the transaction roll
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    DateTime,
-    Engine,
-    LargeBinary,
-    MetaData,
-    Row,
-    Table,
-    delete,
-    func,
-    insert,
-    select,
-)
-from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy import Engine, Row, delete, func, insert, select
 
 from autospec.durable import rename_into_place
 from autospec.store.artifacts import artifact_sha256, inside, local_path, without_links
+from autospec.store.backup_format import FORMAT, INDEX, encoder, order, tables, writable
 from autospec.store.db import describe, ping, redact, writer_engine
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated, StoreError
 from autospec.store.models import BUILTIN_VERSION, metadata, utcnow
 from autospec.store.registry import check_actor
-from autospec.store.restore_rows import parents_first, refused_rows, reset_sequences
+from autospec.store.restore_rows import insert_tables, reset_sequences
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
-INDEX = "backup.json"
 _BATCH = 1000
 
 Progress = Callable[[str, int], None]
@@ -88,73 +73,6 @@ class Outcome:
                 "tables": self.tables, "rows": sum(self.tables.values()),
                 "artifacts": self.artifacts, "missing_artifacts": self.missing_artifacts,
                 "replaced": self.replaced}
-
-
-def tables() -> list[Table]:
-    """The autospec tables, parents before children (the order rows are restored in);
-    ``autospec_schema`` is schema bookkeeping the restoring store writes itself."""
-    return [t for t in metadata.sorted_tables if t.name != "autospec_schema"]
-
-
-# -- values ----------------------------------------------------------------------------------
-
-
-def _kind(column: Any) -> str:
-    kind = column.type
-    if isinstance(kind, LargeBinary):
-        return "bytes"
-    if isinstance(kind, DateTime) or isinstance(getattr(kind, "impl", None), DateTime):
-        return "datetime"
-    return "plain"
-
-
-def _encoder(table: Table) -> Callable[[Any], dict[str, Any]]:
-    kinds = {c.name: _kind(c) for c in table.columns}
-
-    def encode(row: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, value in row._mapping.items():
-            if value is not None and kinds[name] == "bytes":
-                value = base64.b64encode(value).decode("ascii")
-            elif value is not None and kinds[name] == "datetime":
-                value = value.isoformat()
-            out[name] = value
-        return out
-
-    return encode
-
-
-def _decoder(table: Table) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    kinds = {c.name: _kind(c) for c in table.columns}
-
-    def decode(row: dict[str, Any]) -> dict[str, Any]:
-        unknown = set(row) - set(kinds)
-        if unknown:
-            raise StoreError(f"backup of table {table.name} has columns this autospec does "
-                             f"not know: {', '.join(sorted(unknown))}")
-        out: dict[str, Any] = {}
-        for name, value in row.items():
-            if value is not None and kinds[name] == "bytes":
-                value = base64.b64decode(value)
-            elif value is not None and kinds[name] == "datetime":
-                value = datetime.fromisoformat(value)
-            out[name] = value
-        return out
-
-    return decode
-
-
-def _writable(table: Table) -> Table:
-    """``table`` with JSON columns storing Python None as SQL NULL (as the ORM writes it)."""
-    copy = table.to_metadata(MetaData())
-    for column in copy.columns:
-        if isinstance(column.type, JSON):
-            column.type = JSON(none_as_null=True)
-    return copy
-
-
-def _order(table: Table) -> list[Any]:
-    return list(table.primary_key.columns) or list(table.columns)
 
 
 # -- backup ----------------------------------------------------------------------------------
@@ -186,11 +104,11 @@ def backup(engine: Engine, path: str | Path, *, progress: Progress | None = None
             conn_engine = engine.execution_options(isolation_level="REPEATABLE READ")
         with conn_engine.connect() as conn, conn.begin():
             for table in tables():
-                encode = _encoder(table)
+                encode = encoder(table)
                 count = 0
                 with (partial / "tables" / f"{table.name}.jsonl").open("w", encoding="utf-8") as fh:
                     rows = conn.execution_options(yield_per=_BATCH).execute(
-                        select(table).order_by(*_order(table)))
+                        select(table).order_by(*order(table)))
                     for row in rows:
                         fh.write(json.dumps(encode(row), separators=(",", ":")) + "\n")
                         count += 1
@@ -317,32 +235,13 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
     with writer_engine(engine).begin() as conn:
         for table in reversed(tables()):
             conn.execute(delete(table))
-        _insert_tables(conn, source, uris, outcome, progress)
+        outcome.tables = insert_tables(conn, source, uris, progress)
         if conn.dialect.name == "postgresql":
             reset_sequences(conn, tables())
         _record(conn, actor=actor, source=source, index=index, outcome=outcome)
     log.info("restored %s into %s (%d rows, %d artifacts)", source, where,
              sum(outcome.tables.values()), len(outcome.artifacts))
     return outcome
-
-
-def _insert_tables(conn: Any, source: Path, uris: dict[str, str], outcome: Outcome,
-                   progress: Progress | None) -> None:
-    """Insert every table's rows; a batch the database refuses is a :class:`StoreError`
-    naming the table, row and column (the transaction rolls back: the store is unchanged)."""
-    for table in tables():
-        count = 0
-        for batch in _batches(source, table, uris):
-            try:
-                conn.execute(insert(_writable(table)), batch)
-            except (DataError, IntegrityError) as exc:
-                raise StoreError(f"backup {source}: table {table.name}: "
-                                 f"{refused_rows(table, batch, exc)}; the database is "
-                                 f"unchanged") from None
-            count += len(batch)
-        outcome.tables[table.name] = count
-        if progress:
-            progress(table.name, count)
 
 
 def _plan_artifacts(source: Path, root: Path, artifacts: dict[str, dict[str, str]], *,
@@ -399,40 +298,10 @@ def _copy_artifacts(source: Path, root: Path, plan: dict[str, bool]) -> list[str
     return list(plan)
 
 
-def _lines(source: Path, table: Table) -> Iterator[dict[str, Any]]:
-    file = source / "tables" / f"{table.name}.jsonl"
-    if not file.is_file():
-        raise StoreError(f"backup {source} has no {file.name}")
-    decode = _decoder(table)
-    with file.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
-            try:
-                yield decode(json.loads(line))
-            except (ValueError, TypeError) as exc:
-                raise StoreError(f"{file}:{number}: {exc}") from None
-
-
-def _batches(source: Path, table: Table,
-             uris: dict[str, str]) -> Iterator[list[dict[str, Any]]]:
-    rows: Iterator[dict[str, Any]] = _lines(source, table)
-    if table.name == "speculators":
-        rows = iter(parents_first(list(rows)))
-    batch: list[dict[str, Any]] = []
-    for row in rows:
-        if table.name == "speculators" and row["version"] in uris:
-            row["artifact_uri"] = uris[row["version"]]
-        batch.append(row)
-        if len(batch) >= _BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _record(conn: Any, *, actor: str, source: Path, index: dict[str, Any],
             outcome: Outcome) -> None:
     events = metadata.tables["events"]
-    conn.execute(insert(_writable(events)).values(
+    conn.execute(insert(writable(events)).values(
         created_at=utcnow(), kind="note", actor=actor,
         reason=f"store restored from backup {source} (taken {index.get('created_at')} from "
                f"{redact(str(index.get('source')))})",  # older backups kept a ?password= there

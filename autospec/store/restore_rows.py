@@ -1,15 +1,76 @@
-"""Row-level steps of :func:`autospec.store.backup.restore`: the order speculator rows are
-inserted in, PostgreSQL's id sequences after the insert, and what to say when the database
-refuses a batch of a backup's rows (a string longer than its column, a NUL in text: SQLite
-stores both, PostgreSQL refuses them) — the table, the row by its primary key and the column
-where the rows show it, never a traceback."""
+"""Row-level steps of :func:`autospec.store.backup.restore`: the backup's table files read
+and inserted (:func:`insert_tables`), the order speculator rows are inserted in, PostgreSQL's
+id sequences after the insert, and what to say when the database refuses a batch of a
+backup's rows (a string longer than its column, a NUL in text: SQLite stores both,
+PostgreSQL refuses them) — the table, the row by its primary key and the column where the
+rows show it, never a traceback."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Table, func, select, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Table, func, insert, select, text
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
+
+from autospec.store.backup_format import decoder, tables, writable
+from autospec.store.errors import StoreError
+
+_BATCH = 1000
+
+
+def _lines(source: Path, table: Table) -> Iterator[dict[str, Any]]:
+    file = source / "tables" / f"{table.name}.jsonl"
+    if not file.is_file():
+        raise StoreError(f"backup {source} has no {file.name}")
+    decode = decoder(table)
+    with file.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            try:
+                yield decode(json.loads(line))
+            except (ValueError, TypeError) as exc:
+                raise StoreError(f"{file}:{number}: {exc}") from None
+
+
+def insert_tables(conn: Any, source: Path, uris: dict[str, str],
+                  progress: Callable[[str, int], None] | None) -> dict[str, int]:
+    """Insert every table's rows (speculators' ``artifact_uri`` from ``uris`` where it names
+    the version); rows a table. A batch the database refuses is a :class:`StoreError` naming
+    the table, row and column (the caller's transaction rolls back: the store is unchanged)."""
+    done: dict[str, int] = {}
+    for table in tables():
+        count = 0
+        for batch in _batches(source, table, uris):
+            try:
+                conn.execute(insert(writable(table)), batch)
+            except (DataError, IntegrityError) as exc:
+                raise StoreError(f"backup {source}: table {table.name}: "
+                                 f"{refused_rows(table, batch, exc)}; the database is "
+                                 f"unchanged") from None
+            count += len(batch)
+        done[table.name] = count
+        if progress:
+            progress(table.name, count)
+    return done
+
+
+def _batches(source: Path, table: Table,
+             uris: dict[str, str]) -> Iterator[list[dict[str, Any]]]:
+    rows: Iterator[dict[str, Any]] = _lines(source, table)
+    if table.name == "speculators":
+        rows = iter(parents_first(list(rows)))
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        if table.name == "speculators" and row["version"] in uris:
+            row["artifact_uri"] = uris[row["version"]]
+        batch.append(row)
+        if len(batch) >= _BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def parents_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

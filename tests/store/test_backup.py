@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from autospec import store
 from autospec.store import backup as backups
-from autospec.store import db, migrate
+from autospec.store import backup_format, db, migrate
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated
 from autospec.store.models import utcnow
 
@@ -78,9 +78,9 @@ def rows(engine) -> dict[str, list[dict[str, Any]]]:  # type: ignore[no-untyped-
     found = {}
     with engine.connect() as conn:
         for table in backups.tables():
-            encode = backups._encoder(table)
+            encode = backup_format.encoder(table)
             found[table.name] = [encode(r) for r in conn.execute(
-                select(table).order_by(*backups._order(table)))]
+                select(table).order_by(*backup_format.order(table)))]
     return found
 
 
