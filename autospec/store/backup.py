@@ -46,7 +46,7 @@ from autospec.store.db import describe, ping, redact, writer_engine
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated, StoreError
 from autospec.store.models import BUILTIN_VERSION, metadata, utcnow
 from autospec.store.registry import check_actor
-from autospec.store.restore_rows import insert_tables, reset_sequences
+from autospec.store.restore_rows import check_tables, insert_tables, reset_sequences
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +220,7 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
             listed = ", ".join(f"{name}: {count}" for name, count in found.items())
             raise Conflict(f"database {where} is not empty ({listed}); pass --force to "
                            f"replace its contents with the backup")
+    check_tables(source)  # every row parsed before anything is written
     root = Path(artifact_dir or get_settings().resolved_artifact_dir)
     artifacts: dict[str, dict[str, str]] = index.get("artifacts") or {}
     plan = _plan_artifacts(source, root, artifacts, force=force)

@@ -50,12 +50,14 @@ def encoder(table: Table) -> Callable[[Any], dict[str, Any]]:
     return encode
 
 
-def decoder(table: Table) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def decoder(table: Table) -> Callable[[Any], dict[str, Any]]:
     """A backup's JSON object → the row of ``table`` to insert; a ``ValueError`` or
     :class:`StoreError` for one this autospec cannot read."""
     kinds = {c.name: _kind(c) for c in table.columns}
 
-    def decode(row: dict[str, Any]) -> dict[str, Any]:
+    def decode(row: Any) -> dict[str, Any]:
+        if not isinstance(row, dict):
+            raise ValueError(f"expected a JSON object, found {type(row).__name__}")
         unknown = set(row) - set(kinds)
         if unknown:
             raise StoreError(f"backup of table {table.name} has columns this autospec does "

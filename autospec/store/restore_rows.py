@@ -1,9 +1,11 @@
-"""Row-level steps of :func:`autospec.store.backup.restore`: the backup's table files read
-and inserted (:func:`insert_tables`), the order speculator rows are inserted in, PostgreSQL's
-id sequences after the insert, and what to say when the database refuses a batch of a
-backup's rows (a string longer than its column, a NUL in text: SQLite stores both,
-PostgreSQL refuses them) — the table, the row by its primary key and the column where the
-rows show it, never a traceback."""
+"""Row-level steps of :func:`autospec.store.backup.restore`: every table file read before
+anything is written (:func:`check_tables`: a file that is missing, cut short or holds a line
+that does not parse is one error naming the file), the rows inserted
+(:func:`insert_tables`), the order speculator rows are inserted in, PostgreSQL's id
+sequences after the insert, and what to say when the database refuses a batch of a backup's
+rows (a string longer than its column, a NUL in text: SQLite stores both, PostgreSQL refuses
+them) — the table, the row by its primary key and the column where the rows show it, never a
+traceback."""
 
 from __future__ import annotations
 
@@ -24,14 +26,23 @@ _BATCH = 1000
 def _lines(source: Path, table: Table) -> Iterator[dict[str, Any]]:
     file = source / "tables" / f"{table.name}.jsonl"
     if not file.is_file():
-        raise StoreError(f"backup {source} has no {file.name}")
+        raise StoreError(f"backup {source} has no {file.name}; nothing was restored")
     decode = decoder(table)
     with file.open(encoding="utf-8") as fh:
         for number, line in enumerate(fh, 1):
             try:
                 yield decode(json.loads(line))
             except (ValueError, TypeError) as exc:
-                raise StoreError(f"{file}:{number}: {exc}") from None
+                raise StoreError(f"{file}:{number}: {exc}; nothing was restored") from None
+
+
+def check_tables(source: Path) -> None:
+    """Read and decode every row of every table file of the backup at ``source``: a
+    :class:`StoreError` naming the first file that is missing or does not parse. Writes
+    nothing."""
+    for table in tables():
+        for _ in _lines(source, table):
+            pass
 
 
 def insert_tables(conn: Any, source: Path, uris: dict[str, str],
