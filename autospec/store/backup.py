@@ -220,7 +220,7 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
             listed = ", ".join(f"{name}: {count}" for name, count in found.items())
             raise Conflict(f"database {where} is not empty ({listed}); pass --force to "
                            f"replace its contents with the backup")
-    check_tables(source)  # every row parsed before anything is written
+    check_tables(source, index.get("tables"))  # every row parsed and counted, nothing written
     root = Path(artifact_dir or get_settings().resolved_artifact_dir)
     artifacts: dict[str, dict[str, str]] = index.get("artifacts") or {}
     plan = _plan_artifacts(source, root, artifacts, force=force)
@@ -236,7 +236,7 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
     with writer_engine(engine).begin() as conn:
         for table in reversed(tables()):
             conn.execute(delete(table))
-        outcome.tables = insert_tables(conn, source, uris, progress)
+        outcome.tables = insert_tables(conn, source, index.get("tables"), uris, progress)
         if conn.dialect.name == "postgresql":
             reset_sequences(conn, tables())
         _record(conn, actor=actor, source=source, index=index, outcome=outcome)

@@ -1,11 +1,11 @@
-"""Row-level steps of :func:`autospec.store.backup.restore`: every table file read before
-anything is written (:func:`check_tables`: a file that is missing, cut short or holds a line
-that does not parse is one error naming the file), the rows inserted
-(:func:`insert_tables`), the order speculator rows are inserted in, PostgreSQL's id
-sequences after the insert, and what to say when the database refuses a batch of a backup's
-rows (a string longer than its column, a NUL in text: SQLite stores both, PostgreSQL refuses
-them) — the table, the row by its primary key and the column where the rows show it, never a
-traceback."""
+"""Row-level steps of :func:`autospec.store.backup.restore`: every table file read and
+checked against the row counts ``backup.json`` records before anything is written
+(:func:`check_tables`: a file cut short, a line that does not parse or rows missing are one
+error naming the file), the rows inserted (:func:`insert_tables`), the order speculator rows
+are inserted in, PostgreSQL's id sequences after the insert, and what to say when the
+database refuses a batch of a backup's rows (a string longer than its column, a NUL in text:
+SQLite stores both, PostgreSQL refuses them) — the table, the row by its primary key and the
+column where the rows show it, never a traceback."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Table, func, insert, select, text
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
-from autospec.store.backup_format import decoder, tables, writable
+from autospec.store.backup_format import INDEX, decoder, tables, writable
 from autospec.store.errors import StoreError
 
 _BATCH = 1000
@@ -36,20 +36,34 @@ def _lines(source: Path, table: Table) -> Iterator[dict[str, Any]]:
                 raise StoreError(f"{file}:{number}: {exc}; nothing was restored") from None
 
 
-def check_tables(source: Path) -> None:
-    """Read and decode every row of every table file of the backup at ``source``: a
-    :class:`StoreError` naming the first file that is missing or does not parse. Writes
-    nothing."""
+def _check_count(source: Path, table: Table, found: int, counts: Any) -> None:
+    """A :class:`StoreError` unless ``backup.json`` (``counts``, its ``tables``) records
+    ``found`` rows for ``table``."""
+    expected = counts.get(table.name) if isinstance(counts, dict) else None
+    file = source / "tables" / f"{table.name}.jsonl"
+    if not isinstance(expected, int):
+        raise StoreError(f"backup {source}: {INDEX} records no row count for table "
+                         f"{table.name}; nothing was restored")
+    if found != expected:
+        raise StoreError(f"backup {source}: table {table.name}: {file} holds {found} rows, "
+                         f"{INDEX} records {expected}; nothing was restored")
+
+
+def check_tables(source: Path, counts: Any) -> None:
+    """Read and decode every row of every table file of the backup at ``source``, and check
+    each table's rows against ``counts`` (``backup.json``'s ``tables``): a
+    :class:`StoreError` naming the first file that is missing, does not parse, or holds
+    another number of rows. Writes nothing."""
     for table in tables():
-        for _ in _lines(source, table):
-            pass
+        _check_count(source, table, sum(1 for _ in _lines(source, table)), counts)
 
 
-def insert_tables(conn: Any, source: Path, uris: dict[str, str],
+def insert_tables(conn: Any, source: Path, counts: Any, uris: dict[str, str],
                   progress: Callable[[str, int], None] | None) -> dict[str, int]:
     """Insert every table's rows (speculators' ``artifact_uri`` from ``uris`` where it names
-    the version); rows a table. A batch the database refuses is a :class:`StoreError` naming
-    the table, row and column (the caller's transaction rolls back: the store is unchanged)."""
+    the version); rows a table. A batch the database refuses, or a file that changed since
+    :func:`check_tables`, is a :class:`StoreError` naming the table (the caller's
+    transaction rolls back: the store is unchanged)."""
     done: dict[str, int] = {}
     for table in tables():
         count = 0
@@ -61,6 +75,7 @@ def insert_tables(conn: Any, source: Path, uris: dict[str, str],
                                  f"{refused_rows(table, batch, exc)}; the database is "
                                  f"unchanged") from None
             count += len(batch)
+        _check_count(source, table, count, counts)
         done[table.name] = count
         if progress:
             progress(table.name, count)

@@ -102,3 +102,27 @@ def test_a_restore_into_an_empty_store_from_a_broken_table_file_writes_nothing(
     assert not elsewhere.exists()
     assert migrate.current_revision(target) is None  # not even the schema
     target.dispose()
+
+
+def test_rows_missing_from_a_table_file_are_refused_naming_the_file_and_both_counts(
+        db_url: str, tmp_path: Path) -> None:
+    """The trial: the last 5 lines of requests.jsonl deleted restored without a word."""
+    engine, bk = _backed_up(db_url, tmp_path)
+    requests = bk / "tables" / "requests.jsonl"
+    lines = requests.read_text().splitlines(keepends=True)
+    assert len(lines) == 25
+    requests.write_text("".join(lines[:-5]))
+    store.write_requests(engine, [store.RequestRecord(prompt_ids=[1], output_ids=[2])])
+    before, files = rows(engine), _files(_artifact_root())
+
+    said = _one_line_error(_restore_cli(bk, db_url, "--force"))
+    assert "table requests" in said and str(requests) in said
+    assert "holds 20 rows" in said and "records 25" in said
+    assert rows(engine) == before and _files(_artifact_root()) == files
+
+    index = json.loads((bk / "backup.json").read_text())
+    del index["tables"]["requests"]
+    (bk / "backup.json").write_text(json.dumps(index))
+    said = _one_line_error(_restore_cli(bk, db_url, "--force"))
+    assert "records no row count for table requests" in said
+    engine.dispose()
