@@ -8,11 +8,12 @@ target trusted once its files exist), the files' data and the folders' entries g
 before the rename (:func:`sync_tree`), and the rename itself (:func:`sync_dir` of the
 parent) before a transaction naming it commits:
 
-- :func:`rename_into_place` does all three: a backup and each artifact a restore copies
-  (:mod:`autospec.store.backup`), the dequantized target cache (:mod:`autospec.engine.target`);
-- a candidate's registration (:mod:`autospec.train.register`) and an import
-  (:mod:`autospec.interop.importer`) sync the tree before their transaction (not while it
-  holds SQLite's write lock), then rename and sync the artifact dir inside it;
+- :func:`rename_into_place` does all three: a backup (:mod:`autospec.store.backup`), the
+  dequantized target cache (:mod:`autospec.engine.target`);
+- a candidate's registration (:mod:`autospec.train.register`), an import
+  (:mod:`autospec.interop.importer`) and a restore's artifacts
+  (:mod:`autospec.store.restore_artifacts`) sync the tree before their transaction (not
+  while it holds SQLite's write lock), then rename and sync the artifact dir inside it;
 - the spill files (:mod:`autospec.store.spill`) sync their folder after their renames (a
   failure there is logged: the file is in place, locked, its rows kept).
 """

@@ -17,13 +17,18 @@ keep writing. It is written under a partial name and renamed into place once on 
 :func:`restore` refuses a backup of another revision than this code's head (restore it with
 the autospec that took it, then ``autospec db upgrade``), a target store at another revision,
 and a target store that holds anything (beyond the built-in version the migrations register)
-unless ``force``. It checks every artifact against the SHA-256 the registry records, copies it
-to the configured artifact directory (on disk, as above; rows' ``artifact_uri`` point there
-afterwards), then replaces every table's rows in one transaction, in foreign-key order,
-resets PostgreSQL's id sequences, and records the restore in the audit log (a ``note``
-event). Rows the target database refuses (a string longer than its column or a NUL in
-text, which SQLite keeps and PostgreSQL does not) are a :class:`StoreError` naming the
-table, row and column (:mod:`autospec.store.restore_rows`); the transaction rolls back.
+unless ``force``. Before it writes anything, it reads every table file, each row parsed and
+each table's rows counted against ``backup.json`` (a file cut short or missing rows is
+refused: :mod:`autospec.store.restore_rows`), and checks every artifact against the SHA-256
+the registry records. It copies the artifacts into a staging folder in the configured
+artifact directory (:mod:`autospec.store.restore_artifacts`), then in one transaction
+replaces every table's rows, in foreign-key order, resets PostgreSQL's id sequences, records
+the restore in the audit log (a ``note`` event), and last renames the staged artifacts into
+place (on disk before the COMMIT); a failure before the COMMIT puts back what was there.
+Rows' ``artifact_uri`` point into the configured artifact directory afterwards. Rows the
+target database refuses (a string longer than its column or a NUL in text, which SQLite
+keeps and PostgreSQL does not) are a :class:`StoreError` naming the table, row and column;
+the transaction rolls back.
 """
 
 from __future__ import annotations
@@ -38,14 +43,16 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, Row, delete, func, insert, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from autospec.durable import rename_into_place
-from autospec.store.artifacts import artifact_sha256, inside, local_path, without_links
+from autospec.store.artifacts import artifact_sha256, local_path
 from autospec.store.backup_format import FORMAT, INDEX, encoder, order, tables, writable
 from autospec.store.db import describe, ping, redact, writer_engine
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated, StoreError
 from autospec.store.models import BUILTIN_VERSION, metadata, utcnow
 from autospec.store.registry import check_actor
+from autospec.store.restore_artifacts import Staged, plan
 from autospec.store.restore_rows import check_tables, insert_tables, reset_sequences
 
 log = logging.getLogger(__name__)
@@ -192,14 +199,49 @@ def contents(engine: Engine) -> dict[str, int]:
 def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = None,
             force: bool = False, actor: str = "cli",
             progress: Progress | None = None) -> Outcome:
-    """Replace the store at ``engine`` (and the artifacts) with the backup at ``path``."""
+    """Replace the store at ``engine`` (and the artifacts) with the backup at ``path``. Every
+    check is made and every row read before anything is written; a restore that fails
+    leaves the database and the artifact directory as they were."""
     from autospec.settings import get_settings
-    from autospec.store.migrate import _is_empty, check_schema, current_revision, head_revision
     from autospec.store.migrate import upgrade as migrate_upgrade
 
     check_actor(actor)  # the audit log's note names it: before anything changes
     source = Path(path)
     index = read_index(source)
+    fresh, found = _checked_target(engine, source, index, force=force)
+    check_tables(source, index.get("tables"))  # every row parsed and counted, nothing written
+    root = Path(artifact_dir or get_settings().resolved_artifact_dir)
+    artifacts: dict[str, dict[str, str]] = index.get("artifacts") or {}
+    staged = Staged(source, root, plan(source, root, artifacts, force=force))
+    outcome = Outcome(path=str(source), database=describe(engine.url),
+                      revision=index["revision"], artifacts=list(artifacts),
+                      missing_artifacts=list(index.get("missing_artifacts") or []),
+                      replaced=found)
+    uris = {version: str(root / version) for version in artifacts}
+    staged.stage()
+    if progress:
+        progress("artifacts", len(outcome.artifacts))
+    try:
+        if fresh:
+            migrate_upgrade(engine)
+        _replace(engine, source, index, staged, uris, outcome, actor=actor, progress=progress)
+    except BaseException as exc:
+        staged.undo(exc)  # what the swap moved goes back; raises if it cannot
+        staged.discard(failed=True)
+        raise
+    staged.discard()  # what the artifacts replaced, set aside until the COMMIT
+    log.info("restored %s into %s (%d rows, %d artifacts)", source, outcome.database,
+             sum(outcome.tables.values()), len(outcome.artifacts))
+    return outcome
+
+
+def _checked_target(engine: Engine, source: Path, index: dict[str, Any], *,
+                    force: bool) -> tuple[bool, dict[str, int]]:
+    """(the store at ``engine`` is fresh: no schema, the restore makes it; the rows it holds).
+    Refused: a backup or a store at another revision than this code's, a store that holds
+    anything unless ``force``."""
+    from autospec.store.migrate import _is_empty, check_schema, current_revision, head_revision
+
     head = head_revision()
     if index.get("revision") != head:
         raise SchemaOutdated(
@@ -208,99 +250,72 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
             f"`autospec db upgrade`")
     ping(engine)
     where = describe(engine.url)
-    fresh = current_revision(engine) is None and _is_empty(engine)
-    found: dict[str, int] = {}
-    if not fresh:
-        check_schema(engine)  # at head (or names what to do)
-        if current_revision(engine) != head:
-            raise SchemaOutdated(f"database {where} is not at revision {head!r}; restore into "
-                                 f"a store this autospec migrated (`autospec db upgrade`)")
-        found = contents(engine)
-        if found and not force:
-            listed = ", ".join(f"{name}: {count}" for name, count in found.items())
-            raise Conflict(f"database {where} is not empty ({listed}); pass --force to "
-                           f"replace its contents with the backup")
-    check_tables(source, index.get("tables"))  # every row parsed and counted, nothing written
-    root = Path(artifact_dir or get_settings().resolved_artifact_dir)
-    artifacts: dict[str, dict[str, str]] = index.get("artifacts") or {}
-    plan = _plan_artifacts(source, root, artifacts, force=force)
-    outcome = Outcome(path=str(source), database=where, revision=head,
-                      missing_artifacts=list(index.get("missing_artifacts") or []),
-                      replaced=found)
-    if fresh:
-        migrate_upgrade(engine)
-    outcome.artifacts = _copy_artifacts(source, root, plan)
-    if progress:
-        progress("artifacts", len(outcome.artifacts))
-    uris = {version: str(root / version) for version in artifacts}
-    with writer_engine(engine).begin() as conn:
-        for table in reversed(tables()):
-            conn.execute(delete(table))
-        outcome.tables = insert_tables(conn, source, index.get("tables"), uris, progress)
-        if conn.dialect.name == "postgresql":
-            reset_sequences(conn, tables())
-        _record(conn, actor=actor, source=source, index=index, outcome=outcome)
-    log.info("restored %s into %s (%d rows, %d artifacts)", source, where,
-             sum(outcome.tables.values()), len(outcome.artifacts))
-    return outcome
+    if current_revision(engine) is None and _is_empty(engine):
+        return True, {}
+    check_schema(engine)  # at head (or names what to do)
+    if current_revision(engine) != head:
+        raise SchemaOutdated(f"database {where} is not at revision {head!r}; restore into "
+                             f"a store this autospec migrated (`autospec db upgrade`)")
+    found = contents(engine)
+    if found and not force:
+        listed = ", ".join(f"{name}: {count}" for name, count in found.items())
+        raise Conflict(f"database {where} is not empty ({listed}); pass --force to "
+                       f"replace its contents with the backup")
+    return False, found
 
 
-def _plan_artifacts(source: Path, root: Path, artifacts: dict[str, dict[str, str]], *,
-                    force: bool) -> dict[str, bool]:
-    """Check every artifact of the backup; {version: copy it (False: already there)}."""
-    plan: dict[str, bool] = {}
-    for version, entry in artifacts.items():
-        kept = _kept(source, version, entry)
-        try:
-            actual = artifact_sha256(kept)
-        except ArtifactError as exc:
-            raise ArtifactError(f"backup {source}: artifact of {version!r}: {exc}") from None
-        if actual != entry["sha256"]:
-            raise ArtifactError(f"backup {source}: artifact of {version!r} has SHA-256 "
-                                f"{actual[:12]}…, the registry recorded {entry['sha256'][:12]}…")
-        dest = inside(root, version)
-        if not dest.exists():
-            plan[version] = True
-            continue
-        try:
-            same = artifact_sha256(dest) == entry["sha256"]
-        except ArtifactError:
-            same = False
-        if not same and not force:
-            raise Conflict(f"{dest} exists and is not the backup's artifact of {version!r}; "
-                           f"pass --force to replace it")
-        plan[version] = not same
-    return plan
+def _replace(engine: Engine, source: Path, index: dict[str, Any], staged: Staged,
+             uris: dict[str, str], outcome: Outcome, *, actor: str,
+             progress: Progress | None) -> None:
+    """One transaction: every table's rows replaced by the backup's, PostgreSQL's sequences
+    reset, the restore's note, and last the artifacts swapped in (on disk before the rows
+    naming them commit). A COMMIT that raises may have landed all the same (the connection
+    lost while its answer was on the way): a fresh connection looks for the note."""
+    restore_id = uuid.uuid4().hex
+    committing = False
+    try:
+        with writer_engine(engine).begin() as conn:
+            for table in reversed(tables()):
+                conn.execute(delete(table))
+            outcome.tables = insert_tables(conn, source, index.get("tables"), uris, progress)
+            if conn.dialect.name == "postgresql":
+                reset_sequences(conn, tables())
+            _record(conn, actor=actor, source=source, index=index, outcome=outcome,
+                    restore_id=restore_id)
+            staged.swap()
+            committing = True
+    except Exception as exc:
+        if not committing:
+            raise
+        landed = _landed(engine, restore_id)
+        if landed:
+            log.warning("the restore's COMMIT raised (%s), but it landed", exc)
+            return
+        if landed is None:
+            said = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [""])[0]
+            raise StoreError(
+                f"the restore's COMMIT failed ({redact(said)}) and whether it landed could "
+                f"not be checked; the artifact directory is put back as it was: if `autospec "
+                f"history` shows this restore, run it again with --force to put its "
+                f"artifacts in place") from exc
+        raise
 
 
-def _kept(source: Path, version: str, entry: dict[str, str]) -> Path:
-    """Where the backup keeps ``version``'s artifact: ``artifacts/<version>`` inside it, a
-    plain directory (an index naming another path, or a name or link reaching out of the
-    backup or the artifact directory, is refused)."""
-    kept = inside(source / "artifacts", version, what=f"backup {source}: version")
-    if entry.get("path", f"artifacts/{version}") != f"artifacts/{version}":
-        raise ArtifactError(f"backup {source}: artifact of {version!r} is listed at "
-                            f"{entry['path']!r}, not artifacts/{version}: refused")
-    return without_links(kept, what=f"backup {source}: artifact of {version!r}")
+def _landed(engine: Engine, restore_id: str) -> bool | None:
+    """Whether the restore whose note carries ``restore_id`` is in the store (None: the
+    store cannot be read)."""
+    events = metadata.tables["events"]
+    try:
+        with engine.connect() as conn:
+            notes = conn.execute(select(events.c.details).where(events.c.kind == "note")
+                                 .order_by(events.c.id.desc()).limit(50)).scalars().all()
+    except SQLAlchemyError:
+        return None
+    return any(isinstance(d, dict) and d.get("restore_id") == restore_id for d in notes)
 
 
-def _copy_artifacts(source: Path, root: Path, plan: dict[str, bool]) -> list[str]:
-    root.mkdir(parents=True, exist_ok=True)
-    for version, copy in plan.items():
-        if not copy:
-            continue
-        partial = root / f".partial-{uuid.uuid4().hex}"
-        shutil.copytree(source / "artifacts" / version, partial)
-        artifact_sha256(partial)  # checked again where it now lives
-        dest = inside(root, version)
-        if dest.exists():
-            shutil.rmtree(dest)
-        rename_into_place(partial, dest)  # on disk before the rows naming it are committed
-    return list(plan)
-
-
-def _record(conn: Any, *, actor: str, source: Path, index: dict[str, Any],
-            outcome: Outcome) -> None:
+def _record(conn: Any, *, actor: str, source: Path, index: dict[str, Any], outcome: Outcome,
+            restore_id: str) -> None:
     events = metadata.tables["events"]
     conn.execute(insert(writable(events)).values(
         created_at=utcnow(), kind="note", actor=actor,
@@ -308,4 +323,4 @@ def _record(conn: Any, *, actor: str, source: Path, index: dict[str, Any],
                f"{redact(str(index.get('source')))})",  # older backups kept a ?password= there
         details={"type": "restore", "backup": str(source), "revision": outcome.revision,
                  "rows": sum(outcome.tables.values()), "artifacts": len(outcome.artifacts),
-                 "replaced": outcome.replaced}))
+                 "replaced": outcome.replaced, "restore_id": restore_id}))

@@ -8,18 +8,22 @@ and the text output names it (an operator's trial found all three)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
 
 from autospec import store
 from autospec.cli import app
 from autospec.store import backup as backups
 from autospec.store import db, migrate
-from autospec.store.errors import StoreError
+from autospec.store.errors import ArtifactError, StoreError
+from autospec.store.models import metadata
 from tests.store.test_backup import _artifact_root, _files, populate, rows
 
 
@@ -125,4 +129,136 @@ def test_rows_missing_from_a_table_file_are_refused_naming_the_file_and_both_cou
     (bk / "backup.json").write_text(json.dumps(index))
     said = _one_line_error(_restore_cli(bk, db_url, "--force"))
     assert "records no row count for table requests" in said
+    engine.dispose()
+
+
+def test_a_row_the_database_refuses_leaves_the_artifacts_as_they_were(
+        db_url: str, tmp_path: Path) -> None:
+    """Every file parses and holds its count, but two requests share an id: the insert
+    fails inside the transaction, after the artifacts were copied (they were in place)."""
+    engine, bk = _backed_up(db_url, tmp_path)
+    drill = _drill(bk, tmp_path / "drill")
+    requests = drill / "tables" / "requests.jsonl"
+    lines = requests.read_text().splitlines(keepends=True)
+    requests.write_text("".join(lines[:-1] + lines[:1]))  # the last row is the first again
+    before, files = rows(engine), _files(_artifact_root())
+    said = _one_line_error(_restore_cli(drill, db_url, "--force"))
+    assert "table requests" in said and "the database is unchanged" in said
+    assert rows(engine) == before and _files(_artifact_root()) == files
+    engine.dispose()
+
+
+def _forced_drill(sqlite_url: str, tmp_path: Path) -> tuple[Any, Path, dict, dict]:
+    engine, bk = _backed_up(sqlite_url, tmp_path)
+    drill = _drill(bk, tmp_path / "drill", other=("eagle3-b", "eagle3-c"))
+    store.write_requests(engine, [store.RequestRecord(prompt_ids=[1], output_ids=[2])])
+    return engine, drill, rows(engine), _files(_artifact_root())
+
+
+def test_a_swap_that_fails_half_way_puts_the_first_artifact_back(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine, drill, before, files = _forced_drill(sqlite_url, tmp_path)
+    rename = os.rename
+
+    def refusing(source: Any, dest: Any) -> None:  # eagle3-c's staged copy cannot move in
+        if Path(dest) == _artifact_root() / "eagle3-c" and "new" in Path(source).parts:
+            raise OSError(28, "No space left on device")
+        rename(source, dest)
+
+    monkeypatch.setattr(os, "rename", refusing)
+    with pytest.raises(ArtifactError, match="cannot put the backup's artifacts in place"):
+        backups.restore(engine, drill, force=True)
+    monkeypatch.undo()
+    assert _files(_artifact_root()) == files and rows(engine) == before
+    engine.dispose()
+
+
+def test_what_cannot_be_put_back_is_named_and_kept(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine, drill, before, _ = _forced_drill(sqlite_url, tmp_path)
+    rename = os.rename
+
+    def refusing(source: Any, dest: Any) -> None:  # nothing moves to eagle3-c's name
+        if Path(dest) == _artifact_root() / "eagle3-c":
+            raise OSError(28, "No space left on device")
+        rename(source, dest)
+
+    monkeypatch.setattr(os, "rename", refusing)
+    with pytest.raises(ArtifactError, match=r"the restore failed \(cannot put .*\), and the "
+                                            r"artifact directory could not be put back as it "
+                                            r"was: .*old/eagle3-c could not be moved back to "
+                                            r".*/eagle3-c .*set aside are under .*\.restore-"):
+        backups.restore(engine, drill, force=True)
+    monkeypatch.undo()
+    (kept,) = _artifact_root().glob(".restore-*")
+    assert (kept / "old" / "eagle3-c" / "weights.bin").is_file()
+    assert rows(engine) == before
+    engine.dispose()
+
+
+def _failing_commit(engine: Any, monkeypatch: pytest.MonkeyPatch, *, lands: bool,
+                    then: Any = None) -> None:
+    """The COMMIT raises as a lost connection's would: after it landed, or without."""
+    real = engine.dialect.do_commit
+
+    def do_commit(dbapi_connection: Any) -> None:
+        if lands:
+            real(dbapi_connection)
+        if then is not None:
+            then()
+        raise engine.dialect.loaded_dbapi.OperationalError("connection lost during COMMIT")
+
+    monkeypatch.setattr(engine.dialect, "do_commit", do_commit)
+
+
+def _restore_notes(engine: Any) -> int:
+    events = metadata.tables["events"]
+    with engine.connect() as conn:
+        return sum(1 for d in conn.execute(select(events.c.details)).scalars()
+                   if (d or {}).get("type") == "restore")
+
+
+def test_a_commit_that_raises_and_did_not_land_puts_the_artifacts_back(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine, drill, before, files = _forced_drill(sqlite_url, tmp_path)
+    _failing_commit(engine, monkeypatch, lands=False)
+    with pytest.raises(Exception, match="connection lost during COMMIT"):
+        backups.restore(engine, drill, force=True)
+    monkeypatch.undo()
+    assert _files(_artifact_root()) == files and rows(engine) == before
+    engine.dispose()
+
+
+def test_a_commit_that_raises_but_landed_keeps_the_restored_artifacts(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine, drill, _, files = _forced_drill(sqlite_url, tmp_path)
+    _failing_commit(engine, monkeypatch, lands=True)
+    done = backups.restore(engine, drill, force=True)
+    monkeypatch.undo()
+    assert done.tables["requests"] == 25 and _restore_notes(engine) == 1
+    after = _files(_artifact_root())
+    assert after["eagle3-b/weights.bin"] == b"other weights of eagle3-b"
+    assert after["eagle3-a/weights.bin"] == files["eagle3-a/weights.bin"]
+    assert not any(name.startswith(".restore-") for name in after)
+    backups.backup(engine, tmp_path / "after")  # the registry matches its artifacts
+    engine.dispose()
+
+
+def test_a_commit_whose_landing_cannot_be_checked_says_so_and_puts_the_artifacts_back(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine, drill, before, files = _forced_drill(sqlite_url, tmp_path)
+
+    def store_gone() -> None:
+        def refused() -> None:
+            raise OperationalError("SELECT 1", {}, Exception("server closed the connection"))
+
+        monkeypatch.setattr(engine, "connect", refused)
+
+    _failing_commit(engine, monkeypatch, lands=False, then=store_gone)
+    with pytest.raises(StoreError, match=r"COMMIT failed \(connection lost during COMMIT\) "
+                                         r"and whether it landed could not be checked.*"
+                                         r"`autospec history`.*--force"):
+        backups.restore(engine, drill, force=True)
+    monkeypatch.undo()
+    assert _files(_artifact_root()) == files and rows(engine) == before
     engine.dispose()
