@@ -25,10 +25,11 @@ artifact directory (:mod:`autospec.store.restore_artifacts`), then in one transa
 replaces every table's rows, in foreign-key order, resets PostgreSQL's id sequences, records
 the restore in the audit log (a ``note`` event), and last renames the staged artifacts into
 place (on disk before the COMMIT); a failure before the COMMIT puts back what was there.
-Rows' ``artifact_uri`` point into the configured artifact directory afterwards. Rows the
-target database refuses (a string longer than its column or a NUL in text, which SQLite
-keeps and PostgreSQL does not) are a :class:`StoreError` naming the table, row and column;
-the transaction rolls back.
+Rows' ``artifact_uri`` point into the configured artifact directory afterwards, a version
+the backup holds no artifact of (pruned or missing) too: where its artifact would be, so
+this store reports it missing. Rows the target database refuses (a string longer than its
+column or a NUL in text, which SQLite keeps and PostgreSQL does not) are a
+:class:`StoreError` naming the table, row and column; the transaction rolls back.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from sqlalchemy import Engine, Row, delete, func, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from autospec.durable import rename_into_place
-from autospec.store.artifacts import artifact_sha256, local_path
+from autospec.store.artifacts import artifact_sha256, inside, local_path
 from autospec.store.backup_format import FORMAT, INDEX, encoder, order, tables, writable
 from autospec.store.db import describe, ping, redact, writer_engine
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated, StoreError
@@ -217,7 +218,10 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
                       revision=index["revision"], artifacts=list(artifacts),
                       missing_artifacts=list(index.get("missing_artifacts") or []),
                       replaced=found)
-    uris = {version: str(root / version) for version in artifacts}
+    # each version's row names its artifact in this store's directory; one the backup lacks
+    # (pruned or missing) too, where it would be: reported missing there, not read elsewhere
+    uris = {version: str(inside(root, version))
+            for version in [*outcome.missing_artifacts, *artifacts]}
     staged.stage()
     if progress:
         progress("artifacts", len(outcome.artifacts))

@@ -248,3 +248,6 @@ def restore(
                 if done["replaced"] else "")
     out.print(Text(f"restored {done['rows']} rows of {len(done['tables'])} tables and "
                    f"{len(done['artifacts'])} artifacts into {done['database']}{replaced}"))
+    if done["missing_artifacts"]:
+        out.print(Text(f"without an artifact (pruned or missing): "
+                       f"{', '.join(done['missing_artifacts'])}"))

@@ -262,3 +262,31 @@ def test_a_commit_whose_landing_cannot_be_checked_says_so_and_puts_the_artifacts
     monkeypatch.undo()
     assert _files(_artifact_root()) == files and rows(engine) == before
     engine.dispose()
+
+
+def test_a_version_without_an_artifact_points_into_this_store_and_is_named(
+        db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trial: eagle3-a's row kept the source store's path, and only --json named it."""
+    from autospec.settings import get_settings
+
+    source = migrate.open_store(f"sqlite:///{tmp_path / 'source.db'}", upgrade=True)
+    populate(source, tmp_path / "source-artifacts")
+    shutil.rmtree(tmp_path / "source-artifacts" / "eagle3-a")  # vanished
+    backups.backup(source, tmp_path / "bk")
+    source.dispose()
+    shutil.rmtree(tmp_path / "source-artifacts")  # the source store's host, say, is gone
+
+    mine = tmp_path / "my-artifacts"
+    monkeypatch.setenv("AUTOSPEC_ARTIFACT_DIR", str(mine))
+    get_settings.cache_clear()
+    result = _restore_cli(tmp_path / "bk", db_url)
+    assert result.exit_code == 0, result.output
+    assert "without an artifact (pruned or missing): eagle3-a" in result.stdout
+    target = db.make_engine(db_url)
+    with store.session_scope(target, readonly=True) as session:
+        for version in ("eagle3-a", "eagle3-b", "eagle3-c"):
+            assert store.get_speculator(session, version=version).artifact_uri == str(
+                mine / version)
+    again = backups.backup(target, tmp_path / "bk-again")  # reported missing here, too
+    assert again.missing_artifacts == ["eagle3-a"] and len(again.artifacts) == 2
+    target.dispose()
