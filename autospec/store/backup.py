@@ -210,9 +210,10 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
     source = Path(path)
     index = read_index(source)
     fresh, found = _checked_target(engine, source, index, force=force)
-    check_tables(source, index.get("tables"))  # every row parsed and counted, nothing written
-    root = Path(artifact_dir or get_settings().resolved_artifact_dir)
     artifacts: dict[str, dict[str, str]] = index.get("artifacts") or {}
+    check_tables(source, index.get("tables"),  # every row parsed and counted, nothing written
+                 {version: entry.get("sha256") for version, entry in artifacts.items()})
+    root = Path(artifact_dir or get_settings().resolved_artifact_dir)
     staged = Staged(source, root, plan(source, root, artifacts, force=force))
     outcome = Outcome(path=str(source), database=describe(engine.url),
                       revision=index["revision"], artifacts=list(artifacts),

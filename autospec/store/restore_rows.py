@@ -1,11 +1,12 @@
 """Row-level steps of :func:`autospec.store.backup.restore`: every table file read and
-checked against the row counts ``backup.json`` records before anything is written
-(:func:`check_tables`: a file cut short, a line that does not parse or rows missing are one
-error naming the file), the rows inserted (:func:`insert_tables`), the order speculator rows
-are inserted in, PostgreSQL's id sequences after the insert, and what to say when the
-database refuses a batch of a backup's rows (a string longer than its column, a NUL in text:
-SQLite stores both, PostgreSQL refuses them) — the table, the row by its primary key and the
-column where the rows show it, never a traceback."""
+checked before anything is written (:func:`check_tables`: a file cut short, a line that does
+not parse, rows missing against the counts ``backup.json`` records, or a version's row
+naming another artifact than the one the backup holds, is one error naming the file), the
+rows inserted (:func:`insert_tables`), the order speculator rows are inserted in,
+PostgreSQL's id sequences after the insert, and what to say when the database refuses a
+batch of a backup's rows (a string longer than its column, a NUL in text: SQLite stores
+both, PostgreSQL refuses them) — the table, the row by its primary key and the column where
+the rows show it, never a traceback."""
 
 from __future__ import annotations
 
@@ -49,13 +50,23 @@ def _check_count(source: Path, table: Table, found: int, counts: Any) -> None:
                          f"{INDEX} records {expected}; nothing was restored")
 
 
-def check_tables(source: Path, counts: Any) -> None:
+def check_tables(source: Path, counts: Any, shas: dict[str, str]) -> None:
     """Read and decode every row of every table file of the backup at ``source``, and check
-    each table's rows against ``counts`` (``backup.json``'s ``tables``): a
-    :class:`StoreError` naming the first file that is missing, does not parse, or holds
-    another number of rows. Writes nothing."""
+    each table's rows against ``counts`` (``backup.json``'s ``tables``) and each version's
+    SHA-256 against ``shas`` (the artifacts it lists): a :class:`StoreError` naming the
+    first file that is missing, does not parse, holds another number of rows, or a version
+    whose row records another artifact than the one the backup holds. Writes nothing."""
     for table in tables():
-        _check_count(source, table, sum(1 for _ in _lines(source, table)), counts)
+        found = 0
+        for row in _lines(source, table):
+            found += 1
+            if table.name == "speculators" and row.get("version") in shas \
+                    and shas[row["version"]] != row.get("sha256"):
+                raise StoreError(
+                    f"backup {source}: the row of {row['version']!r} in {table.name}.jsonl "
+                    f"records SHA-256 {str(row.get('sha256'))[:12]}…, {INDEX} lists its "
+                    f"artifact with {shas[row['version']][:12]}…; nothing was restored")
+        _check_count(source, table, found, counts)
 
 
 def insert_tables(conn: Any, source: Path, counts: Any, uris: dict[str, str],

@@ -132,6 +132,21 @@ def test_rows_missing_from_a_table_file_are_refused_naming_the_file_and_both_cou
     engine.dispose()
 
 
+def test_a_backup_whose_index_and_rows_name_other_artifacts_is_refused(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """The trial's drill with its table files whole: backup.json's SHA-256 of eagle3-b
+    matched the other files, its row still the first. Restored, the registry named another
+    artifact than the one put in place, and the next `db backup` refused."""
+    engine, bk = _backed_up(sqlite_url, tmp_path)
+    drill = _drill(bk, tmp_path / "drill", rows_too=False)
+    before, files = rows(engine), _files(_artifact_root())
+    with pytest.raises(StoreError, match=r"row of 'eagle3-b' in speculators.jsonl records "
+                                         r"SHA-256 .*, backup.json lists its artifact with"):
+        backups.restore(engine, drill, force=True)
+    assert rows(engine) == before and _files(_artifact_root()) == files
+    engine.dispose()
+
+
 def test_a_row_the_database_refuses_leaves_the_artifacts_as_they_were(
         db_url: str, tmp_path: Path) -> None:
     """Every file parses and holds its count, but two requests share an id: the insert
