@@ -232,8 +232,10 @@ def restore(
 ) -> None:
     """Restore a backup into the database (created if empty) and the artifact directory.
 
-    Refuses a store that holds anything unless --force, and a backup of another schema
-    revision than this autospec's. Stop the replicas and the controller first.
+    Refuses a store that holds anything unless --force, a backup of another schema
+    revision than this autospec's, and a backup whose table files do not hold the rows
+    backup.json counts, before writing anything; a restore that fails leaves the store and
+    its artifacts as they were. Stop the replicas and the controller first.
     """
     from autospec.store import backup as backups
 
