@@ -11,8 +11,9 @@ time over the last ``period`` (:mod:`autospec.ledger`).
 
 The pointer says what replicas *should* serve; ``served`` says what they *do*, from their own
 reports (``replica_reports``, refreshed every few seconds by each replica): the versions the
-replicas that reported in the last :data:`FRESH_REPORT_S` seconds serve, and whether they all
-agree with the pointer (a version that failed to load leaves them on the previous one).
+replicas that reported in the last :data:`~autospec.store.deployments.FRESH_REPORT_S` seconds
+serve (``versions prune`` keeps those versions by the same rule), and whether they all agree
+with the pointer (a version that failed to load leaves them on the previous one).
 ``numerics`` is the target, revision, dtype and engine the replicas recorded
 (:mod:`autospec.numerics`), with the concurrency bands the controller set (``k_bands``).
 ``segments`` lists the deployment's per-segment pointers (segment, version, since, previous:
@@ -42,8 +43,6 @@ from autospec.controller.speedcheck import expected_gain
 from autospec.controller.watch import evaluated_tau_k, evaluation_k, left_out, pending_canary
 from autospec.ledger import collect_ledger
 from autospec.store.models import BUILTIN_VERSION, utcnow
-
-FRESH_REPORT_S = 60.0  # a replica report older than this is stale (the replica is gone?)
 
 
 def collect_status(engine: Engine, *, deployment: str, policy: Policy, cycles: int = 5,
@@ -160,7 +159,7 @@ def last_evaluation(session, deployment: str | None = None) -> dict[str, Any] | 
 
 def _served(session, deployment: str, pointer_version: str,  # type: ignore[no-untyped-def]
             now: datetime) -> dict[str, Any]:
-    fresh_since = now - timedelta(seconds=FRESH_REPORT_S)
+    fresh_since = store.fresh_reports_since(now)
     replicas = [{"replica": r.replica, "version": r.version, "target_id": r.target_id,
                  "revision": r.target_revision, "dtype": r.dtype, "started_at": r.started_at,
                  "reported_at": r.reported_at, "stale": r.reported_at < fresh_since}

@@ -30,6 +30,7 @@ Modules: :mod:`~autospec.store.db` (engines, sessions, SQLite WAL set-up),
 from autospec.store.artifacts import artifact_sha256, write_manifest
 from autospec.store.db import make_engine, ping, session_scope
 from autospec.store.deployments import (
+    fresh_reports_since,
     get_deployment,
     known_deployments,
     list_replicas,
@@ -139,6 +140,7 @@ __all__ = [
     "count_synthetic",
     "current_revision",
     "finish_training_run",
+    "fresh_reports_since",
     "get_deployment",
     "get_lease",
     "get_live",

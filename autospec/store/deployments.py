@@ -9,14 +9,17 @@
   (the policy's ``serving.k_bands``);
 - :func:`report_replica` — a replica's heartbeat: the version it actually serves now;
   :func:`list_replicas` returns the reports of a deployment (newest first);
-  :func:`remove_replica` drops a replica's report when it shuts down.
+  :func:`remove_replica` drops a replica's report when it shuts down. A report older than
+  :data:`FRESH_REPORT_S` is stale (:func:`fresh_reports_since`): the replica stopped without
+  removing it (a crash) or the store was restored; ``autospec status`` leaves it out of what
+  the replicas serve and ``autospec versions prune`` keeps no version for it.
 
 Keyword-only arguments after the caller's session, as everywhere in the store.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
@@ -31,6 +34,13 @@ from autospec.store.models import (
     utcnow,
 )
 from autospec.store.registry import check_actor, check_length, record_event
+
+FRESH_REPORT_S = 60.0  # a replica report older than this is stale (the replica is gone?)
+
+
+def fresh_reports_since(now: datetime) -> datetime:
+    """The oldest ``reported_at`` of a report still fresh at ``now``."""
+    return now - timedelta(seconds=FRESH_REPORT_S)
 
 
 def get_deployment(session: Session, *, name: str) -> Deployment | None:

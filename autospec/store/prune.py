@@ -10,7 +10,10 @@ Kept, whatever ``keep`` says (:func:`plan` gives each kept version its reasons):
 
 - every deployment's live version (during a canary, the version under watch) and its
   previous version (the rollback target, also after a rollback: the version rolled back from);
-- every version a replica reports serving (a replica still on an older version mid-swap);
+- every version a replica reports serving (a replica still on an older version mid-swap):
+  reports older than :data:`~autospec.store.deployments.FRESH_REPORT_S` are left out, as
+  ``autospec status`` leaves them out (a crashed replica's, or a restored store's, would pin
+  their versions for ever);
 - candidates not evaluated yet (pending: the controller may still promote them);
 - base heads (``autospec pretrain``), which later heads are fine-tuned from;
 - the newest ``keep`` versions that still have an artifact;
@@ -41,6 +44,7 @@ from sqlalchemy.orm import Session
 
 from autospec.store.artifacts import local_path
 from autospec.store.db import session_scope
+from autospec.store.deployments import fresh_reports_since
 from autospec.store.models import (
     BUILTIN_VERSION,
     Evaluation,
@@ -104,7 +108,8 @@ def plan(session: Session, *, keep: int, artifact_dir: Path, dry_run: bool = Tru
         if seg.previous_version:
             why[seg.previous_version].append(
                 f"previous of segment {seg.segment} of {seg.deployment}")
-    for report in session.scalars(select(ReplicaReport)):
+    fresh = select(ReplicaReport).where(ReplicaReport.reported_at >= fresh_reports_since(utcnow()))
+    for report in session.scalars(fresh):
         why[report.version].append(f"served by replica {report.replica}")
     evaluated = set(session.scalars(select(Evaluation.candidate).distinct()))
     specs = list(session.scalars(select(Speculator).order_by(

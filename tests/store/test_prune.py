@@ -150,6 +150,34 @@ def test_versions_group_lists_as_before_and_prunes(engine, monkeypatch) -> None:
     assert not (_artifact_root() / "eagle3-v8").exists()
 
 
+def test_a_replica_report_status_calls_stale_keeps_no_version(engine) -> None:  # type: ignore[no-untyped-def]
+    """A report older than a minute (a crashed replica's, a restored store's) pins nothing:
+    prune reads the reports by the rule ``autospec status`` shows them by."""
+    from datetime import timedelta
+
+    from autospec.controller.policy import load_policy
+    from autospec.controller.status import collect_status
+    from autospec.store.models import ReplicaReport, utcnow
+
+    root = _artifact_root()
+    with store.session_scope(engine) as session:
+        for replica, version in (("serve:crashed", "eagle3-v7"), ("serve:alive", "eagle3-v8")):
+            store.report_replica(session, replica=replica, deployment="default",
+                                 version=version, target_id="tiny", target_revision="r",
+                                 dtype="float32", started_at=utcnow())
+        session.get(ReplicaReport, "serve:crashed").reported_at = utcnow() - timedelta(
+            seconds=61)
+        session.get(ReplicaReport, "old-replica").reported_at = utcnow() - timedelta(days=3)
+        session.get(ReplicaReport, "serve:alive").reported_at = utcnow() - timedelta(seconds=50)
+    served = collect_status(engine, deployment="default", policy=load_policy("default"))
+    assert served["served"]["versions"] == ["eagle3-v8"]  # status leaves the stale ones out
+    dry = prune(engine, artifact_dir=root, keep=0, dry_run=True)
+    assert sorted(p["version"] for p in dry.prune) == ["eagle3-v5", "eagle3-v7"]
+    assert dry.kept["eagle3-v8"] == ["served by replica serve:alive"]
+    assert not any("serve:crashed" in why or "old-replica" in why
+                   for reasons in dry.kept.values() for why in reasons)
+
+
 @pytest.mark.postgres
 def test_a_promotion_waits_for_a_prune_in_flight_on_postgres(postgres_url: str) -> None:
     """A prune holds the pointer lock from its plan to its marks: a promotion started
