@@ -13,6 +13,11 @@
 
 A variable that does not parse (``AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S=abc``) is a
 :class:`SettingsError` naming it and what is wrong; every command prints it as one line.
+So is a variable of :data:`NOT_BLANK` set but empty or blank: unset, each means a local
+default (the SQLite file in the data directory, ``~/.autospec``), so an empty one — a
+``$(cat FILE)`` of a missing file, a template's unset value — would point a cluster's
+node at a store or folder of its own without a word. An empty ``AUTOSPEC_API_KEY`` is no
+key (:func:`api_keys`); an empty ``AUTOSPEC_CYCLE_HOLD_AFTER_GATE_S`` is not a number.
 
 The cache holds only what can be derived again (a GGUF target dequantized to
 safetensors); it is machine-wide, like Hugging Face's, so every data directory shares it.
@@ -31,14 +36,15 @@ DATABASE_URL_HELP = ("database URL (default: AUTOSPEC_DATABASE_URL, else the SQL
                      "autospec.db in AUTOSPEC_DATA_DIR)")
 """The help of every command's ``--database-url`` (and ``ServeConfig.database_url``)."""
 
+NOT_BLANK = ("data_dir", "database_url", "artifact_dir", "cache_dir", "spill_dir",
+             "api_key_file")
+"""Settings whose variable, set, must hold something: where the store and files live."""
+
 
 class Settings(BaseSettings):
     """Process-wide settings; see the module docstring for the variables."""
 
-    # an empty variable (a compose file passing an unset one through) is unset, as the CLI
-    # reads it, not the current directory
-    model_config = SettingsConfigDict(env_prefix="AUTOSPEC_", extra="ignore",
-                                      env_ignore_empty=True)
+    model_config = SettingsConfigDict(env_prefix="AUTOSPEC_", extra="ignore")
 
     data_dir: Path = Field(
         default_factory=lambda: Path.home() / ".autospec",
@@ -72,6 +78,14 @@ class Settings(BaseSettings):
         description="crash drills only (autospec bench soak): seconds a controller's cycle "
         "waits, holding its lease, between a candidate passing its gate and the promotion, so "
         "a fault can kill it there; on the native engine that moment is otherwise milliseconds")
+
+    @field_validator(*NOT_BLANK, mode="before")
+    @classmethod
+    def _not_blank(cls, value: object) -> object:
+        """Set but empty is refused, not read as unset (see the module docstring)."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("set but empty or blank; unset it for the default, or give a value")
+        return value
 
     @field_validator("data_dir", "artifact_dir", "cache_dir", "spill_dir", "api_key_file")
     @classmethod
@@ -153,5 +167,7 @@ def _describe(exc: ValidationError) -> str:
         info = Settings.model_fields.get(field)
         secret = info is not None and "SecretStr" in str(info.annotation)
         value = "" if secret else f"={error.get('input')!r}"
-        problems.append(f"{name}{value}: {error['msg']}")
+        cause = (error.get("ctx") or {}).get("error")  # a validator's own ValueError: its
+        message = str(cause) if error["type"] == "value_error" and cause else error["msg"]
+        problems.append(f"{name}{value}: {message}")  # words, less pydantic's "Value error, "
     return "environment variable " + "; ".join(problems)

@@ -4,6 +4,8 @@ traceback (exit 1)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -48,3 +50,16 @@ def test_a_secret_variable_is_named_without_its_value() -> None:
         Settings(api_key=["s3cret"])  # (a string always parses: only a wrong type fails)
     assert _describe(info.value).startswith("environment variable AUTOSPEC_API_KEY: ")
     assert "s3cret" not in _describe(info.value)
+
+
+def test_an_empty_database_url_is_refused_not_the_local_sqlite_file(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``export AUTOSPEC_DATABASE_URL=$(cat /shared/autospec/database-url)`` (ops/cluster.yaml)
+    with the file missing: ``db upgrade`` created the data directory's SQLite file, exit 0."""
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", "")
+    get_settings.cache_clear()
+    result = CliRunner().invoke(app, ["db", "upgrade"])
+    assert (result.exit_code, result.output.strip()) == (2, (
+        "error: environment variable AUTOSPEC_DATABASE_URL='': set but empty or blank; "
+        "unset it for the default, or give a value")), result.exception
+    assert not (tmp_path / "autospec-data" / "autospec.db").exists()  # (conftest's data dir)

@@ -20,15 +20,33 @@ def fresh_settings():  # type: ignore[no-untyped-def]
     get_settings.cache_clear()
 
 
-def test_empty_path_variables_are_unset_not_the_working_directory(
-        fresh_settings, monkeypatch, tmp_path) -> None:
+@pytest.mark.parametrize("name", ["AUTOSPEC_DATABASE_URL", "AUTOSPEC_DATA_DIR",
+                                  "AUTOSPEC_ARTIFACT_DIR", "AUTOSPEC_SPILL_DIR",
+                                  "AUTOSPEC_CACHE_DIR", "AUTOSPEC_API_KEY_FILE"])
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_store_or_path_variable_is_refused_not_a_default_nor_the_cwd(
+        fresh_settings, monkeypatch, tmp_path, name: str, empty: str) -> None:
+    """Unset, each means a local default: set but empty (``$(cat FILE)`` of a missing file)
+    it had meant that default too without a word (a node's own SQLite file, its own
+    artifact folder), and before that the current directory."""
+    from autospec.settings import SettingsError
+
     monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path))
-    for name in ("AUTOSPEC_ARTIFACT_DIR", "AUTOSPEC_SPILL_DIR", "AUTOSPEC_API_KEY_FILE"):
-        monkeypatch.setenv(name, "")
-    settings = get_settings()
-    assert settings.resolved_artifact_dir == tmp_path / "artifacts"  # was "."
-    assert settings.resolved_spill_dir == tmp_path / "spill"
-    assert settings.api_key_file is None
+    monkeypatch.setenv(name, empty)
+    with pytest.raises(SettingsError) as got:
+        get_settings()
+    assert str(got.value) == (f"environment variable {name}={empty!r}: set but empty or "
+                              "blank; unset it for the default, or give a value")
+
+
+def test_an_empty_api_key_variable_is_no_key(fresh_settings, monkeypatch) -> None:
+    """Keys are not where anything lives: an empty AUTOSPEC_API_KEY is no key, as a blank
+    explicit one is (docs/security.md), so the key file still applies."""
+    from autospec.settings import api_keys
+
+    monkeypatch.setenv("AUTOSPEC_API_KEY", "")
+    monkeypatch.delenv("AUTOSPEC_API_KEY_FILE", raising=False)
+    assert api_keys() == ()
 
 
 @pytest.mark.parametrize("blank", [" ", ",", " , "])
