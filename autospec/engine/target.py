@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import safetensors.torch
 import torch
 from jinja2 import TemplateError
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
@@ -35,6 +34,7 @@ from autospec.durable import rename_into_place
 from autospec.engine.feature_layers import forward_with_features
 from autospec.engine.info import TargetInfo
 from autospec.engine.verify import tree_depths
+from autospec.file_modes import save_safetensors
 from autospec.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -353,8 +353,8 @@ def write_model_dir(model: PreTrainedModel, tokenizer, out: Path) -> None:
     state = model.state_dict()
     if getattr(config, "tie_word_embeddings", False):
         state.pop("lm_head.weight", None)  # the same tensor as the input embedding
-    safetensors.torch.save_file({k: v.detach().contiguous() for k, v in state.items()},
-                                str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_safetensors({k: v.detach().contiguous() for k, v in state.items()},
+                     out / "model.safetensors", metadata={"format": "pt"})
     config.save_pretrained(out)
     tokenizer.save_pretrained(out)
 

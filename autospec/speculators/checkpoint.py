@@ -33,7 +33,7 @@ from autospec import artifacts
 from autospec.artifacts import MANIFEST as MANIFEST_FILE
 from autospec.engine.target import Target
 from autospec.speculators.common import SavableSpeculator
-from autospec.speculators.files import WEIGHTS_FILE, portable, refuse_pickles
+from autospec.speculators.files import WEIGHTS_FILE, refuse_pickles, save_tensors
 from autospec.speculators.registry import build_speculator, parse_config
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,7 @@ def save_speculator(spec: SavableSpeculator, directory: str | Path) -> str:
     out.mkdir(parents=True, exist_ok=True)
     config = spec.config.model_dump(mode="json")
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    tensors = {name: portable(t) for name, t in spec.state_tensors().items()}
-    safetensors.torch.save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    save_tensors(spec.state_tensors(), out / WEIGHTS_FILE)  # the mode config.json gets
     digest = artifacts.write_manifest(out, EXPECTED_FILES)
     log.info("saved %s speculator to %s (sha256 %s)", spec.kind, out, digest[:12])
     return digest

@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import safetensors.torch
 import torch
+
+from autospec.file_modes import save_safetensors
 
 #: weights file of an artifact, an export and an export's sidecar
 WEIGHTS_FILE = "model.safetensors"
@@ -30,10 +31,11 @@ def portable(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """Write ``tensors`` (made :func:`portable`) to the safetensors file ``path``."""
+    """Write ``tensors`` (made :func:`portable`) to the safetensors file ``path``, with the
+    mode the umask gives a new file (:func:`autospec.file_modes.save_safetensors`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    safetensors.torch.save_file({n: portable(t) for n, t in tensors.items()}, str(path),
-                                metadata={"format": "pt"})
+    save_safetensors({n: portable(t) for n, t in tensors.items()}, path,
+                     metadata={"format": "pt"})
 
 
 def tensor_sha256(tensor: torch.Tensor) -> str:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from autospec.engine.target import Target
+from autospec.file_modes import save_safetensors
 from autospec.speculators.common import SavableSpeculator
 
 #: trainee losses: KL to the target's top-K distribution, or cross-entropy to its greedy token
@@ -88,8 +89,8 @@ class FeatureCache:
                    "top_ids": self.top_ids, "top_logprobs": self.top_logprobs}
         if self.features is not None:
             tensors["features"] = self.features
-        safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, str(path),
-                                    metadata=metadata)
+        save_safetensors({k: v.contiguous() for k, v in tensors.items()}, path,
+                         metadata=metadata)
 
     @classmethod
     def load(cls, path: str | Path) -> FeatureCache:

@@ -47,6 +47,7 @@ from sqlalchemy import Engine, Row, delete, func, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from autospec.durable import rename_into_place
+from autospec.file_modes import copy_as_created
 from autospec.store.artifacts import artifact_sha256, inside, local_path
 from autospec.store.backup_format import FORMAT, INDEX, encoder, order, tables, writable
 from autospec.store.db import describe, ping, redact, writer_engine
@@ -160,7 +161,8 @@ def _back_up_artifacts(registered: Sequence[Row], partial: Path, outcome: Outcom
         if artifact_sha256(source) != sha:
             raise ArtifactError(f"artifact of {version!r} at {source} does not match the "
                                 f"SHA-256 the registry records ({sha[:12]}…); not backed up")
-        shutil.copytree(source, partial / "artifacts" / version)
+        shutil.copytree(source, partial / "artifacts" / version,
+                        copy_function=copy_as_created)  # readable as the table files are
         artifacts[version] = {"uri": uri, "sha256": sha, "path": f"artifacts/{version}"}
         outcome.artifacts.append(version)
     return artifacts

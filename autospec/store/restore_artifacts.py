@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 
 from autospec.durable import sync_dir, sync_tree
+from autospec.file_modes import copy_as_created
 from autospec.store.artifacts import artifact_sha256, inside, without_links
 from autospec.store.errors import ArtifactError, Conflict
 
@@ -93,7 +94,8 @@ class Staged:
             self.root.mkdir(parents=True, exist_ok=True)
             for version in self.versions:
                 copy = self.folder / "new" / version
-                shutil.copytree(self.source / "artifacts" / version, copy)
+                shutil.copytree(self.source / "artifacts" / version, copy,
+                                copy_function=copy_as_created)  # as the umask says
                 artifact_sha256(copy)  # checked again where it now lives
             sync_tree(self.folder)  # here, not in the transaction (SQLite's write lock)
         except OSError as exc:

@@ -67,6 +67,7 @@ from typing import Any
 import safetensors.torch
 import torch
 
+from autospec.file_modes import save_safetensors
 from autospec.threads import ThreadSetting, worker_threads
 from autospec.train.errors import TrainingError, TrainingStopped
 from autospec.train.features import FeatureCache
@@ -160,8 +161,8 @@ def _fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
     job = Path(storage_path).resolve() / name / "job"  # workers run in folders of their own
     job.mkdir(parents=True, exist_ok=True)
     cache.save(job / "features.safetensors")
-    safetensors.torch.save_file(_contiguous(state), str(job / "init.safetensors"))
-    safetensors.torch.save_file(_contiguous(shared), str(job / "shared.safetensors"))
+    save_safetensors(_contiguous(state), job / "init.safetensors")
+    save_safetensors(_contiguous(shared), job / "shared.safetensors")
     (job / "job.json").write_text(json.dumps({
         "kind": kind, "config": config.model_dump(mode="json"), "opts": asdict(opts),
         "loop": asdict(loop), "fail_at_step": fail_at_step,
@@ -370,9 +371,9 @@ def _fault(spec: dict[str, Any]):
 
 
 def _write_checkpoint(directory: Path, state: dict[str, torch.Tensor], loop: LoopState) -> None:
-    safetensors.torch.save_file(_contiguous(state), str(directory / STATE_FILE))
+    save_safetensors(_contiguous(state), directory / STATE_FILE)
     tensors, meta = _flatten_optimizer(loop.optimizer or {})
-    safetensors.torch.save_file(tensors, str(directory / OPTIM_FILE))
+    save_safetensors(tensors, directory / OPTIM_FILE)
     (directory / LOOP_FILE).write_text(json.dumps({
         "epoch": loop.epoch, "step": loop.step, "examples_seen": loop.examples_seen,
         "loss_curve": loop.loss_curve, "resumes": loop.resumes, "elapsed_s": loop.elapsed_s,

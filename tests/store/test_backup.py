@@ -167,6 +167,35 @@ def test_sqlite_backup_wipe_restore_gives_the_same_store_and_artifacts(
     engine.dispose()
 
 
+def test_backup_and_restore_copy_artifacts_as_the_umask_says(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """Copies were ``copy2``'s, with the mode of the file copied: a weights file of 0600 (as
+    safetensors wrote them) stayed 0600 in the backup beside its 0644 table files, and again
+    in the artifact directory it was restored to."""
+    from tests.test_file_modes import modes, umask_of
+
+    engine = migrate.open_store(sqlite_url, upgrade=True)
+    artifacts = _artifact_root()
+    populate(engine, artifacts)
+    for weights in artifacts.rglob("weights.bin"):
+        weights.chmod(0o600)
+    with umask_of(0o022):
+        backups.backup(engine, tmp_path / "bk")
+    backed_up = modes(tmp_path / "bk")
+    assert "artifacts/eagle3-a/weights.bin" in backed_up and "backup.json" in backed_up
+    assert set(backed_up.values()) == {0o644}, backed_up
+    engine.dispose()
+    Path(make_url(sqlite_url).database).unlink()  # type: ignore[arg-type]
+    shutil.rmtree(artifacts)
+
+    engine = db.make_engine(sqlite_url)
+    with umask_of(0o027):
+        backups.restore(engine, tmp_path / "bk")
+    restored = modes(artifacts)
+    assert "eagle3-a/weights.bin" in restored and set(restored.values()) == {0o640}, restored
+    engine.dispose()
+
+
 def test_restore_refuses_a_store_that_holds_anything_unless_forced(
         sqlite_url: str, tmp_path: Path) -> None:
     engine = migrate.open_store(sqlite_url, upgrade=True)
