@@ -32,7 +32,9 @@ for that (the module compares periods; it has no concurrent target-only baseline
 A segment's promotion (:mod:`autospec.controller.segment_promotion`) is judged on that
 segment's rows alone, the replaced version's too (no fallback to its other segments: too
 few there and the speed is not judged), against the gain the evaluation projected on the
-segment (its replayed τ over each version's measured step cost).
+segment (its replayed τ over each version's measured step cost). The deployment's
+promotion is judged without the segments that have a pointer of their own (on both sides),
+as its τ check is (:mod:`autospec.controller.drafted_tau`).
 
 With no measured speedups in the promotion (measurement off, an override without
 evaluation) or no timed requests on either side, the check is not judged and says why.
@@ -40,6 +42,7 @@ evaluation) or no timed requests on either side, the check is not judged and say
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -87,10 +90,11 @@ def _rate(rows: list[Any]) -> LiveRate:
 
 def timed_rows(session: Session, *, deployment: str, version: str,
                since: datetime | None = None, before: datetime | None = None,
-               newest: int | None = None, segments: list[str] | None = None) -> list[Any]:
+               newest: int | None = None, segments: list[str] | None = None,
+               exclude: Collection[str] = ()) -> list[Any]:
     """``version``'s timed requests in the period, newest first (``newest``: only the
-    newest N; ``segments``: only those segments'): output tokens, latency, TTFT, sampling
-    (the recorded load) and segment."""
+    newest N; ``segments``: only those segments'; ``exclude``: none of those segments'):
+    output tokens, latency, TTFT, sampling (the recorded load) and segment."""
     query = select(Request.output_tokens, Request.latency_ms, Request.ttft_ms,
                    Request.sampling, Request.segment).where(
         Request.deployment == deployment, Request.speculator_version == version,
@@ -102,6 +106,8 @@ def timed_rows(session: Session, *, deployment: str, version: str,
         query = query.where(Request.created_at < before)
     if segments is not None:
         query = query.where(Request.segment.in_(segments))
+    if exclude:
+        query = query.where(Request.segment.not_in(list(exclude)))
     query = query.order_by(Request.created_at.desc(), Request.id.desc())
     if newest is not None:
         query = query.limit(newest)
@@ -109,10 +115,12 @@ def timed_rows(session: Session, *, deployment: str, version: str,
 
 
 def replaced_rows(session: Session, *, deployment: str, replaced: str, before: datetime,
-                  new: list[Any], segment: str | None = None) -> tuple[list[Any], str]:
+                  new: list[Any], segment: str | None = None,
+                  exclude: Collection[str] = ()) -> tuple[list[Any], str]:
     """The replaced version's newest timed rows before ``before`` on the segments the new
     version's rows ``new`` are from (see module doc), and how they were chosen; of a
-    ``segment``'s promotion, that segment's rows only (too few: none, and it is not judged)."""
+    ``segment``'s promotion, that segment's rows only (too few: none, and it is not judged);
+    never of the ``exclude`` segments (the deployment's canary leaves them out)."""
     newest = max(4 * len(new), 1)
     segments = [segment] if segment else sorted({r.segment for r in new})
     same = timed_rows(session, deployment=deployment, version=replaced, before=before,
@@ -123,7 +131,7 @@ def replaced_rows(session: Session, *, deployment: str, replaced: str, before: d
         return [], (f"fewer than {MIN_MATCHED} timed requests of {replaced} on segment "
                     f"{segment} before the move")
     rows = timed_rows(session, deployment=deployment, version=replaced, before=before,
-                      newest=newest)
+                      newest=newest, exclude=exclude)
     return rows, (f"segments not matched: fewer than {MIN_MATCHED} requests of {replaced} "
                   f"on {', '.join(segments) or 'any segment'}")
 
@@ -167,9 +175,12 @@ def promotion_speeds(evaluation: Any) -> dict[str, float | None]:
 
 
 def check_speed(session: Session, *, deployment: str, promo: Any, replaced: str | None,
-                max_shortfall: float, segment: str | None = None) -> SpeedVerdict:
+                max_shortfall: float, segment: str | None = None,
+                exclude: Collection[str] = ()) -> SpeedVerdict:
     """Realised vs expected speed gain of the promotion event ``promo`` (see module doc);
-    ``segment``: of a segment's promotion, on that segment's rows only."""
+    ``segment``: of a segment's promotion, on that segment's rows only; ``exclude``: of the
+    deployment's, the segments with a pointer of their own, whose rows its τ check leaves out
+    too (:mod:`autospec.controller.drafted_tau`), on neither side."""
     expected = expected_gain(promo.details or {})
     if expected is None:
         return SpeedVerdict(False, True, "speed not judged: the promotion carries no measured "
@@ -177,9 +188,11 @@ def check_speed(session: Session, *, deployment: str, promo: Any, replaced: str 
     if replaced is None:
         return SpeedVerdict(False, True, "speed not judged: no replaced version to compare")
     new_rows = timed_rows(session, deployment=deployment, version=promo.version,
-                          since=promo.created_at, segments=[segment] if segment else None)
+                          since=promo.created_at, segments=[segment] if segment else None,
+                          exclude=exclude)
     old_rows, traffic = replaced_rows(session, deployment=deployment, replaced=replaced,
-                                      before=promo.created_at, new=new_rows, segment=segment)
+                                      before=promo.created_at, new=new_rows, segment=segment,
+                                      exclude=exclude)
     new_rows, old_rows, load = matched(new_rows, old_rows)
     new, old = _rate(new_rows), _rate(old_rows[:max(len(new_rows), 1)])  # equal samples
     if not new.requests or not old.requests:

@@ -3,7 +3,9 @@
 Everything is read from the store in one read-only transaction, so the report agrees with
 the live pointer the replicas follow: the live version is the pointer's (``builtin-ngram``
 when nothing was ever promoted), its shadow τ comes from the newest evaluation naming it,
-its live τ from the requests it served in the last hour and day; its speedup over
+its live τ from the requests it served in the last hour and day (both, as the drift watch
+reads them, without the segments that have a pointer of their own:
+:mod:`autospec.controller.drafted_tau`; the pending canary's likewise); its speedup over
 target-only, estimated and measured side by side, from that same newest evaluation; fresh
 requests are counted past the last consumed window; the next scheduled cycle is the
 schedule lease's expiry. ``ledger``: decode time saved by speculation against the loop's
@@ -36,11 +38,18 @@ from sqlalchemy import Engine
 
 from autospec import store
 from autospec.controller import records
+from autospec.controller.drafted_tau import drafted_live, drafted_tau, served_on
 from autospec.controller.operations import cycle_rows
 from autospec.controller.policy import Policy
 from autospec.controller.segment_watch import serves_on_vllm, vllm_segment_refusal
 from autospec.controller.speedcheck import expected_gain
-from autospec.controller.watch import evaluated_tau_k, evaluation_k, left_out, pending_canary
+from autospec.controller.watch import (
+    evaluated_drafted,
+    evaluation_k,
+    left_out,
+    pending_canary,
+    promotion_evaluation,
+)
 from autospec.ledger import collect_ledger
 from autospec.store.models import BUILTIN_VERSION, utcnow
 
@@ -56,9 +65,10 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy, cycles: i
                 "updated_at": pointer.updated_at if pointer else None,
                 "updated_by": pointer.updated_by if pointer else None,
                 "generation": pointer.generation if pointer else 0}
-        shadow, k = evaluated_tau_k(session, version, deployment)
-        hour = _tau(session, deployment, version, now - timedelta(hours=1), k)
-        day = _tau(session, deployment, version, now - timedelta(days=1), k)
+        drafted, k = evaluated_drafted(session, version, deployment)
+        shadow, left = (drafted.tau, drafted.left_out) if drafted else (None, ())
+        hour = _tau(session, deployment, version, now - timedelta(hours=1), k, left)
+        day = _tau(session, deployment, version, now - timedelta(days=1), k, left)
         last_id = records.last_consumed_newest_id(session, deployment=deployment)
         return {
             "deployment": deployment, "time": now, "policy": policy.name, "live": live,
@@ -181,10 +191,10 @@ def _concurrency(session, deployment: str, since) -> dict[str, Any] | None:  # t
     return None if profile is None else profile.as_dict()
 
 
-def _tau(session, deployment: str, version: str, since, k):  # type: ignore[no-untyped-def]
-    stats = store.live_tau(session, since=since, deployment=deployment, versions=[version],
-                           full_k=True, k=k)  # as the drift watch reads it, beside the shadow τ
-    return stats[0] if stats else None
+def _tau(session, deployment: str, version: str, since, k, left):  # type: ignore[no-untyped-def]
+    # as the drift watch reads it, beside the shadow τ (the same segments left out)
+    return drafted_live(session, deployment=deployment, version=version, since=since, k=k,
+                        left_out=left)
 
 
 def _count(session, deployment: str, since) -> int:  # type: ignore[no-untyped-def]
@@ -211,17 +221,25 @@ def _canary(session, deployment: str, policy: Policy) -> dict[str, Any] | None: 
     promo = pending_canary(session, deployment=deployment)
     if promo is None:
         return None
-    stats = store.live_tau(session, since=promo.created_at, deployment=deployment,
-                           versions=[promo.version], full_k=True,  # as the canary reads it
-                           k=evaluation_k(session, (promo.details or {}).get("evaluation_id")))
-    counted = stats[0].requests if stats else 0
-    return {"version": promo.version, "shadow_tau": promo.details.get("shadow_tau"),
+    drafted = drafted_tau(session, deployment=deployment, version=promo.version,
+                          tau=float(promo.details["shadow_tau"]),
+                          evaluation=promotion_evaluation(session, promo))
+    stat = drafted_live(session, deployment=deployment, version=promo.version,  # as the canary
+                        since=promo.created_at, left_out=drafted.left_out,
+                        k=evaluation_k(session, (promo.details or {}).get("evaluation_id")))
+    counted = stat.requests if stat else 0
+    return {"version": promo.version, "shadow_tau": drafted.tau,
             "expected_speed_gain": expected_gain(promo.details or {}),
-            "live_tau": stats[0].tau if stats else None,
+            "live_tau": stat.tau if stat else None,
             "requests": counted, "needed": policy.canary.requests,
             # served at another k than evaluated, or cut by a concurrency band: not compared
             "left_out": left_out(session, deployment, promo.version, None, promo.created_at,
-                                 counted)}
+                                 counted, drafted.left_out),
+            # segments with a pointer of their own: left out of both τ
+            "segments_left_out": list(drafted.left_out),
+            "on_segments_left_out": sum(served_on(
+                session, deployment=deployment, version=promo.version,
+                since=promo.created_at, segments=drafted.left_out).values())}
 
 
 def _failures(session, deployment: str, since) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]

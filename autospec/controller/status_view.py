@@ -25,10 +25,13 @@ def canary_text(canary: dict[str, Any] | None) -> str:
     """The pending canary's progress: requests compared (and those left out), τ, gain."""
     if not canary:
         return "—"
-    left_out = canary.get("left_out")
+    left_out, elsewhere = canary.get("left_out"), canary.get("on_segments_left_out")
     return (f"{canary['version']}: {canary['requests']} of {canary['needed']} requests"
             + (f" ({left_out} more not compared: served at another k than evaluated or cut "
                "by a concurrency band)" if left_out else "")
+            + (f" ({elsewhere} more on segments with pointers of their own, left out of "
+               f"both τ: {', '.join(canary.get('segments_left_out') or [])})"
+               if elsewhere else "")
             + f", live τ {fmt(canary['live_tau'])} vs shadow {fmt(canary['shadow_tau'])}"
             + ("" if canary.get("expected_speed_gain") is None else
                f"; measured speed gain {canary['expected_speed_gain']:.2f}×"))

@@ -11,9 +11,10 @@ served at least ``canary.requests`` requests since the move, its live τ
 (:func:`autospec.store.rollback`, in the same transaction as the fencing check, a check
 that the pointer still names that version, and the ``canary`` note), the reason giving
 both τ and the request count; otherwise the canary passes. Fewer requests: pending.
-Where segments have pointers naming other versions, the shadow τ it is compared with (here
-and for drift) is the version's τ over the evaluation's other segments only
-(:mod:`autospec.controller.drafted_tau`): their requests are all it drafts.
+Where segments have pointers of their own, both sides (here and for drift, the speed check
+too) leave them out (:mod:`autospec.controller.drafted_tau`): the shadow τ is the version's
+τ over the evaluation's other segments, the live τ over its rows of the other segments; none
+left in the evaluation, the canary waits and says so.
 Live τ here (canary and drift, deployment and segments) counts only the requests drafted at
 the k the evaluation replayed at: a request a concurrency band drafted fewer tokens for
 (``sampling.banded``, :func:`autospec.serve.bands.drafted_fewer`) has a lower τ by the
@@ -58,7 +59,7 @@ from sqlalchemy.orm import Session
 
 from autospec import store
 from autospec.controller import records
-from autospec.controller.drafted_tau import DraftedTau, drafted_tau
+from autospec.controller.drafted_tau import DraftedTau, drafted_live, drafted_tau, served_on
 from autospec.controller.lease import HeldLease
 from autospec.controller.policy import Drift
 from autospec.controller.result import CycleResult
@@ -149,17 +150,21 @@ class Watcher:
         version, segment = promo.version, promo.details.get("segment")
         drafted = DraftedTau(float(promo.details["shadow_tau"])) if segment else drafted_tau(
             session, deployment=self.deployment, version=version,
-            tau=float(promo.details["shadow_tau"]), evaluation=_evaluation(session, promo))
+            tau=float(promo.details["shadow_tau"]), evaluation=promotion_evaluation(session, promo))
+        if drafted.tau is None:  # no segment left in common: nothing to judge on
+            return WatchResult("canary_pending", [drafted.nothing_in_common(
+                version, promo.details.get("evaluation_id"))], version, segment=segment)
         shadow = drafted.tau
         where = f" on segment {segment!r}" if segment else ""
         k = evaluation_k(session, promo.details.get("evaluation_id"))
         stat = (segment_live(session, deployment=self.deployment, version=version,
                              segment=segment, since=promo.created_at, k=k) if segment
-                else _live(session, self.deployment, version, since=promo.created_at, k=k))
+                else drafted_live(session, deployment=self.deployment, version=version,
+                                  since=promo.created_at, k=k, left_out=drafted.left_out))
         if stat is None or stat.requests < cp.requests or stat.tau is None:
             seen = stat.requests if stat else 0
             cut = _uncompared(session, self.deployment, version, segment, promo.created_at,
-                              seen, k)
+                              seen, k, exclude=drafted.left_out)
             return WatchResult("canary_pending", [f"{version}{where}: {seen} of "
                                f"{cp.requests} canary requests served{cut}"], version,
                                segment=segment)
@@ -170,7 +175,7 @@ class Watcher:
                    f"#{promo.details.get('evaluation_id')}); "
                    f"{'within' if tau_ok else 'below'} the allowed "
                    f"{cp.max_shortfall:.0%} shortfall (τ ≥ {limit:.3f})"]
-        speed = self._speed(session, promo) if cp.speed_check else None
+        speed = self._speed(session, promo, drafted.left_out) if cp.speed_check else None
         if speed is not None:
             reasons.append(speed.reason)
         verdict = "pass" if tau_ok and (speed is None or speed.ok) else "rollback"
@@ -187,14 +192,16 @@ class Watcher:
         return WatchResult("rolled_back" if verdict == "rollback" else "canary_passed",
                            reasons, version, segment=segment)
 
-    def _speed(self, session: Session, promo: Any) -> SpeedVerdict:
+    def _speed(self, session: Session, promo: Any, left_out: tuple[str, ...]) -> SpeedVerdict:
+        """The speed check of ``promo``, on the rows its τ check compares (``left_out``: the
+        segments the deployment's canary leaves out)."""
         segment = (promo.details or {}).get("segment")
         pointer = store.get_live(session, deployment=self.deployment, segment=segment)
         replaced = (promo.details or {}).get("incumbent") or (
             pointer.previous_version if pointer else None)
         return check_speed(session, deployment=self.deployment, promo=promo,
                            replaced=replaced, max_shortfall=self.policy.canary.max_speed_shortfall,
-                           segment=segment)
+                           segment=segment, exclude=left_out)
 
     def _roll_back(self, session: Session, lease: HeldLease, promo: Any, reason: str,
                    stat: Any, shadow: float, speed: SpeedVerdict | None) -> bool:
@@ -257,10 +264,17 @@ class Watcher:
             return (f"no drift check of {version} deployment-wide: its canary is pending",
                     None, None)
         dp = self.policy.drift
-        evaluated, k = evaluated_tau_k(session, version, self.deployment)
-        stat = _live(session, self.deployment, version, since=now - dp.window, k=k)
+        drafted, k = evaluated_drafted(session, version, self.deployment)
+        if drafted is not None and drafted.tau is None:
+            return (f"no drift check of {version} deployment-wide: every segment its "
+                    f"evaluation measured it on has a pointer of its own now "
+                    f"({', '.join(drafted.left_out)})", None, None)
+        evaluated, left = (drafted.tau, drafted.left_out) if drafted else (None, ())
+        stat = drafted_live(session, deployment=self.deployment, version=version,
+                            since=now - dp.window, k=k, left_out=left)
         return _no_drift(version, evaluated, stat, dp, lambda seen: _uncompared(
-            session, self.deployment, version, None, now - dp.window, seen, k)), stat, evaluated
+            session, self.deployment, version, None, now - dp.window, seen, k,
+            exclude=left)), stat, evaluated
 
 
 def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Drift,
@@ -297,18 +311,26 @@ def live_or_builtin(session: Session, deployment: str) -> str:
 def evaluated_tau_k(session: Session, version: str,
                     deployment: str) -> tuple[float | None, int | None]:
     """τ of ``version`` in the newest evaluation naming it (candidate or incumbent), over
-    the segments it drafts on ``deployment`` now (:func:`drafted_tau`), and the k that
-    evaluation replayed at (None: not recorded)."""
+    the segments it drafts on ``deployment`` now (:func:`drafted_tau`; None: none, or no
+    segment left), and the k that evaluation replayed at (None: not recorded)."""
+    drafted, k = evaluated_drafted(session, version, deployment)
+    return (drafted.tau if drafted else None), k
+
+
+def evaluated_drafted(session: Session, version: str,
+                      deployment: str) -> tuple[DraftedTau | None, int | None]:
+    """:func:`evaluated_tau_k`'s τ with the segments it leaves out, which live τ compared
+    with it leaves out too (:func:`drafted_live`); (None, None): no evaluation names it."""
     for ev in store.list_evaluations(session, limit=200, deployment=deployment):
         tau = ev.tau_candidate if ev.candidate == version else \
             ev.tau_incumbent if ev.incumbent == version else None
         if tau is not None:
             return drafted_tau(session, deployment=deployment, version=version,
-                               tau=float(tau), evaluation=ev).tau, recorded_k(ev)
+                               tau=float(tau), evaluation=ev), recorded_k(ev)
     return None, None
 
 
-def _evaluation(session: Session, promo: Any) -> Evaluation | None:
+def promotion_evaluation(session: Session, promo: Any) -> Evaluation | None:
     """The evaluation a promotion names (None: none, or a name that is not an id)."""
     evaluation_id = (promo.details or {}).get("evaluation_id")
     return session.get(Evaluation, evaluation_id) if isinstance(evaluation_id, int) else None
@@ -321,34 +343,33 @@ def evaluation_k(session: Session, evaluation_id: Any) -> int | None:
     return recorded_k(session.get(Evaluation, evaluation_id))
 
 
-def _live(session: Session, deployment: str, version: str, *, since: Any,
-          k: int | None = None) -> Any | None:
-    stats = store.live_tau(session, since=since, deployment=deployment, versions=[version],
-                           full_k=True, k=k)
-    return stats[0] if stats else None
-
-
 def left_out(session: Session, deployment: str, version: str, segment: str | None,
-             since: Any, counted: int) -> int:
-    """How many of the version's requests since ``since`` (on ``segment``, if given) its
-    live τ left out beyond the ``counted`` ones: recorded at another k than evaluated, or
-    drafted with fewer tokens by a concurrency band."""
+             since: Any, counted: int, exclude: Collection[str] = ()) -> int:
+    """How many of the version's requests since ``since`` (on ``segment``, if given; else
+    off the ``exclude`` segments) its live τ left out beyond the ``counted`` ones: recorded
+    at another k than evaluated, or drafted with fewer tokens by a concurrency band."""
     stats = store.live_tau(session, since=since, deployment=deployment, versions=[version],
-                           by_segment=segment is not None)
-    served = sum(s.requests for s in stats if segment is None or s.segment == segment)
+                           by_segment=segment is not None or bool(exclude))
+    served = sum(s.requests for s in stats
+                 if (segment is None or s.segment == segment) and s.segment not in exclude)
     return max(0, served - counted)
 
 
 def _uncompared(session: Session, deployment: str, version: str, segment: str | None,
-                since: Any, counted: int, k: int | None) -> str:
+                since: Any, counted: int, k: int | None, exclude: Collection[str] = ()) -> str:
     """What a pending check's reason adds when some of the version's requests were left out
-    of its live τ (:func:`left_out`); "" when none were."""
-    cut = left_out(session, deployment, version, segment, since, counted)
-    if not cut:
-        return ""
-    at = "its k" if k is None else f"k={k}, as evaluated"
-    return (f" at {at} ({cut} more served at another k or with fewer draft "
-            "tokens by a concurrency band: their τ is not compared)")
+    of its live τ (:func:`left_out`; those on the ``exclude`` segments, which have pointers
+    of their own, are said apart); "" when none were."""
+    cut = left_out(session, deployment, version, segment, since, counted, exclude)
+    at = "" if not cut else " at its k" if k is None else f" at k={k}, as evaluated"
+    said = [f"{cut} more served at another k or with fewer draft tokens by a concurrency "
+            "band: their τ is not compared"] if cut else []
+    elsewhere = served_on(session, deployment=deployment, version=version, since=since,
+                          segments=exclude)
+    if elsewhere:
+        said.append(f"{sum(elsewhere.values())} more on {', '.join(sorted(elsewhere))}, "
+                    "which have pointers of their own: left out of both τ")
+    return f"{at} ({'; '.join(said)})" if said else ""
 
 
 def _speed_details(speed: SpeedVerdict | None) -> dict[str, Any]:

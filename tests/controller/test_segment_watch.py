@@ -244,7 +244,7 @@ def test_the_deployments_canary_compares_with_the_segments_its_version_drafts(
     _rows(engine, "b", "chat", n=10, tau=1.6)
     result = Watcher(controller).run()
     assert result.action == "canary_passed", result.reasons
-    assert "shadow τ 1.600 over the segments it drafts (left out: json" in result.reasons[0]
+    assert "shadow τ 1.600, both over the segments it drafts (left out: json" in result.reasons[0]
     with store.session_scope(engine, readonly=True) as s:
         assert store.get_live(s).version == "b"
 
