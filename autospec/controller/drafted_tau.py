@@ -16,7 +16,10 @@ pointer of its own now (none then either, or one since unpinned) the version's r
 drafting of that segment, which the segment's τ in the evaluation measured. On a
 deployment whose replicas serve on vLLM a segment pointer they do not follow
 (:func:`~autospec.controller.segment_watch.vllm_segment_refusal`) leaves nothing out: its
-segment is drafted by the deployment's version.
+segment is drafted by the deployment's version. The canary then holds the live τ to
+:func:`drafted_tau` re-weighted to its rows' segment mix (:mod:`autospec.controller.live_mix`,
+from :func:`drafted_segments` and :func:`evaluated_segments`); the drift watch to
+:func:`drafted_tau` as it is.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def drafted_tau(session: Session, *, deployment: str, version: str, tau: float,
     figures), with the segments left out; τ None when no other segment is left. ``tau``
     where none of them is among the evaluation's segments (they are still left out of live
     τ); unchanged, nothing left out, where it recorded no per-segment τ of ``version``."""
-    segments = _segments(evaluation, version)
+    segments = evaluated_segments(evaluation, version)
     if not segments:
         return DraftedTau(tau)
     own = own_segments(session, deployment=deployment)
@@ -91,10 +94,24 @@ def drafted_live(session: Session, *, deployment: str, version: str, since: date
                  k: int | None = None, left_out: Collection[str] = ()) -> TauStat | None:
     """Live τ of ``version`` since ``since`` over its requests drafted at its k (at ``k``
     where given: :func:`autospec.store.live_tau`), leaving out ``left_out``'s segments."""
-    stats = [s for s in store.live_tau(session, since=since, deployment=deployment,
-                                       versions=[version], by_segment=bool(left_out),
-                                       full_k=True, k=k)
-             if s.segment not in left_out]
+    return pooled(version, drafted_segments(session, deployment=deployment, version=version,
+                                            since=since, k=k, left_out=left_out,
+                                            by_segment=bool(left_out)))
+
+
+def drafted_segments(session: Session, *, deployment: str, version: str, since: datetime,
+                     k: int | None = None, left_out: Collection[str] = (),
+                     by_segment: bool = True) -> list[TauStat]:
+    """:func:`drafted_live`'s rows, one per segment (``by_segment`` False and nothing
+    ``left_out``: all in one, segment None)."""
+    return [s for s in store.live_tau(session, since=since, deployment=deployment,
+                                      versions=[version], by_segment=by_segment or
+                                      bool(left_out), full_k=True, k=k)
+            if s.segment not in left_out]
+
+
+def pooled(version: str, stats: list[TauStat]) -> TauStat | None:
+    """``stats`` (``version``'s, per segment) in one (None: none)."""
     if not stats:
         return None
     return TauStat(version=version, segment=None, requests=sum(s.requests for s in stats),
@@ -114,7 +131,8 @@ def served_on(session: Session, *, deployment: str, version: str, since: datetim
         if s.segment in segments and s.requests}
 
 
-def _segments(evaluation: Evaluation | None, version: str) -> dict[str, tuple[int, float]]:
+def evaluated_segments(evaluation: Evaluation | None,
+                       version: str) -> dict[str, tuple[int, float]]:
     """The evaluation's segments with ``version``'s τ and held-out requests recorded."""
     per_segment = (evaluation.per_segment if evaluation is not None else None) or {}
     segments = per_segment.get("segments") or {}

@@ -11,9 +11,10 @@ The controller keeps no state of its own: everything it must remember lives in t
   — the cycle's end, written once (:func:`close_cycle`). A window whose key has a ``cycle``
   record with a consuming outcome (``promoted``, ``rejected``) is done: a later run over it
   does nothing; ``failed`` and ``interrupted`` cycles do not consume their window;
-- ``canary`` {version, promotion_event, verdict, live_tau, shadow_tau, requests, segment
-  (None: the deployment's pointer), and when speed was judged speed_ok, realised_gain,
-  expected_gain};
+- ``canary`` {version, promotion_event, verdict, live_tau, shadow_tau (the one judged by:
+  the deployment's at the live rows' segment mix), requests, segment (None: the
+  deployment's pointer), shadow_tau_held_out where the live mix re-weighted it, and when
+  speed was judged speed_ok, realised_gain, expected_gain};
 - ``drift`` {version, live_tau, evaluated_tau, segment, outcome, cycle_id} — an early
   cycle ran on drift, written when it ended (one that found nothing to do writes none); the
   watch runs no other early cycle for ``drift.cooldown`` after it.

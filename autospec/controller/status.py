@@ -5,7 +5,10 @@ the live pointer the replicas follow: the live version is the pointer's (``built
 when nothing was ever promoted), its shadow τ comes from the newest evaluation naming it,
 its live τ from the requests it served in the last hour and day (both, as the drift watch
 reads them, without the segments that have a pointer of their own:
-:mod:`autospec.controller.drafted_tau`; the pending canary's likewise); its speedup over
+:mod:`autospec.controller.drafted_tau`; the pending canary's likewise, its ``shadow_tau``
+the figure the canary judges by: at the segment mix of the rows it counts,
+:mod:`autospec.controller.live_mix`; ``shadow_tau_held_out`` the one over the held-out
+mix); its speedup over
 target-only, estimated and measured side by side, from that same newest evaluation; fresh
 requests are counted past the last consumed window; the next scheduled cycle is the
 schedule lease's expiry. ``ledger``: decode time saved by speculation against the loop's
@@ -38,7 +41,14 @@ from sqlalchemy import Engine
 
 from autospec import store
 from autospec.controller import records
-from autospec.controller.drafted_tau import drafted_live, drafted_tau, served_on
+from autospec.controller.drafted_tau import (
+    drafted_live,
+    drafted_segments,
+    drafted_tau,
+    pooled,
+    served_on,
+)
+from autospec.controller.live_mix import at_live_mix
 from autospec.controller.operations import cycle_rows
 from autospec.controller.policy import Policy
 from autospec.controller.segment_watch import serves_on_vllm, vllm_segment_refusal
@@ -221,14 +231,20 @@ def _canary(session, deployment: str, policy: Policy) -> dict[str, Any] | None: 
     promo = pending_canary(session, deployment=deployment)
     if promo is None:
         return None
+    evaluation = promotion_evaluation(session, promo)
     drafted = drafted_tau(session, deployment=deployment, version=promo.version,
-                          tau=float(promo.details["shadow_tau"]),
-                          evaluation=promotion_evaluation(session, promo))
-    stat = drafted_live(session, deployment=deployment, version=promo.version,  # as the canary
-                        since=promo.created_at, left_out=drafted.left_out,
-                        k=evaluation_k(session, (promo.details or {}).get("evaluation_id")))
+                          tau=float(promo.details["shadow_tau"]), evaluation=evaluation)
+    rows = drafted_segments(session, deployment=deployment, version=promo.version,  # as the
+                            since=promo.created_at, left_out=drafted.left_out,  # canary
+                            k=evaluation_k(session, (promo.details or {}).get("evaluation_id")))
+    stat = pooled(promo.version, rows)
+    mix = None if drafted.tau is None else at_live_mix(drafted.tau, evaluation, promo.version,
+                                                       rows)
     counted = stat.requests if stat else 0
-    return {"version": promo.version, "shadow_tau": drafted.tau,
+    return {"version": promo.version,
+            # what the canary judges by: at the live rows' segment mix (live_mix)
+            "shadow_tau": mix.tau if mix else None,
+            "shadow_tau_held_out": drafted.tau,
             "expected_speed_gain": expected_gain(promo.details or {}),
             "live_tau": stat.tau if stat else None,
             "requests": counted, "needed": policy.canary.requests,

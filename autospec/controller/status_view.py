@@ -26,6 +26,7 @@ def canary_text(canary: dict[str, Any] | None) -> str:
     if not canary:
         return "—"
     left_out, elsewhere = canary.get("left_out"), canary.get("on_segments_left_out")
+    held = fmt(canary.get("shadow_tau_held_out"))  # the canary's shadow τ is at the live mix
     return (f"{canary['version']}: {canary['requests']} of {canary['needed']} requests"
             + (f" ({left_out} more not compared: served at another k than evaluated or cut "
                "by a concurrency band)" if left_out else "")
@@ -33,6 +34,8 @@ def canary_text(canary: dict[str, Any] | None) -> str:
                f"both τ: {', '.join(canary.get('segments_left_out') or [])})"
                if elsewhere else "")
             + f", live τ {fmt(canary['live_tau'])} vs shadow {fmt(canary['shadow_tau'])}"
+            + (f" at the live mix ({held} over the held-out mix)"
+               if held not in ("—", fmt(canary["shadow_tau"])) else "")
             + ("" if canary.get("expected_speed_gain") is None else
                f"; measured speed gain {canary['expected_speed_gain']:.2f}×"))
 

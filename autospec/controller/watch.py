@@ -14,7 +14,10 @@ both τ and the request count; otherwise the canary passes. Fewer requests: pend
 Where segments have pointers of their own, both sides (here and for drift, the speed check
 too) leave them out (:mod:`autospec.controller.drafted_tau`): the shadow τ is the version's
 τ over the evaluation's other segments, the live τ over its rows of the other segments; none
-left in the evaluation, the canary waits and says so.
+left in the evaluation, the canary waits and says so. The deployment's canary compares live τ
+with that shadow τ re-weighted to the segment mix of the rows it judges
+(:mod:`autospec.controller.live_mix`: each segment's evaluated τ, weighted by its share of the
+live steps), not with the held-out set's mix; the drift check keeps the held-out mix.
 Live τ here (canary and drift, deployment and segments) counts only the requests drafted at
 the k the evaluation replayed at: a request a concurrency band drafted fewer tokens for
 (``sampling.banded``, :func:`autospec.serve.bands.drafted_fewer`) has a lower τ by the
@@ -59,8 +62,16 @@ from sqlalchemy.orm import Session
 
 from autospec import store
 from autospec.controller import records
-from autospec.controller.drafted_tau import DraftedTau, drafted_live, drafted_tau, served_on
+from autospec.controller.drafted_tau import (
+    DraftedTau,
+    drafted_live,
+    drafted_segments,
+    drafted_tau,
+    pooled,
+    served_on,
+)
 from autospec.controller.lease import HeldLease
+from autospec.controller.live_mix import MixTau, at_live_mix
 from autospec.controller.policy import Drift
 from autospec.controller.result import CycleResult
 from autospec.controller.segment_watch import (
@@ -148,19 +159,16 @@ class Watcher:
         longer names its version)."""
         cp = self.policy.canary
         version, segment = promo.version, promo.details.get("segment")
+        evaluation = None if segment else promotion_evaluation(session, promo)
         drafted = DraftedTau(float(promo.details["shadow_tau"])) if segment else drafted_tau(
             session, deployment=self.deployment, version=version,
-            tau=float(promo.details["shadow_tau"]), evaluation=promotion_evaluation(session, promo))
+            tau=float(promo.details["shadow_tau"]), evaluation=evaluation)
         if drafted.tau is None:  # no segment left in common: nothing to judge on
             return WatchResult("canary_pending", [drafted.nothing_in_common(
                 version, promo.details.get("evaluation_id"))], version, segment=segment)
-        shadow = drafted.tau
         where = f" on segment {segment!r}" if segment else ""
         k = evaluation_k(session, promo.details.get("evaluation_id"))
-        stat = (segment_live(session, deployment=self.deployment, version=version,
-                             segment=segment, since=promo.created_at, k=k) if segment
-                else drafted_live(session, deployment=self.deployment, version=version,
-                                  since=promo.created_at, k=k, left_out=drafted.left_out))
+        stat, mix = self._live(session, promo, drafted.tau, drafted.left_out, evaluation, k)
         if stat is None or stat.requests < cp.requests or stat.tau is None:
             seen = stat.requests if stat else 0
             cut = _uncompared(session, self.deployment, version, segment, promo.created_at,
@@ -168,10 +176,10 @@ class Watcher:
             return WatchResult("canary_pending", [f"{version}{where}: {seen} of "
                                f"{cp.requests} canary requests served{cut}"], version,
                                segment=segment)
-        limit = shadow * (1 - cp.max_shortfall)
+        limit = mix.tau * (1 - cp.max_shortfall)
         tau_ok = stat.tau >= limit
         reasons = [f"canary of {version}{where}: live τ {stat.tau:.3f} over {stat.requests} "
-                   f"requests vs shadow τ {shadow:.3f}{drafted.note()} (evaluation "
+                   f"requests vs shadow τ {mix.said()}{drafted.note()} (evaluation "
                    f"#{promo.details.get('evaluation_id')}); "
                    f"{'within' if tau_ok else 'below'} the allowed "
                    f"{cp.max_shortfall:.0%} shortfall (τ ≥ {limit:.3f})"]
@@ -181,16 +189,31 @@ class Watcher:
         verdict = "pass" if tau_ok and (speed is None or speed.ok) else "rollback"
         reason = "; ".join(reasons)
         if verdict == "rollback" and not self._roll_back(session, lease, promo, reason,
-                                                         stat, shadow, speed):
+                                                         stat, mix, speed):
             return None
         records.note(session, type_="canary", actor=self.controller.holder,
                      deployment=self.deployment, reason=reason, version=version,
                      verdict=verdict, promotion_event=promo.id, live_tau=stat.tau,
-                     shadow_tau=shadow, requests=stat.requests, segment=segment,
-                     **_speed_details(speed))
+                     shadow_tau=mix.tau, requests=stat.requests, segment=segment,
+                     **mix.details(), **_speed_details(speed))
         log.log(logging.WARNING if verdict == "rollback" else logging.INFO, "%s", reason)
         return WatchResult("rolled_back" if verdict == "rollback" else "canary_passed",
                            reasons, version, segment=segment)
+
+    def _live(self, session: Session, promo: Any, shadow: float, left_out: tuple[str, ...],
+              evaluation: Evaluation | None, k: int | None) -> tuple[Any, MixTau]:
+        """``promo``'s version's live τ since the move, at ``k``, and the shadow τ to compare
+        it with: a segment's canary, on its rows against ``shadow`` (its τ there); the
+        deployment's, on its rows off the ``left_out`` segments against ``shadow`` (its τ
+        over the others) at their live mix (:mod:`autospec.controller.live_mix`)."""
+        version, segment = promo.version, (promo.details or {}).get("segment")
+        if segment:  # one segment: no mix to re-weight
+            return segment_live(session, deployment=self.deployment, version=version,
+                                segment=segment, since=promo.created_at,
+                                k=k), MixTau(shadow, shadow)
+        rows = drafted_segments(session, deployment=self.deployment, version=version,
+                                since=promo.created_at, k=k, left_out=left_out)
+        return pooled(version, rows), at_live_mix(shadow, evaluation, version, rows)
 
     def _speed(self, session: Session, promo: Any, left_out: tuple[str, ...]) -> SpeedVerdict:
         """The speed check of ``promo``, on the rows its τ check compares (``left_out``: the
@@ -204,12 +227,13 @@ class Watcher:
                            segment=segment, exclude=left_out)
 
     def _roll_back(self, session: Session, lease: HeldLease, promo: Any, reason: str,
-                   stat: Any, shadow: float, speed: SpeedVerdict | None) -> bool:
+                   stat: Any, mix: MixTau, speed: SpeedVerdict | None) -> bool:
         """Roll the pointer (the deployment's, or the promotion's segment's) back from
         ``promo.version``; False if it no longer names it."""
         lease.fence(session)
         details = {"type": "canary", "promotion_event": promo.id, "live_tau": stat.tau,
-                   "shadow_tau": shadow, "requests": stat.requests, **_speed_details(speed)}
+                   "shadow_tau": mix.tau, "requests": stat.requests, **mix.details(),
+                   **_speed_details(speed)}
         try:  # the pointer is read again under the pointer lock: moved meanwhile, a Conflict
             if (promo.details or {}).get("segment"):
                 return roll_back_segment(session, deployment=self.deployment, promo=promo,

@@ -137,22 +137,27 @@ def test_a_short_live_tau_on_the_segments_it_drafts_still_rolls_back(engine, tmp
 
 def test_a_segment_whose_own_pointer_names_the_version_is_judged_by_its_own_canary_only(
         engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Right after cycle 2 json's own pointer names 0003: its rows are its own canary's; the
-    deployment's judges support's against 0003's τ over acme, coder and support (2.750)."""
-    _cycle_two(engine, tmp_path)
+    """Right after cycle 2 json's own pointer names 0003: its rows are its own canary's (on
+    json alone, against 0003's τ there: nothing re-weighted); the deployment's judges
+    support's against 0003's τ over acme, coder and support (2.750) at the live mix: all
+    support, whose own τ is 2.100."""
+    evaluation = _cycle_two(engine, tmp_path)
     _rows(engine, V3, "json", n=10, tau=1.2)  # json's own canary rolls json back, alone
     _rows(engine, V3, "support", n=9, tau=2.9)
     watcher = Watcher(Controller(engine, fast_policy(), _no_model))
     json = watcher.run()
     assert json.action == "rolled_back" and json.segment == "json", json.reasons
+    assert f"live τ 1.200 over 10 requests vs shadow τ 2.100 (evaluation #{evaluation})" \
+        in json.reasons[0]
     pending = watcher.run()
     assert pending.action == "canary_pending" and pending.segment is None, pending.reasons
     assert "0 of 10" not in pending.reasons[0] and "9 of 10" in pending.reasons[0]
     _rows(engine, V3, "support", n=1, tau=2.9)
     passed = watcher.run()
     assert passed.action == "canary_passed", passed.reasons
-    assert "live τ 2.900 over 10 requests vs shadow τ 2.750, both over the segments it " \
-        "drafts (left out: json, sql" in passed.reasons[0]
+    assert "live τ 2.900 over 10 requests vs shadow τ 2.100 at the live mix (2.750 over the " \
+        "held-out mix), both over the segments it drafts (left out: json, sql" \
+        in passed.reasons[0]
 
 
 def test_with_every_evaluated_segment_pinned_the_canary_waits_and_says_why(
