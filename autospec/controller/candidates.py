@@ -76,6 +76,16 @@ def best_candidate(candidates: list[Candidate]) -> Candidate | None:
     return min(passing, key=lambda c: (-(c.speedup or 0), -(c.tau or 0)), default=None)
 
 
+def gate_reasons(candidates: list[Candidate], *, kept: str | None = None) -> list[str]:
+    """Each candidate's reasons from the gate, ``<version>: why`` (``<version> (base): why``
+    for a base). ``kept``: the deployment's version when its pointer stayed while a
+    segment's moved; each then reads ``deployment: kept <kept> — <version>: why``, a verdict
+    on the deployment's pointer rather than the cycle's (which promoted)."""
+    head = f"deployment: kept {kept} — " if kept else ""
+    return [f"{head}{c.version}{' (base)' if c.is_base else ''}: {r}"
+            for c in candidates for r in c.reasons]
+
+
 def speed_text(cand: Candidate) -> str:
     """The candidate's speedup as the promotion's reason states it."""
     est = f"estimated speedup {cand.speedup_estimated or 0:.2f}×"

@@ -52,7 +52,13 @@ from sqlalchemy import Engine
 
 from autospec import numerics, store
 from autospec.controller import records, recovery, segment_promotion, timings
-from autospec.controller.candidates import Candidate, best_candidate, check_evaluated, speed_text
+from autospec.controller.candidates import (
+    Candidate,
+    best_candidate,
+    check_evaluated,
+    gate_reasons,
+    speed_text,
+)
 from autospec.controller.drills import hold_after_gate
 from autospec.controller.lease import HeldLease, LeaseLost, acquire_with_turn, holder_name
 from autospec.controller.operations import check_incumbent, ensure_pointer
@@ -361,8 +367,8 @@ class Controller:
                   incumbent: str, serving: str) -> CycleResult:
         best = best_candidate(candidates)
         failing = [c for c in candidates if not c.promote and not c.is_base]
-        result.reasons += [f"{c.version}{' (base)' if c.is_base else ''}: {r}"
-                           for c in candidates for r in c.reasons]
+        first = len(result.reasons)
+        result.reasons += gate_reasons(candidates)
         with store.session_scope(self.engine) as session:
             lease.fence(session)  # then: evaluated against a version no longer live, failed
             check_incumbent(session, deployment=self.deployment, incumbent=incumbent)
@@ -373,6 +379,8 @@ class Controller:
                 self._hook("promoted")
             moved = segment_promotion.apply(session, segments, policy=self.policy,
                                             actor=self.holder, result=result, token=lease.token)
+            if moved and best is None:  # the gate failed the deployment, not the cycle
+                result.reasons[first:] = gate_reasons(candidates, kept=incumbent)
             for cand in (c for c in failing if c.version not in moved):
                 store.set_state(session, version=cand.version, state="rejected",
                                 actor=self.holder, reason="; ".join(cand.reasons)[:2000])
@@ -383,7 +391,7 @@ class Controller:
                                            "estimated": best.speedup_estimated}
             if not self._end(session, result):  # the fence above keeps a recovery out
                 raise LeaseLost(f"cycle {result.cycle_id} was closed by another controller")
-        log.info("cycle %s: %s %s", result.cycle_id, result.outcome, result.promoted or "")
+        log.info("cycle %s: %s", result.cycle_id, result.headline)
         return result
 
     def _promote(self, session, lease: HeldLease, best: Candidate, incumbent: str,  # type: ignore[no-untyped-def]

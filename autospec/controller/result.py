@@ -35,8 +35,28 @@ class CycleResult:
     def exit_code(self) -> int:
         return EXIT_CODES[self.outcome]
 
+    @property
+    def headline(self) -> str:
+        """The outcome and what moved: ``promoted segment json → v2`` (:func:`moves`)."""
+        return headline(self.outcome, self.promoted, self.segments)
+
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "exit_code": self.exit_code}
+
+
+def moves(promoted: str | None, segments: list[dict[str, Any]]) -> list[str]:
+    """What a cycle moved, in words: ``deployment → V`` when the deployment's pointer moved
+    to V, then ``segment S → V`` for each segment pointer it moved (a cycle's ``segments``,
+    as recorded: :class:`~autospec.controller.segment_promotion.SegmentOutcome` dicts)."""
+    return ([f"deployment → {promoted}"] if promoted else []) + [
+        f"segment {s['segment']} → {s['version']}" for s in segments
+        if s.get("action") == "promoted"]
+
+
+def headline(outcome: str, promoted: str | None, segments: list[dict[str, Any]]) -> str:
+    """``promoted deployment → v1, segment json → v2``; any other outcome as it is."""
+    moved = moves(promoted, segments)
+    return f"{outcome} {', '.join(moved)}" if moved else outcome
 
 
 class CycleFailed(RuntimeError):

@@ -20,6 +20,7 @@ from autospec.controller.cli import (
     err,
     out,
 )
+from autospec.controller.result import CycleResult, moves
 
 controller_app = typer.Typer(help="Run the retraining controller (scheduled or one cycle).",
                              no_args_is_help=True)
@@ -98,12 +99,20 @@ def once(
     if json_out:
         _emit(result.as_dict())
     else:
-        colour = {"promoted": "green", "rejected": "yellow", "failed": "red"}.get(
-            result.outcome, "blue")
-        out.print(Text.assemble((result.outcome, f"bold {colour}"), f" {result.promoted or ''}"))
-        for reason in result.reasons:
-            out.print(Text(f"  • {reason}"))
+        _print_cycle(result)
     raise typer.Exit(result.exit_code)
+
+
+def _print_cycle(result: CycleResult, lead: str = "", indent: str = "") -> None:
+    """A cycle's outcome and what moved (the deployment's pointer, each segment's) after
+    ``lead``, then its reasons, one a line."""
+    colour = {"promoted": "green", "rejected": "yellow", "failed": "red"}.get(
+        result.outcome, "blue")
+    moved = moves(result.promoted, result.segments)
+    out.print(Text.assemble(lead, (result.outcome, f"bold {colour}"),
+                            f" {', '.join(moved)}" if moved else ""))
+    for reason in result.reasons:
+        out.print(Text(f"{indent}  • {reason}"))
 
 
 @controller_app.command("watch")
@@ -128,9 +137,13 @@ def watch(
     if json_out:
         _emit(result.as_dict())
     else:
-        out.print(Text.assemble((result.action, "bold"), f" {result.version or ''}"))
+        out.print(Text.assemble((result.action, "bold"),
+                                f" {result.version}" if result.version else ""))
         for reason in result.reasons:
             out.print(Text(f"  • {reason}"))
+        if result.cycle is not None:  # the drift's early cycle: what it moved, and why
+            _print_cycle(result.cycle, lead=f"  cycle {result.cycle.cycle_id or '-'}: ",
+                         indent="  ")
     code = result.cycle.exit_code if result.cycle else 0
     raise typer.Exit(code)
 

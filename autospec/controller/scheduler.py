@@ -38,7 +38,7 @@ from autospec import store
 from autospec.controller import records
 from autospec.controller.cycle import Controller
 from autospec.controller.policy import Schedule
-from autospec.controller.result import CycleResult
+from autospec.controller.result import CycleResult, moves
 from autospec.controller.watch import Watcher
 from autospec.memory import release_freed_memory
 from autospec.store.models import utcnow
@@ -90,10 +90,14 @@ def cycle_summary(result: CycleResult) -> str:
     counted (``controller once`` and ``status`` show them all; the last few lines of several
     candidates' reasons, as logged before, read as if they were the promoted one's)."""
     head = f"{result.cycle_id or '-'} {result.outcome}"
+    segments = moves(None, result.segments)  # segment pointers it moved
     if result.promoted:
         head += f" {result.promoted} over {result.incumbent or 'nothing'}"
     elif result.candidates:
-        head += f" ({', '.join(result.candidates)} not promoted)"
+        head += (f" ({', '.join(result.candidates)} not promoted"
+                 f"{' for the deployment' if segments else ''})")
+    if segments:
+        head += f", {', '.join(segments)}"
     if result.outcome in ("failed", "nothing_to_do", "busy") and result.reasons:
         return f"{head}: {result.reasons[-1]}"
     return f"{head}; {len(result.reasons)} reasons recorded"

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autospec.controller.ledger_view import ledger_table
+from autospec.controller.result import moves
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
@@ -157,11 +158,12 @@ def _segments(segments: list[dict[str, Any]]) -> Table:
 
 def _cycles(cycles: list[dict[str, Any]]) -> Table:
     table = Table(title="recent cycles")
-    for col in ("started", "trigger", "window", "outcome", "promoted", "reasons"):
+    for col in ("started", "trigger", "window", "outcome", "moved", "reasons"):
         table.add_column(col)
     for c in cycles:
         reasons = [r if len(r) <= 90 else r[:89] + "…" for r in c["reasons"][-2:]]
+        moved = moves(c["promoted"], c["segments"])  # the deployment's pointer, segments'
         table.add_row(*map(Text, (str(c["started_at"])[:19], str(c["trigger"]),
-                                  str(c["window_key"]), c["outcome"], str(c["promoted"] or "—"),
-                                  "\n".join(reasons))))
+                                  str(c["window_key"]), c["outcome"],
+                                  "\n".join(moved) or "—", "\n".join(reasons))))
     return table
