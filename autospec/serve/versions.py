@@ -431,8 +431,13 @@ class VersionManager:
 
 def speculator_bytes(version: ServedVersion) -> int | None:
     """The bytes of ``version``'s speculator tensors on a native engine (None: none to
-    count, e.g. on vLLM or with speculation off)."""
+    count, e.g. on vLLM, with speculation off, or a speculator without tensors)."""
     speculator = getattr(version.engine, "speculator", None)
     if not isinstance(speculator, SavableSpeculator):
         return None
-    return sum(t.numel() * t.element_size() for t in speculator.state_tensors().values())
+    return tensor_bytes(speculator.state_tensors())
+
+
+def tensor_bytes(tensors: dict[str, Any]) -> int | None:
+    """The bytes ``tensors`` take; None when there are none (the n-gram speculator's)."""
+    return sum(t.numel() * t.element_size() for t in tensors.values()) if tensors else None

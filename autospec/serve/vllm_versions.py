@@ -75,7 +75,7 @@ from autospec.interop.export import export_speculator, target_dir
 from autospec.serve.bands import KBands, vllm_bands_refusal, vllm_schedule
 from autospec.serve.config import BUILTIN_VERSION, OFF_VERSION, ServeConfig
 from autospec.serve.export_dirs import replica_export_root
-from autospec.serve.versions import ServedVersion, VersionManager
+from autospec.serve.versions import ServedVersion, VersionManager, tensor_bytes
 from autospec.settings import get_settings
 from autospec.speculators.registry import vllm_per_request, vllm_refusal, vllm_seeded
 from autospec.versions import VersionLoadError, load_speculator_version
@@ -340,8 +340,7 @@ class VllmVersionManager(VersionManager):
                                    f"{exc}") from exc
         finally:
             shutil.rmtree(out, ignore_errors=True)
-        self._sizes[version] = sum(t.numel() * t.element_size()
-                                   for t in spec.state_tensors().values())
+        self._sizes[version] = tensor_bytes(spec.state_tensors())
         log.info("%s loaded into a slot of the running vLLM engine in %.2fs, for segments",
                  version, time.perf_counter() - started)
         return ServedVersion(version, kind, engine, slot=version)

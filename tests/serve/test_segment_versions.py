@@ -83,6 +83,22 @@ def test_each_segment_is_drafted_by_its_pointers_version(seg_server, db):
     assert set(health["segment_versions"]) == {"v-alpha", "v-beta"}
 
 
+def test_health_gives_null_bytes_for_a_segment_version_without_tensors(seg_server, db,
+                                                                       tiny_llm, tmp_path):
+    """docs/segments.md: ``null`` for one without tensors (an n-gram version, the built-in
+    one); /health said 0. A suffix version's index is its tensors' bytes."""
+    register_artifact(db, tiny_llm, tmp_path, "v-suffix", kind="suffix")
+    _point(db, "gamma", "v-suffix")
+    _point(db, "delta", "builtin-ngram")
+    seg_server.versions.poll_once()
+    with TestClient(make_app(seg_server)) as client:
+        health = client.get("/health").json()
+    sizes = health["segment_versions"]
+    assert set(sizes) == {"v-alpha", "v-beta", "v-suffix", "builtin-ngram"}, health
+    assert sizes["v-alpha"] is None and sizes["builtin-ngram"] is None, sizes
+    assert isinstance(sizes["v-suffix"], int)
+
+
 def test_a_version_is_loaded_once_and_freed_when_no_pointer_names_it(seg_server, db,
                                                                      monkeypatch):
     versions = seg_server.versions
