@@ -141,7 +141,9 @@ def evaluate(
                 synthetic_heldout=synthetic_heldout,
                 threads=within(replicas.threads, resolve_threads(in_force.policy.threads)),
                 serving=serving_load(db, deployment=deployment, engine=replicas.engine,
-                                     concurrency=settings.concurrency))
+                                     concurrency=settings.concurrency),
+                unmeasured="--no-speed" if speed is False else
+                f"evaluation.speed.enabled is off in policy {in_force.policy.name!r}")
     _report(report, dict(left_out_trained_on=left_out, policy_in_force=in_force.as_dict()),
             json_out=json_out, json_path=json_path)
 
@@ -299,7 +301,8 @@ def _print(report) -> None:
                                   rates, f"{ev.speedup[v]:.2f}×", *_measured(ev, v))))
     out.print(table)
     if ev.measured is None:
-        out.print("speed not measured (--no-speed): the gate used the estimated speedup")
+        out.print(Text(f"speed not measured ({ev.unmeasured}): the gate used the estimated "
+                       "speedup"))
     else:
         out.print(Text(speed_note(ev.measured)))
     if ev.delta is not None:

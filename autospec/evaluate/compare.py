@@ -100,6 +100,8 @@ class Evaluation:
     k: int
     ci_level: float
     measured: SpeedMeasurement | None = None  # decoded speedup; None: measurement off
+    #: what turned measurement off, as the gate's reason names it (None: it was on)
+    unmeasured: str | None = None
     synthetic: SyntheticResult | None = None  # held-out synthetic τ; None: no such sequences
     #: requests left out: sampled under settings replay cannot apply (a grammar...)
     unreplayable: int = 0

@@ -22,6 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autospec.evaluate.compare import Evaluation
 
+#: why an evaluation did not measure speed, where its caller did not say (a cycle: the
+#: policy's evaluation.speed is off)
+SPEED_OFF = "evaluation.speed.enabled is off"
+
 
 class GatePolicy(BaseModel):
     """Thresholds of the promotion gate."""
@@ -106,7 +110,7 @@ def _speed(policy: GatePolicy, ev: Evaluation) -> tuple[bool, str]:
                else f"falls beyond the {policy.speedup_tolerance:.0%} tolerance")
     if ev.measured is None:
         return ok, (f"estimated speedup {cand:.2f}× vs incumbent {inc:.2f}× ({verdict}; "
-                    f"not measured: evaluation.speed.enabled is off)")
+                    f"not measured: {ev.unmeasured or SPEED_OFF})")
     m = ev.measured
     est_c, est_i = ev.speedup[ev.candidate], ev.speedup[ev.incumbent or ""]
     dec_c, dec_i = m.speedup[ev.candidate], m.speedup[ev.incumbent or ""]

@@ -38,7 +38,7 @@ from autospec.evaluate.compare import (
     drafts_per_step,
     tau_text,
 )
-from autospec.evaluate.gate import Decision, GatePolicy, decide
+from autospec.evaluate.gate import SPEED_OFF, Decision, GatePolicy, decide
 from autospec.evaluate.guard import guard, overfits
 from autospec.evaluate.replay import ReplayRequest, ReplayStats, replay
 from autospec.evaluate.speed import SpeedMeasurement, measure_speedups, spread_prompts
@@ -134,6 +134,7 @@ def evaluate_versions(
     threads: int | None = None,
     serving: ServingLoad | None = None,
     deployment: str | None = None,
+    unmeasured: str = SPEED_OFF,
 ) -> EvaluationReport:
     """Replay ``examples`` with each version, measure speed, compare, decide and (optionally)
     record. ``speed``: how the speedup is measured (default :class:`SpeedSettings`);
@@ -141,7 +142,8 @@ def evaluate_versions(
     the cost model timed on) unless ``speed.threads`` says otherwise; ``serving``: the engine
     the replicas decode with and the concurrency they serve (default: native, 1), which the
     speed is measured on unless ``speed.engine`` is ``native``; ``deployment``: whose traffic
-    ``examples`` are (recorded with the evaluation)."""
+    ``examples`` are (recorded with the evaluation); ``unmeasured``: what turned
+    ``speed.enabled`` off, as the gate's reason names it (``--no-speed``, a policy)."""
     if not versions:
         raise EvaluationError("name at least one speculator version to evaluate")
     if len(set(versions)) != len(versions):
@@ -175,6 +177,8 @@ def evaluate_versions(
         with torch_threads(speed.threads or threads):
             evaluation.measured = measure_speed(target, specs, requests, k, speed,
                                                 speed_progress)
+    if evaluation.measured is None:
+        evaluation.unmeasured = unmeasured
     evaluation.synthetic = replay_synthetic(db, target, specs, k, synthetic_heldout,
                                             level=policy.ci_level)
     decision = guard(policy, evaluation, decide(policy, evaluation)) if len(versions) > 1 \
