@@ -38,3 +38,21 @@ def test_a_check_over_the_whole_model_is_its_message_alone() -> None:
     exc = _error(max_tokens=7, api_key="sk-hidden")
     assert option_errors(exc) == "seven is refused"
     assert "sk-hidden" not in option_errors(exc) and "sk-hidden" in str(exc)
+
+
+class _Strict(BaseModel):
+    model_config = {"extra": "forbid"}
+    name: str = ""
+    nested: _Options | None = None
+
+
+def test_pydantic_wording_of_a_key_or_a_type_is_put_in_plain_words() -> None:
+    """An unknown key and a value that should be text or a mapping (a YAML file's unquoted
+    ``yes``) read in words, not "Extra inputs are not permitted" / "Input should be a valid
+    string"; the input itself is never shown."""
+    with pytest.raises(ValidationError) as caught:
+        _Strict.model_validate({"name": True, "nmae": "x", "nested": "sk-hidden"})
+    assert option_errors(caught.value).splitlines() == [
+        "--name: expected text, not true/false (quote it in YAML)",
+        "--nested: expected a mapping of keys to values, not text",
+        "--nmae: unknown key (check its spelling)"]

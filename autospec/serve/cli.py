@@ -142,7 +142,7 @@ def serve(
     """Serve the target with speculative decoding over an OpenAI-compatible HTTP API."""
     from pydantic import ValidationError
 
-    from autospec.option_errors import option_errors
+    from autospec.option_errors import file_errors, option_errors
     from autospec.serve.config import ServeConfig
 
     if detach and address is None:
@@ -171,7 +171,9 @@ def serve(
             startup_timeout_s=startup_timeout, api_key=api_key or None, docs=docs,
             segments=_segment_rules(segment_rules),
             api_key_file=api_key_file.resolve() if api_key_file else None))
-    except ValidationError as exc:
+    except ValidationError as exc:  # the rules file's errors as its shape errors read
+        if rules := file_errors(exc, "segments", segment_rules):
+            raise typer.BadParameter(rules, param_hint="--segment-rules") from None
         raise typer.BadParameter(option_errors(exc, OPTION_OF)) from None
     _check_key_file(config.api_key_file)
     _check_api_options(config.vllm_api_options)
@@ -230,9 +232,10 @@ def _segment_rules(path: Path | None) -> list[Any]:
         raise typer.BadParameter(f"{path}: {exc}", param_hint="--segment-rules") from None
     if isinstance(data, dict) and set(data) == {"segments"}:
         data = data["segments"]
-    if not isinstance(data, list):
+    if not isinstance(data, list) or not data:  # an empty list: no rules, as without it
         raise typer.BadParameter(f"{path}: expected a list of rules (or `segments:` and a "
-                                 "list)", param_hint="--segment-rules")
+                                 f"list){', not an empty one' if data == [] else ''}",
+                                 param_hint="--segment-rules")
     return data
 
 

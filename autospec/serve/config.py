@@ -181,19 +181,23 @@ class ServeConfig(BaseModel):
                 "own text/plain 503 before the replica can answer in the OpenAI shape")
         return self
 
-    @model_validator(mode="after")
-    def _model_rules_name_the_served_model(self) -> ServeConfig:
+    @field_validator("segments")
+    @classmethod
+    def _model_rules_name_the_served_model(cls, rules: list[SegmentRule],
+                                           info: ValidationInfo) -> list[SegmentRule]:
         """A replica serves one model name and answers 404 to any other: a ``model`` rule
-        naming another could never match (a segment per model is a deployment per model)."""
-        served = self.served_model_name
-        for i, rule in enumerate(self.segments):
-            if rule.model is not None and rule.model != served:
+        naming another could never match (a segment per model is a deployment per model).
+        A field check, so the error names the field (``--segment-rules`` on the command
+        line); ``model_name`` and ``target`` come before it."""
+        served = info.data.get("model_name") or info.data.get("target")
+        for i, rule in enumerate(rules):
+            if served is not None and rule.model is not None and rule.model != served:
                 raise ValueError(
-                    f"segments[{i}] (segment {rule.segment!r}): model {rule.model!r} is not the "
-                    f"model this deployment serves ({served!r}: model_name, else the "
-                    "target); a replica answers 404 to any other name, so the rule could "
-                    "never match")
-        return self
+                    f"the rule for segment {rule.segment!r} (segments.{i}) names model "
+                    f"{rule.model!r}, not the model this deployment serves ({served!r}: "
+                    "model_name, else the target); a replica answers 404 to any other name, "
+                    "so the rule could never match")
+        return rules
 
     @model_validator(mode="after")
     def _default_within_the_limit(self) -> ServeConfig:

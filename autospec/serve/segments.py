@@ -31,6 +31,9 @@ SEGMENT_HEADER = "x-autospec-segment"
 #: segment names a rule may give: those a segment pointer takes (the store's names)
 SEGMENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an HTTP token (RFC 9110)
+#: what a rule matches on (one or more), and every key it takes
+MATCH_KEYS = "`model`, `user`, `system_sha256` or `header` with `value`"
+RULE_KEYS = f"`segment` and one or more of {MATCH_KEYS}"
 #: roles whose message is the system prompt (``developer`` is OpenAI's newer name for it)
 SYSTEM_ROLES = ("system", "developer")
 
@@ -41,8 +44,8 @@ class SegmentRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    segment: str = Field(pattern=SEGMENT_NAME, description="the segment a matching request "
-                         "belongs to (1-64 letters, digits, '.', '_' or '-')")
+    segment: str = Field(description="the segment a matching request belongs to (1-64 "
+                         "letters, digits, '.', '_' or '-', starting with a letter or digit)")
     model: str | None = Field(None, min_length=1, description="match the request's `model` "
                               "field exactly")
     user: str | None = Field(None, min_length=1, description="match the request's `user` "
@@ -53,6 +56,30 @@ class SegmentRule(BaseModel):
         "`printf %s \"$PROMPT\" | sha256sum`")
     header: str | None = Field(None, description="match when this request header ...")
     value: str | None = Field(None, description="... has exactly this value (with `header`)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: Any) -> Any:
+        """A rule is a mapping of the keys it takes: anything else in words that say so and
+        name them (pydantic's "Extra inputs are not permitted" named neither)."""
+        if isinstance(data, SegmentRule):
+            return data
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a rule is a mapping of keys ({RULE_KEYS}), not "
+                             f"{str(data)[:40]!r}")
+        unknown = sorted(str(k) for k in data if k not in cls.model_fields)
+        if unknown:
+            raise ValueError(f"unknown key{'s' * (len(unknown) > 1)} "
+                             f"{', '.join(f'`{k}`' for k in unknown)}: a rule takes {RULE_KEYS}")
+        return data
+
+    @field_validator("segment")
+    @classmethod
+    def _segment_name(cls, value: str) -> str:
+        if not re.match(SEGMENT_NAME, value):
+            raise ValueError(f"{value!r} cannot name a segment: 1-64 letters, digits, '.', '_' "
+                             "or '-', starting with a letter or digit")
+        return value
 
     @field_validator("system_sha256")
     @classmethod
@@ -81,7 +108,7 @@ class SegmentRule(BaseModel):
         if self.model is None and self.user is None and self.system_sha256 is None \
                 and self.header is None:
             raise ValueError(f"the rule for segment {self.segment!r} matches nothing: give "
-                             "`model`, `user`, `system_sha256` or `header` with `value`")
+                             f"{MATCH_KEYS}")
         return self
 
     def matches(self, request: RequestFacts) -> bool:

@@ -110,9 +110,62 @@ def test_a_model_rule_must_name_the_model_the_deployment_serves():
     with pytest.raises(ValidationError) as caught:
         ServeConfig(segments=[{"segment": "sql", "user": "u1"},
                               {"segment": "coder", "model": "coder-7b"}])
-    text = str(caught.value)
-    assert "segments[1] (segment 'coder'): model 'coder-7b' is not the model this " \
-           "deployment serves ('smollm2-135m'" in text
+    (error,) = caught.value.errors()
+    assert error["loc"] == ("segments",)  # the field's: an option names it (below)
+    assert "the rule for segment 'coder' (segments.1) names model 'coder-7b', not the model " \
+           "this deployment serves ('smollm2-135m'" in error["msg"]
     ok = ServeConfig(model_name="coder-7b", segments=[{"segment": "coder", "model": "coder-7b"}])
     assert ok.segments[0].model == ok.served_model_name
     assert ServeConfig(segments=[{"segment": "all", "model": "smollm2-135m"}]).segments
+
+
+def _started(*args, **kwargs):  # type: ignore[no-untyped-def]
+    raise AssertionError("serve started")
+
+
+def _serve(tmp_path: Path, text: str, monkeypatch) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """``autospec serve --segment-rules`` of a file of ``text`` (a refusal: nothing may
+    start): its output unwrapped (tests/text.py), the file's path."""
+    from autospec.cli import app
+
+    monkeypatch.setattr("autospec.serve.cli.deploy", _started)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(text)
+    result = CliRunner().invoke(app, ["serve", "--segment-rules", str(rules)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    return unwrapped(result.output), str(rules)
+
+
+TAKES = ("a rule takes `segment` and one or more of `model`, `user`, `system_sha256` or "
+         "`header` with `value`")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("segments: []\n", ": expected a list of rules (or `segments:` and a list), not an empty "
+     "one"),
+    ("[]\n", ": expected a list of rules (or `segments:` and a list), not an empty one"),
+    ("segments:\n", ": expected a list of rules (or `segments:` and a list)"),
+    ("- {segment: a, heder: x-team, value: red}\n", f"(segments.0): unknown key `heder`: {TAKES}"),
+    ("- {segment: a, regex: 'x.*', match: x}\n",
+     f"(segments.0): unknown keys `match`, `regex`: {TAKES}"),
+    ("- hello\n", "(segments.0): a rule is a mapping of keys (`segment` and one or more of"),
+    ("- {segment: 5, model: [x]}\n", "(segments.0.segment): expected text, not a number "
+     "(quote it in YAML)"),
+    ("- {segment: a, header: x-team, value: yes}\n",
+     "(segments.0.value): expected text, not true/false (quote it in YAML)"),
+    ("- {segment: 'a b', user: u}\n", "(segments.0.segment): 'a b' cannot name a segment: "
+     "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"),
+    ("- {segment: other, model: gpt-4o}\n", ": the rule for segment 'other' (segments.0) names "
+     "model 'gpt-4o', not the model this deployment serves ('smollm2-135m'"),
+])
+def test_a_bad_rules_file_is_refused_in_words_naming_the_option_and_file(
+        tmp_path: Path, text: str, said: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """One shape for every refusal of the file — ``--segment-rules FILE``, the rule's path,
+    what is wrong — where an empty list had been taken silently, a misspelt key said
+    "Extra inputs are not permitted" without the keys a rule takes, a value of the wrong
+    type pydantic's "Input should be a valid string", a bad name its pattern, and a rule
+    naming another model left out the option."""
+    output, rules = _serve(tmp_path, text, monkeypatch)
+    assert unwrapped(f"Invalid value for --segment-rules: {rules}{said}") in output, output
+    for pydantic in ("Input should", "Extra inputs", "String should", "pattern '^"):
+        assert unwrapped(pydantic) not in output
