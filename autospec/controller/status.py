@@ -248,6 +248,7 @@ def _canary(session, deployment: str, policy: Policy) -> dict[str, Any] | None: 
             "expected_speed_gain": expected_gain(promo.details or {}),
             "live_tau": stat.tau if stat else None,
             "requests": counted, "needed": policy.canary.requests,
+            "judged": policy.canary.enabled,  # off: the watch gives no verdict
             # served at another k than evaluated, or cut by a concurrency band: not compared
             "left_out": left_out(session, deployment, promo.version, None, promo.created_at,
                                  counted, drafted.left_out),

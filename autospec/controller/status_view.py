@@ -23,18 +23,28 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 
 def canary_text(canary: dict[str, Any] | None) -> str:
-    """The pending canary's progress: requests compared (and those left out), τ, gain."""
+    """The pending canary's progress: requests compared (and those left out), τ, gain. With
+    as many as the canary needs, the verdict is the next watch's (``controller watch``, or
+    ``controller run`` between cycles); the policy's canary off, none comes."""
     if not canary:
         return "—"
     left_out, elsewhere = canary.get("left_out"), canary.get("on_segments_left_out")
     held = fmt(canary.get("shadow_tau_held_out"))  # the canary's shadow τ is at the live mix
-    return (f"{canary['version']}: {canary['requests']} of {canary['needed']} requests"
+    n, needed = canary["requests"], canary["needed"]
+    if canary.get("judged") is False:
+        counted, sep = f"{n} requests; no verdict will come: the policy's canary is off", "; "
+    elif n >= needed:
+        counted, sep = (f"{n} requests (≥ {needed} needed), verdict at the next "
+                        "`controller watch`"), "; "
+    else:
+        counted, sep = f"{n} of {needed} requests", ", "
+    return (f"{canary['version']}: {counted}"
             + (f" ({left_out} more not compared: served at another k than evaluated or cut "
                "by a concurrency band)" if left_out else "")
             + (f" ({elsewhere} more on segments with pointers of their own, left out of "
                f"both τ: {', '.join(canary.get('segments_left_out') or [])})"
                if elsewhere else "")
-            + f", live τ {fmt(canary['live_tau'])} vs shadow {fmt(canary['shadow_tau'])}"
+            + f"{sep}live τ {fmt(canary['live_tau'])} vs shadow {fmt(canary['shadow_tau'])}"
             + (f" at the live mix ({held} over the held-out mix)"
                if held not in ("—", fmt(canary["shadow_tau"])) else "")
             + ("" if canary.get("expected_speed_gain") is None else
