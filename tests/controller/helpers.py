@@ -87,6 +87,51 @@ def live_requests(engine: Any, version: str, *, n: int, tau: float,
     store.write_requests(engine, records)
 
 
+def segment_requests(engine: Any, version: str, segment: str, *, n: int, tau: float,
+                     banded: bool = False, output_tokens: int | None = None,
+                     tokens_per_s: float = 100.0) -> None:
+    """``n`` statistics-only requests of ``segment`` served by ``version`` at acceptance
+    ``tau``, 10 verify steps each (``banded``: a concurrency band drafted fewer tokens for
+    them; ``output_tokens``: timed, decoded at ``tokens_per_s`` after a 50 ms TTFT)."""
+    start = datetime.now(timezone.utc)
+    steps = 10
+    timed = {} if output_tokens is None else {
+        "output_tokens": output_tokens, "ttft_ms": 50.0,
+        "latency_ms": 50.0 + (output_tokens - 1) / tokens_per_s * 1e3}
+    store.write_requests(engine, [store.RequestRecord(
+        speculator_version=version, segment=segment, num_drafts=steps,
+        num_draft_tokens=steps * 4, num_accepted_tokens=round((tau - 1) * steps),
+        opted_out=True, sampling={"banded": True} if banded else None,
+        created_at=start + timedelta(milliseconds=i), **timed) for i in range(n)])
+
+
+def no_model() -> Target:
+    """A controller's target loader for watches that must not load one."""
+    import pytest
+
+    pytest.fail("the watch loaded the target: no cycle here has fresh traffic to train on")
+
+
+def pinned_elsewhere(engine: Any, tmp_path: Path) -> None:
+    """Deployment promoted to ``b`` (shadow τ 2.8 over json τ 4.0 and chat τ 1.6, 20
+    held-out requests each) while json's own pointer names ``s``: b drafts chat alone."""
+    from tests.store.test_registry import register
+
+    with store.session_scope(engine) as s:
+        for v in ("inc", "b", "s"):
+            register(s, tmp_path, v)
+        store.set_live(s, version="inc", actor="t", reason="deployment")
+        store.set_live(s, version="s", actor="op", reason="pin json", segment="json")
+        ev = store.record_evaluation(s, candidate="b", incumbent="inc", decision="promote",
+                                     tau_candidate=2.8, tau_incumbent=2.0, per_segment={
+                                         "segments": {
+                                             "json": {"num_requests": 20, "tau": {"b": 4.0}},
+                                             "chat": {"num_requests": 20, "tau": {"b": 1.6}}}})
+        s.flush()
+        store.set_live(s, version="b", actor="controller", reason="cycle",
+                       details={"shadow_tau": 2.8, "evaluation_id": ev.id})
+
+
 def events(engine: Any, *kinds: str) -> list[Any]:
     with store.session_scope(engine, readonly=True) as session:
         return store.list_events(session, kinds=list(kinds) or None, limit=1000)

@@ -9,8 +9,6 @@ the move only support had traffic: a version doing there exactly what it was eva
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-
 import pytest
 
 from autospec import store
@@ -21,14 +19,10 @@ from autospec.controller.status_view import canary_text
 from autospec.controller.watch import Watcher
 from tests.store.test_registry import register
 
-from .helpers import fast_policy
+from .helpers import fast_policy, live_version, no_model, segment_requests
 
 #: held-out requests and cand's τ per segment
 SEGMENTS = {"acme": (10, 4.5), "coder": (10, 4.25), "support": (50, 2.1)}
-
-
-def _no_model():  # type: ignore[no-untyped-def]
-    pytest.fail("the watch loaded the target: no cycle runs here")
 
 
 def _promoted(engine, tmp_path, segments=SEGMENTS) -> int:  # type: ignore[no-untyped-def]
@@ -50,26 +44,11 @@ def _promoted(engine, tmp_path, segments=SEGMENTS) -> int:  # type: ignore[no-un
         return int(ev.id)
 
 
-def _rows(engine, segment: str, *, n: int, tau: float) -> None:  # type: ignore[no-untyped-def]
-    """``n`` statistics-only requests of ``segment`` served by ``cand`` at acceptance
-    ``tau``, 10 verify steps each."""
-    start = datetime.now(timezone.utc)
-    store.write_requests(engine, [store.RequestRecord(
-        speculator_version="cand", segment=segment, num_drafts=10, num_draft_tokens=40,
-        num_accepted_tokens=round((tau - 1) * 10), opted_out=True,
-        created_at=start + timedelta(milliseconds=i)) for i in range(n)])
-
-
-def _live(engine) -> str:  # type: ignore[no-untyped-def]
-    with store.session_scope(engine, readonly=True) as s:
-        return store.get_live(s).version
-
-
 def test_a_version_as_evaluated_on_support_only_traffic_is_not_rolled_back(
         engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     evaluation = _promoted(engine, tmp_path)
-    _rows(engine, "support", n=9, tau=2.1)
-    watcher = Watcher(Controller(engine, fast_policy(), _no_model))
+    segment_requests(engine, "cand", "support", n=9, tau=2.1)
+    watcher = Watcher(Controller(engine, fast_policy(), no_model))
     assert watcher.run().action == "canary_pending"
     with store.session_scope(engine, readonly=True) as s:  # autospec status: the same figure
         canary = _canary(s, "default", watcher.policy)
@@ -77,13 +56,13 @@ def test_a_version_as_evaluated_on_support_only_traffic_is_not_rolled_back(
     assert canary["shadow_tau_held_out"] == pytest.approx(2.75)
     assert "live τ 2.100 vs shadow 2.100 at the live mix (2.750 over the held-out mix)" \
         in canary_text(canary)
-    _rows(engine, "support", n=1, tau=2.1)
+    segment_requests(engine, "cand", "support", n=1, tau=2.1)
     result = watcher.run()
     assert result.action == "canary_passed", result.reasons
     assert ("canary of cand: live τ 2.100 over 10 requests vs shadow τ 2.100 at the live mix "
             f"(2.750 over the held-out mix) (evaluation #{evaluation}); within the allowed 20% "
             "shortfall (τ ≥ 1.680)") in result.reasons[0]
-    assert _live(engine) == "cand"
+    assert live_version(engine) == "cand"
     with store.session_scope(engine, readonly=True) as s:
         (note,) = records.notes(s, deployment="default", type_="canary")
     assert note.details["shadow_tau"] == pytest.approx(2.1)
@@ -95,13 +74,13 @@ def test_a_shortfall_at_the_live_mix_rolls_back_though_the_held_out_mix_would_pa
     """acme at 3.0 where it was evaluated at 4.5, support as evaluated: live τ 2.55, above
     the held-out mix's limit (2.2) but below the live mix's (0.8 × 3.3 = 2.64)."""
     _promoted(engine, tmp_path)
-    _rows(engine, "acme", n=5, tau=3.0)
-    _rows(engine, "support", n=5, tau=2.1)
-    result = Watcher(Controller(engine, fast_policy(), _no_model)).run()
+    segment_requests(engine, "cand", "acme", n=5, tau=3.0)
+    segment_requests(engine, "cand", "support", n=5, tau=2.1)
+    result = Watcher(Controller(engine, fast_policy(), no_model)).run()
     assert result.action == "rolled_back", result.reasons
     assert ("live τ 2.550 over 10 requests vs shadow τ 3.300 at the live mix (2.750 over the "
             "held-out mix)") in result.reasons[0] and "below the allowed 20%" in result.reasons[0]
-    assert _live(engine) == "inc"
+    assert live_version(engine) == "inc"
     with store.session_scope(engine, readonly=True) as s:
         (rollback,) = store.list_events(s, kinds=["rollback"])
     assert rollback.details["shadow_tau"] == pytest.approx(3.3)
@@ -110,11 +89,11 @@ def test_a_shortfall_at_the_live_mix_rolls_back_though_the_held_out_mix_would_pa
 
 def test_a_short_version_on_support_only_traffic_still_rolls_back(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     _promoted(engine, tmp_path)
-    _rows(engine, "support", n=10, tau=1.6)  # below 0.8 × 2.1 = 1.68
-    result = Watcher(Controller(engine, fast_policy(), _no_model)).run()
+    segment_requests(engine, "cand", "support", n=10, tau=1.6)  # below 0.8 × 2.1 = 1.68
+    result = Watcher(Controller(engine, fast_policy(), no_model)).run()
     assert result.action == "rolled_back", result.reasons
     assert "vs shadow τ 2.100 at the live mix" in result.reasons[0]
-    assert _live(engine) == "inc"
+    assert live_version(engine) == "inc"
 
 
 def test_live_segments_without_an_evaluated_tau_of_their_own_take_the_overall_shadow(
@@ -125,10 +104,10 @@ def test_live_segments_without_an_evaluated_tau_of_their_own_take_the_overall_sh
     the expected τ is ½·2.1 + ½·2.655 = 2.378, limit 1.902: rolled back. Had legal's 1.0
     counted, or default been left out of the mix, the limit would be 1.637 or 1.680."""
     _promoted(engine, tmp_path, {**SEGMENTS, "legal": (4, 1.0)})
-    _rows(engine, "support", n=5, tau=2.1)
-    _rows(engine, "default", n=3, tau=1.6)
-    _rows(engine, "legal", n=2, tau=1.6)
-    result = Watcher(Controller(engine, fast_policy(), _no_model)).run()
+    segment_requests(engine, "cand", "support", n=5, tau=2.1)
+    segment_requests(engine, "cand", "default", n=3, tau=1.6)
+    segment_requests(engine, "cand", "legal", n=2, tau=1.6)
+    result = Watcher(Controller(engine, fast_policy(), no_model)).run()
     assert result.action == "rolled_back", result.reasons
     assert ("live τ 1.850 over 10 requests vs shadow τ 2.378 at the live mix (2.655 over the "
             "held-out mix, which stands in for default, legal: no τ of its own in the "
@@ -138,7 +117,7 @@ def test_live_segments_without_an_evaluated_tau_of_their_own_take_the_overall_sh
 
 def test_with_no_per_segment_figures_the_shadow_tau_stands_as_it_is(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     _promoted(engine, tmp_path, {"support": (4, 2.1), "acme": (4, 4.5)})  # both too few
-    _rows(engine, "support", n=10, tau=2.5)
-    result = Watcher(Controller(engine, fast_policy(), _no_model)).run()
+    segment_requests(engine, "cand", "support", n=10, tau=2.5)
+    result = Watcher(Controller(engine, fast_policy(), no_model)).run()
     assert result.action == "rolled_back", result.reasons  # 2.5 < 0.8 × 3.3
     assert "live τ 2.500 over 10 requests vs shadow τ 3.300 (evaluation" in result.reasons[0]

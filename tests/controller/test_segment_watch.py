@@ -5,7 +5,6 @@ segment whose live τ falls well below its evaluated τ there triggers an early 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -18,24 +17,7 @@ from autospec.controller.watch import Watcher, pending_canary
 from autospec.store.artifacts import artifact_sha256
 from tests.store.test_registry import make_artifact, register
 
-from .helpers import fast_policy
-
-
-def _no_model():  # type: ignore[no-untyped-def]
-    pytest.fail("the watch loaded the target: no cycle here has fresh traffic to train on")
-
-
-def _rows(engine, version: str, segment: str, *, n: int, tau: float,  # type: ignore[no-untyped-def]
-          banded: bool = False) -> None:
-    """``n`` statistics-only requests of ``segment`` served by ``version`` at acceptance ``tau``
-    (``banded``: a concurrency band drafted fewer tokens for them)."""
-    start = datetime.now(timezone.utc)
-    steps, accepted = 10, round((tau - 1) * 10)
-    store.write_requests(engine, [store.RequestRecord(
-        speculator_version=version, segment=segment, num_drafts=steps,
-        num_draft_tokens=steps * 4, num_accepted_tokens=accepted, opted_out=True,
-        sampling={"banded": True} if banded else None,
-        created_at=start + timedelta(milliseconds=i)) for i in range(n)])
+from .helpers import fast_policy, no_model, pinned_elsewhere, segment_requests
 
 
 def _setup(engine, tmp_path: Path, *, json_before: str | None,  # type: ignore[no-untyped-def]
@@ -54,7 +36,7 @@ def _setup(engine, tmp_path: Path, *, json_before: str | None,  # type: ignore[n
         store.set_live(s, version="seg", actor="controller", reason="segment wins",
                        segment="json", details={"shadow_tau": 3.0, "evaluation_id": 1,
                                                 "incumbent": json_before or "inc"})
-    return Controller(engine, fast_policy(), _no_model)
+    return Controller(engine, fast_policy(), no_model)
 
 
 def _json_pointer(engine) -> str | None:  # type: ignore[no-untyped-def]
@@ -65,12 +47,12 @@ def _json_pointer(engine) -> str | None:  # type: ignore[no-untyped-def]
 
 def test_a_segment_canary_short_of_its_shadow_rolls_the_segment_back(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     controller = _setup(engine, tmp_path, json_before="old")
-    _rows(engine, "seg", "json", n=4, tau=1.5)
-    _rows(engine, "seg", "chat", n=30, tau=3.5)  # another segment's rows do not count
+    segment_requests(engine, "seg", "json", n=4, tau=1.5)
+    segment_requests(engine, "seg", "chat", n=30, tau=3.5)  # another segment's rows do not count
     pending = Watcher(controller).run()
     assert pending.action == "canary_pending" and pending.segment == "json"
     assert "4 of 10" in pending.reasons[0]
-    _rows(engine, "seg", "json", n=6, tau=1.5)
+    segment_requests(engine, "seg", "json", n=6, tau=1.5)
     result = Watcher(controller).run()
     assert result.action == "rolled_back" and result.segment == "json", result.reasons
     assert "on segment 'json'" in result.reasons[0] and "10 requests" in result.reasons[0]
@@ -86,7 +68,7 @@ def test_a_segment_canary_short_of_its_shadow_rolls_the_segment_back(engine, tmp
 
 def test_a_first_segment_pointer_that_fails_is_pinned_to_what_served_it(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     controller = _setup(engine, tmp_path, json_before=None)
-    _rows(engine, "seg", "json", n=10, tau=1.5)
+    segment_requests(engine, "seg", "json", n=10, tau=1.5)
     assert Watcher(controller).run().action == "rolled_back"
     assert _json_pointer(engine) == "inc"
     with store.session_scope(engine, readonly=True) as s:
@@ -117,20 +99,21 @@ def test_on_vllm_a_suffix_segment_canary_is_awaited(engine, tmp_path) -> None:  
         store.record_deployment(s, name="default", target="t", target_id="t",
                                 target_revision="r", dtype="float32", actor="replica",
                                 engine="vllm")
-    _rows(engine, "seg", "json", n=4, tau=1.5)
+    segment_requests(engine, "seg", "json", n=4, tau=1.5)
     pending = Watcher(controller).run()
     assert pending.action == "canary_pending" and pending.segment == "json", pending.reasons
 
 
 def test_a_segment_canary_within_tolerance_passes(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     controller = _setup(engine, tmp_path, json_before="old")
-    _rows(engine, "seg", "json", n=20, tau=1.0, banded=True)  # a band's choice, not judged
-    _rows(engine, "seg", "json", n=9, tau=2.9)
+    # a band's choice, not judged
+    segment_requests(engine, "seg", "json", n=20, tau=1.0, banded=True)
+    segment_requests(engine, "seg", "json", n=9, tau=2.9)
     pending = Watcher(controller).run()
     assert pending.action == "canary_pending" and "9 of 10" in pending.reasons[0]
     assert "at its k (20 more served at another k or with fewer draft tokens" \
         in pending.reasons[0]
-    _rows(engine, "seg", "json", n=1, tau=2.9)
+    segment_requests(engine, "seg", "json", n=1, tau=2.9)
     result = Watcher(controller).run()
     assert result.action == "canary_passed" and result.segment == "json"
     assert _json_pointer(engine) == "seg"
@@ -181,10 +164,10 @@ def _evaluated(engine, per_segment_tau: dict) -> None:  # type: ignore[no-untype
 def test_a_segment_drifting_below_its_evaluated_tau_triggers_a_cycle(engine, tmp_path,  # type: ignore[no-untyped-def]
                                                                      monkeypatch) -> None:
     controller = _setup(engine, tmp_path, json_before="old")
-    _rows(engine, "seg", "json", n=10, tau=2.9)
+    segment_requests(engine, "seg", "json", n=10, tau=2.9)
     assert Watcher(controller).run().action == "canary_passed"
     _evaluated(engine, {"json": {"seg": 3.0, "inc": 2.0}})
-    _rows(engine, "seg", "json", n=20, tau=1.4)  # json's traffic changed
+    segment_requests(engine, "seg", "json", n=20, tau=1.4)  # json's traffic changed
     result = Watcher(controller).run()
     assert result.action == "drift" and result.segment == "json", result.reasons
     assert "on segment 'json'" in result.reasons[0] and "3.000" in result.reasons[0]
@@ -209,31 +192,17 @@ def test_a_segment_following_the_deployment_drifts_when_per_segment_is_on(engine
             register(s, tmp_path, v)
         store.set_live(s, version="inc", actor="t", reason="deployment")
     _evaluated(engine, {"chat": {"inc": 3.0}})
-    _rows(engine, "inc", "chat", n=20, tau=1.4)
+    segment_requests(engine, "inc", "chat", n=20, tau=1.4)
     off = fast_policy(promotion={"per_segment": {"enabled": False}})
-    quiet = Watcher(Controller(engine, off, _no_model)).run()
+    quiet = Watcher(Controller(engine, off, no_model)).run()
     assert quiet.action == "none" and quiet.reasons[0].startswith("no drift check")
-    result = Watcher(Controller(engine, fast_policy(), _no_model)).run()
+    result = Watcher(Controller(engine, fast_policy(), no_model)).run()
     assert result.action == "drift" and result.segment == "chat" and result.version == "inc"
 
 
 def _pinned_elsewhere(engine, tmp_path: Path) -> Controller:  # type: ignore[no-untyped-def]
-    """Deployment promoted to ``b`` (shadow τ 2.8 over json τ 4.0 and chat τ 1.6, 20
-    held-out requests each) while json's own pointer names ``s``: b drafts chat alone."""
-    with store.session_scope(engine) as s:
-        for v in ("inc", "b", "s"):
-            register(s, tmp_path, v)
-        store.set_live(s, version="inc", actor="t", reason="deployment")
-        store.set_live(s, version="s", actor="op", reason="pin json", segment="json")
-        ev = store.record_evaluation(s, candidate="b", incumbent="inc", decision="promote",
-                                     tau_candidate=2.8, tau_incumbent=2.0, per_segment={
-                                         "segments": {
-                                             "json": {"num_requests": 20, "tau": {"b": 4.0}},
-                                             "chat": {"num_requests": 20, "tau": {"b": 1.6}}}})
-        s.flush()
-        store.set_live(s, version="b", actor="controller", reason="cycle",
-                       details={"shadow_tau": 2.8, "evaluation_id": ev.id})
-    return Controller(engine, fast_policy(), _no_model)
+    pinned_elsewhere(engine, tmp_path)
+    return Controller(engine, fast_policy(), no_model)
 
 
 def test_the_deployments_canary_compares_with_the_segments_its_version_drafts(
@@ -241,7 +210,7 @@ def test_the_deployments_canary_compares_with_the_segments_its_version_drafts(
     """json is drafted by its own pointer's version, so b's live τ (chat only) is judged
     against b's τ on chat (1.6), not over both (2.8: a false rollback)."""
     controller = _pinned_elsewhere(engine, tmp_path)
-    _rows(engine, "b", "chat", n=10, tau=1.6)
+    segment_requests(engine, "b", "chat", n=10, tau=1.6)
     result = Watcher(controller).run()
     assert result.action == "canary_passed", result.reasons
     assert "shadow τ 1.600, both over the segments it drafts (left out: json" in result.reasons[0]
