@@ -170,35 +170,41 @@ def _forced_drill(sqlite_url: str, tmp_path: Path) -> tuple[Any, Path, dict, dic
     return engine, drill, rows(engine), _files(_artifact_root())
 
 
-def test_a_swap_that_fails_half_way_puts_the_first_artifact_back(
-        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    engine, drill, before, files = _forced_drill(sqlite_url, tmp_path)
+def _refuse_renames(monkeypatch: pytest.MonkeyPatch, refuse: Any) -> None:
+    """``os.rename`` fails as a full disk would where ``refuse(source, dest)`` (Paths)."""
     rename = os.rename
 
-    def refusing(source: Any, dest: Any) -> None:  # eagle3-c's staged copy cannot move in
-        if Path(dest) == _artifact_root() / "eagle3-c" and "new" in Path(source).parts:
+    def refusing(source: Any, dest: Any) -> None:
+        if refuse(Path(source), Path(dest)):
             raise OSError(28, "No space left on device")
         rename(source, dest)
 
     monkeypatch.setattr(os, "rename", refusing)
-    with pytest.raises(ArtifactError, match="cannot put the backup's artifacts in place"):
-        backups.restore(engine, drill, force=True)
+
+
+def _left_as_it_was(engine: Any, before: Any, files: dict[str, bytes],
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the faults undone: the artifact directory and the rows as before the restore."""
     monkeypatch.undo()
     assert _files(_artifact_root()) == files and rows(engine) == before
     engine.dispose()
 
 
+def test_a_swap_that_fails_half_way_puts_the_first_artifact_back(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine, drill, before, files = _forced_drill(sqlite_url, tmp_path)
+    _refuse_renames(monkeypatch, lambda source, dest:  # eagle3-c's staged copy cannot move in
+                    dest == _artifact_root() / "eagle3-c" and "new" in source.parts)
+    with pytest.raises(ArtifactError, match="cannot put the backup's artifacts in place"):
+        backups.restore(engine, drill, force=True)
+    _left_as_it_was(engine, before, files, monkeypatch)
+
+
 def test_what_cannot_be_put_back_is_named_and_kept(
         sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engine, drill, before, _ = _forced_drill(sqlite_url, tmp_path)
-    rename = os.rename
-
-    def refusing(source: Any, dest: Any) -> None:  # nothing moves to eagle3-c's name
-        if Path(dest) == _artifact_root() / "eagle3-c":
-            raise OSError(28, "No space left on device")
-        rename(source, dest)
-
-    monkeypatch.setattr(os, "rename", refusing)
+    _refuse_renames(monkeypatch, lambda source, dest:  # nothing moves to eagle3-c's name
+                    dest == _artifact_root() / "eagle3-c")
     with pytest.raises(ArtifactError, match=r"the restore failed \(cannot put .*\), and the "
                                             r"artifact directory could not be put back as it "
                                             r"was: .*old/eagle3-c could not be moved back to "
@@ -239,9 +245,7 @@ def test_a_commit_that_raises_and_did_not_land_puts_the_artifacts_back(
     _failing_commit(engine, monkeypatch, lands=False)
     with pytest.raises(Exception, match="connection lost during COMMIT"):
         backups.restore(engine, drill, force=True)
-    monkeypatch.undo()
-    assert _files(_artifact_root()) == files and rows(engine) == before
-    engine.dispose()
+    _left_as_it_was(engine, before, files, monkeypatch)
 
 
 def test_a_commit_that_raises_but_landed_keeps_the_restored_artifacts(
@@ -274,9 +278,7 @@ def test_a_commit_whose_landing_cannot_be_checked_says_so_and_puts_the_artifacts
                                          r"and whether it landed could not be checked.*"
                                          r"`autospec history`.*--force"):
         backups.restore(engine, drill, force=True)
-    monkeypatch.undo()
-    assert _files(_artifact_root()) == files and rows(engine) == before
-    engine.dispose()
+    _left_as_it_was(engine, before, files, monkeypatch)
 
 
 def test_a_version_without_an_artifact_points_into_this_store_and_is_named(
