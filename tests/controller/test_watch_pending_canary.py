@@ -8,7 +8,8 @@ from __future__ import annotations
 from autospec import store
 from autospec.controller.watch import Watcher
 
-from .test_segment_watch import _evaluated, _rows, _setup
+from .helpers import segment_requests
+from .test_segment_watch import _evaluated, _setup
 
 
 def test_a_pending_segment_canary_does_not_stop_the_deployments_drift(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -17,7 +18,7 @@ def test_a_pending_segment_canary_does_not_stop_the_deployments_drift(engine, tm
         store.record_evaluation(s, candidate="inc", incumbent="builtin-ngram",
                                 decision="promote", tau_candidate=3.0, tau_incumbent=1.5,
                                 num_requests=50, deployment="default")
-    _rows(engine, "inc", "chat", n=200, tau=1.2)  # the deployment's τ fell 60%
+    segment_requests(engine, "inc", "chat", n=200, tau=1.2)  # the deployment's τ fell 60%
     result = Watcher(controller).run()
     assert result.action == "drift" and result.segment is None, result.reasons
     assert "live τ of inc is 1.200" in result.reasons[0]
@@ -28,7 +29,7 @@ def test_a_pending_deployment_canary_does_not_stop_a_segments_drift(engine, tmp_
     with store.session_scope(engine) as s:  # json pinned by hand: no canary of its own
         store.set_live(s, version="old", actor="op", reason="by hand", segment="json")
     _evaluated(engine, {"json": {"old": 3.0}})
-    _rows(engine, "old", "json", n=20, tau=1.4)
+    segment_requests(engine, "old", "json", n=20, tau=1.4)
     with store.session_scope(engine) as s:  # a promotion whose version serves no request yet
         store.set_live(s, version="seg", actor="controller", reason="wins",
                        details={"shadow_tau": 3.0, "evaluation_id": 1, "incumbent": "inc"})
