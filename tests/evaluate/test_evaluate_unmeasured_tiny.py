@@ -21,8 +21,13 @@ def test_the_gate_names_what_turned_speed_off_tiny_random_init(
         suffix_store, tiny, tmp_path, monkeypatch, policy, options, why) -> None:
     from autospec import numerics
     from autospec.controller import evaluate_cli
+    from autospec.evaluate import compare
 
     monkeypatch.setattr(numerics, "load_served_target", lambda *a, **k: tiny)
+    # a rejection lists only the checks that failed: the estimate priced at τ alone (suffix-1
+    # 1.20 vs builtin-ngram 1.27 here, replay being greedy) fails the speed check every run,
+    # where timed costs put the two within its 2 % either way from run to run
+    monkeypatch.setattr(compare, "estimated_speedup", lambda stats, costs: compare.set_tau(stats))
     monkeypatch.setattr(evaluate_cli, "out", Console(width=400))  # one reason a line
     if policy is not None:
         (tmp_path / "quiet.yaml").write_text(policy)
