@@ -128,14 +128,12 @@ class Watcher:
             if canaries and canaries[0].action != "canary_pending":
                 return canaries[0]
             if not self.policy.drift.enabled:
-                return canaries[0] if canaries else WatchResult(
+                return _all_pending(canaries, []) if canaries else WatchResult(
                     "none", ["no canary pending; the drift watch is off in the policy"])
             drift = self.drift(lease, waiting={c.segment for c in canaries})
             if drift.action == "drift" or not canaries:
                 return drift
-            pending = canaries[0]
-            return WatchResult(pending.action, pending.reasons + drift.reasons,
-                               pending.version, segment=pending.segment)
+            return _all_pending(canaries, drift.reasons)
         finally:
             lease.release()
 
@@ -318,6 +316,14 @@ def _no_drift(version: str, evaluated: float | None, stat: Any, dp: Drift,
                 f"requests in the last {span}, within {dp.max_drop:.0%} of its evaluated τ "
                 f"{evaluated:.3f}")
     return None
+
+
+def _all_pending(canaries: list[WatchResult], more: list[str]) -> WatchResult:
+    """The first pending canary (its version and segment) with every pending canary's
+    reasons, the deployment's first, then ``more``."""
+    first = canaries[0]
+    reasons = [reason for pending in canaries for reason in pending.reasons]
+    return WatchResult(first.action, reasons + more, first.version, segment=first.segment)
 
 
 def pending_canary(session: Session, *, deployment: str) -> Any | None:

@@ -43,3 +43,14 @@ def test_a_pending_canary_says_what_the_drift_watch_saw(engine, tmp_path) -> Non
     assert result.action == "canary_pending" and result.segment == "json", result.reasons
     assert "0 of 10 canary requests" in result.reasons[0]
     assert result.reasons[1].startswith("no drift check"), result.reasons
+
+
+def test_every_pending_canary_is_reported(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    controller = _setup(engine, tmp_path, json_before=None)  # json's canary: no json traffic
+    with store.session_scope(engine) as s:  # and the deployment's, which serves no request yet
+        store.set_live(s, version="old", actor="controller", reason="wins",
+                       details={"shadow_tau": 3.0, "evaluation_id": 1, "incumbent": "inc"})
+    result = Watcher(controller).run()
+    assert result.action == "canary_pending" and result.segment is None, result.reasons
+    assert result.reasons[0].startswith("old: 0 of 10 canary requests"), result.reasons
+    assert result.reasons[1].startswith("seg on segment 'json': 0 of 10"), result.reasons
