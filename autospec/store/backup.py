@@ -54,7 +54,7 @@ from autospec.store.db import describe, ping, redact, writer_engine
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated, StoreError
 from autospec.store.models import BUILTIN_VERSION, metadata, utcnow
 from autospec.store.registry import check_actor
-from autospec.store.restore_artifacts import Staged, plan
+from autospec.store.restore_artifacts import Staged, listed, plan
 from autospec.store.restore_rows import check_tables, insert_tables, reset_sequences
 
 log = logging.getLogger(__name__)
@@ -212,14 +212,14 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
     source = Path(path)
     index = read_index(source)
     fresh, found = _checked_target(engine, source, index, force=force)
-    artifacts: dict[str, dict[str, str]] = index.get("artifacts") or {}
+    artifacts, missing = listed(source, index)
     check_tables(source, index.get("tables"),  # every row parsed and counted, nothing written
                  {version: entry.get("sha256") for version, entry in artifacts.items()})
     root = Path(artifact_dir or get_settings().resolved_artifact_dir)
     staged = Staged(source, root, plan(source, root, artifacts, force=force))
     outcome = Outcome(path=str(source), database=describe(engine.url),
                       revision=index["revision"], artifacts=list(artifacts),
-                      missing_artifacts=list(index.get("missing_artifacts") or []),
+                      missing_artifacts=missing,
                       replaced=found)
     # each version's row names its artifact in this store's directory; one the backup lacks
     # (pruned or missing) too, where it would be: reported missing there, not read elsewhere

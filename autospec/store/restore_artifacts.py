@@ -1,11 +1,14 @@
 """The artifacts of :func:`autospec.store.backup.restore`: changed all together, or not at all.
 
-:func:`plan` checks every artifact a backup holds against the SHA-256 its index records, and
-what the artifact directory already holds under each version's name (another artifact there
-is refused unless ``force``); it writes nothing. :class:`Staged` copies the ones to put in
-place into a staging folder inside the artifact directory (``.restore-<random>``, on the same
-filesystem, so a rename moves each one), checks them again there and syncs them to disk
-(:func:`autospec.durable.sync_tree`), before the database transaction begins.
+:func:`listed` checks the shape of what ``backup.json`` says of the artifacts (a version that
+is not a version name, an entry without its SHA-256: refused before any path is made of
+them). :func:`plan` checks every artifact a backup holds against the SHA-256 its index
+records, and what the artifact directory already holds under each version's name (another
+artifact there is refused unless ``force``); it writes nothing. :class:`Staged` copies the
+ones to put in place into a staging folder inside the artifact directory
+(``.restore-<random>``, on the same filesystem, so a rename moves each one), checks them
+again there and syncs them to disk (:func:`autospec.durable.sync_tree`), before the
+database transaction begins.
 
 :meth:`Staged.swap` is the transaction's last step before its COMMIT: each artifact renamed
 into place, what was there set aside in the staging folder, then the artifact directory
@@ -22,9 +25,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 from autospec.durable import sync_dir, sync_tree
 from autospec.file_modes import copy_as_created
@@ -32,6 +37,41 @@ from autospec.store.artifacts import artifact_sha256, inside, without_links
 from autospec.store.errors import ArtifactError, Conflict
 
 log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the registry's version names
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def listed(source: Path, index: dict[str, Any]) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """``backup.json``'s ``artifacts`` ({version: {"sha256": ..., "path": ...}}) and
+    ``missing_artifacts`` (versions), checked for shape: an :class:`ArtifactError` naming
+    the field and what it holds instead (a version that is not a version name is refused
+    before any path is made of it)."""
+    where = f"backup {source}: backup.json"
+    artifacts = index.get("artifacts")
+    artifacts = {} if artifacts is None else artifacts
+    if not isinstance(artifacts, dict):
+        raise ArtifactError(f"{where}: 'artifacts' must be an object of version: "
+                            f"{{\"sha256\": ..., \"path\": ...}}, not "
+                            f"{type(artifacts).__name__}: refused")
+    missing = index.get("missing_artifacts")
+    missing = [] if missing is None else missing
+    if not isinstance(missing, list):
+        raise ArtifactError(f"{where}: 'missing_artifacts' must be a list of versions, not "
+                            f"{type(missing).__name__}: refused")
+    for version in [*artifacts, *missing]:
+        if not isinstance(version, str) or not _NAME.fullmatch(version):
+            raise ArtifactError(f"{where} names version {version!r}, which is not a version "
+                                f"name (1-64 letters, digits, '.', '_' or '-', starting with "
+                                f"a letter or digit): refused")
+    for version, entry in artifacts.items():
+        sha = entry.get("sha256") if isinstance(entry, dict) else None
+        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+            shown = repr(entry) if len(repr(entry)) <= 80 else repr(entry)[:79] + "…"
+            raise ArtifactError(f"{where}: the artifact of {version!r} must be an object "
+                                f"with a 'sha256' of 64 lower-case hex digits, found "
+                                f"{shown}: refused")
+    return artifacts, missing
 
 
 def plan(source: Path, root: Path, artifacts: dict[str, dict[str, str]], *,

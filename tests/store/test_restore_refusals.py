@@ -307,3 +307,40 @@ def test_a_version_without_an_artifact_points_into_this_store_and_is_named(
     again = backups.backup(target, tmp_path / "bk-again")  # reported missing here, too
     assert again.missing_artifacts == ["eagle3-a"] and len(again.artifacts) == 2
     target.dispose()
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("artifacts", ["eagle3-a"], "'artifacts' must be an object"),
+    ("artifacts", "eagle3-a", "'artifacts' must be an object"),
+    ("artifacts.eagle3-a", "abc", "artifact of 'eagle3-a' must be an object with a 'sha256'"),
+    ("artifacts.eagle3-a", None, "artifact of 'eagle3-a' must be an object with a 'sha256'"),
+    ("artifacts.eagle3-a.sha256", None, "artifact of 'eagle3-a' must be an object with a "
+                                        "'sha256'"),
+    ("artifacts.eagle3-a.sha256", 5, "artifact of 'eagle3-a' must be an object with a 'sha256'"),
+    ("missing_artifacts", "abc", "'missing_artifacts' must be a list of versions, not str"),
+    ("missing_artifacts", 7, "'missing_artifacts' must be a list of versions, not int"),
+    ("missing_artifacts", [1], "names version 1, which is not a version name"),
+    ("missing_artifacts", ["a/b"], "names version 'a/b', which is not a version name"),
+])
+def test_a_malformed_artifacts_entry_in_backup_json_is_one_line_and_changes_nothing(
+        field: str, value: Any, said: str, sqlite_url: str, tmp_path: Path) -> None:
+    """backup.json's artifacts / missing_artifacts edited by hand: a traceback
+    (AttributeError, TypeError) from restore; a string of missing artifacts ("abc") restored
+    with exit 0, each of its letters taken for a version."""
+    engine, bk = _backed_up(sqlite_url, tmp_path)
+    store.write_requests(engine, [store.RequestRecord(prompt_ids=[1], output_ids=[2])])
+    before, files = rows(engine), _files(_artifact_root())
+    index = json.loads((bk / "backup.json").read_text())
+    *path, last = field.split(".")
+    holder = index
+    for key in path:
+        holder = holder[key]
+    if value is None and last == "sha256":
+        del holder[last]
+    else:
+        holder[last] = value
+    (bk / "backup.json").write_text(json.dumps(index))
+    line = _one_line_error(_restore_cli(bk, sqlite_url, "--force"))
+    assert "backup.json" in line and said in line and line.endswith("refused")
+    assert rows(engine) == before and _files(_artifact_root()) == files
+    engine.dispose()
