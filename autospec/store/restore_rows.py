@@ -1,6 +1,7 @@
 """Row-level steps of :func:`autospec.store.backup.restore`: every table file read and
 checked before anything is written (:func:`check_tables`: a file cut short, a line that does
-not parse, rows missing against the counts ``backup.json`` records, or a version's row
+not parse, a speculator row restore cannot read (no version name, a parent or meta of
+another type), rows missing against the counts ``backup.json`` records, or a version's row
 naming another artifact than the one the backup holds, is one error naming the file), the
 rows inserted (:func:`insert_tables`), the order speculator rows are inserted in,
 PostgreSQL's id sequences after the insert, and what to say when the database refuses a
@@ -11,6 +12,7 @@ the rows show it, never a traceback."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,8 @@ def check_tables(source: Path, counts: Any, shas: dict[str, str]) -> None:
         found = 0
         for row in _lines(source, table):
             found += 1
+            if table.name == "speculators":
+                _check_speculator(source / "tables" / f"{table.name}.jsonl", found, row)
             if table.name == "speculators" and row.get("version") in shas \
                     and shas[row["version"]] != row.get("sha256"):
                 raise StoreError(
@@ -67,6 +71,28 @@ def check_tables(source: Path, counts: Any, shas: dict[str, str]) -> None:
                     f"records SHA-256 {str(row.get('sha256'))[:12]}…, {INDEX} lists its "
                     f"artifact with {shas[row['version']][:12]}…; nothing was restored")
         _check_count(source, table, found, counts)
+
+
+#: a speculator row's fields restore reads itself (a version's parent, its artifact...), with
+#: the JSON types they must have (None: null allowed)
+_SPECULATOR_FIELDS = {"version": (str,), "parent": (str, type(None)), "artifact_uri": (str,),
+                      "sha256": (str,), "meta": (dict, type(None))}
+
+
+def _check_speculator(file: Path, number: int, row: dict[str, Any]) -> None:
+    """A :class:`StoreError` naming the line unless the speculator row has a version that
+    is a version name, and its parent, artifact and meta of their types."""
+    for name, types in _SPECULATOR_FIELDS.items():
+        if not isinstance(row.get(name), types):
+            raise StoreError(f"{file}:{number}: {name} is {row.get(name)!r}, not "
+                             f"{' or '.join(_JSON[t] for t in types)}; nothing was restored")
+    if not _NAME.fullmatch(row["version"]):
+        raise StoreError(f"{file}:{number}: version {row['version']!r} is not a version name "
+                         f"(1-64 letters, digits, '.', '_' or '-'); nothing was restored")
+
+
+_JSON = {str: "a string", dict: "an object", type(None): "null"}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the registry's version names
 
 
 def insert_tables(conn: Any, source: Path, counts: Any, uris: dict[str, str],

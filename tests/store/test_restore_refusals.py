@@ -344,3 +344,29 @@ def test_a_malformed_artifacts_entry_in_backup_json_is_one_line_and_changes_noth
     assert "backup.json" in line and said in line and line.endswith("refused")
     assert rows(engine) == before and _files(_artifact_root()) == files
     engine.dispose()
+
+
+@pytest.mark.parametrize(("column", "value", "said"), [
+    ("version", None, "version is None, not a string"),
+    ("parent", ["eagle3-a"], "parent is ['eagle3-a'], not a string or null"),
+    ("meta", "pruned", "meta is 'pruned', not an object or null"),
+    ("version", "../../x", "version '../../x' is not a version name"),
+])
+def test_a_speculator_row_restore_cannot_read_is_one_line_naming_it(
+        column: str, value: Any, said: str, sqlite_url: str, tmp_path: Path) -> None:
+    """speculators.jsonl edited by hand: a row without a version (KeyError) or with a list
+    for its parent (TypeError) was a traceback from inside the transaction; a meta that is
+    not an object restored, and every later read of the version's meta failed."""
+    engine, bk = _backed_up(sqlite_url, tmp_path)
+    before, files = rows(engine), _files(_artifact_root())
+    specs = bk / "tables" / "speculators.jsonl"
+    found = [json.loads(line) for line in specs.read_text().splitlines()]
+    if value is None:
+        del found[1][column]
+    else:
+        found[1][column] = value
+    specs.write_text("".join(json.dumps(row) + "\n" for row in found))
+    line = _one_line_error(_restore_cli(bk, sqlite_url, "--force"))
+    assert f"{specs}:2: {said}" in line and "nothing was restored" in line
+    assert rows(engine) == before and _files(_artifact_root()) == files
+    engine.dispose()
