@@ -269,8 +269,25 @@ def _head_tensors(config: Eagle3Config,
     if missing or unexpected:
         raise FormatError(f"tensors do not match a speculators eagle3 head: missing {missing}, "
                           f"unexpected {unexpected}")
+    shapes = head_shapes(config)
+    for name, tensor in tensors.items():  # before anything of the config's sizes is allocated
+        ours = _FROM_SPECULATORS.get(name)
+        if ours is None:
+            continue
+        if tuple(tensor.shape) != shapes[ours]:
+            raise FormatError(f"tensor {name} has shape {tuple(tensor.shape)}, the config "
+                              f"implies {shapes[ours]}")
+        if not tensor.is_floating_point():
+            raise FormatError(f"tensor {name} has dtype {tensor.dtype}, not a floating-point "
+                              f"type: not weights")
+        if not bool(torch.isfinite(tensor).all()):
+            raise FormatError(f"tensor {name} holds NaN or infinite values")
     out = {_FROM_SPECULATORS[n]: t.float() for n, t in tensors.items() if n in _FROM_SPECULATORS}
     vd, v = config.draft_vocab_size, config.target_vocab_size
+    for name in ("d2t", "t2d"):
+        if name in tensors and (tensors[name].is_floating_point() or tensors[name].is_complex()):
+            raise FormatError(f"{name} has dtype {tensors[name].dtype}: token ids are integers "
+                              f"({'int64' if name == 'd2t' else 'bool'})")
     if "d2t" in tensors:
         offsets = tensors["d2t"].long()
         if tuple(offsets.shape) != (vd,):
@@ -289,6 +306,20 @@ def _head_tensors(config: Eagle3Config,
         if tuple(t2d.shape) != (v,) or not torch.equal(t2d.nonzero().flatten(), d2t.sort().values):
             raise FormatError("t2d does not mark exactly the target ids d2t maps to")
     return out
+
+
+def head_shapes(config: Eagle3Config) -> dict[str, tuple[int, ...]]:
+    """The shape of each autospec head tensor (:data:`TENSOR_NAMES`' keys) ``config`` implies
+    (what :class:`~autospec.speculators.eagle3.model.Eagle3Head` allocates)."""
+    h, hd, inner = config.hidden_size, config.head_dim, config.intermediate_size
+    q, kv = config.num_heads * hd, config.num_kv_heads * hd
+    return {"fc.weight": (h, 3 * h), "layer.input_layernorm.weight": (h,),
+            "layer.hidden_norm.weight": (h,), "layer.q_proj.weight": (q, 2 * h),
+            "layer.k_proj.weight": (kv, 2 * h), "layer.v_proj.weight": (kv, 2 * h),
+            "layer.o_proj.weight": (h, q), "layer.post_attention_layernorm.weight": (h,),
+            "layer.gate_proj.weight": (inner, h), "layer.up_proj.weight": (inner, h),
+            "layer.down_proj.weight": (h, inner), "norm.weight": (h,),
+            "lm_head.weight": (config.draft_vocab_size, h)}
 
 
 def embed_table(tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:

@@ -288,6 +288,40 @@ def test_import_of_any_mistyped_field_is_a_refusal_or_a_head_tiny(tiny, tmp_path
     assert ["transformer_layer_config", "hidden_size"] in refused  # required: never read
 
 
+def _retensor(path: Path, change) -> None:  # type: ignore[no-untyped-def]
+    tensors = safetensors.torch.load_file(str(path / "model.safetensors"))
+    change(tensors)
+    safetensors.torch.save_file(tensors, str(path / "model.safetensors"))
+    (path / "manifest.json").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(("config", "change", "message"), [
+    # the config's sizes were allocated (the head built) before the tensors were compared with
+    # them: RuntimeError "can't allocate memory" (a traceback), or the machine's memory taken
+    ({"transformer_layer_config__intermediate_size": 10**15}, None,
+     r"tensor layers\.0\.mlp\.down_proj\.weight has shape \(32, 64\), the config implies "
+     r"\(32, 1000000000000000\)"),
+    # weights of an integer or bool type, NaN weights and float token ids were taken
+    (None, lambda t: t.update({"fc.weight": t["fc.weight"].to(torch.int32)}),
+     r"tensor fc\.weight has dtype torch\.int32, not a floating-point type"),
+    (None, lambda t: t.update({"lm_head.weight": t["lm_head.weight"] > 0}),
+     r"tensor lm_head\.weight has dtype torch\.bool"),
+    (None, lambda t: t["layers.0.self_attn.q_proj.weight"].view(-1).__setitem__(3, torch.nan),
+     r"tensor layers\.0\.self_attn\.q_proj\.weight holds NaN or infinite values"),
+    (None, lambda t: t.update({"d2t": t["d2t"].float() + 0.25}),
+     r"d2t has dtype torch\.float32: token ids are integers"),
+])
+def test_import_checks_tensors_against_the_config_before_building_the_head_tiny(
+        tiny, tmp_path, config, change, message):
+    export_speculator(_head(tiny), tiny, tmp_path / "x", k=3)
+    if config:
+        _mutate(tmp_path / "x", **config)
+    if change:
+        _retensor(tmp_path / "x", change)
+    with pytest.raises(ImportRefused, match=message):
+        read_head(tmp_path / "x", tiny)
+
+
 def test_import_refuses_pickles_tampering_and_another_embedding_tiny(tiny, other_tiny, tmp_path):
     export_speculator(_head(tiny), tiny, tmp_path / "x", k=3)
     (tmp_path / "x/pytorch_model.bin").write_bytes(b"\x80\x04")
