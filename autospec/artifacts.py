@@ -67,7 +67,7 @@ def read_manifest(root: Path) -> dict[str, str]:
         manifest = json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
         raise ManifestError(f"artifact {root} has no {MANIFEST}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # too deep
         raise ManifestError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{path}: expected manifest format {MANIFEST_FORMAT}")

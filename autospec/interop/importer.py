@@ -216,7 +216,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise ImportRefused(f"{path.parent}: no config.json (not a speculators directory)") \
             from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # too deep
         raise ImportRefused(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ImportRefused(f"{path}: expected a JSON object")
@@ -302,7 +302,7 @@ def _read_index(path: Path, target: Target) -> SuffixSpeculator:
     wrong with it."""
     try:
         data = json.loads((path / "config.json").read_text("utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ImportRefused(f"{path}: not a suffix index sidecar ({exc})") from None
     if not isinstance(data, dict):
         raise ImportRefused(f"{path / 'config.json'}: expected a JSON object (the suffix "

@@ -123,8 +123,8 @@ def _refuse_pickles(root: Path) -> None:
 def _read_config(path: Path):
     try:
         data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpeculatorLoadError(f"{path}: not valid JSON ({exc})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # too deep
+        raise SpeculatorLoadError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise SpeculatorLoadError(f"{path}: expected a JSON object")
     try:

@@ -178,7 +178,7 @@ def read_index(path: str | Path) -> dict[str, Any]:
         index = json.loads(index_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise StoreError(f"{path} is not an autospec backup (no {INDEX})") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise StoreError(f"cannot read {index_path}: {exc}") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise StoreError(f"{index_path}: expected backup format {FORMAT}")

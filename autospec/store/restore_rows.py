@@ -35,7 +35,7 @@ def _lines(source: Path, table: Table) -> Iterator[dict[str, Any]]:
         for number, line in enumerate(fh, 1):
             try:
                 yield decode(json.loads(line))
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, RecursionError) as exc:  # Recursion: nested too deep
                 raise StoreError(f"{file}:{number}: {exc}; nothing was restored") from None
 
 

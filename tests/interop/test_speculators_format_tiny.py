@@ -412,3 +412,15 @@ def test_import_keeps_an_existing_directory_it_refuses_to_overwrite_tiny(tiny, d
         assert (root / name / "keep.txt").read_text() == "not autospec's"
         assert [p.name for p in (root / name).iterdir()] == ["keep.txt"]
     assert not list(root.glob(".partial-*"))
+
+
+@pytest.mark.parametrize("name", ["config.json", "manifest.json", "autospec-settings.json"])
+def test_import_of_json_nested_too_deep_is_a_refusal_tiny(tiny, tmp_path, name):
+    """A JSON file of 100 000 nested lists: json raises RecursionError, which the readers did
+    not catch (a traceback out of autospec import)."""
+    export_speculator(_head(tiny), tiny, tmp_path / "x", k=3)
+    if name != "manifest.json":
+        (tmp_path / "x" / "manifest.json").unlink()
+    (tmp_path / "x" / name).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ImportRefused, match=f"{name}.*not valid JSON"):
+        read_head(tmp_path / "x", tiny)

@@ -370,3 +370,16 @@ def test_a_speculator_row_restore_cannot_read_is_one_line_naming_it(
     assert f"{specs}:2: {said}" in line and "nothing was restored" in line
     assert rows(engine) == before and _files(_artifact_root()) == files
     engine.dispose()
+
+
+@pytest.mark.parametrize("name", ["backup.json", "tables/speculators.jsonl"])
+def test_json_nested_too_deep_in_a_backup_is_one_line(name: str, sqlite_url: str,
+                                                      tmp_path: Path) -> None:
+    """json raises RecursionError on 100 000 nested lists, which restore did not catch."""
+    engine, bk = _backed_up(sqlite_url, tmp_path)
+    before = rows(engine)
+    (bk / name).write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    line = _one_line_error(_restore_cli(bk, sqlite_url, "--force"))
+    assert str(bk / name) in line and "recursion" in line
+    assert rows(engine) == before
+    engine.dispose()
