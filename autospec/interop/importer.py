@@ -53,7 +53,7 @@ from autospec.speculators.eagle3.export import SETTINGS, SETTINGS_FILE, SIDECAR_
 from autospec.speculators.files import refuse_pickles
 from autospec.speculators.overrides import FIXED, parse_overrides, validate_settings
 from autospec.speculators.speculators_format import FormatError, embed_table, from_speculators
-from autospec.speculators.suffix import SuffixSpeculator
+from autospec.speculators.suffix import SEPARATOR, SuffixSpeculator
 from autospec.store.artifacts import inside
 
 log = logging.getLogger(__name__)
@@ -313,6 +313,7 @@ def _read_index(path: Path, target: Target) -> SuffixSpeculator:
     if missing or flat:
         raise ImportRefused(f"{path / 'model.safetensors'}: a suffix index needs 1-D tensors "
                             f"{', '.join(INDEX_TENSORS)}; missing {missing}, not 1-D {flat}")
+    _check_index(path, data, tensors, target.info.vocab_size)
     try:
         info = target.info
         config = SuffixConfig(**{**data, "target_id": info.target_id,
@@ -322,3 +323,25 @@ def _read_index(path: Path, target: Target) -> SuffixSpeculator:
     except (pydantic.ValidationError, ValueError, RuntimeError) as exc:
         raise ImportRefused(f"{path}: not a suffix index sidecar ({exc})") from None
     return index
+
+
+def _check_index(path: Path, data: dict[str, Any], tensors: dict[str, torch.Tensor],
+                 vocab_size: int) -> None:
+    """Refuse (naming the file) a sidecar whose ``corpus_tokens`` is not its ``tokens``'
+    length (the index is allocated from it before the tensors are read: 10^13 was a
+    MemoryError), whose tensors are not integers, or whose tokens are not target ids (or the
+    separator, -1): they would be proposed as drafts."""
+    weights = path / "model.safetensors"
+    floats = [n for n in INDEX_TENSORS if tensors[n].is_floating_point() or
+              tensors[n].is_complex() or tensors[n].dtype == torch.bool]
+    if floats:
+        raise ImportRefused(f"{weights}: {', '.join(floats)} must hold integers, not "
+                            f"{', '.join(str(tensors[n].dtype) for n in floats)}")
+    tokens = tensors["tokens"]
+    if data.get("corpus_tokens", 0) != tokens.numel():
+        raise ImportRefused(f"{path / 'config.json'}: corpus_tokens is "
+                            f"{data.get('corpus_tokens', 0)!r}, its tokens hold {tokens.numel()}")
+    if tokens.numel() and (int(tokens.min()) < SEPARATOR or int(tokens.max()) >= vocab_size):
+        raise ImportRefused(f"{weights}: tokens holds ids outside [0, {vocab_size}) (the "
+                            f"target's vocabulary; {SEPARATOR} separates documents): "
+                            f"{int(tokens.min())} to {int(tokens.max())}")

@@ -111,6 +111,11 @@ def test_cli_import_set_refuses_a_bad_key_before_the_target_loads(sqlite_url, tm
     ("2-D", r"model\.safetensors: .*not 1-D \['suffix_array'\]"),
     ("config list", r"config\.json: expected a JSON object \(the suffix index's config\), "
                     r"got list"),
+    # the index was allocated from corpus_tokens before its tensors were read: a MemoryError
+    ("corpus 10^13", r"config\.json: corpus_tokens is 10000000000000, its tokens hold 39"),
+    # ids the target does not have were kept, to be proposed as drafts
+    ("token 64", r"model\.safetensors: tokens holds ids outside \[0, 64\) .*: -1 to 64"),
+    ("float tokens", r"model\.safetensors: tokens must hold integers, not torch\.float32"),
 ])
 def test_a_malformed_suffix_index_sidecar_is_refused_naming_the_file_tiny(
         tiny, db, tmp_path, damage, words):
@@ -125,11 +130,19 @@ def test_a_malformed_suffix_index_sidecar_is_refused_naming_the_file_tiny(
     tensors = safetensors.torch.load_file(str(side / "model.safetensors"))
     if damage == "config list":
         (side / "config.json").write_text("[]")
+    elif damage == "corpus 10^13":
+        config = json.loads((side / "config.json").read_text())
+        (side / "config.json").write_text(json.dumps({**config, "corpus_tokens": 10**13}))
     elif damage == "no tokens":
         safetensors.torch.save_file({"suffix_array": tensors["suffix_array"]},
                                     str(side / "model.safetensors"))
     else:
-        tensors["suffix_array"] = tensors["suffix_array"][None]
+        if damage == "token 64":
+            tensors["tokens"][3] = 64
+        elif damage == "float tokens":
+            tensors["tokens"] = tensors["tokens"].float()
+        else:
+            tensors["suffix_array"] = tensors["suffix_array"][None]
         safetensors.torch.save_file(tensors, str(side / "model.safetensors"))
     with pytest.raises(ImportRefused, match=words):
         import_head(tmp_path / "x", target=tiny, engine=db, name="bad")
