@@ -122,7 +122,7 @@ def plan(session: Session, *, policy: Policy, candidates: list[Candidate],
     for name, n in sorted(sizes.items()):
         serving = own.get(name, follows)
         outcome = SegmentOutcome(name, n, serving, "too_few", own_pointer=name in own)
-        if not re.match(SEGMENT_NAME, name):  # logged before the header took store names
+        if not re.fullmatch(SEGMENT_NAME, name):  # logged before the header took store names
             outcome.action = "kept"
             outcome.reason = (f"{name!r} cannot name a pointer (1-64 letters, digits, '.', "
                               "'_' or '-'); its requests count for the deployment only")

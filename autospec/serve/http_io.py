@@ -140,7 +140,7 @@ def context(request: Request, route: str, body: Mapping[str, Any] | None = None,
     if segment is None:
         segment = rule_segment(rules, headers=request.headers, body=body or {}) or route
     segment = segment.strip()
-    if not _SEGMENT.match(segment):
+    if not _SEGMENT.fullmatch(segment):
         raise APIError(400, f"{SEGMENT_HEADER} must be 1-64 letters, digits or ._- "
                        f"starting with a letter or digit", param=SEGMENT_HEADER,
                        code="invalid_header")

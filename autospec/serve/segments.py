@@ -76,7 +76,7 @@ class SegmentRule(BaseModel):
     @field_validator("segment")
     @classmethod
     def _segment_name(cls, value: str) -> str:
-        if not re.match(SEGMENT_NAME, value):
+        if not re.fullmatch(SEGMENT_NAME, value):  # "$" alone takes a final "\n"
             raise ValueError(f"{value!r} cannot name a segment: 1-64 letters, digits, '.', '_' "
                              "or '-', starting with a letter or digit")
         return value

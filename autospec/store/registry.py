@@ -55,7 +55,7 @@ def lock_pointers(session: Session) -> None:
 def check_name(what: str, value: str) -> None:
     """A :class:`StoreError` unless ``value`` is a name the store takes (a version, kind,
     deployment or segment: 1-64 letters, digits, ``.``, ``_``, ``-``)."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):  # "$" takes a final "\n"
         raise StoreError(
             f"invalid {what} {value!r}: use 1-64 letters, digits, '.', '_' or '-'"
         )
@@ -168,7 +168,7 @@ def register_speculator(
     check_length("target id", target_id, Speculator.target_id)
     check_length("target revision", target_revision, Speculator.target_revision)
     check_actor(actor)
-    if not _SHA256.match(sha256):
+    if not _SHA256.fullmatch(sha256):
         raise ArtifactError(f"sha256 {sha256!r} is not 64 lower-case hex digits")
     if verify:
         _verify_artifact(artifact_uri, sha256)

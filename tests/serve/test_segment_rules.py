@@ -155,6 +155,9 @@ TAKES = ("a rule takes `segment` and one or more of `model`, `user`, `system_sha
      "(segments.0.value): expected text, not true/false (quote it in YAML)"),
     ("- {segment: 'a b', user: u}\n", "(segments.0.segment): 'a b' cannot name a segment: "
      "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"),
+    # a final newline passed the name's "^...$" (re.match): requests logged under 'json\n'
+    ('- {segment: "json\\n", user: u}\n', "(segments.0.segment): 'json\\n' cannot name a "
+     "segment: "),
     ("- {segment: other, model: gpt-4o}\n", ": the rule for segment 'other' (segments.0) names "
      "model 'gpt-4o', not the model this deployment serves ('smollm2-135m'"),
 ])

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from autospec import store
 from autospec.store.artifacts import artifact_sha256, write_manifest
-from autospec.store.errors import ArtifactError, Conflict, NotFound
+from autospec.store.errors import ArtifactError, Conflict, NotFound, StoreError
 from autospec.store.models import Event, Speculator
 
 
@@ -77,6 +77,19 @@ def test_weightless_artifact_and_bad_manifests(tmp_path: Path) -> None:
         artifact_sha256(uri)
     with pytest.raises(ArtifactError, match="not a directory"):
         artifact_sha256(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("what", ["version", "deployment", "segment"])
+def test_a_name_with_a_final_newline_is_refused(engine, tmp_path: Path, what: str) -> None:  # type: ignore[no-untyped-def]
+    """The names' pattern ended in "$", which re.match lets a final "\\n" through: promote
+    --deployment $'prod\\n' made a pointer of deployment 'prod\\n' (so did --segment)."""
+    with store.session_scope(engine) as s:
+        register(s, tmp_path, "v1")
+        with pytest.raises(StoreError, match=f"invalid {what} 'x\\\\n'"):
+            if what == "version":
+                register(s, tmp_path, "x\n")
+            else:
+                store.set_live(s, version="v1", actor="a", reason="r", **{what: "x\n"})
 
 
 def test_promote_and_roll_back(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
