@@ -91,9 +91,7 @@ def backup(engine: Engine, path: str | Path, *, progress: Progress | None = None
     """Write the store at ``engine`` (and its artifacts) to the new directory ``path``."""
     from autospec.store.migrate import current_revision, head_revision
 
-    dest = Path(path)
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise Conflict(f"{dest} already exists; back up into a new directory")
+    dest = _new_directory(Path(path))
     ping(engine)
     revision, head = current_revision(engine), head_revision()
     if revision != head:
@@ -138,12 +136,27 @@ def backup(engine: Engine, path: str | Path, *, progress: Progress | None = None
         if dest.exists():
             dest.rmdir()
         rename_into_place(partial, dest)  # a backup said to be taken outlasts a power loss
+    except OSError as exc:  # a full disk, a copy or the rename refused: nothing is left
+        shutil.rmtree(partial, ignore_errors=True)
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise StoreError(f"cannot write the backup to {dest}: {exc.strerror or exc}{where}; "
+                         f"nothing was written") from None
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     log.info("backed up %s (%d rows, %d artifacts) to %s", outcome.database,
              sum(outcome.tables.values()), len(outcome.artifacts), dest)
     return outcome
+
+
+def _new_directory(dest: Path) -> Path:
+    """``dest`` if a backup can be renamed into place there (nothing, or an empty directory);
+    :class:`Conflict` otherwise."""
+    if dest.is_symlink():  # dangling or not: the rename into place cannot replace it
+        raise Conflict(f"{dest} already exists (a symbolic link); back up into a new directory")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise Conflict(f"{dest} already exists; back up into a new directory")
+    return dest
 
 
 def _back_up_artifacts(registered: Sequence[Row], partial: Path, outcome: Outcome) -> dict:

@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from autospec import store
+from autospec.cli import app
 from autospec.store import backup as backups
 from autospec.store import backup_format, db, migrate
 from autospec.store.errors import ArtifactError, Conflict, SchemaOutdated
@@ -248,6 +249,43 @@ def test_backup_refuses_an_existing_directory(sqlite_url: str, tmp_path: Path) -
     with pytest.raises(Conflict, match="already exists"):
         backups.backup(engine, tmp_path / "bk")
     engine.dispose()
+
+
+@pytest.mark.parametrize("points_to", ["nowhere", "an empty directory"])
+def test_backup_to_a_symbolic_link_is_one_line_and_writes_nothing(
+        points_to: str, sqlite_url: str, tmp_path: Path) -> None:
+    """A dangling link, or one to an empty directory, as PATH: the rename into place (or the
+    rmdir before it) raised NotADirectoryError, a traceback."""
+    migrate.open_store(sqlite_url, upgrade=True).dispose()
+    (tmp_path / "out").mkdir()
+    if points_to != "nowhere":
+        (tmp_path / "empty").mkdir()
+    (tmp_path / "out" / "bk").symlink_to(tmp_path / "empty")
+    done = CliRunner().invoke(app, ["db", "backup", str(tmp_path / "out" / "bk"), "--url",
+                                    sqlite_url])
+    assert done.exit_code == 2, done.output
+    assert "already exists (a symbolic link)" in done.stderr, done.output
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["bk"]  # no partial left
+
+
+def test_a_backup_that_cannot_be_written_is_one_line_and_leaves_nothing(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk while the artifacts are copied: an OSError traceback."""
+    engine = migrate.open_store(sqlite_url, upgrade=True)
+    populate(engine, _artifact_root())
+    engine.dispose()
+
+    def full(*args: Any, **kw: Any) -> None:
+        raise OSError(28, "No space left on device", str(args[1]))
+
+    monkeypatch.setattr(backups.shutil, "copytree", full)
+    (tmp_path / "out").mkdir()
+    done = CliRunner().invoke(app, ["db", "backup", str(tmp_path / "out" / "bk"), "--url",
+                                    sqlite_url])
+    assert done.exit_code == 2, done.output
+    assert "cannot write the backup to" in done.stderr and "No space left on device" in \
+        done.stderr and "nothing was written" in done.stderr and "Traceback" not in done.output
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 @pytest.mark.postgres
