@@ -34,7 +34,7 @@ from autospec.artifacts import MANIFEST as MANIFEST_FILE
 from autospec.engine.target import Target
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.files import WEIGHTS_FILE, refuse_pickles, save_tensors
-from autospec.speculators.registry import build_speculator, parse_config
+from autospec.speculators.registry import build_speculator, kind, parse_config
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,7 @@ def load_speculator(directory: str | Path, target: Target, *,
             f"{root}: built for target {config.target_id!r} revision {config.target_revision!r}, "
             f"not {info.target_id!r} revision {info.revision!r}"
         )
+    _check_shapes(config, root / WEIGHTS_FILE)  # before the config's sizes are allocated
     try:
         spec = build_speculator(config, target)
     except ValueError as exc:
@@ -133,6 +134,30 @@ def _read_config(path: Path):
         raise SpeculatorLoadError(f"{path}: invalid config: {exc}") from exc
     except ValueError as exc:  # unknown kind (lists the known ones)
         raise SpeculatorLoadError(f"{path}: {exc}") from exc
+
+
+def _check_shapes(config, path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Refuse a weights file whose tensors are not the shapes ``config`` sets (its kind's
+    ``shapes``), read from the file's header: a config of a size the weights do not have is
+    refused before it is built (an ``intermediate_size`` of 10^15 was a RuntimeError)."""
+    implied = kind(config.kind).shapes
+    if implied is None:
+        return
+    try:
+        with safetensors.safe_open(str(path), framework="pt") as fh:
+            names = fh.keys()  # a safe_open handle is not iterable
+            stored = {n: tuple(fh.get_slice(n).get_shape()) for n in names}
+    except (safetensors.SafetensorError, OSError) as exc:
+        raise SpeculatorLoadError(f"{path}: unreadable safetensors file ({exc})") from exc
+    shapes = implied(config)
+    missing = sorted(set(shapes) - set(stored))
+    if missing:
+        raise SpeculatorLoadError(f"{path}: tensors do not match a {config.kind} speculator: "
+                                  f"missing {missing}")
+    for name, shape in shapes.items():
+        if stored[name] != shape:
+            raise SpeculatorLoadError(f"{path}: tensor {name!r} has shape {stored[name]}, "
+                                      f"its config implies {shape}")
 
 
 def _load_weights(spec: SavableSpeculator, path: Path) -> None:

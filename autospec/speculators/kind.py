@@ -13,7 +13,9 @@ kind's name:
   that writes it for vLLM, refusing with :class:`ExportError` what vLLM would misread; why
   a config cannot be served on a target; the config overrides a
   vLLM-trained candidate gets, whether vLLM's proposer is seeded with the version's index);
-- ``bench_variants``: the variants ``autospec bench train`` measures of the kind.
+- ``bench_variants``: the variants ``autospec bench train`` measures of the kind;
+- ``shapes``: the stored tensors' shapes a config implies, checked before a version is
+  built (a config's sizes are allocated then).
 """
 
 from __future__ import annotations
@@ -99,6 +101,10 @@ class Kind:
     training: GradientTraining | FitTraining | None = None
     vllm: VllmSupport | None = None
     bench_variants: tuple[str, ...] = ()
+    #: the shape of each stored tensor whose size a config sets without bound, checked
+    #: against the weights file before a stored version is built (its sizes allocated);
+    #: None: nothing to check
+    shapes: Callable[[Any], dict[str, tuple[int, ...]]] | None = None
 
     @property
     def trainable(self) -> bool:

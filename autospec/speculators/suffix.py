@@ -435,7 +435,12 @@ def export_suffix(spec: SavableSpeculator, target: Target, out: Path, k: int) ->
                f"named by {VLLM_INDEX_ENV} (autospec must be installed beside vLLM)"])
 
 
+def stored_shapes(config: SuffixConfig) -> dict[str, tuple[int, ...]]:
+    """The index's arrays, ``corpus_tokens`` long (allocated from it when built)."""
+    return {"tokens": (config.corpus_tokens,), "suffix_array": (config.corpus_tokens,)}
+
+
 KIND = Kind(name="suffix", config=SuffixConfig, speculator=SuffixSpeculator,
-            training=FitTraining(fit_suffix),
+            training=FitTraining(fit_suffix), shapes=stored_shapes,
             vllm=VllmSupport(method="custom_class", export=export_suffix,
                              seeded_with_index=True, per_request_versions=True))

@@ -173,3 +173,24 @@ def test_speculators_never_unpickle() -> None:
     for path in root.glob("*.py"):
         text = path.read_text()
         assert "torch.load(" not in text and "import pickle" not in text, path
+
+
+@pytest.mark.parametrize(("kind", "field", "size", "tensor"), [
+    ("eagle3", "intermediate_size", 10**15, "layer.gate_proj.weight"),
+    ("eagle3", "suffix_tokens", 10**13, "suffix.suffix_array"),
+    ("suffix", "corpus_tokens", 10**13, "tokens"),
+])
+def test_a_stored_config_of_sizes_its_weights_lack_is_refused_before_it_is_built(
+        tiny, tmp_path, kind, field, size, tensor) -> None:
+    """A registered version (a restored backup, say) whose config.json sets a size its
+    weights do not have, manifest consistent: the speculator was built from the config
+    first, so 10^15 was a RuntimeError (can't allocate memory) and 10^13 a MemoryError, not
+    a refusal; a size that fits in memory would have been allocated."""
+    save_speculator(new_speculator(kind, tiny, **OVERRIDES.get(kind, {})), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, field: size}))
+    _rewrite_manifest(tmp_path)
+    with pytest.raises(SpeculatorLoadError,
+                       match=rf"(tensor '{tensor}' has shape .*, its config implies .*{size}"
+                             rf"|missing \[.*'{tensor}'.*)"):
+        load_speculator(tmp_path, tiny)

@@ -22,6 +22,7 @@ from autospec.speculators.eagle3.speculator import SUFFIX_PREFIX, Eagle3Speculat
 from autospec.speculators.eagle3.training import Eagle3Recipe, Eagle3Trainee
 from autospec.speculators.eagle3.vocab import build_draft_vocab
 from autospec.speculators.kind import GradientTraining, Kind, VllmSupport
+from autospec.speculators.speculators_format import head_shapes
 
 __all__ = ["KIND", "SUFFIX_PREFIX", "Eagle3Head", "Eagle3Recipe", "Eagle3Speculator",
            "Eagle3Trainee", "HeadKVCache", "build_draft_vocab", "index_config"]
@@ -29,8 +30,15 @@ __all__ = ["KIND", "SUFFIX_PREFIX", "Eagle3Head", "Eagle3Recipe", "Eagle3Specula
 #: the variants ``autospec bench train`` measures (autospec/bench/train_variants.py)
 BENCH_VARIANTS = ("scratch", "synthetic", "base", "base+finetune")
 
+def stored_shapes(config: Eagle3Config) -> dict[str, tuple[int, ...]]:
+    """The head's tensors, its draft vocabulary and its suffix index's arrays."""
+    index = {f"{SUFFIX_PREFIX}{n}": (config.suffix_tokens,) for n in ("tokens", "suffix_array")}
+    return {**head_shapes(config), "d2t": (config.draft_vocab_size,),
+            **(index if config.suffix_tokens else {})}
+
+
 KIND = Kind(name="eagle3", config=Eagle3Config, speculator=Eagle3Speculator, has_layers=True,
-            training=GradientTraining(Eagle3Recipe(), lr=3e-3),
+            training=GradientTraining(Eagle3Recipe(), lr=3e-3), shapes=stored_shapes,
             # vLLM runs a head alone, in chains: a candidate for it drafts no trees, no index
             vllm=VllmSupport(method="eagle3", export=export_eagle3, refusal=vllm_refusal,
                              overrides={"tree_nodes": 0, "suffix_threshold": None}),
