@@ -24,6 +24,7 @@ This module does not know the suffix index, files, the store or vLLM itself.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -233,6 +234,8 @@ def _flag(data: dict[str, Any], key: str, default: bool, *, where: str = "") -> 
 def _number(value: Any, key: str) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise FormatError(f"{_LAYER}{key} must be a number, got {value!r}")
+    if not math.isfinite(value):  # json reads Infinity and NaN
+        raise FormatError(f"{_LAYER}{key} must be a finite number, got {value!r}")
     return float(value)
 
 

@@ -253,6 +253,11 @@ def _mutate(path: Path, **changes) -> None:  # type: ignore[no-untyped-def]
     ({"transformer_layer_config__rms_norm_eps": None},
      "transformer_layer_config.rms_norm_eps must be a number, got None"),
     ({"draft_vocab_size": 39.5}, "draft_vocab_size must be a positive integer, got 39.5"),
+    # Infinity was imported: norms that output zeros, RoPE that does not rotate
+    ({"transformer_layer_config__rms_norm_eps": float("inf")},
+     "transformer_layer_config.rms_norm_eps must be a finite number, got inf"),
+    ({"transformer_layer_config__rope_parameters__rope_theta": float("inf")},
+     "transformer_layer_config.rope_theta must be a finite number, got inf"),
 ])
 def test_import_refuses_a_head_that_does_not_fit_tiny(tiny, tmp_path, changes, message):
     export_speculator(_head(tiny), tiny, tmp_path / "x", k=3)
