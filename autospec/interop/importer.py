@@ -224,6 +224,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    if (path.exists() or path.is_symlink()) and not path.is_file():
+        raise ImportRefused(f"{path}: not a file (a directory, a device or a broken link)")
     if not path.is_file():
         shards = sorted(p.name for p in path.parent.glob("*.safetensors"))
         hint = f" (found {shards}; sharded heads are not supported)" if shards else ""

@@ -429,3 +429,19 @@ def test_import_of_json_nested_too_deep_is_a_refusal_tiny(tiny, tmp_path, name):
     (tmp_path / "x" / name).write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ImportRefused, match=f"{name}.*not valid JSON"):
         read_head(tmp_path / "x", tiny)
+
+
+@pytest.mark.parametrize("instead", ["a directory", "/dev/zero", "a broken link"])
+def test_import_of_weights_that_are_not_a_file_says_so_tiny(tiny, tmp_path, instead):
+    """It said "no model.safetensors (found ['model.safetensors']; sharded heads are not
+    supported)"."""
+    export_speculator(_head(tiny), tiny, tmp_path / "x", k=3)
+    (tmp_path / "x/manifest.json").unlink()
+    weights = tmp_path / "x/model.safetensors"
+    weights.unlink()
+    if instead == "a directory":
+        weights.mkdir()
+    else:
+        weights.symlink_to(instead if instead.startswith("/") else tmp_path / "gone")
+    with pytest.raises(ImportRefused, match=r"model\.safetensors: not a file"):
+        read_head(tmp_path / "x", tiny)
