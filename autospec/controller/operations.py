@@ -17,6 +17,10 @@ overall decision may be a rejection: that is what a segment's own pointer is for
 move of a segment first pins its pointer at the version drafting it then
 (:func:`ensure_segment_pointer`), so a rollback has somewhere to go.
 
+A version whose artifact folder this machine has but whose artifact fails its SHA-256 (a
+file changed, cut short or gone, the directory gone) is refused, ``force`` or not: no replica
+would load it.
+
 Refusals raise :class:`Refused`; store errors propagate. A promotion or rollback moves the
 pointer only if it still names the version the command read (``expect``): one a controller
 moved in between is left as it is, and the :class:`~autospec.store.Conflict` names the move.
@@ -37,6 +41,8 @@ from autospec.controller.result import CycleFailed
 from autospec.controller.segment_watch import newest_move, vllm_segment_refusal
 from autospec.controller.speedcheck import promotion_speeds
 from autospec.evaluate.gate import GatePolicy
+from autospec.store.artifacts import artifact_sha256, local_path
+from autospec.store.errors import ArtifactError
 from autospec.store.models import BUILTIN_VERSION, Event
 from autospec.store.registry import lock_pointers
 
@@ -139,7 +145,7 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
     """Move the deployment's pointer (or ``segment``'s) to ``version`` if it passed against
     the version there now (see the module doc), or with ``force``."""
     with store.session_scope(engine) as session:
-        store.get_speculator(session, version=version)  # NotFound → exit 2
+        _check_artifact(store.get_speculator(session, version=version))  # NotFound → exit 2
         own = store.get_live(session, deployment=deployment, segment=segment)
         current = store.serving_version(session, deployment=deployment, segment=segment) \
             or BUILTIN_VERSION
@@ -175,6 +181,27 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
     return {"kind": kind, "version": version, "from": current, "reason": text,
             "evaluation_id": details.get("evaluation_id"), "deployment": deployment,
             **_named(segment)}
+
+
+def _check_artifact(row: Any) -> None:
+    """Refuse a version whose artifact is here but is not the one registered (a file
+    changed, cut short or gone, or its directory gone from a folder this machine has: no
+    replica would load it), ``--force`` or not. An artifact whose folder this machine does
+    not have is not checked: the operator CLI may run where the shared artifact storage is
+    not mounted (the replicas check it as they load it)."""
+    path = local_path(row.artifact_uri)
+    if path is None or row.artifact_uri.startswith("builtin:") or (row.meta or {}).get("pruned") \
+            or not (path.exists() or path.is_symlink() or path.parent.is_dir()):
+        return
+    try:
+        actual = artifact_sha256(path)
+    except ArtifactError as exc:
+        raise _refused(f"not promoting {row.version}: its artifact fails its checks ({exc}); "
+                       f"no replica would load it") from None
+    if actual != row.sha256:
+        raise _refused(f"not promoting {row.version}: its artifact at {path} has SHA-256 "
+                       f"{actual[:12]}…, the registry records {row.sha256[:12]}… (its files "
+                       f"were replaced); no replica would load it")
 
 
 def _named(segment: str | None) -> dict[str, str]:

@@ -232,3 +232,42 @@ def test_every_operator_command_takes_database_url_as_the_db_commands_do(
         for name in path:
             command = command.commands[name]  # type: ignore[attr-defined]
         assert "--database-url" in {o for p in command.params for o in p.opts}, path
+
+
+@pytest.mark.parametrize("damage", ["a byte flipped", "cut short", "deleted", "gone"])
+def test_promote_refuses_an_artifact_that_fails_its_sha256_even_forced(
+        cli, db, tmp_path, damage) -> None:  # type: ignore[no-untyped-def]
+    """Tampered after it was stored: promote --force moved the pointer (exit 0) to a version
+    no replica would load. An artifact whose folder this machine lacks (the operator CLI
+    where the shared storage is not mounted) is not checked."""
+    import shutil
+
+    from autospec import store
+
+    art = tmp_path / "artifacts" / "v-tampered"
+    art.mkdir(parents=True)
+    (art / "config.json").write_text("{}")
+    (art / "model.safetensors").write_bytes(b"weights" * 100)
+    with store.session_scope(db) as session:
+        store.register_speculator(session, version="v-tampered", kind="ngram", target_id="t",
+                                  artifact_uri=str(art), sha256=store.write_manifest(art))
+        store.register_speculator(session, version="v-elsewhere", kind="ngram", target_id="t",
+                                  artifact_uri="/not/mounted/here/v-elsewhere", sha256="0" * 64,
+                                  verify=False)
+    weights = art / "model.safetensors"
+    if damage == "a byte flipped":
+        weights.write_bytes(b"weights" * 99 + b"weighTs")
+    elif damage == "cut short":
+        weights.write_bytes(b"weights")
+    elif damage == "deleted":
+        weights.unlink()
+    else:
+        shutil.rmtree(art)
+    refused = cli("promote", "v-tampered", "--force", "--reason", "hotfix")
+    assert refused.exit_code == 3 and "Traceback" not in refused.output, refused.output
+    said = unwrapped(refused.output)
+    assert unwrapped("not promoting v-tampered: its artifact fails its checks") in said
+    assert unwrapped("no replica would load it") in said
+    assert live_version(db) != "v-tampered"
+    moved = cli("promote", "v-elsewhere", "--force", "--reason", "hotfix")
+    assert moved.exit_code == 0 and live_version(db) == "v-elsewhere", moved.output
