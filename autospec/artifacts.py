@@ -63,12 +63,16 @@ def read_manifest(root: Path) -> dict[str, str]:
     path = root / MANIFEST
     if not root.is_dir():
         raise ManifestError(f"artifact {root} is not a directory")
+    if (path.exists() or path.is_symlink()) and not path.is_file():  # a FIFO would block
+        raise ManifestError(f"{path} is not a file (a directory, a device or a broken link)")
     try:
         manifest = json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
         raise ManifestError(f"artifact {root} has no {MANIFEST}") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # too deep
         raise ManifestError(f"{path} is not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise ManifestError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{path}: expected manifest format {MANIFEST_FORMAT}")
     files = manifest.get("files")
@@ -98,7 +102,11 @@ def verify_manifest(root: str | Path, *, required: Iterable[str] = ("config.json
             raise ManifestError(f"artifact {root}: manifest names a file outside it: {name}")
         if not (root / name).is_file():
             raise ManifestError(f"artifact {root}: {name} is listed in the manifest but missing")
-        actual = file_sha256(root / name)
+        try:
+            actual = file_sha256(root / name)
+        except OSError as exc:
+            raise ManifestError(f"artifact {root}: cannot read {name}: "
+                                f"{exc.strerror or exc}") from None
         if actual != expected:
             raise ManifestError(f"artifact {root}: {name}: sha256 mismatch (file "
                                 f"{actual[:12]}…, manifest {expected[:12]}…)")

@@ -211,6 +211,8 @@ def _registered(engine: Engine, path: Path, sha: str) -> bool | None:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    if (path.exists() or path.is_symlink()) and not path.is_file():  # a FIFO would block
+        raise ImportRefused(f"{path}: not a file (a directory, a device or a broken link)")
     try:
         data = json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
@@ -302,8 +304,11 @@ INDEX_TENSORS = ("tokens", "suffix_array")
 def _read_index(path: Path, target: Target) -> SuffixSpeculator:
     """The suffix index in the sidecar ``path``; ImportRefused naming the file and what is
     wrong with it."""
+    config = path / "config.json"
+    if (config.exists() or config.is_symlink()) and not config.is_file():  # a FIFO blocks
+        raise ImportRefused(f"{config}: not a file (a directory, a device or a broken link)")
     try:
-        data = json.loads((path / "config.json").read_text("utf-8"))
+        data = json.loads(config.read_text("utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ImportRefused(f"{path}: not a suffix index sidecar ({exc})") from None
     if not isinstance(data, dict):

@@ -445,3 +445,34 @@ def test_import_of_weights_that_are_not_a_file_says_so_tiny(tiny, tmp_path, inst
         weights.symlink_to(instead if instead.startswith("/") else tmp_path / "gone")
     with pytest.raises(ImportRefused, match=r"model\.safetensors: not a file"):
         read_head(tmp_path / "x", tiny)
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "autospec-settings.json",
+                                  "suffix-index/config.json", "config.json"])
+@pytest.mark.parametrize("instead", ["a directory", "a fifo"])
+def test_import_of_a_json_file_that_is_not_a_file_says_so_tiny(tiny, tmp_path, name, instead):
+    """A FIFO in its place blocked the import for ever (read_text waits for a writer); a
+    directory was an IsADirectoryError. (The FIFO is fed after 10 s, so that without the
+    check the test fails rather than hangs.)"""
+    import os
+    import threading
+
+    spec = _head(tiny)
+    spec.attach_suffix(suffix_from_documents(
+        _index_config(spec), [([7, 8], [1, 2, 3, 4, 5, 1, 2, 3, 4, 6])] * 3, tiny))
+    export_speculator(spec, tiny, tmp_path / "x", k=3)
+    path = tmp_path / "x" / name
+    if name != "manifest.json":
+        (tmp_path / "x/manifest.json").unlink()
+    path.unlink()
+    if instead == "a directory":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+        feeder = threading.Timer(10, lambda: open(path, "w").close())
+        feeder.daemon = True
+        feeder.start()
+    with pytest.raises(ImportRefused, match=f"{name}: not a file|{name} is not a file"):
+        read_head(tmp_path / "x", tiny)
+    if instead == "a fifo":
+        feeder.cancel()

@@ -79,6 +79,29 @@ def test_weightless_artifact_and_bad_manifests(tmp_path: Path) -> None:
         artifact_sha256(tmp_path / "nowhere")
 
 
+def test_a_manifest_or_listed_file_that_cannot_be_read_is_an_artifact_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """manifest.json a directory (or a FIFO, which blocked for ever), a listed file that
+    cannot be read: IsADirectoryError / PermissionError escaped artifact_sha256, which
+    promote, db backup and the replicas catch as ArtifactError (ManifestError) only."""
+    uri = make_artifact(tmp_path, "v1")
+    manifest = Path(uri) / "manifest.json"
+    good = manifest.read_text()
+    manifest.unlink()
+    manifest.mkdir()
+    with pytest.raises(ArtifactError, match=r"manifest\.json is not a file"):
+        artifact_sha256(uri)
+    manifest.rmdir()
+    manifest.write_text(good)
+
+    def unreadable(path: Path) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr("autospec.artifacts.file_sha256", unreadable)
+    with pytest.raises(ArtifactError, match=r"cannot read config\.json: Permission denied"):
+        artifact_sha256(uri)
+
+
 @pytest.mark.parametrize("what", ["version", "deployment", "segment"])
 def test_a_name_with_a_final_newline_is_refused(engine, tmp_path: Path, what: str) -> None:  # type: ignore[no-untyped-def]
     """The names' pattern ended in "$", which re.match lets a final "\\n" through: promote
