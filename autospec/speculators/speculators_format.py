@@ -283,7 +283,7 @@ def _head_tensors(config: Eagle3Config,
         if not tensor.is_floating_point():
             raise FormatError(f"tensor {name} has dtype {tensor.dtype}, not a floating-point "
                               f"type: not weights")
-        if not bool(torch.isfinite(tensor).all()):
+        if not bool(torch.isfinite(tensor.float()).all()):  # float8 has no isfinite
             raise FormatError(f"tensor {name} holds NaN or infinite values")
     out = {_FROM_SPECULATORS[n]: t.float() for n, t in tensors.items() if n in _FROM_SPECULATORS}
     vd, v = config.draft_vocab_size, config.target_vocab_size
