@@ -179,6 +179,7 @@ def test_speculators_never_unpickle() -> None:
     ("eagle3", "intermediate_size", 10**15, "layer.gate_proj.weight"),
     ("eagle3", "suffix_tokens", 10**13, "suffix.suffix_array"),
     ("suffix", "corpus_tokens", 10**13, "tokens"),
+    ("draft", "intermediate_size", 10**12, "model.layers.0.mlp.gate_proj.weight"),
 ])
 def test_a_stored_config_of_sizes_its_weights_lack_is_refused_before_it_is_built(
         tiny, tmp_path, kind, field, size, tensor) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from autospec.engine.target import Target
 from autospec.speculators.common import SavableSpeculator
 from autospec.speculators.config import DraftConfig
-from autospec.speculators.draft.model import DraftSpeculator, llama_config
+from autospec.speculators.draft.model import DraftSpeculator, llama_config, stored_shapes
 from autospec.speculators.draft.training import DraftRecipe, DraftTrainee
 from autospec.speculators.files import WEIGHTS_FILE, portable, save_tensors, tensor_sha256
 from autospec.speculators.kind import Exported, GradientTraining, Kind, VllmSupport
@@ -45,4 +45,4 @@ def export_draft(spec: SavableSpeculator, target: Target, out: Path, k: int) -> 
 
 KIND = Kind(name="draft", config=DraftConfig, speculator=DraftSpeculator,
             has_layers=True, training=GradientTraining(DraftRecipe(), lr=3e-4),
-            vllm=VllmSupport(method="draft_model", export=export_draft))
+            vllm=VllmSupport(method="draft_model", export=export_draft), shapes=stored_shapes)

@@ -50,6 +50,15 @@ def llama_config(config: DraftConfig) -> LlamaConfig:
     )
 
 
+def stored_shapes(config: DraftConfig) -> dict[str, tuple[int, ...]]:
+    """The shape of each stored tensor of ``config``'s draft, from a model built on the meta
+    device (nothing allocated)."""
+    with torch.device("meta"):
+        model = LlamaForCausalLM(llama_config(config))
+    skip = _SHARED if config.share_target_embeddings else ()
+    return {n: tuple(t.shape) for n, t in model.state_dict().items() if n not in skip}
+
+
 class DraftSpeculator(SavableSpeculator):
     """A small LM proposing by chained sampling; see the module docstring."""
 
