@@ -1,6 +1,7 @@
 """How ``autospec db backup`` writes rows (:mod:`autospec.store.backup`): the tables, parents
 first, and each row as one JSON object: ``LargeBinary`` columns (token ids) as base64,
-timestamps as ISO 8601, JSON as JSON, the rest as is; and back."""
+timestamps as ISO 8601, JSON as JSON, the rest as is; and back, each value checked against
+its column's type (an integer of 64 bits, a number, a string, true or false)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,24 @@ def _kind(column: Any) -> str:
         return "bytes"
     if isinstance(kind, DateTime) or isinstance(getattr(kind, "impl", None), DateTime):
         return "datetime"
-    return "plain"
+    if isinstance(kind, JSON):
+        return "plain"
+    try:
+        python = kind.python_type
+    except NotImplementedError:
+        return "plain"
+    return {bool: "bool", int: "int", float: "float", str: "str"}.get(python, "plain")
+
+
+_INT64 = 1 << 63
+#: what a value of each checked kind must be in a backup's row (None aside), and its words
+_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool) and -_INT64 <= v < _INT64,
+            "an integer of 64 bits"),
+    "float": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+}
 
 
 def encoder(table: Table) -> Callable[[Any], dict[str, Any]]:
@@ -68,6 +86,10 @@ def decoder(table: Table) -> Callable[[Any], dict[str, Any]]:
                 value = base64.b64decode(value)
             elif value is not None and kinds[name] == "datetime":
                 value = datetime.fromisoformat(value)
+            elif value is not None and kinds[name] in _TYPES \
+                    and not _TYPES[kinds[name]][0](value):
+                raise ValueError(f"column {name} holds {repr(value)[:40]}, not "
+                                 f"{_TYPES[kinds[name]][1]}")
             out[name] = value
         return out
 

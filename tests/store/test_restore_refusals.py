@@ -348,7 +348,7 @@ def test_a_malformed_artifacts_entry_in_backup_json_is_one_line_and_changes_noth
 
 @pytest.mark.parametrize(("column", "value", "said"), [
     ("version", None, "version is None, not a string"),
-    ("parent", ["eagle3-a"], "parent is ['eagle3-a'], not a string or null"),
+    ("parent", ["eagle3-a"], "column parent holds ['eagle3-a'], not a string"),
     ("meta", "pruned", "meta is 'pruned', not an object or null"),
     ("version", "../../x", "version '../../x' is not a version name"),
 ])
@@ -381,5 +381,30 @@ def test_json_nested_too_deep_in_a_backup_is_one_line(name: str, sqlite_url: str
     (bk / name).write_text("[" * 100_000 + "]" * 100_000 + "\n")
     line = _one_line_error(_restore_cli(bk, sqlite_url, "--force"))
     assert str(bk / name) in line and "recursion" in line
+    assert rows(engine) == before
+    engine.dispose()
+
+
+@pytest.mark.parametrize(("table", "column", "value", "said"), [
+    ("events", "id", 10**30, "column id holds 1000000000000000000000000000000, not an integer "
+                             "of 64 bits"),
+    ("events", "kind", 5, "column kind holds 5, not a string"),
+    ("requests", "temperature", "hot", "column temperature holds 'hot', not a number"),
+    ("requests", "opted_out", "no", "column opted_out holds 'no', not true or false"),
+])
+def test_a_value_of_another_type_than_its_column_is_one_line_naming_it(
+        table: str, column: str, value: Any, said: str, sqlite_url: str,
+        tmp_path: Path) -> None:
+    """An id past 64 bits was an OverflowError traceback and a float column's string a
+    StatementError one, from inside the transaction; a number in a string column restored
+    with exit 0 (SQLite stores it)."""
+    engine, bk = _backed_up(sqlite_url, tmp_path)
+    before = rows(engine)
+    file = bk / "tables" / f"{table}.jsonl"
+    found = [json.loads(line) for line in file.read_text().splitlines()]
+    found[0][column] = value
+    file.write_text("".join(json.dumps(row) + "\n" for row in found))
+    line = _one_line_error(_restore_cli(bk, sqlite_url, "--force"))
+    assert f"{file}:1: {said}" in line and "nothing was restored" in line
     assert rows(engine) == before
     engine.dispose()
