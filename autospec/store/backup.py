@@ -226,8 +226,11 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
     index = read_index(source)
     fresh, found = _checked_target(engine, source, index, force=force)
     artifacts, missing = listed(source, index)
-    check_tables(source, index.get("tables"),  # every row parsed and counted, nothing written
-                 {version: entry.get("sha256") for version, entry in artifacts.items()})
+    registered = check_tables(source, index.get("tables"),  # every row read, nothing written
+                              {version: entry["sha256"] for version, entry in artifacts.items()})
+    missing += [version for version, uri in registered.items()  # in neither list: missing too
+                if version not in artifacts and version not in missing
+                and not uri.startswith("builtin:")]
     root = Path(artifact_dir or get_settings().resolved_artifact_dir)
     staged = Staged(source, root, plan(source, root, artifacts, force=force))
     outcome = Outcome(path=str(source), database=describe(engine.url),

@@ -52,18 +52,21 @@ def _check_count(source: Path, table: Table, found: int, counts: Any) -> None:
                          f"{INDEX} records {expected}; nothing was restored")
 
 
-def check_tables(source: Path, counts: Any, shas: dict[str, str]) -> None:
+def check_tables(source: Path, counts: Any, shas: dict[str, str]) -> dict[str, str]:
     """Read and decode every row of every table file of the backup at ``source``, and check
     each table's rows against ``counts`` (``backup.json``'s ``tables``) and each version's
     SHA-256 against ``shas`` (the artifacts it lists): a :class:`StoreError` naming the
     first file that is missing, does not parse, holds another number of rows, or a version
-    whose row records another artifact than the one the backup holds. Writes nothing."""
+    whose row records another artifact than the one the backup holds. Writes nothing;
+    returns each registered version's ``artifact_uri``."""
+    registered: dict[str, str] = {}
     for table in tables():
         found = 0
         for row in _lines(source, table):
             found += 1
             if table.name == "speculators":
                 _check_speculator(source / "tables" / f"{table.name}.jsonl", found, row)
+                registered[row["version"]] = row["artifact_uri"]
             if table.name == "speculators" and row.get("version") in shas \
                     and shas[row["version"]] != row.get("sha256"):
                 raise StoreError(
@@ -71,6 +74,7 @@ def check_tables(source: Path, counts: Any, shas: dict[str, str]) -> None:
                     f"records SHA-256 {str(row.get('sha256'))[:12]}…, {INDEX} lists its "
                     f"artifact with {shas[row['version']][:12]}…; nothing was restored")
         _check_count(source, table, found, counts)
+    return registered
 
 
 #: a speculator row's fields restore reads itself (a version's parent, its artifact...), with

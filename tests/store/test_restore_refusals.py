@@ -408,3 +408,34 @@ def test_a_value_of_another_type_than_its_column_is_one_line_naming_it(
     assert f"{file}:1: {said}" in line and "nothing was restored" in line
     assert rows(engine) == before
     engine.dispose()
+
+
+def test_a_version_backup_json_lists_nowhere_points_into_this_store_too(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """backup.json edited: eagle3-a in neither artifacts nor missing_artifacts. Its row kept
+    the source store's artifact_uri, so the restored store read (and would back up) the
+    other store's artifact, which 1d514ea stopped for the versions listed missing."""
+    from autospec.settings import get_settings
+
+    source = migrate.open_store(f"sqlite:///{tmp_path / 'source.db'}", upgrade=True)
+    populate(source, tmp_path / "source-artifacts")  # stays there, readable
+    backups.backup(source, tmp_path / "bk")
+    source.dispose()
+    index = json.loads((tmp_path / "bk" / "backup.json").read_text())
+    del index["artifacts"]["eagle3-a"]
+    (tmp_path / "bk" / "backup.json").write_text(json.dumps(index))
+    shutil.rmtree(tmp_path / "bk" / "artifacts" / "eagle3-a")
+
+    mine = tmp_path / "my-artifacts"
+    monkeypatch.setenv("AUTOSPEC_ARTIFACT_DIR", str(mine))
+    get_settings.cache_clear()
+    result = _restore_cli(tmp_path / "bk", sqlite_url)
+    assert result.exit_code == 0, result.output
+    assert "without an artifact (pruned or missing): eagle3-a" in result.stdout
+    target = db.make_engine(sqlite_url)
+    with store.session_scope(target, readonly=True) as session:
+        assert store.get_speculator(session, version="eagle3-a").artifact_uri == str(
+            mine / "eagle3-a")
+        assert store.get_speculator(session, version="builtin-ngram").artifact_uri.startswith(
+            "builtin:")
+    target.dispose()
