@@ -149,7 +149,11 @@ def import_(
         settings = parse_settings(assignments or [])
         if not directory.is_dir():
             raise ImportRefused(f"{directory}: no such directory")
-        if not (directory / "config.json").is_file():
+        config = directory / "config.json"
+        if (config.exists() or config.is_symlink()) and not config.is_file():
+            raise ImportRefused(f"{config}: not a file (a directory, a device or a broken "
+                                f"link)")
+        if not config.is_file():
             raise ImportRefused(f"{directory}: no config.json (not a speculators directory)")
         check_name(None, name)  # its form, before a store is opened (or created)
         db = store.open_store(database_url, upgrade="create")

@@ -381,6 +381,9 @@ def test_cli_refusals_are_one_line_exit_2(sqlite_url, tmp_path):
     (tmp_path / "empty").mkdir()
     empty = runner.invoke(app, ["import", str(tmp_path / "empty"), "--url", sqlite_url])
     assert empty.exit_code == 2 and "no config.json" in empty.output
+    (tmp_path / "dir-config" / "config.json").mkdir(parents=True)  # it said "no config.json"
+    folder = runner.invoke(app, ["import", str(tmp_path / "dir-config"), "--url", sqlite_url])
+    assert folder.exit_code == 2 and "config.json: not a file" in folder.output
     actor = runner.invoke(app, ["import", str(tmp_path / "empty"), "--actor", "a" * 129,
                                 "--url", sqlite_url])  # before the target loads
     assert actor.exit_code == 2 and "the store keeps at most 128" in actor.output
