@@ -91,6 +91,10 @@ def read_index(directory: str | Path, sha256: dict[str, str]) -> Any:
         raise ValueError(f"{config_file}: missing or not the exported file (SHA-256)")
     config = SuffixConfig.model_validate(json.loads(config_file.read_text()))
     tensors = read_checked(str(root / "model.safetensors"), sha256["model.safetensors"])
+    stored = tuple(tensors["tokens"].shape) if "tokens" in tensors else None
+    if stored != (config.corpus_tokens,):  # the index is allocated from corpus_tokens
+        raise ValueError(f"{config_file}: corpus_tokens {config.corpus_tokens}, its tokens "
+                         f"{'are missing' if stored is None else f'hold {stored}'}")
     spec = SuffixSpeculator(config)
     spec.load_tensors(tensors)
     return spec

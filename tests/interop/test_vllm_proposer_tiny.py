@@ -83,6 +83,22 @@ def test_an_index_whose_files_are_not_the_exported_ones_is_refused(tmp_path) -> 
     assert proposer.index.corpus_tokens == 0  # nothing changed
 
 
+def test_an_index_whose_config_sets_a_corpus_its_tokens_lack_is_refused(tmp_path) -> None:
+    """Files and checksums consistent (an export dir edited, its manifest too): the index was
+    allocated from corpus_tokens before its tensors were compared (10^13: a MemoryError)."""
+    spec = suffix_from_documents(_config(), DOCS)
+    _export(tmp_path, spec)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "corpus_tokens": 10**13}))
+    from autospec.interop.vllm_worker import file_sha256
+
+    sums = {n: file_sha256(tmp_path / n) for n in ("config.json", "model.safetensors")}
+    proposer = _proposer()
+    with pytest.raises(ValueError, match=r"corpus_tokens 10000000000000, its tokens hold"):
+        proposer.load_index(str(tmp_path), sums)
+    assert proposer.index.corpus_tokens == 0  # nothing changed
+
+
 def test_a_per_batch_size_schedule_sets_k_for_the_step(tmp_path) -> None:
     """The deployment's concurrency bands, as vLLM's scheduler reads them: k = 2 for a batch
     of one or two rows, none from three on (vLLM hands its own proposers the k; a custom
