@@ -138,15 +138,23 @@ def backup(engine: Engine, path: str | Path, *, progress: Progress | None = None
         rename_into_place(partial, dest)  # a backup said to be taken outlasts a power loss
     except OSError as exc:  # a full disk, a copy or the rename refused: nothing is left
         shutil.rmtree(partial, ignore_errors=True)
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise StoreError(f"cannot write the backup to {dest}: {exc.strerror or exc}{where}; "
-                         f"nothing was written") from None
+        raise StoreError(f"cannot back up to {dest}: {_said(exc)}; nothing was written") \
+            from None
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     log.info("backed up %s (%d rows, %d artifacts) to %s", outcome.database,
              sum(outcome.tables.values()), len(outcome.artifacts), dest)
     return outcome
+
+
+def _said(exc: OSError) -> str:
+    """What failed, in one line: copytree's first error (``shutil.Error`` lists them all),
+    else the error and the file."""
+    failures = exc.args[0] if isinstance(exc, shutil.Error) and exc.args else None
+    if isinstance(failures, list) and failures and len(failures[0]) == 3:
+        return str(failures[0][2])  # (source, destination, why)
+    return f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
 
 
 def _new_directory(dest: Path) -> Path:

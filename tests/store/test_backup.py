@@ -283,8 +283,29 @@ def test_a_backup_that_cannot_be_written_is_one_line_and_leaves_nothing(
     done = CliRunner().invoke(app, ["db", "backup", str(tmp_path / "out" / "bk"), "--url",
                                     sqlite_url])
     assert done.exit_code == 2, done.output
-    assert "cannot write the backup to" in done.stderr and "No space left on device" in \
+    assert "cannot back up to" in done.stderr and "No space left on device" in \
         done.stderr and "nothing was written" in done.stderr and "Traceback" not in done.output
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_an_artifact_holding_a_named_pipe_is_one_line_naming_it(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """copytree refuses to copy a FIFO and raises shutil.Error with every failure listed: a
+    traceback, then a line holding the whole list of tuples."""
+    import os
+
+    engine = migrate.open_store(sqlite_url, upgrade=True)
+    populate(engine, _artifact_root())
+    engine.dispose()
+    os.mkfifo(_artifact_root() / "eagle3-a" / "pipe")
+    (tmp_path / "out").mkdir()
+    done = CliRunner().invoke(app, ["db", "backup", str(tmp_path / "out" / "bk"), "--url",
+                                    sqlite_url])
+    assert done.exit_code == 2, done.output
+    line = [x for x in done.stderr.splitlines() if x.startswith("error:")]
+    assert line == [f"error: cannot back up to {tmp_path / 'out' / 'bk'}: "
+                    f"`{_artifact_root() / 'eagle3-a' / 'pipe'}` is a named pipe; nothing was "
+                    f"written"], done.stderr
     assert list((tmp_path / "out").iterdir()) == []
 
 
