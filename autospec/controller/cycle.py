@@ -66,6 +66,7 @@ from autospec.controller.policy import Policy
 from autospec.controller.result import CycleFailed, CycleResult
 from autospec.engine.target import Target
 from autospec.numerics import NumericsMismatch
+from autospec.store.db import DATABASE_ERRORS, database_failure
 from autospec.store.models import utcnow
 from autospec.threads import ThreadSetting, resolve_threads, torch_threads, within
 from autospec.versions import BUILTIN_VERSION, VersionLoadError
@@ -181,6 +182,8 @@ class Controller:
         except (CycleFailed, LeaseLost, store.StoreError, VersionLoadError,
                 NumericsMismatch) as exc:
             return self._fail(result, str(exc))
+        except DATABASE_ERRORS as exc:  # the store failed mid-cycle: full, locked, gone
+            return self._fail(result, database_failure(exc))
         except Exception as exc:  # a boundary: record anything unexpected, keep scheduling
             log.exception("cycle %s failed", result.cycle_id)
             return self._fail(result, f"{type(exc).__name__}: {exc}")

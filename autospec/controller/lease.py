@@ -119,8 +119,9 @@ class HeldLease:
         try:
             with store.session_scope(self.engine) as session:
                 store.release_lease(session, name=self.name, holder=self.holder)
-        except store.StoreError as exc:  # it expires by itself
-            log.warning("lease %s: release failed (it will expire): %s", self.name, exc)
+        except (store.StoreError, SQLAlchemyError) as exc:  # it expires by itself
+            log.warning("lease %s: release failed (it will expire): %s", self.name,
+                        str(exc).splitlines()[0][:200])
 
 
 def try_acquire(engine: Engine, *, name: str, holder: str, ttl: timedelta) -> HeldLease | None:

@@ -18,12 +18,15 @@ fires sooner (the policy's schedule changed), and takes the row over from the pr
 before it, so ``status`` names the scheduler that runs.
 
 Jobs never raise into the scheduler: a cycle records its own failures; anything else is
-logged.
+logged. A database that fails under a job (full, locked, its connection lost), where even
+the failure cannot be recorded, is one line in the log and the job runs again on its
+schedule (:func:`guarded`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -41,6 +44,7 @@ from autospec.controller.policy import Schedule
 from autospec.controller.result import CycleResult, moves
 from autospec.controller.watch import Watcher
 from autospec.memory import release_freed_memory
+from autospec.store.db import DATABASE_ERRORS, database_failure
 from autospec.store.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -62,17 +66,29 @@ def build_scheduler(controller: Controller, *, scheduler: BaseScheduler | None =
     schedule = controller.policy.schedule
     grace = int(schedule.misfire_grace.total_seconds())
     first = first_run(controller)
-    sched.add_job(lambda: run_cycle_job(controller), cycle_trigger(schedule), id="cycle",
+    sched.add_job(lambda: guarded("cycle", lambda: run_cycle_job(controller)),
+                  cycle_trigger(schedule), id="cycle",
                   name="controller cycle", misfire_grace_time=grace, replace_existing=True,
                   **JOB_DEFAULTS, **({"next_run_time": first} if first else {}))
     if watch:
-        sched.add_job(lambda: Watcher(controller).run(), IntervalTrigger(
+        sched.add_job(lambda: guarded("watch", Watcher(controller).run), IntervalTrigger(
             seconds=schedule.watch_interval.total_seconds(), timezone="UTC"), id="watch",
             name="canary and drift watch", misfire_grace_time=grace, replace_existing=True,
             **JOB_DEFAULTS)
     sched.add_listener(lambda event: _after_job(sched, controller, event),
                        EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
     return sched
+
+
+def guarded(job: str, run: Callable[[], Any]) -> Any:
+    """``run()``; a database error out of it (what the database or its driver raised: the
+    store full, locked, unreachable) is logged in one line, without a traceback, and None
+    returned: the scheduler runs the job again on its schedule, once the store answers."""
+    try:
+        return run()
+    except DATABASE_ERRORS as exc:
+        log.error("job %s: %s", job, database_failure(exc))
+        return None
 
 
 def run_cycle_job(controller: Controller) -> dict[str, Any]:
@@ -158,6 +174,8 @@ def publish_from(sched: BaseScheduler, controller: Controller, *,
         publish_next_run(controller, next_run)
     except store.StoreError as exc:
         log.warning("could not publish the next run time: %s", exc)
+    except DATABASE_ERRORS as exc:
+        log.warning("could not publish the next run time: %s", database_failure(exc))
 
 
 def run_forever(controller: Controller) -> None:

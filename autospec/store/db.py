@@ -35,6 +35,7 @@ from urllib.parse import unquote_plus
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from autospec.store.errors import BadDatabaseURL, DatabaseUnreachable
@@ -221,6 +222,11 @@ def ping(engine: Engine) -> None:
             f"cannot connect to database {describe(engine.url)}: {redact(reason)}"
         ) from None
 
+
+#: what the database or its driver raised (locked, read-only, full, its connection lost) or
+#: a connection pool timeout: an outage to report in one line (:func:`database_failure`),
+#: unlike SQLAlchemy's own misuse errors, which are bugs
+DATABASE_ERRORS: tuple[type[SQLAlchemyError], ...] = (DBAPIError, PoolTimeout)
 
 #: the attribute :func:`_name_failures` sets on an engine's SQLAlchemy errors
 _DATABASE_ATTR = "autospec_database"
