@@ -22,7 +22,7 @@ registry. This module knows nothing of the store or scheduling.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -114,9 +114,12 @@ class Schedule(_Strict):
             from apscheduler.triggers.cron import CronTrigger
 
             try:
-                CronTrigger.from_crontab(value, timezone="UTC")
+                trigger = CronTrigger.from_crontab(value, timezone="UTC")
             except ValueError as exc:
                 raise ValueError(f"{value!r} is not a crontab expression: {exc}") from None
+            if trigger.get_next_fire_time(None, datetime.now(timezone.utc)) is None:
+                raise ValueError(f"{value!r} never fires: no date has that day in that "
+                                 "month (a controller would run no cycle)")
         return value
 
     @model_validator(mode="after")

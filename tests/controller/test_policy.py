@@ -48,6 +48,8 @@ BAD = [
     ("training: {kinds: [suffix, suffix]}", "training", "twice"),
     ("training: {use_gpu: true}", "training", "needs workers > 0"),
     ("schedule: {cron: '61 * * * *'}", "schedule.cron", "crontab"),
+    ("schedule: {cron: '0 0 31 2 *'}", "schedule.cron", "never fires"),
+    ("schedule: {cron: '0 3 30 2 *'}", "schedule.cron", "never fires"),
     ("schedule: {interval: 1h, cron: '0 3 * * *'}", "schedule", "exactly one"),
     ("window: {heldout_fraction: 1.5}", "window.heldout_fraction", "less than 1"),
     ("window: {max_requests: lots}", "window.max_requests", "integer"),
