@@ -97,7 +97,7 @@ def collect_status(engine: Engine, *, deployment: str, policy: Policy, cycles: i
                                                      after_id=last_id,
                                                      max_age=policy.window.max_age),
             "min_fresh_requests": policy.window.min_fresh_requests,
-            "cycles": cycle_rows(session, deployment=deployment, limit=cycles),
+            "cycles": _cycles(session, deployment, cycles, now),
             "schedule": _schedule(session, deployment),
             "lease": _lease(session, records.lease_name(deployment)),
             "canary": _canary(session, deployment, policy),
@@ -217,6 +217,22 @@ def _schedule(session, deployment: str) -> dict[str, Any] | None:  # type: ignor
         return None
     return {"next_run": row.expires_at, "holder": row.holder,
             "overdue": row.expires_at <= utcnow()}
+
+
+def _cycles(session, deployment: str, limit: int, now: datetime) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """The newest cycles; one without an end is ``running`` only while its controller holds
+    the deployment's lease and no later cycle has started (one cycle at a time holds it),
+    else ``unfinished``: its controller died, was stopped or was cut off from the store, and
+    the next cycle records it interrupted."""
+    rows = cycle_rows(session, deployment=deployment, limit=limit)
+    lease = store.get_lease(session, name=records.lease_name(deployment))
+    holder = lease.holder if lease is not None and lease.expires_at > now else None
+    for i, row in enumerate(rows):
+        if row["outcome"] == "running" and (i > 0 or row["actor"] != holder):
+            row["outcome"] = "unfinished"
+            row["reasons"] = [f"not running: {row['actor']} holds no lease; the next "
+                              "cycle records it interrupted"]
+    return rows
 
 
 def _lease(session, name: str) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
