@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from autospec.speculators.training import IncumbentMismatch, TrainingError, TrainingInputError
 
-__all__ = ["ArtifactMoveError", "EmptyWindow", "IncumbentMismatch", "StopQuestionFailed",
-           "TrainingError", "TrainingInputError", "TrainingStopped", "WindowTooSmall"]
+__all__ = ["ArtifactMoveError", "ArtifactWriteError", "EmptyWindow", "IncumbentMismatch",
+           "StopQuestionFailed", "TrainingError", "TrainingInputError", "TrainingStopped",
+           "WindowTooSmall"]
 
 
 class EmptyWindow(TrainingInputError):
@@ -33,3 +34,7 @@ class StopQuestionFailed(TrainingError):
 
 class ArtifactMoveError(TrainingError):
     """The trained candidate's artifact could not be moved to its version's directory."""
+
+
+class ArtifactWriteError(TrainingError):
+    """The trained candidate's artifact could not be written (its disk full, say)."""

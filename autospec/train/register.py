@@ -42,7 +42,7 @@ from autospec.settings import get_settings
 from autospec.speculators.checkpoint import save_speculator
 from autospec.speculators.common import SavableSpeculator
 from autospec.store.retry import retrying
-from autospec.train.errors import ArtifactMoveError
+from autospec.train.errors import ArtifactMoveError, ArtifactWriteError
 from autospec.train.partials import partial_dir
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,7 @@ def register_candidate(engine: Engine, spec: SavableSpeculator, target: Target, 
     root.mkdir(parents=True, exist_ok=True)
     tmp = partial_dir(root, run_id)
     try:
-        sha = save_speculator(spec, tmp)
-        sync_tree(tmp)  # here, not in the transaction (which holds SQLite's write lock)
+        sha = _write(spec, tmp)
         row = {"kind": kind, "target_id": target.info.target_id,
                "target_revision": target.info.revision, "parent": parent,
                "draft_vocab_size": getattr(spec.config, "draft_vocab_size", None),
@@ -71,6 +70,22 @@ def register_candidate(engine: Engine, spec: SavableSpeculator, target: Target, 
         raise
     log.info("registered %s (%s) from run %d", version, final, run_id)
     return version, final, sha
+
+
+def _write(spec: SavableSpeculator, tmp: Path) -> str:
+    """Save ``spec``'s artifact in ``tmp``, synced (here, not in the registering transaction,
+    which holds SQLite's write lock); its SHA-256. A disk that refuses it (full, read-only)
+    is an :class:`ArtifactWriteError` naming the directory and the system's reason."""
+    from safetensors import SafetensorError
+
+    try:
+        sha = save_speculator(spec, tmp)
+        sync_tree(tmp)
+    except (OSError, SafetensorError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ArtifactWriteError(f"cannot write the candidate's artifact in {tmp.parent}: "
+                                 f"{why}") from exc
+    return sha
 
 
 @dataclass
