@@ -25,11 +25,11 @@
    one) and the segment pointers' versions, on the held-out part (recorded, with each stage's
    seconds: :mod:`autospec.controller.timings`); none could be evaluated → ``failed``;
 7. in **one transaction**: checks the fencing token and, under the pointer lock, that the
-   pointer still names the incumbent (moved, ``failed``, whether or not a candidate passed:
-   nothing is promoted or rejected, the window is kept), moves the pointer to the best
-   passing candidate (highest **measured** speedup, else the estimated one; then shadow τ;
-   the reason names the evaluation and both speedups), moves each segment's own pointer to
-   the candidate that wins on it (:mod:`autospec.controller.segment_promotion`), marks
+   pointer still names the incumbent, unmoved since the cycle began (moved, even back to
+   it: ``failed``; nothing is promoted or rejected, the window is kept), moves the pointer
+   to the best passing candidate (highest **measured** speedup, else the estimated one; then
+   shadow τ; the reason names the evaluation and both speedups), moves each segment's own
+   pointer to the winner there (:mod:`autospec.controller.segment_promotion`), marks
    failing candidates that won nothing ``rejected``, writes the ``cycle`` record: a crash
    leaves all of the promotion or none.
 
@@ -61,7 +61,7 @@ from autospec.controller.candidates import (
 )
 from autospec.controller.drills import hold_after_gate
 from autospec.controller.lease import HeldLease, LeaseLost, acquire_with_turn, holder_name
-from autospec.controller.operations import check_incumbent, ensure_pointer
+from autospec.controller.operations import check_incumbent, ensure_pointer, pointer_generation
 from autospec.controller.policy import Policy
 from autospec.controller.result import CycleFailed, CycleResult
 from autospec.engine.target import Target
@@ -215,6 +215,7 @@ class Controller:
         with store.session_scope(self.engine) as session:
             if records.window_done(session, deployment=self.deployment, window_key=snap.key):
                 return False
+            self.generation = pointer_generation(session, deployment=self.deployment)
             records.note(session, type_="cycle_start", actor=self.holder,
                          deployment=self.deployment, reason=f"cycle ({trigger})",
                          cycle_id=result.cycle_id, window_key=snap.key,
@@ -222,7 +223,8 @@ class Controller:
                          window_requests=snap.window.total,
                          train_requests=len(snap.window.train),
                          heldout_requests=len(snap.window.heldout),
-                         incumbent=result.incumbent, policy=self.policy.name)
+                         incumbent=result.incumbent, policy=self.policy.name,
+                         generation=self.generation)
         log.info("cycle %s: window %s (%d train, %d held out), incumbent %s", result.cycle_id,
                  snap.key, len(snap.window.train), len(snap.window.heldout), result.incumbent)
         self._hook("started")
@@ -374,7 +376,8 @@ class Controller:
         result.reasons += gate_reasons(candidates)
         with store.session_scope(self.engine) as session:
             lease.fence(session)  # then: evaluated against a version no longer live, failed
-            check_incumbent(session, deployment=self.deployment, incumbent=incumbent)
+            check_incumbent(session, deployment=self.deployment, incumbent=incumbent,
+                            generation=self.generation)
             segments = segment_promotion.plan(session, policy=self.policy,
                                               candidates=candidates, best=best, engine=serving)
             if best is not None:

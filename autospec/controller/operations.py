@@ -76,15 +76,32 @@ def ensure_pointer(session: Session, *, deployment: str, actor: str) -> None:
                           f"was live")
 
 
-def check_incumbent(session: Session, *, deployment: str, incumbent: str) -> None:
+def pointer_generation(session: Session, *, deployment: str) -> int:
+    """The deployment's pointer's generation (0: no pointer yet)."""
+    pointer = store.get_live(session, deployment=deployment)
+    return pointer.generation if pointer is not None else 0
+
+
+def check_incumbent(session: Session, *, deployment: str, incumbent: str,
+                    generation: int | None = None) -> None:
     """A :class:`~autospec.controller.result.CycleFailed` unless the deployment's pointer,
     read under the pointer lock until the transaction ends, still names ``incumbent`` (no
-    pointer: the built-in version), the version a cycle's candidates were evaluated against."""
+    pointer: the built-in version), the version a cycle's candidates were evaluated against,
+    and, given the ``generation`` it had when the cycle started, has not moved since (an
+    operator's promote then rollback back to ``incumbent``; its first initialisation at the
+    built-in version is no move)."""
     lock_pointers(session)
     now = store.serving_version(session, deployment=deployment) or BUILTIN_VERSION
     if now != incumbent:
         raise CycleFailed(f"the live pointer moved from {incumbent} to {now} during the cycle "
                           f"(its candidates were evaluated against {incumbent}); none was "
+                          "promoted or rejected, and the window is left to the next cycle")
+    moves = 0 if generation is None else \
+        pointer_generation(session, deployment=deployment) - generation
+    if moves and not (generation == 0 and moves == 1):
+        raise CycleFailed(f"the live pointer moved {moves} times during the cycle and names "
+                          f"{incumbent} again (`autospec history` has the moves; a version "
+                          "rolled back meanwhile is not promoted over that); none was "
                           "promoted or rejected, and the window is left to the next cycle")
 
 
