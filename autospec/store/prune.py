@@ -14,7 +14,10 @@ Kept, whatever ``keep`` says (:func:`plan` gives each kept version its reasons):
   reports older than :data:`~autospec.store.deployments.FRESH_REPORT_S` are left out, as
   ``autospec status`` leaves them out (a crashed replica's, or a restored store's, would pin
   their versions for ever);
-- candidates not evaluated yet (pending: the controller may still promote them);
+- candidates not evaluated yet (pending: the controller may still promote them), but for
+  those a controller's cycle trained and closed without evaluating them (``interrupted``: its
+  controller died; ``failed``: the store or the evaluation failed), which no cycle goes back
+  to;
 - base heads (``autospec pretrain``), which later heads are fine-tuned from;
 - the newest ``keep`` versions that still have an artifact;
 - the built-in version (it has no artifact).
@@ -48,6 +51,7 @@ from autospec.store.deployments import fresh_reports_since
 from autospec.store.models import (
     BUILTIN_VERSION,
     Evaluation,
+    Event,
     LivePointer,
     ReplicaReport,
     SegmentPointer,
@@ -93,6 +97,15 @@ def _under(path: Path, root: Path) -> bool:
     return path.resolve() != root.resolve()
 
 
+def closed_cycles_candidates(session: Session) -> set[str]:
+    """The candidates named by a cycle's end record (the controller's ``cycle`` notes,
+    :mod:`autospec.controller.records`): whatever became of them, no cycle comes back to
+    them."""
+    ends = session.scalars(select(Event.details).where(
+        Event.kind == "note", Event.details["type"].as_string() == "cycle"))
+    return {v for details in ends for v in (details or {}).get("candidates") or ()}
+
+
 def plan(session: Session, *, keep: int, artifact_dir: Path, dry_run: bool = True) -> PrunePlan:
     """Which versions' artifacts go, which stay and why (reads only)."""
     if keep < 0:
@@ -112,6 +125,7 @@ def plan(session: Session, *, keep: int, artifact_dir: Path, dry_run: bool = Tru
     for report in session.scalars(fresh):
         why[report.version].append(f"served by replica {report.replica}")
     evaluated = set(session.scalars(select(Evaluation.candidate).distinct()))
+    evaluated |= closed_cycles_candidates(session)  # no longer pending either
     specs = list(session.scalars(select(Speculator).order_by(
         Speculator.created_at.desc(), Speculator.version.desc())))
     with_artifact = [s for s in specs if s.version != BUILTIN_VERSION and not is_pruned(s.meta)]

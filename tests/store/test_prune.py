@@ -216,3 +216,29 @@ def test_the_builtin_version_is_listed_live_for_every_deployment_until_a_promoti
     (builtin,) = list_versions(fresh, state=None, limit=10)
     assert (builtin["default_live"], builtin["live_for"]) == (False, ["eu"])
     fresh.dispose()
+
+
+def test_a_closed_cycles_unevaluated_candidate_is_not_pending(engine) -> None:  # type: ignore[no-untyped-def]
+    """Found by an operator trial (2026-12-07): each controller killed between training and
+    evaluation left its candidate 'a candidate not evaluated yet' for ever — the next
+    controller closes that cycle interrupted and never evaluates it — so every kill kept one
+    more artifact whatever --keep said. A candidate a closed cycle names (interrupted, or
+    failed before its evaluation) is pruned like any other; one trained by hand
+    (`autospec train`, no cycle) still waits for its evaluation."""
+    root = _artifact_root()
+    with store.session_scope(engine) as session:
+        for version in ("eagle3-v9", "eagle3-v10", "eagle3-v11"):
+            _register(session, version, root)
+        store.record_event(session, kind="note", actor="c2", reason="cycle c1 did not finish",
+                           deployment="default",
+                           details={"type": "cycle", "cycle_id": "c1", "outcome": "interrupted",
+                                    "candidates": ["eagle3-v9"]})
+        store.record_event(session, kind="note", actor="c2", reason="cycle failed",
+                           deployment="default",
+                           details={"type": "cycle", "cycle_id": "c3", "outcome": "failed",
+                                    "candidates": ["eagle3-v6"]})
+    dry = prune(engine, artifact_dir=root, keep=0, dry_run=True)
+    pruned = {p["version"] for p in dry.prune}
+    assert {"eagle3-v6", "eagle3-v9"} <= pruned, dry.kept
+    assert dry.kept["eagle3-v10"] == ["a candidate not evaluated yet"]
+    assert dry.kept["eagle3-v11"] == ["a candidate not evaluated yet"]
