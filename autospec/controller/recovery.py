@@ -1,11 +1,12 @@
 """Closing the cycles a dead controller left unfinished (a cycle's step 2, and the watch's).
 
 A cycle whose ``cycle_start`` note has no end record was left by a controller that died or
-lost its lease mid-cycle. The controller now holding the lease closes it ``interrupted``
-(:func:`autospec.controller.records.close_cycle`: once — a cycle closed meanwhile, by its own
-end or another recovery, is left as it is), closes its ``running`` training runs ``failed``,
-removes their unregistered artifacts and records a ``failure``; its candidates stay
-unpromoted and are named.
+lost its lease mid-cycle, or by this very controller when the store refused its end record
+(full, locked, gone: the reason says which of the two). The controller now holding the
+lease closes it ``interrupted`` (:func:`autospec.controller.records.close_cycle`: once — a
+cycle closed meanwhile, by its own end or another recovery, is left as it is), closes its
+``running`` training runs ``failed``, removes their unregistered artifacts and records a
+``failure``; its candidates stay unpromoted and are named.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def close_interrupted(session: Session, cyc: records.CycleRecord, *, deployment:
     done) if it was closed meanwhile."""
     runs = records.runs_of(session, cyc)
     orphans = records.orphans_of(session, runs)
-    reason = (f"cycle {cyc.cycle_id} of {cyc.actor} did not finish (process died or lost "
-              f"its lease); nothing was promoted; candidates left unpromoted: "
-              f"{', '.join(orphans) or 'none'}")
+    why = ("its end could not be recorded: the store failed under this controller"
+           if cyc.actor == holder else "process died or lost its lease")
+    reason = (f"cycle {cyc.cycle_id} of {cyc.actor} did not finish ({why}); nothing was "
+              f"promoted; candidates left unpromoted: {', '.join(orphans) or 'none'}")
     _, closed = records.close_cycle(
         session, deployment=deployment, cycle_id=cyc.cycle_id, actor=holder, reason=reason,
         outcome="interrupted", window_key=cyc.start.get("window_key"),

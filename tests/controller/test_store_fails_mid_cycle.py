@@ -5,8 +5,10 @@ with its traceback, and under ``controller run`` the error the failed cycle's ow
 raised went on into APScheduler, which logged two more tracebacks (the job, then the
 listener publishing the next run time). A database error is now the cycle's reason, the
 scheduler's jobs log it in one line and run again on their schedule, and the next cycle,
-once the store answers, closes the one left unfinished. Real SQLite file (locked by another
-connection, as a full disk or a lost server refuses every statement), tiny target."""
+once the store answers, closes the one left unfinished, saying why (it had been recorded as
+of a controller that "died or lost its lease", by that very controller). Real SQLite file
+(locked by another connection, as a full disk or a lost server refuses every statement), tiny
+target."""
 
 from __future__ import annotations
 
@@ -78,6 +80,10 @@ def test_a_store_failing_mid_cycle_is_one_line_and_the_next_cycle_recovers_tiny(
         with store.session_scope(engine, readonly=True) as session:
             cycles = records.cycles(session, deployment="default")
         assert [c.outcome for c in cycles] == ["promoted", "interrupted"]
+        # closed by the controller whose end record the store refused: it did not die
+        assert cycles[1].end is not None and cycles[1].actor == controller.holder
+        assert ("did not finish (its end could not be recorded: the store failed under this "
+                "controller)") in cycles[1].end["reasons"][0]
         _no_traceback(caplog)
     finally:
         lock.release()
