@@ -212,11 +212,18 @@ def _count(session, deployment: str, since) -> int:  # type: ignore[no-untyped-d
 
 
 def _schedule(session, deployment: str) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    """The next scheduled cycle as its scheduler published it. Its time passed: ``running``
+    while that scheduler holds the deployment's lease (the cycle of that time runs now: the
+    next time is published when it ends), else ``overdue`` (no scheduler is running)."""
     row = store.get_lease(session, name=records.schedule_lease_name(deployment))
     if row is None:
         return None
-    return {"next_run": row.expires_at, "holder": row.holder,
-            "overdue": row.expires_at <= utcnow()}
+    now = utcnow()
+    lease = store.get_lease(session, name=records.lease_name(deployment))
+    running = row.expires_at <= now and lease is not None and lease.expires_at > now \
+        and lease.holder == row.holder
+    return {"next_run": row.expires_at, "holder": row.holder, "running": running,
+            "overdue": row.expires_at <= now and not running}
 
 
 def _cycles(session, deployment: str, limit: int, now: datetime) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]

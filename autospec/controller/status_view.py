@@ -104,7 +104,8 @@ def _rows(data: dict[str, Any]) -> list[tuple[str, str | Text]]:
          f"{data['min_fresh_requests']})"),
         ("next scheduled cycle", "—" if not sched else Text.assemble(
             f"{sched['next_run']} by {sched['holder']}",
-            (" (overdue: no scheduler running?)" if sched["overdue"] else "", "red"))),
+            (" (overdue: no scheduler running?)" if sched["overdue"] else "", "red"),
+            " (its cycle is running)" if sched.get("running") else "")),
         ("lease", "free" if not lease else
          f"{lease['holder']} (token {lease['token']}, until {lease['expires_at']})"),
         ("canary", canary_text(data["canary"])),
