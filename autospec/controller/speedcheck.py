@@ -202,9 +202,19 @@ def check_speed(session: Session, *, deployment: str, promo: Any, replaced: str 
     realised = new.tokens_per_s / old.tokens_per_s
     limit = expected * (1 - max_shortfall)
     ok = realised >= limit
-    reason = (f"speed of {promo.version}: realised gain over {replaced} {realised:.2f}× "
+    d = _digits(realised, limit)
+    reason = (f"speed of {promo.version}: realised gain over {replaced} {realised:.{d}f}× "
               f"({new.tokens_per_s:.1f} vs {old.tokens_per_s:.1f} tokens/s live decode, "
               f"{new.requests} vs {old.requests} requests, {traffic}, {load}) vs measured "
               f"{expected:.2f}×; {'within' if ok else 'below'} the allowed "
-              f"{max_shortfall:.0%} shortfall (gain ≥ {limit:.2f}×)")
+              f"{max_shortfall:.0%} shortfall (gain ≥ {limit:.{d}f}×)")
     return SpeedVerdict(True, ok, reason, realised, expected)
+
+
+def _digits(realised: float, limit: float) -> int:
+    """Decimals that tell ``realised`` from ``limit`` (2, up to 4): a gain just below its
+    limit read '2.00× ... below ... (gain ≥ 2.00×)' in a rollback's reason."""
+    d = 2
+    while d < 4 and realised != limit and f"{realised:.{d}f}" == f"{limit:.{d}f}":
+        d += 1
+    return d

@@ -200,3 +200,26 @@ def test_a_segment_promotions_speed_is_judged_on_that_segment_alone(db) -> None:
                               max_shortfall=0.2, segment="support")
     assert verdict.judged and verdict.ok and "on support traffic" in verdict.reason
     assert verdict.realised_gain == pytest.approx(1.5, rel=0.01)
+
+
+def test_a_gain_just_below_its_limit_reads_below_it_tiny_random_init(db, tiny, traffic) -> None:
+    """Found by an operator trial (2026-12-07): a rollback's reason read 'realised gain ...
+    2.00× ... below the allowed 25% shortfall (gain ≥ 2.00×)'; the two figures get the
+    decimals that tell them apart."""
+    import re
+
+    controller, promo = _promoted(db, tiny, traffic)
+    shadow, gain = promo.details["shadow_tau"], _gain(promo)
+    _timed(db, "builtin-ngram", n=10, tokens_per_s=50.0, tau=1.5, start=T0)
+    limit = gain * 0.75
+    low = round(limit, 2) - 0.005  # a gain below the limit that rounds as it does
+    realised = max(limit - 0.0004, (low + limit) / 2)
+    assert f"{realised:.2f}" == f"{limit:.2f}" and realised < limit
+    _timed(db, promo.version, n=10, tokens_per_s=50.0 * realised, tau=shadow,
+           start=datetime.now(timezone.utc))
+    assert Watcher(controller).run().action == "rolled_back"
+    (rollback,) = events(db, "rollback")
+    shown = re.search(r"realised gain over builtin-ngram ([0-9.]+)× .* shortfall "
+                      r"\(gain ≥ ([0-9.]+)×\)", rollback.reason)
+    assert shown is not None, rollback.reason
+    assert float(shown[1]) < float(shown[2]), rollback.reason
