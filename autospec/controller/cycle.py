@@ -64,7 +64,7 @@ from autospec.controller.lease import HeldLease, LeaseLost, acquire_with_turn, h
 from autospec.controller.operations import check_incumbent, ensure_pointer, pointer_generation
 from autospec.controller.policy import Policy
 from autospec.controller.result import CycleFailed, CycleResult
-from autospec.engine.target import Target
+from autospec.engine.target import Target, TargetLoadError
 from autospec.numerics import NumericsMismatch
 from autospec.store.db import DATABASE_ERRORS, database_failure
 from autospec.store.models import utcnow
@@ -180,7 +180,7 @@ class Controller:
             with torch_threads(self.threads):  # the cap on this controller's torch work
                 return self._run(lease, result, snap, incumbent)
         except (CycleFailed, LeaseLost, store.StoreError, VersionLoadError,
-                NumericsMismatch) as exc:
+                NumericsMismatch, TargetLoadError) as exc:
             return self._fail(result, str(exc))
         except DATABASE_ERRORS as exc:  # the store failed mid-cycle: full, locked, gone
             return self._fail(result, database_failure(exc))

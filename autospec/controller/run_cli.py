@@ -42,7 +42,8 @@ def _controller(policy: str, target: str | None, dtype: str | None,  # type: ign
     db = _db(pol.deployment, database_url)  # a deployment the store never heard of: a note
     # refuse options the deployment does not serve now, before any cycle; the target is
     # loaded (and checked again against the deployment's record) when a cycle needs it
-    numerics.resolve(db, deployment=pol.deployment, target=target, dtype=dtype)
+    spec, _ = numerics.resolve(db, deployment=pol.deployment, target=target, dtype=dtype)
+    numerics.targets.check_spec(spec)  # a target that names none: refused now, not each cycle
     numerics.engine_for(db, deployment=pol.deployment, wanted=pol.training.engine)
     if address and pol.training.workers:  # join the cluster now, before a cycle starts
         from autospec.train.ray_trainer import connect_ray
