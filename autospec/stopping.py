@@ -90,3 +90,21 @@ def exit_on_sigterm(grace_s: float = 5.0) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (and SIGINT, even where the shell that started this process ignored it)
+    raises KeyboardInterrupt in the main thread, its args naming the signal: a command with
+    nothing of its own to take down (``controller once`` and ``watch``) unwinds, giving its
+    lease back on the way, instead of dying with it held until its TTL."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
+
+
+def interrupted_code(exc: KeyboardInterrupt) -> int:
+    """The exit status of a command stopped by ``exc``: 143 for SIGTERM, else 130."""
+    return 128 + (signal.SIGTERM if exc.args[:1] == ("SIGTERM",) else signal.SIGINT)

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -92,9 +94,10 @@ def once(
     log_level: Annotated[str, typer.Option(help=LOG_LEVEL_HELP)] = "INFO",
 ) -> None:
     """Run one cycle now (cron-friendly). Exit 0: promoted, nothing to do or busy;
-    3: every candidate rejected; 2: error."""
+    3: every candidate rejected; 2: error; 143 / 130: stopped by SIGTERM / Ctrl-C, the lease
+    given back (the next cycle records this one interrupted)."""
     _log_to_stderr(log_level)
-    with _errors():
+    with _errors(), _stopped():
         controller = _controller(policy, target, dtype, address, threads, database_url, deployment)
         result = controller.run_cycle(trigger="once")
     if json_out:
@@ -102,6 +105,23 @@ def once(
     else:
         _print_cycle(result)
     raise typer.Exit(result.exit_code)
+
+
+@contextmanager
+def _stopped() -> Iterator[None]:
+    """SIGTERM or Ctrl-C stops the command in one line, exit 143 or 130, its lease given
+    back on the way out (it was left held until its TTL: the next controller answered busy
+    for that long); a cycle stopped so is recorded interrupted by the next one."""
+    from autospec.stopping import interrupt_on_sigterm, interrupted_code
+
+    interrupt_on_sigterm()
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        err.print(Text(f"stopped ({exc.args[0] if exc.args else 'SIGINT'}): the lease is "
+                       "given back; a cycle left unfinished is recorded interrupted by the "
+                       "next one"))
+        raise typer.Exit(interrupted_code(exc)) from None
 
 
 def _print_cycle(result: CycleResult, lead: str = "", indent: str = "") -> None:
@@ -132,7 +152,7 @@ def watch(
     from autospec.controller.watch import Watcher
 
     _log_to_stderr(log_level)
-    with _errors():
+    with _errors(), _stopped():
         controller = _controller(policy, target, dtype, address, threads, database_url, deployment)
         result = Watcher(controller).run()
     if json_out:
