@@ -40,6 +40,7 @@ from pydantic import (
 
 from autospec.evaluate.gate import GatePolicy
 from autospec.evaluate.speed_settings import SpeedSettings
+from autospec.names import name_problem
 from autospec.shipped import shipped_dir
 from autospec.speculators.registry import trainable_kinds, vllm_overrides
 from autospec.text_file import TextFileError, read_text_file
@@ -345,6 +346,14 @@ class Policy(_Strict):
     lease: LeaseSpec = Field(default_factory=LeaseSpec, description="single-flight lease")
     serving: Serving = Field(default_factory=Serving, description="what the replicas follow "
                              "besides the live pointer")
+
+    @field_validator("deployment")
+    @classmethod
+    def _deployment_name(cls, value: str) -> str:
+        problem = name_problem("deployment", value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _speed_within_threads(self) -> Policy:

@@ -24,6 +24,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from autospec.names import name_problem
 from autospec.store.artifacts import artifact_sha256, local_path
 from autospec.store.errors import ArtifactError, Conflict, NotFound, StoreError
 from autospec.store.models import (
@@ -37,7 +38,6 @@ from autospec.store.models import (
 log = logging.getLogger(__name__)
 
 DEFAULT_DEPLOYMENT = "default"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # pg_advisory_xact_lock key serialising pointer moves with `versions prune` (any constant;
 # SQLite needs none: both write under BEGIN IMMEDIATE)
@@ -55,10 +55,9 @@ def lock_pointers(session: Session) -> None:
 def check_name(what: str, value: str) -> None:
     """A :class:`StoreError` unless ``value`` is a name the store takes (a version, kind,
     deployment or segment: 1-64 letters, digits, ``.``, ``_``, ``-``)."""
-    if not isinstance(value, str) or not _NAME.fullmatch(value):  # "$" takes a final "\n"
-        raise StoreError(
-            f"invalid {what} {value!r}: use 1-64 letters, digits, '.', '_' or '-'"
-        )
+    problem = name_problem(what, value)
+    if problem:
+        raise StoreError(problem)
 
 
 def check_length(what: str, value: str | None, column: Any) -> None:

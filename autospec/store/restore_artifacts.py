@@ -33,12 +33,12 @@ from typing import Any
 
 from autospec.durable import sync_dir, sync_tree
 from autospec.file_modes import copy_as_created
+from autospec.names import is_name
 from autospec.store.artifacts import artifact_sha256, inside, without_links
 from autospec.store.errors import ArtifactError, Conflict
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the registry's version names
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -60,7 +60,7 @@ def listed(source: Path, index: dict[str, Any]) -> tuple[dict[str, dict[str, str
         raise ArtifactError(f"{where}: 'missing_artifacts' must be a list of versions, not "
                             f"{type(missing).__name__}: refused")
     for version in [*artifacts, *missing]:
-        if not isinstance(version, str) or not _NAME.fullmatch(version):
+        if not is_name(version):
             raise ArtifactError(f"{where} names version {version!r}, which is not a version "
                                 f"name (1-64 letters, digits, '.', '_' or '-', starting with "
                                 f"a letter or digit): refused")

@@ -12,7 +12,6 @@ the rows show it, never a traceback."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from sqlalchemy import Table, func, insert, select, text
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
+from autospec.names import NAME_RULE, is_name
 from autospec.store.backup_format import INDEX, decoder, tables, writable
 from autospec.store.errors import StoreError
 
@@ -90,13 +90,12 @@ def _check_speculator(file: Path, number: int, row: dict[str, Any]) -> None:
         if not isinstance(row.get(name), types):
             raise StoreError(f"{file}:{number}: {name} is {row.get(name)!r}, not "
                              f"{' or '.join(_JSON[t] for t in types)}; nothing was restored")
-    if not _NAME.fullmatch(row["version"]):
+    if not is_name(row["version"]):
         raise StoreError(f"{file}:{number}: version {row['version']!r} is not a version name "
-                         f"(1-64 letters, digits, '.', '_' or '-'); nothing was restored")
+                         f"({NAME_RULE}); nothing was restored")
 
 
 _JSON = {str: "a string", dict: "an object", type(None): "null"}
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the registry's version names
 
 
 def insert_tables(conn: Any, source: Path, counts: Any, uris: dict[str, str],

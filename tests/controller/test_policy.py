@@ -57,6 +57,8 @@ BAD = [
     ("gate: {min_gain: -1}", "gate.min_gain", "greater than 0"),
     ("gate: {min_gian: 0.1}", "gate.min_gian", "unknown field"),
     ("scheduel: {interval: 1h}", "scheduel", "unknown field"),
+    ("deployment: 'a b'", "deployment", "invalid deployment 'a b'"),
+    ("deployment: ''", "deployment", "1-64 letters"),
     ("- just a list", "mine.yaml", "mapping"),
     ("window: {max_requests: [", "mine.yaml", "not valid YAML"),
 ]
