@@ -7,6 +7,13 @@ from typing import Annotated
 
 import typer
 
+from autospec.bench.checks import (
+    checked_checkpoint,
+    checked_directory,
+    checked_out_directory,
+    checked_out_file,
+    checked_target,
+)
 from autospec.bench.serve_options import (
     bench_prompts,
     checked_bands,
@@ -40,12 +47,20 @@ def decode(
 ) -> None:
     """Compare HF generate, HF prompt lookup, the engine alone and with each speculator."""
     from autospec.bench.decode import run_decode_bench
+    from autospec.speculators.checkpoint import SpeculatorLoadError
 
     checkpoints = {name: path for name, path in (("eagle3", eagle3), ("draft", draft)) if path}
     dtypes, names = _checked_decode_inputs(dtype, kinds)
-    run_decode_bench(target_spec=target, dtypes=dtypes, max_new=max_new_tokens, k=k,
-                     num_prompts=prompts, kinds=names, checkpoints=checkpoints,
-                     json_path=json_path)
+    checked_target(target)
+    for name, path in checkpoints.items():
+        checked_checkpoint(path, f"--{name}")
+    try:
+        run_decode_bench(target_spec=target, dtypes=dtypes, max_new=max_new_tokens, k=k,
+                         num_prompts=prompts, kinds=names, checkpoints=checkpoints,
+                         json_path=json_path)
+    except SpeculatorLoadError as exc:  # a checkpoint built for another target
+        typer.echo(f"bench decode: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _checked_decode_inputs(dtype: str, kinds: str) -> tuple[list[str], list[str]]:
@@ -151,6 +166,7 @@ def serve(
     from autospec.bench.serve import run_serve_bench
     from autospec.serve.cli import _check_engine_options, _engine_options, _given
 
+    checked_target(target, dtype)
     if engine is not None:
         from autospec.bench.serve_engines import fresh_pool_size, run_engine_bench
         from autospec.engine.choice import ENGINES
@@ -265,6 +281,9 @@ def train(
             json_path=json_path)
     except ValidationError as exc:
         raise typer.BadParameter(first_error(exc)) from None
+    checked_target(target, dtype)
+    checked_directory(base, "--base")
+    checked_out_directory(workdir, "--workdir")
     run_train_bench(request)
 
 
@@ -325,6 +344,9 @@ def segments(
             json_path=json_path, output=output)
     except ValidationError as exc:
         raise typer.BadParameter(first_error(exc)) from None
+    checked_target(target, dtype)
+    checked_out_directory(workdir, "--workdir")
+    checked_out_file(output, "--output")
     try:
         run_segments_bench(request)
     except HeldoutTooSmall as exc:
@@ -381,6 +403,8 @@ def soak(
     if minutes < 1:
         raise typer.BadParameter(f"{duration!r}: a soak runs at least 1 minute",
                                  param_hint="--duration")
+    checked_target(target, dtype)
+    checked_out_directory(out, "--out")
     raise typer.Exit(run_soak(duration_min=minutes, rate=rate, engine=engine, target=target,
                               dtype=dtype, out=out, max_tokens=max_tokens,
                               cycle_interval_s=cycle_interval, short=short, faults=faults))

@@ -38,6 +38,7 @@ def swap(
     import json
     import tempfile
 
+    from autospec.bench.checks import checked_target
     from autospec.bench.swap import run_swap_bench
     from autospec.engine.choice import vllm_installed
 
@@ -51,6 +52,7 @@ def swap(
         typer.echo("--segments needs --kind suffix: a vLLM engine holds segment versions only "
                    "as suffix indexes in autospec's proposer (docs/vllm.md)", err=True)
         raise typer.Exit(2)
+    checked_target(target, dtype)
     with tempfile.TemporaryDirectory(prefix="autospec-bench-swap-") as tmp:
         bench = run_swap_bench(target_name=target, dtype=dtype, kind=kind, swaps=swaps,
                                clients=clients, k=k, max_tokens=max_tokens,

@@ -84,16 +84,22 @@ class TrainBenchRequest(BaseModel):
 def check_bench_input(*, domain: str, kinds: tuple[str, ...], variants: tuple[str, ...],
                       other_domain: str | None, synthetic_share: float) -> None:
     """ValueError naming the first bad setting (before anything is loaded)."""
+    from autospec.bench.segments_request import check_kinds
     from autospec.bench.train_variants import VARIANT_KIND, check_variants
     from autospec.workloads import DOMAINS
 
-    for name in (domain, other_domain):
+    for option, name in (("--domain", domain), ("--other-domain", other_domain)):
         if name is not None and name not in DOMAINS:
-            raise ValueError(f"unknown domain {name!r}; known domains: "
+            raise ValueError(f"{option}: unknown domain {name!r}; known domains: "
                              f"{', '.join(sorted(DOMAINS))}")
     if other_domain == domain:
         raise ValueError(f"--other-domain must differ from --domain ({domain})")
-    check_variants(variants)
+    for option, check, names in (("--kinds", check_kinds, kinds),  # a misspelt kind was
+                                 ("--variants", check_variants, variants)):  # found once the
+        try:  # traffic had been logged
+            check(names)
+        except ValueError as exc:
+            raise ValueError(f"{option}: {exc}") from None
     if variants != ("scratch",) and VARIANT_KIND not in kinds:
         raise ValueError(f"variants {list(variants)} are {VARIANT_KIND} heads: "
                          f"add {VARIANT_KIND} to --kinds")

@@ -46,7 +46,11 @@ def test_the_command_fills_every_field(monkeypatch: pytest.MonkeyPatch,
                                        tmp_path: Path) -> None:
     seen: list[TrainBenchRequest] = []
     monkeypatch.setattr("autospec.bench.train.run_train_bench", seen.append)
-    values = {"target": "tiny", "domain": "coding", "requests": 40, "max_new_tokens": 16,
+    (tmp_path / "model").mkdir()  # --target and --base must name directories that exist
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "b").mkdir()
+    values = {"target": str(tmp_path / "model"), "domain": "coding", "requests": 40,
+              "max_new_tokens": 16,
               "kinds": ("eagle3", "suffix"), "k": 3, "epochs": 2, "eval_requests": 4,
               "draft_vocab_size": 64, "ttt_steps": 2, "dtype": "float32", "draft_epochs": 1,
               "feature_noise": 0.0, "heldout_fraction": 0.25, "seed": 7,
