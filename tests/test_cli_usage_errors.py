@@ -19,7 +19,13 @@ from autospec.cli import app
     (["loadgen", "--json", "/no/such/dir/summary.json"], "/no/such/dir is not a directory"),
     (["loadgen", "--json", "--per-request"], "got '--per-request'"),
     (["loadgen", "--per-request"], "--per-request: needs --json FILE"),  # had been ignored
-    (["loadgen", "--replay", "/"], "replay file / is a directory, not a file"),
+    (["loadgen", "--replay", "/"], "Invalid value for --replay: replay file / is a directory, "
+                                   "not a file"),
+    # each names its option (they read 'Invalid value: ...', which of --mix, --rate... unsaid)
+    (["loadgen", "--rate", "0"], "Invalid value for --rate: rate must be > 0 requests/s"),
+    (["loadgen", "--mix", "support=-1"], "Invalid value for --mix: weight of 'support' is"),
+    (["loadgen", "--schedule", "0:legal=1"], "Invalid value for --schedule: unknown domain"),
+    (["demo", "--domain-b", "legal"], "Invalid value for --domain-b: unknown domain 'legal'"),
     (["demo", "--json", "--quick"], "'--json': takes the file to write the figures to, got "
                                     "'--quick'"),  # it had run the full demo
     (["bench", "decode", "--json", "--dtypes"], "got '--dtypes'"),

@@ -90,17 +90,9 @@ def demo(
         check_vllm_installed,
         resolve_engine,
     )
-    from autospec.loadgen.source import SourceError, canonical
     from autospec.settings import get_settings
 
-    try:
-        names = canonical(domain_a), canonical(domain_b)
-    except SourceError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    if names[0] == names[1]:  # an alias is the same prompts under another segment name
-        same = "" if domain_a == domain_b else f" ({domain_a}, {domain_b}: both {names[0]})"
-        raise typer.BadParameter(f"--domain-a and --domain-b must differ{same}: the demo "
-                                 "shifts the traffic from one to the other")
+    _check_domains(domain_a, domain_b)
     if engine not in ("auto", *ENGINES):
         raise typer.BadParameter(f"--engine must be auto, native or vllm, not {engine!r}")
     _check_target(target, dtype)
@@ -136,6 +128,22 @@ def demo(
     except KeyboardInterrupt:  # a second Ctrl-C while shutting down or writing the report
         err.print("[bold red]interrupted[/] (again): the report may be incomplete")
         raise typer.Exit(130) from None
+
+
+def _check_domains(domain_a: str, domain_b: str) -> None:
+    """Two known domains (each error naming its option), not the same prompts."""
+    from autospec.loadgen.source import SourceError, canonical
+
+    names = []
+    for option, domain in (("--domain-a", domain_a), ("--domain-b", domain_b)):
+        try:
+            names.append(canonical(domain))
+        except SourceError as exc:
+            raise typer.BadParameter(str(exc), param_hint=option) from None
+    if names[0] == names[1]:  # an alias is the same prompts under another segment name
+        same = "" if domain_a == domain_b else f" ({domain_a}, {domain_b}: both {names[0]})"
+        raise typer.BadParameter(f"--domain-a and --domain-b must differ{same}: the demo "
+                                 "shifts the traffic from one to the other")
 
 
 def _check_target(target: str, dtype: str) -> None:

@@ -78,15 +78,18 @@ def loadgen(
         requests = 20
     duration_s = parse_span(duration, "--duration", "s").total_seconds() if duration else None
     _check_url(url)
+    option = "--schedule" if schedule else "--mix"  # each error names its option
     try:
         known = known_domains()
         plan = parse_schedule(schedule, known=known) if schedule \
             else Schedule.constant(parse_mix(mix, known=known))
+        option = "--replay"
         source: Any = ReplaySource(replay) if replay else DomainSource(seed=seed)
+        option = "--rate"  # the only setting LoadSpec checks that typer's bounds do not
         spec = LoadSpec(schedule=plan, concurrency=concurrency, rate=rate,
                         requests=requests, duration_s=duration_s, seed=seed)
     except (MixError, SourceError, ValueError) as exc:
-        raise typer.BadParameter(str(exc)) from None
+        raise typer.BadParameter(str(exc), param_hint=option) from None
     driver = Driver(url, model=model, max_tokens=max_tokens, temperature=temperature,
                     timeout_s=timeout, api_key=api_key, stream=stream)
     _check_reachable(driver)
