@@ -161,3 +161,16 @@ def test_a_file_option_naming_no_text_file_is_exit_2_naming_it(
     text = "".join(result.output.replace("│", " ").split())  # rich's error box, unwrapped
     assert "".join(f"{path}{words}".split()) in text, result.output
     assert "Traceback" not in result.output and not (tmp_path / "data").exists()
+
+
+def test_bench_swap_takes_concurrency_as_loadgen_and_bench_serve_name_it() -> None:
+    """``bench swap --clients`` was the only name of the clients sending at once;
+    ``--concurrency`` now, ``--clients`` kept (docs/vllm.md's measured runs use it)."""
+    import typer
+
+    bench = typer.main.get_command(app).commands["bench"]  # type: ignore[attr-defined]
+    (clients,) = [p for p in bench.commands["swap"].params if p.name == "clients"]
+    assert set(clients.opts) == {"--concurrency", "--clients"}
+    result = CliRunner().invoke(app, ["bench", "swap", "--concurrency", "0"])
+    assert result.exit_code == 2 and "--concurrency" in result.output
+

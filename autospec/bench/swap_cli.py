@@ -19,7 +19,9 @@ def swap(
                                            "random-init heads of the same shapes)")] = "suffix",
     swaps: Annotated[int, typer.Option(min=1, help="in-place loads (a swap, then its "
                                                    "rollback, and so on)")] = 10,
-    clients: Annotated[int, typer.Option(min=1, help="concurrent clients")] = 4,
+    clients: Annotated[int, typer.Option(
+        "--concurrency", "--clients", min=1,
+        help="concurrent clients (--concurrency, as loadgen and bench serve name it)")] = 4,
     k: Annotated[int, typer.Option(min=1, help="draft tokens per step")] = 5,
     max_tokens: Annotated[int, typer.Option(min=1, help="tokens per request")] = 48,
     interval: Annotated[float, typer.Option(min=0.5, help="seconds between swaps")] = 5.0,
