@@ -174,3 +174,14 @@ def test_bench_swap_takes_concurrency_as_loadgen_and_bench_serve_name_it() -> No
     result = CliRunner().invoke(app, ["bench", "swap", "--concurrency", "0"])
     assert result.exit_code == 2 and "--concurrency" in result.output
 
+
+def test_db_current_says_what_its_exit_status_means(tmp_path) -> None:
+    """Its help said only 'Exit 0 when this code can run against it'; a missing store is
+    exit 1 (a script checking it had to find that out)."""
+    help_text = " ".join(CliRunner().invoke(app, ["db", "current", "--help"]).output
+                         .replace("│", " ").split())
+    assert "1 when it cannot (missing, empty, outdated, unknown)" in help_text
+    assert "2 when the database cannot be read" in help_text
+    result = CliRunner().invoke(app, ["db", "current", "--url",
+                                      f"sqlite:///{tmp_path / 'none.db'}"])
+    assert result.exit_code == 1 and "missing" in result.output

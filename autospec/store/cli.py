@@ -111,7 +111,8 @@ def current(url: DatabaseUrl = None,
 
     States: current, empty, missing (no such SQLite file; none is created), outdated (run
     `autospec db upgrade`), ahead-compatible (newer, but this code can run against it),
-    unknown. Exit 0 when this code can run against it.
+    unknown. Exit 0 when this code can run against it (current, ahead-compatible), 1 when
+    it cannot (missing, empty, outdated, unknown), 2 when the database cannot be read.
     """
     status = _run(lambda: current_status(url))
     if as_json:
