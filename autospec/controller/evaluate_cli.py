@@ -76,11 +76,12 @@ def evaluate(
         "evaluation.speed.prompts, 4 in the shipped default)")] = None,
     speed_repeats: Annotated[int | None, typer.Option(
         min=1, max=20, show_default=False,
-        help="rounds per prompt (default: the policy's evaluation.speed.repeats, 2)")] = None,
+        help="rounds per prompt (default: the policy's evaluation.speed.repeats, 2 in the "
+        "shipped default)")] = None,
     speed_max_tokens: Annotated[int | None, typer.Option(
         min=4, max=1024, show_default=False,
         help="new tokens per timed decode (default: the policy's "
-        "evaluation.speed.max_tokens, 32)")] = None,
+        "evaluation.speed.max_tokens, 32 in the shipped default)")] = None,
     synthetic_heldout: Annotated[int | None, typer.Option(
         min=0, show_default=False,
         help="held-out synthetic sequences (autospec synth) of the target replayed beside the "

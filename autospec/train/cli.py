@@ -155,8 +155,8 @@ def train(
         "takes its policy's training.min_train_requests; this command reads no policy)")] = 20,
     heldout_fraction: Annotated[float, typer.Option(
         min=0.0, max=0.9, help="newest share held out, never trained on (the controller "
-        "takes its policy's window.heldout_fraction, 0.2 in the shipped policies; this command "
-        "reads no policy)")] = 0.1,
+        "takes its policy's window.heldout_fraction: 0.2 in the shipped default, 0.25 in "
+        "conservative; this command reads no policy)")] = 0.1,
     anchors: Annotated[int, typer.Option(
         min=0, help="requests from before the window mixed in")] = 0,
     synthetic_share: Annotated[float, typer.Option(
