@@ -23,6 +23,16 @@ edit by hand. Every command also prints this with `--help` (or `-h`).
 Every command that opens the store takes it as `--database-url` or `--url` (the same
 option); `autospec loadgen --url` is another thing, the server it sends requests to, and
 the `bench` commands' `--database-url` (`--url` too) says what each does with it.
+
+Exit status, for scripts: 0 done; 2 a usage error (a bad option or value, a file that
+cannot be read: one line naming the option) or an error (the store unreachable or failing,
+an unknown version, a cycle that failed); 3 refused (the gate rejected, `promote` without a
+passing evaluation, nothing to roll back); 1 the run went through but its result is a
+failure — `loadgen` with failed requests (or no server answering), `serve` whose replicas
+did not start, `demo` ended early, `bench swap` with failed requests, `bench soak` and
+`soak-report` with a goal missed, `db current` on a store this code cannot run against;
+130 `demo`, `bench soak` or `controller run` stopped by Ctrl-C (`serve` stops on Ctrl-C
+with 0).
 """
 
 

@@ -185,3 +185,17 @@ def test_db_current_says_what_its_exit_status_means(tmp_path) -> None:
     result = CliRunner().invoke(app, ["db", "current", "--url",
                                       f"sqlite:///{tmp_path / 'none.db'}"])
     assert result.exit_code == 1 and "missing" in result.output
+
+
+def test_the_commands_that_exit_1_on_a_failed_run_say_so() -> None:
+    """loadgen, bench swap and bench soak exit 1 when requests failed or a goal was missed;
+    their help said nothing of it (docs/cli.md's header gives the convention: 0, 1, 2, 3)."""
+    from pathlib import Path
+
+    for args, words in ((["loadgen"], "Exit 0: every request succeeded; 1: some failed"),
+                        (["bench", "swap"], "Exit 0; 1: some requests failed"),
+                        (["bench", "soak"], "Exit 0: every goal met; 1: some missed")):
+        result = CliRunner().invoke(app, [*args, "--help"])
+        assert words in " ".join(result.output.replace("│", " ").split()), args
+    header = (Path(__file__).parents[1] / "docs" / "cli.md").read_text().split("## ")[0]
+    assert "Exit status, for scripts: 0 done; 2 a usage error" in header

@@ -395,7 +395,8 @@ def soak(
         help="only these faults, comma-separated (default: the whole schedule)")] = None,
 ) -> None:
     """Constant traffic through serve + controller for --duration with faults injected;
-    every request, row, pointer move and process accounted for (docs/soak.md)."""
+    every request, row, pointer move and process accounted for (docs/soak.md). Exit 0:
+    every goal met; 1: some missed; 2: a usage error."""
     from autospec.bench.soak.cli import run_soak
     from autospec.durations import parse_span
 

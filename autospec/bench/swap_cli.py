@@ -36,7 +36,8 @@ def swap(
 ) -> None:
     """Swaps inside a running vLLM engine under constant load: time to the first response
     naming the new version and to the first drafted only by it, failed requests, and memory
-    against a second engine."""
+    against a second engine. The figures are printed as JSON on stdout (progress on
+    stderr). Exit 0; 1: some requests failed; 2: a usage error or no vLLM."""
     import json
     import tempfile
 

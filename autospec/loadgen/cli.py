@@ -65,7 +65,10 @@ def loadgen(
         help="stream each request (stream_options.include_usage) and report the time to "
         "first token and output tokens/s after it")] = False,
 ) -> None:
-    """Send OpenAI API traffic of chosen domains to a deployment and summarise it."""
+    """Send OpenAI API traffic of chosen domains to a deployment and summarise it.
+
+    Exit 0: every request succeeded; 1: some failed, or the server did not answer; 2: a
+    usage error."""
     from autospec.loadgen.client import Driver
     from autospec.loadgen.mix import MixError, Schedule, parse_mix, parse_schedule
     from autospec.loadgen.runner import LoadSpec, run_load, summarize
