@@ -53,9 +53,27 @@ def _run(fn: Callable[[], T]) -> T:
         return fn()
 
 
+AsJson = Annotated[bool, typer.Option("--json", help="print JSON")]
+
+
+def _migrated(url: str | None, revision: str | None, as_json: bool) -> None:
+    """The revision a migration left the database at: a line, or JSON (``revision`` null:
+    no schema)."""
+    from autospec.store import db, migrate
+
+    expected = migrate.head_revision()
+    if as_json:
+        out.print_json(json.dumps({"database": db.describe(db.make_engine(url).url),
+                                   "revision": revision, "expected": expected}))
+    else:
+        out.print(Text(f"database at revision {revision or 'base (no schema)'} (code "
+                       f"expects {expected})"))
+
+
 @db_app.command()
 def upgrade(url: DatabaseUrl = None,
-            revision: Annotated[str, typer.Option(help="target revision")] = "head") -> None:
+            revision: Annotated[str, typer.Option(help="target revision")] = "head",
+            as_json: AsJson = False) -> None:
     """Create or migrate the schema (a fresh database is created this way)."""
     from autospec.store import db, migrate
 
@@ -64,13 +82,12 @@ def upgrade(url: DatabaseUrl = None,
         migrate.upgrade(engine, revision)
         return migrate.current_revision(engine)
 
-    now = _run(go)
-    out.print(Text(f"database at revision {now} (code expects {migrate.head_revision()})"))
+    _migrated(url, _run(go), as_json)
 
 
 @db_app.command()
 def downgrade(revision: Annotated[str, typer.Argument(help="target revision, or 'base' for empty")],
-              url: DatabaseUrl = None) -> None:
+              url: DatabaseUrl = None, as_json: AsJson = False) -> None:
     """Migrate the schema down to REVISION."""
     from autospec.store import db, migrate
 
@@ -80,7 +97,7 @@ def downgrade(revision: Annotated[str, typer.Argument(help="target revision, or 
         migrate.downgrade(engine, revision)
         return migrate.current_revision(engine)
 
-    out.print(Text(f"database at revision {_run(go) or 'base (no schema)'}"))
+    _migrated(url, _run(go), as_json)
 
 
 def current_status(url: str | None) -> dict[str, Any]:

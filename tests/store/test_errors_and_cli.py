@@ -275,3 +275,17 @@ def test_a_tilde_in_a_sqlite_url_or_the_data_dir_is_the_home_folder(tmp_path, mo
     get_settings.cache_clear()
     assert get_settings().resolved_artifact_dir == home / "elsewhere"
     get_settings.cache_clear()
+
+
+def test_db_upgrade_and_downgrade_print_json_with_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Every command that prints a result takes --json; upgrade and downgrade printed their
+    revision as a line only (a deploy script had to parse 'database at revision 0009')."""
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    runner = CliRunner()
+    up = runner.invoke(db_app, ["upgrade", "--url", url, "--json"])
+    assert up.exit_code == 0, up.output
+    assert json.loads(up.stdout) == {"database": url, "revision": migrate.head_revision(),
+                                     "expected": migrate.head_revision()}
+    down = runner.invoke(db_app, ["downgrade", "base", "--url", url, "--json"])
+    assert down.exit_code == 0, down.output
+    assert json.loads(down.stdout)["revision"] is None
