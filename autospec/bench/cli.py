@@ -98,7 +98,14 @@ def store(
 ) -> None:
     """Rows/s ingested by the traffic writer and the caller-side cost of record()."""
     from autospec.bench.store import main
+    from autospec.store import db
+    from autospec.store.errors import BadDatabaseURL
 
+    if database_url is not None:  # a malformed URL was a traceback; a MySQL one measured
+        try:  # a temporary SQLite file only
+            db.make_engine(database_url).dispose()
+        except BadDatabaseURL as exc:
+            raise typer.BadParameter(str(exc), param_hint="--database-url") from None
     main(database_url=database_url, rows=rows, json_path=json_path)
 
 

@@ -45,6 +45,8 @@ def paths(tmp_path: Path) -> dict[str, str]:
     (["bench", "train", "--base", "MISSING"], "Invalid value for --base: MISSING does not"),
     (["bench", "train", "--workdir", "FILE"], "Invalid value for --workdir: FILE is a file"),
     (["bench", "train", "--dtype", "float16"], "Invalid value for --dtype: unknown dtype"),
+    (["bench", "store", "--url", "not a url"], "Invalid value for --database-url: malformed"),
+    (["bench", "store", "--url", "mysql://x@y/z"], "--database-url: cannot use database URL"),
 ])
 def test_a_bench_refuses_what_it_cannot_use_before_it_starts(
         args: list[str], words: str, paths: dict[str, str], monkeypatch) -> None:
