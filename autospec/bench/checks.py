@@ -64,3 +64,17 @@ def checked_out_file(path: Path | None, option: str) -> None:
                                  param_hint=option)
     if not path.parent.is_dir():
         raise typer.BadParameter(f"{path.parent} is not a directory", param_hint=option)
+
+
+def checked_store(url: str | None) -> None:
+    """``--database-url`` of a bench that serves the store's live version: a store this code
+    can read, checked before Ray starts (a malformed URL failed the replicas' deploy)."""
+    from autospec.store import StoreError
+    from autospec.store.migrate import open_store
+
+    if url is None:
+        return
+    try:
+        open_store(url).dispose()
+    except StoreError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--database-url") from None

@@ -12,6 +12,7 @@ from autospec.bench.checks import (
     checked_directory,
     checked_out_directory,
     checked_out_file,
+    checked_store,
     checked_target,
 )
 from autospec.bench.serve_options import (
@@ -189,6 +190,7 @@ def serve(
         pool = fresh_pool_size(rounds, counts) if fresh_prompts else None
         options = _engine_options(vllm_option or [])
         _check_engine_options(options)
+        checked_store(database_url)
         run_engine_bench(engines=names, target=target, dtype=dtype, max_tokens=max_tokens,
                          rounds=rounds, clients=counts, k=k, fresh_prompts=fresh_prompts,
                          database_url=database_url, deployment=deployment, json_path=json_path,

@@ -45,6 +45,10 @@ def paths(tmp_path: Path) -> dict[str, str]:
     (["bench", "train", "--base", "MISSING"], "Invalid value for --base: MISSING does not"),
     (["bench", "train", "--workdir", "FILE"], "Invalid value for --workdir: FILE is a file"),
     (["bench", "train", "--dtype", "float16"], "Invalid value for --dtype: unknown dtype"),
+    (["bench", "serve", "--engine", "native", "--url", "not a url"],
+     "Invalid value for --database-url: malformed database URL"),  # Ray started first
+    (["bench", "serve", "--engine", "native", "--url", "sqlite:///MISSING"],
+     "Invalid value for --database-url: database file MISSING does not exist"),
     (["bench", "store", "--url", "not a url"], "Invalid value for --database-url: malformed"),
     (["bench", "store", "--url", "mysql://x@y/z"], "--database-url: cannot use database URL"),
 ])
