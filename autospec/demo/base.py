@@ -83,12 +83,14 @@ def check_named(source_url: str, wanted: str) -> None:
 
 
 def _exists(url: str) -> bool:
-    """False for a SQLite file that is not there (opening it would create it)."""
+    """False for a SQLite file that is not there (opening it would create it); a malformed
+    URL is a :class:`~autospec.store.errors.BadDatabaseURL` (sqlalchemy's ArgumentError got
+    past ``--base auto``'s fallback to scratch and ended the demo after Ray had started)."""
     from pathlib import Path
 
-    from sqlalchemy.engine import make_url
+    from autospec.store.db import parse_url
 
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite" or not parsed.database:
         return True
     return parsed.database == ":memory:" or Path(parsed.database).exists()

@@ -86,3 +86,15 @@ def test_the_hint_builds_on_vllm_where_it_is_installed(monkeypatch) -> None:  # 
         hint = pretrain_hint("smollm2-135m", "bfloat16")
         assert hint.startswith("autospec pretrain --target smollm2-135m --dtype bfloat16")
         assert hint.endswith(" --engine vllm") is present
+
+
+def test_a_malformed_store_url_under_base_auto_falls_back_to_scratch() -> None:
+    """AUTOSPEC_DATABASE_URL that does not parse: --base auto says no base was read and the
+    eagle3 candidates start from scratch, as for any store it cannot read; sqlalchemy's
+    ArgumentError had got past that and ended the demo once Ray and Serve were up."""
+    from autospec.demo.base import base_for_demo
+
+    said: list[str] = []
+    assert base_for_demo(None, None, target_spec="smollm2-135m", wanted="auto",  # type: ignore[arg-type]
+                         source_url="not a url", say=said.append) is None
+    assert said and "no base head read (malformed database URL" in said[0]
