@@ -100,3 +100,11 @@ def test_import_checks_its_names_form_before_it_creates_a_store(tmp_path, monkey
         assert not (tmp_path / "data" / "autospec.db").exists()
     finally:
         get_settings.cache_clear()
+
+
+def test_import_of_a_file_says_it_is_a_file(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``autospec import head.tar``: it said 'no such directory' of a file that is there."""
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "data"))
+    archive = tmp_path / "head.tar"
+    archive.write_bytes(b"x")
+    _refused(["import", str(archive)], f"{archive}: a file, not a directory")

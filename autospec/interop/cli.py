@@ -148,7 +148,8 @@ def import_(
         store.check_actor(actor or cli_actor())  # before the target is loaded
         settings = parse_settings(assignments or [])
         if not directory.is_dir():
-            raise ImportRefused(f"{directory}: no such directory")
+            raise ImportRefused(f"{directory}: " + ("a file, not a directory" if directory.exists()
+                                                    else "no such directory"))
         config = directory / "config.json"
         if (config.exists() or config.is_symlink()) and not config.is_file():
             raise ImportRefused(f"{config}: not a file (a directory, a device or a broken "
