@@ -195,6 +195,8 @@ def _back_up_artifacts(registered: Sequence[Row], partial: Path, outcome: Outcom
 def read_index(path: str | Path) -> dict[str, Any]:
     """The checked ``backup.json`` of the backup at ``path``."""
     index_path = Path(path) / INDEX
+    if Path(path).is_file():  # a backup is a directory (it read '[Errno 20] Not a directory')
+        raise StoreError(f"{path} is a file, not a backup's directory")
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))
     except FileNotFoundError:

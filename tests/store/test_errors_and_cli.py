@@ -289,3 +289,16 @@ def test_db_upgrade_and_downgrade_print_json_with_json(tmp_path) -> None:  # typ
     down = runner.invoke(db_app, ["downgrade", "base", "--url", url, "--json"])
     assert down.exit_code == 0, down.output
     assert json.loads(down.stdout)["revision"] is None
+
+
+def test_db_restore_of_a_file_or_a_missing_path_is_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``db restore backup.tar``: it read 'cannot read backup.tar/backup.json: [Errno 20] Not
+    a directory'."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    archive = tmp_path / "backup.tar"
+    archive.write_bytes(b"x")
+    for path, words in ((archive, f"{archive} is a file, not a backup's directory"),
+                        (tmp_path / "none", f"{tmp_path / 'none'} is not an autospec backup")):
+        result = runner.invoke(db_app, ["restore", str(path), "--url", url])
+        assert result.exit_code == 2, result.output
+        assert words in " ".join(result.output.split()) and "Errno" not in result.output
