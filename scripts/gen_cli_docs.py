@@ -31,8 +31,8 @@ passing evaluation, nothing to roll back); 1 the run went through but its result
 failure — `loadgen` with failed requests (or no server answering), `serve` whose replicas
 did not start, `demo` ended early, `bench swap` with failed requests, `bench soak` and
 `soak-report` with a goal missed, `db current` on a store this code cannot run against;
-130 `demo`, `bench soak` or `controller run` stopped by Ctrl-C (`serve` stops on Ctrl-C
-with 0).
+130 a run stopped by Ctrl-C (`demo`, `bench soak`, `controller once`, `watch`, `run`), 143
+by SIGTERM (`bench soak` and the `controller` commands); `serve` stops on either with 0.
 """
 
 
