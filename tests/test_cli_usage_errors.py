@@ -199,3 +199,31 @@ def test_the_commands_that_exit_1_on_a_failed_run_say_so() -> None:
         assert words in " ".join(result.output.replace("│", " ").split()), args
     header = (Path(__file__).parents[1] / "docs" / "cli.md").read_text().split("## ")[0]
     assert "Exit status, for scripts: 0 done; 2 a usage error" in header
+
+
+@pytest.mark.parametrize("command", [
+    ["status"], ["history"], ["ledger"], ["promote", "v1", "--force", "--reason", "x"],
+    ["rollback"], ["evaluate", "v1"], ["train", "--kind", "suffix"], ["controller", "once"],
+    ["controller", "watch"], ["controller", "run"], ["serve"], ["synth", "generate"],
+])
+@pytest.mark.parametrize("name", ["a b", "", "prod\n", "../prod"])
+def test_a_deployment_that_is_not_a_name_is_exit_2_before_a_store_opens(
+        command: list[str], name: str, tmp_path, monkeypatch) -> None:
+    """The store would refuse it as a pointer's name; status, history and ledger showed an
+    empty deployment and `promote --deployment ''` answered 'already live for deployment '."""
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "data"))
+    result = CliRunner().invoke(app, [*command, "--deployment", name])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "Invalid value for '--deployment': invalid deployment" in text, text
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("command", [["promote", "v1", "--force", "--reason", "x"],
+                                     ["rollback"], ["history"]])
+def test_a_segment_that_is_not_a_name_is_exit_2(command: list[str], tmp_path,
+                                                monkeypatch) -> None:
+    monkeypatch.setenv("AUTOSPEC_DATA_DIR", str(tmp_path / "data"))
+    result = CliRunner().invoke(app, [*command, "--segment", "team/json"])
+    assert result.exit_code == 2, result.output
+    assert "invalid segment 'team/json'" in " ".join(result.output.replace("│", " ").split())

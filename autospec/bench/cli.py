@@ -24,6 +24,7 @@ from autospec.bench.serve_options import (
     client_counts,
 )
 from autospec.bench.swap_cli import swap as swap_command
+from autospec.cli_options import deployment_name
 from autospec.json_file import json_file_option
 from autospec.speculators.registry import KINDS
 
@@ -162,7 +163,7 @@ def serve(
         "--database-url", "--url",
         help="--engine: serve this store's live version (a promoted head) in every "
         "application (default: a fresh store, builtin-ngram)")] = None,
-    deployment: Annotated[str, typer.Option(
+    deployment: Annotated[str, typer.Option(callback=deployment_name,
         help="--engine: the live pointer to serve")] = "default",
     domain: Annotated[str | None, typer.Option(
         help="--engine: chat prompts of this workload domain (support, coding, json; drawn "

@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autospec.actor import cli_actor
-from autospec.cli_options import DatabaseUrl
+from autospec.cli_options import DatabaseUrl, deployment_name, segment_name
 from autospec.controller.status_view import fmt, print_status
 from autospec.jsonout import json_default
 
@@ -125,7 +125,8 @@ def _db(deployment: str | None = None, url: str | None = None,  # type: ignore[n
 
 # -- status ---------------------------------------------------------------------------------
 def status(
-    deployment: Annotated[str, typer.Option(help="the deployment to report on")] = "default",
+    deployment: Annotated[str, typer.Option(
+        callback=deployment_name, help="the deployment to report on")] = "default",
     policy: Annotated[str | None, typer.Option(
         help=POLICY_HELP + " (for the fresh-traffic minimum and the canary; default: the "
         "one the deployment's controller recorded when it started, else the shipped "
@@ -170,8 +171,9 @@ def promote(
         help="promote without a passing evaluation (audited as an override; needs "
         "--reason)")] = False,
     reason: Annotated[str, typer.Option(help="why (required with --force)")] = "",
-    deployment: Annotated[str, typer.Option(help="the deployment whose pointer moves")] = "default",
-    segment: Annotated[str | None, typer.Option(help=SEGMENT_HELP)] = None,
+    deployment: Annotated[str, typer.Option(
+        callback=deployment_name, help="the deployment whose pointer moves")] = "default",
+    segment: Annotated[str | None, typer.Option(callback=segment_name, help=SEGMENT_HELP)] = None,
     database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
@@ -207,8 +209,9 @@ def _moved(label: tuple[str, str], text: str) -> Text:
 
 def rollback(
     reason: Annotated[str, typer.Option(help="why (recorded)")] = "operator rollback",
-    deployment: Annotated[str, typer.Option(help="the deployment whose pointer moves")] = "default",
-    segment: Annotated[str | None, typer.Option(help=SEGMENT_HELP)] = None,
+    deployment: Annotated[str, typer.Option(
+        callback=deployment_name, help="the deployment whose pointer moves")] = "default",
+    segment: Annotated[str | None, typer.Option(callback=segment_name, help=SEGMENT_HELP)] = None,
     unpin: Annotated[bool, typer.Option(
         "--unpin", help="with --segment: drop the segment's own pointer instead, so the "
         "deployment's version drafts it again (an `unpin` event)")] = False,
@@ -327,9 +330,10 @@ def versions_prune(
 
 
 def history(
-    deployment: Annotated[str, typer.Option(help="the deployment")] = "default",
+    deployment: Annotated[str, typer.Option(
+        callback=deployment_name, help="the deployment")] = "default",
     limit: Annotated[int, typer.Option(min=1, max=1_000_000, help="newest N events")] = 30,
-    segment: Annotated[str | None, typer.Option(
+    segment: Annotated[str | None, typer.Option(callback=segment_name,
         help="only this traffic segment's events (its pointer's moves, its load "
         "failures)")] = None,
     database_url: DbUrl = None,

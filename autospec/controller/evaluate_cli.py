@@ -18,6 +18,7 @@ from rich.progress import Progress, TaskID
 from rich.table import Table
 from rich.text import Text
 
+from autospec.cli_options import deployment_name
 from autospec.controller.cli import POLICY_HELP, DbUrl, _errors
 from autospec.json_file import checked_json_file
 from autospec.jsonout import json_default
@@ -57,7 +58,8 @@ def evaluate(
         min=1, max=16, show_default=False,
         help="draft tokens per step (default: the policy's evaluation.k, the k its cycles "
         "replay at)")] = None,
-    deployment: Annotated[str, typer.Option(help="whose traffic and live version")] = "default",
+    deployment: Annotated[str, typer.Option(
+        callback=deployment_name, help="whose traffic and live version")] = "default",
     policy: Annotated[str | None, typer.Option(
         help=POLICY_HELP + " whose gate decides (default: the one the deployment's controller "
         "recorded when it started, else the shipped default; `autospec promote` takes this "

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from autospec.cli_options import deployment_name
 from autospec.controller.cli import DbUrl, _db, _emit, _errors, out
 
 
@@ -26,7 +27,8 @@ def _until(text: str | None) -> datetime | None:
 
 
 def ledger(
-    deployment: Annotated[str, typer.Option(help="the deployment to account for")] = "default",
+    deployment: Annotated[str, typer.Option(
+        callback=deployment_name, help="the deployment to account for")] = "default",
     period: Annotated[str, typer.Option(
         help="how far back from --until: a duration such as 24h, 90m, 7d")] = "24h",
     until: Annotated[str | None, typer.Option(

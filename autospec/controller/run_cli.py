@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from autospec.cli_options import deployment_name
 from autospec.controller.cli import (
     LOG_LEVEL_HELP,
     POLICY_HELP,
@@ -74,6 +75,7 @@ THREADS_OPT = typer.Option(
     "Ray Train workers); default: the policy's `threads` (auto in the shipped policies: the "
     "CPUs less one, so a replica on the same machine keeps one; autospec/threads.py)")
 DEPLOYMENT_OPT = typer.Option(
+    callback=deployment_name,
     help="the deployment whose traffic and live pointer the controller manages (default: "
     "the policy's `deployment`, `default` in the shipped policies)")
 ADDRESS_OPT = typer.Option(

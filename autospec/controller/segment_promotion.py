@@ -39,7 +39,6 @@ knows nothing of training or scheduling.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -52,7 +51,7 @@ from autospec.controller.policy import Policy
 from autospec.controller.result import CycleResult
 from autospec.controller.segment_watch import vllm_segment_refusal
 from autospec.evaluate.compare import Evaluation, SegmentResult
-from autospec.serve.segments import SEGMENT_NAME
+from autospec.names import is_name
 from autospec.store.models import BUILTIN_VERSION
 from autospec.store.pointers import UNPINNED
 
@@ -122,7 +121,7 @@ def plan(session: Session, *, policy: Policy, candidates: list[Candidate],
     for name, n in sorted(sizes.items()):
         serving = own.get(name, follows)
         outcome = SegmentOutcome(name, n, serving, "too_few", own_pointer=name in own)
-        if not re.fullmatch(SEGMENT_NAME, name):  # logged before the header took store names
+        if not is_name(name):  # logged before the header took store names
             outcome.action = "kept"
             outcome.reason = (f"{name!r} cannot name a pointer (1-64 letters, digits, '.', "
                               "'_' or '-'); its requests count for the deployment only")

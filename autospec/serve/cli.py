@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import psutil
 import typer
 
-from autospec.cli_options import DatabaseUrl
+from autospec.cli_options import DatabaseUrl, deployment_name
 from autospec.engine.choice import ENGINE_HELP
 
 if TYPE_CHECKING:  # imported where it is used: it brings torch
@@ -109,7 +109,7 @@ def serve(
     speculation: Annotated[str, typer.Option(
         help="live: follow the live pointer (builtin-ngram until one exists); off: "
         "target-only decoding")] = "live",
-    deployment: Annotated[str, typer.Option(
+    deployment: Annotated[str, typer.Option(callback=deployment_name,
         help="live-pointer name this app follows")] = "default",
     dtype: Annotated[str, typer.Option(
         help="target dtype: auto, float32 or bfloat16")] = "auto",

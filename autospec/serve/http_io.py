@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import math
-import re
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -22,10 +21,11 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from autospec.engine.stats import RequestStats
+from autospec.names import is_name
 from autospec.serve.errors import APIError, validation_error
 from autospec.serve.requests import Prepared, RequestContext, Served, Streamed
 from autospec.serve.schemas import AutospecInfo, Usage
-from autospec.serve.segments import SEGMENT_HEADER, SEGMENT_NAME, SegmentRule, rule_segment
+from autospec.serve.segments import SEGMENT_HEADER, SegmentRule, rule_segment
 
 VERSION_HEADER = "x-autospec-speculator"
 DRAFTED_BY_HEADER = "x-autospec-drafted-by"
@@ -33,8 +33,6 @@ log = logging.getLogger(__name__)
 
 LOG_HEADER = "x-autospec-log"
 REPLICA_HEADER = "x-autospec-replica"
-#: a segment is named as the store names it (a header's segment becomes a pointer's name)
-_SEGMENT = re.compile(SEGMENT_NAME)
 _OFF = ("off", "0", "false", "no")
 _ON = ("on", "1", "true", "yes")
 
@@ -140,7 +138,7 @@ def context(request: Request, route: str, body: Mapping[str, Any] | None = None,
     if segment is None:
         segment = rule_segment(rules, headers=request.headers, body=body or {}) or route
     segment = segment.strip()
-    if not _SEGMENT.fullmatch(segment):
+    if not is_name(segment):
         raise APIError(400, f"{SEGMENT_HEADER} must be 1-64 letters, digits or ._- "
                        f"starting with a letter or digit", param=SEGMENT_HEADER,
                        code="invalid_header")

@@ -26,10 +26,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from autospec.names import is_name
+
 #: the request header that names the segment itself (wins over the rules)
 SEGMENT_HEADER = "x-autospec-segment"
-#: segment names a rule may give: those a segment pointer takes (the store's names)
-SEGMENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an HTTP token (RFC 9110)
 #: what a rule matches on (one or more), and every key it takes
 MATCH_KEYS = "`model`, `user`, `system_sha256` or `header` with `value`"
@@ -76,7 +76,7 @@ class SegmentRule(BaseModel):
     @field_validator("segment")
     @classmethod
     def _segment_name(cls, value: str) -> str:
-        if not re.fullmatch(SEGMENT_NAME, value):  # "$" alone takes a final "\n"
+        if not is_name(value):
             raise ValueError(f"{value!r} cannot name a segment: 1-64 letters, digits, '.', '_' "
                              "or '-', starting with a letter or digit")
         return value

@@ -29,7 +29,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from autospec.cli_options import DatabaseUrl
+from autospec.cli_options import DatabaseUrl, deployment_name
 from autospec.jsonout import json_default
 
 if TYPE_CHECKING:
@@ -71,7 +71,8 @@ def synth(
         help="sampling seed and domain prompt draw (domain prompts come from the half of each "
         "domain's prompt space the load generator never sends)")] = 0,
     engine: EngineOption = "auto",
-    deployment: Annotated[str, typer.Option(help="whose traffic and target")] = "default",
+    deployment: Annotated[str, typer.Option(
+        callback=deployment_name, help="whose traffic and target")] = "default",
     target: Annotated[str | None, typer.Option(
         help="target: a name, a directory or a .gguf (default: what the deployment's "
         "replicas serve, else smollm2-135m)")] = None,
@@ -167,7 +168,8 @@ def pretrain(
     assignments: Annotated[list[str] | None, typer.Option(
         "--set", help="a field of the eagle3 config, KEY=VALUE (repeat)")] = None,
     seed: Annotated[int, typer.Option(help="generation and training seed")] = 0,
-    deployment: Annotated[str, typer.Option(help="whose target")] = "default",
+    deployment: Annotated[str, typer.Option(
+        callback=deployment_name, help="whose target")] = "default",
     target: Annotated[str | None, typer.Option(
         help="target (default: what the deployment's replicas serve, else smollm2-135m)")] = None,
     dtype: DtypeOption = None,

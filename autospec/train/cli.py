@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from autospec.cli_options import DatabaseUrl
+from autospec.cli_options import DatabaseUrl, deployment_name
 from autospec.jsonout import json_default
 from autospec.speculators.registry import kinds_help, trainable_kinds
 
@@ -146,7 +146,7 @@ def train(
         "--from-scratch", help="do not warm-start from the incumbent")] = False,
     incumbent: Annotated[str | None, typer.Option(
         help="version to warm-start from (default: the live one, if of this kind)")] = None,
-    deployment: Annotated[str, typer.Option(
+    deployment: Annotated[str, typer.Option(callback=deployment_name,
         help="deployment whose traffic is trained on and held out (anchors too) and whose "
         "live version is the incumbent")] = "default",
     segment: Annotated[str | None, typer.Option(help="only traffic of this segment")] = None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from autospec import store
 from autospec.controller.candidates import Candidate
@@ -247,14 +248,19 @@ def test_a_segment_logged_under_a_name_no_pointer_takes_is_kept_not_promoted(
                      token=3) == set()
 
 
-def test_the_segment_header_and_rules_name_segments_as_the_store_does() -> None:
-    import re
+@pytest.mark.parametrize("name", ["team/json", "a b", "", "json\n", "x" * 65, "-json"])
+def test_the_segment_header_and_rules_name_segments_as_the_store_does(name: str) -> None:
+    from pydantic import ValidationError
 
-    from autospec.serve.segments import SEGMENT_NAME
-    from autospec.store.registry import _NAME
+    from autospec.serve.segments import SegmentRule
+    from autospec.store.registry import check_name
 
-    assert _NAME.pattern == SEGMENT_NAME
-    assert not re.match(SEGMENT_NAME, "team/json") and re.match(SEGMENT_NAME, "team-json")
+    assert SegmentRule(segment="team-json", model="m").segment == "team-json"
+    check_name("segment", "team-json")
+    with pytest.raises(ValidationError):
+        SegmentRule(segment=name, model="m")
+    with pytest.raises(store.StoreError):
+        check_name("segment", name)
 
 
 def test_a_segment_is_sized_by_the_fewest_requests_any_candidate_was_evaluated_on(
