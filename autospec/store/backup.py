@@ -240,7 +240,8 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
                               {version: entry["sha256"] for version, entry in artifacts.items()})
     missing += [version for version, uri in registered.items()  # in neither list: missing too
                 if version not in artifacts and version not in missing
-                and not uri.startswith("builtin:")]
+                and not uri.startswith("builtin:")
+                and local_path(uri) is not None]  # db backup skips a remote one (s3://)
     root = Path(artifact_dir or get_settings().resolved_artifact_dir)
     staged = Staged(source, root, plan(source, root, artifacts, force=force))
     outcome = Outcome(path=str(source), database=describe(engine.url),

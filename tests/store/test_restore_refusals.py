@@ -439,3 +439,30 @@ def test_a_version_backup_json_lists_nowhere_points_into_this_store_too(
         assert store.get_speculator(session, version="builtin-ngram").artifact_uri.startswith(
             "builtin:")
     target.dispose()
+
+
+def test_a_version_on_object_storage_keeps_its_uri(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A version registered with an s3:// artifact (verify=False) is one db backup neither
+    copies nor lists missing (this machine cannot read it): restored, its row keeps its
+    URI. 068bd3c took it for a version backup.json leaves out and pointed it into this
+    store's artifact directory, where no artifact will ever be."""
+    from autospec.settings import get_settings
+
+    source = migrate.open_store(f"sqlite:///{tmp_path / 'source.db'}", upgrade=True)
+    with store.session_scope(source) as session:
+        store.register_speculator(session, version="remote-a", kind="eagle3", target_id="tiny",
+                                  artifact_uri="s3://bucket/remote-a", sha256="0" * 64,
+                                  verify=False)
+    backups.backup(source, tmp_path / "bk")
+    source.dispose()
+    monkeypatch.setenv("AUTOSPEC_ARTIFACT_DIR", str(tmp_path / "my-artifacts"))
+    get_settings.cache_clear()
+    result = _restore_cli(tmp_path / "bk", sqlite_url)
+    assert result.exit_code == 0, result.output
+    assert "remote-a" not in result.stdout  # not "without an artifact"
+    target = db.make_engine(sqlite_url)
+    with store.session_scope(target, readonly=True) as session:
+        assert store.get_speculator(session, version="remote-a").artifact_uri == \
+            "s3://bucket/remote-a"
+    target.dispose()
