@@ -161,8 +161,12 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
                     segment: str | None = None) -> dict[str, Any]:
     """Move the deployment's pointer (or ``segment``'s) to ``version`` if it passed against
     the version there now (see the module doc), or with ``force``."""
+    checked = _checked_artifact(engine, version)  # NotFound → exit 2
     with store.session_scope(engine) as session:
-        _check_artifact(store.get_speculator(session, version=version))  # NotFound → exit 2
+        row = store.get_speculator(session, version=version)
+        if (row.artifact_uri, row.sha256) != checked:  # a restore in between
+            raise _refused(f"not promoting {version}: its artifact changed in the registry "
+                           f"while promote checked it; run it again")
         own = store.get_live(session, deployment=deployment, segment=segment)
         current = store.serving_version(session, deployment=deployment, segment=segment) \
             or BUILTIN_VERSION
@@ -198,6 +202,16 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
     return {"kind": kind, "version": version, "from": current, "reason": text,
             "evaluation_id": details.get("evaluation_id"), "deployment": deployment,
             **_named(segment)}
+
+
+def _checked_artifact(engine: Engine, version: str) -> tuple[str, str]:
+    """``version``'s (artifact URI, SHA-256), its artifact checked (:func:`_check_artifact`)
+    outside the write transaction: hashing a head of a GB or two takes seconds, and on SQLite
+    that transaction holds the write lock every replica's request log waits on."""
+    with store.session_scope(engine, readonly=True) as session:
+        row = store.get_speculator(session, version=version)
+    _check_artifact(row)
+    return row.artifact_uri, row.sha256
 
 
 def _check_artifact(row: Any) -> None:

@@ -271,3 +271,36 @@ def test_promote_refuses_an_artifact_that_fails_its_sha256_even_forced(
     assert live_version(db) != "v-tampered"
     moved = cli("promote", "v-elsewhere", "--force", "--reason", "hotfix")
     assert moved.exit_code == 0 and live_version(db) == "v-elsewhere", moved.output
+
+
+def test_promote_hashes_the_artifact_outside_the_write_lock(
+        db, sqlite_url, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An eagle3 head for an 8B target is 1-2 GB: hashing it takes seconds. promote hashed it
+    inside its write transaction, which on SQLite holds the write lock (BEGIN IMMEDIATE), so
+    every replica's request log waited on it (and failed past the busy timeout)."""
+    from sqlalchemy import text
+
+    from autospec import store
+    from autospec.controller import operations
+    from autospec.store.db import writer_engine
+
+    art = tmp_path / "artifacts" / "v-big"
+    art.mkdir(parents=True)
+    (art / "config.json").write_text("{}")
+    with store.session_scope(db) as session:
+        store.register_speculator(session, version="v-big", kind="ngram", target_id="t",
+                                  artifact_uri=str(art), sha256=store.write_manifest(art))
+    other = store.make_engine(sqlite_url, busy_timeout_s=0.2)  # a replica's traffic writer
+    wrote: list[bool] = []
+
+    def hashing(path):  # type: ignore[no-untyped-def]
+        with writer_engine(other).begin() as conn:  # raises if the lock is held
+            conn.execute(text("SELECT 1"))
+            wrote.append(True)
+        return store.artifact_sha256(path)
+
+    monkeypatch.setattr(operations, "artifact_sha256", hashing)
+    operations.promote_version(db, version="v-big", actor="t", force=True, reason="r")
+    other.dispose()
+    assert wrote == [True]
+    assert live_version(db) == "v-big"
