@@ -18,8 +18,8 @@ move of a segment first pins its pointer at the version drafting it then
 (:func:`ensure_segment_pointer`), so a rollback has somewhere to go.
 
 A version whose artifact folder this machine has but whose artifact fails its SHA-256 (a
-file changed, cut short or gone, the directory gone) is refused, ``force`` or not: no replica
-would load it.
+file changed, cut short or gone, the directory gone from a folder holding others) is
+refused, ``force`` or not: no replica would load it.
 
 Refusals raise :class:`Refused`; store errors propagate. A promotion or rollback moves the
 pointer only if it still names the version the command read (``expect``): one a controller
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
@@ -218,11 +219,12 @@ def _check_artifact(row: Any) -> None:
     """Refuse a version whose artifact is here but is not the one registered (a file
     changed, cut short or gone, or its directory gone from a folder this machine has: no
     replica would load it), ``--force`` or not. An artifact whose folder this machine does
-    not have is not checked: the operator CLI may run where the shared artifact storage is
-    not mounted (the replicas check it as they load it)."""
+    not have is not checked, nor one gone from an empty folder: the operator CLI may run
+    where the shared artifact storage is not mounted, its mount point left empty (the
+    replicas check it as they load it)."""
     path = local_path(row.artifact_uri)
     if path is None or row.artifact_uri.startswith("builtin:") or (row.meta or {}).get("pruned") \
-            or not (path.exists() or path.is_symlink() or path.parent.is_dir()):
+            or not (path.exists() or path.is_symlink() or _holds_anything(path.parent)):
         return
     try:
         actual = artifact_sha256(path)
@@ -233,6 +235,15 @@ def _check_artifact(row: Any) -> None:
         raise _refused(f"not promoting {row.version}: its artifact at {path} has SHA-256 "
                        f"{actual[:12]}…, the registry records {row.sha256[:12]}… (its files "
                        f"were replaced); no replica would load it")
+
+
+def _holds_anything(folder: Path) -> bool:
+    """Whether ``folder`` is a directory with something in it: an empty one is most likely
+    the mount point of shared storage that is not mounted here."""
+    try:
+        return folder.is_dir() and next(folder.iterdir(), None) is not None
+    except OSError:
+        return False
 
 
 def _named(segment: str | None) -> dict[str, str]:

@@ -248,6 +248,7 @@ def test_promote_refuses_an_artifact_that_fails_its_sha256_even_forced(
     art.mkdir(parents=True)
     (art / "config.json").write_text("{}")
     (art / "model.safetensors").write_bytes(b"weights" * 100)
+    (tmp_path / "artifacts" / "v-other").mkdir()  # the folder holds more than v-tampered
     with store.session_scope(db) as session:
         store.register_speculator(session, version="v-tampered", kind="ngram", target_id="t",
                                   artifact_uri=str(art), sha256=store.write_manifest(art))
@@ -304,3 +305,20 @@ def test_promote_hashes_the_artifact_outside_the_write_lock(
     other.dispose()
     assert wrote == [True]
     assert live_version(db) == "v-big"
+
+
+def test_promote_does_not_check_an_artifact_below_an_empty_mount_point(
+        cli, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The operator CLI where the shared artifact storage is not mounted: its mount point is
+    an empty directory. 959990c checked the artifact wherever its folder was a directory and
+    refused (exit 3, --force too) a version the replicas load from the mounted storage."""
+    from autospec import store
+
+    mount_point = tmp_path / "mnt" / "artifacts"
+    mount_point.mkdir(parents=True)
+    with store.session_scope(db) as session:
+        store.register_speculator(session, version="v-shared", kind="ngram", target_id="t",
+                                  artifact_uri=str(mount_point / "v-shared"),
+                                  sha256="0" * 64, verify=False)
+    moved = cli("promote", "v-shared", "--force", "--reason", "hotfix")
+    assert moved.exit_code == 0 and live_version(db) == "v-shared", moved.output
