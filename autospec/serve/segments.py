@@ -93,7 +93,7 @@ class SegmentRule(BaseModel):
     def _header_name(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        if not _HEADER_NAME.match(value):
+        if not _HEADER_NAME.fullmatch(value):  # "$" takes a final "\n"
             raise ValueError(f"{value!r} is not an HTTP header name")
         if value.lower() == SEGMENT_HEADER:
             raise ValueError(f"{SEGMENT_HEADER} names the segment itself and always wins; "

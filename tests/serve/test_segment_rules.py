@@ -158,6 +158,9 @@ TAKES = ("a rule takes `segment` and one or more of `model`, `user`, `system_sha
     # a final newline passed the name's "^...$" (re.match): requests logged under 'json\n'
     ('- {segment: "json\\n", user: u}\n', "(segments.0.segment): 'json\\n' cannot name a "
      "segment: "),
+    # the same in a header name: a rule on 'x-team\n' would never match a request
+    ('- {segment: a, header: "x-team\\n", value: red}\n', "(segments.0.header): "
+     "'x-team\\n' is not an HTTP header name"),
     ("- {segment: other, model: gpt-4o}\n", ": the rule for segment 'other' (segments.0) names "
      "model 'gpt-4o', not the model this deployment serves ('smollm2-135m'"),
 ])
