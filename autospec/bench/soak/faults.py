@@ -235,9 +235,11 @@ def artifacts_read_only(ctx: FaultContext) -> FaultRecord:
 
 def bad_version(ctx: FaultContext) -> FaultRecord:
     """A copy of a registered version's artifact, registered, then corrupted on disk, pointed
-    live by an operator (``autospec promote --force``). ok: replicas refuse it and say why
-    (a ``failure`` event) and go on serving the version before; then ``autospec rollback``.
-    Recovery: from the promotion to the replicas' refusal."""
+    live by hand. ``autospec promote --force`` refuses it (exit 3: it reads the artifact), so
+    it is pointed live as an operator CLI where the shared storage is not mounted would (the
+    store's ``set_live``, an override). ok: promote refused it, the replicas refuse it and
+    say why (a ``failure`` event) and go on serving the version before; then ``autospec
+    rollback``. Recovery: from the pointer's move to the replicas' refusal."""
     rec = FaultRecord("corrupt version pointed live by hand")
     source = wait_until(lambda: _artifact_version(ctx.view), ctx.deadline, 2.0)
     if source is None:
@@ -253,11 +255,14 @@ def bad_version(ctx: FaultContext) -> FaultRecord:
                                   artifact_uri=str(copy), sha256=source["sha256"], actor="soak")
     _corrupt(copy)
     before, served_before = ctx.view.last_event_id(), ctx.view.live()
-    rec.at = time.time()
     got = procs.run_cli(["promote", name, "--force", "--reason", "soak: a corrupt artifact"],
                         env=ctx.env)
     rec.detail.append(f"promote {name} (a corrupt copy of {source['version']}): "
-                      f"exit {got.returncode}")
+                      f"exit {got.returncode} (3: refused)")
+    rec.at = time.time()
+    with store.session_scope(ctx.view.engine) as session:  # where promote cannot read it
+        store.set_live(session, version=name, actor="soak", kind="override",
+                       reason="soak: a corrupt artifact, pointed live unchecked")
     refused = wait_until(lambda: [e for e in refusals(ctx.view.events(before))
                                   if e["version"] == name], ctx.deadline, 0.5)
     if refused:
@@ -266,7 +271,7 @@ def bad_version(ctx: FaultContext) -> FaultRecord:
     back = procs.run_cli(["rollback", "--reason", "soak: undo the corrupt version"], env=ctx.env)
     rec.detail.append(f"rollback: exit {back.returncode}; live again: {ctx.view.live()} "
                       f"(before: {served_before})")
-    rec.ok = bool(refused) and got.returncode == 0 and back.returncode == 0
+    rec.ok = bool(refused) and got.returncode == 3 and back.returncode == 0
     return rec
 
 
