@@ -143,18 +143,21 @@ def import_(
     with _refusals():
         from autospec import store
         from autospec.engine.target import load_target
-        from autospec.interop.importer import ImportRefused, check_name, import_head, parse_settings
+        from autospec.interop.importer import (
+            ImportRefused,
+            check_name,
+            import_head,
+            parse_settings,
+            refuse_unless_file,
+        )
 
         store.check_actor(actor or cli_actor())  # before the target is loaded
         settings = parse_settings(assignments or [])
         if not directory.is_dir():
             raise ImportRefused(f"{directory}: " + ("a file, not a directory" if directory.exists()
                                                     else "no such directory"))
-        config = directory / "config.json"
-        if (config.exists() or config.is_symlink()) and not config.is_file():
-            raise ImportRefused(f"{config}: not a file (a directory, a device or a broken "
-                                f"link)")
-        if not config.is_file():
+        refuse_unless_file(directory / "config.json")  # before the target loads
+        if not (directory / "config.json").is_file():
             raise ImportRefused(f"{directory}: no config.json (not a speculators directory)")
         check_name(None, name)  # its form, before a store is opened (or created)
         db = store.open_store(database_url, upgrade="create")

@@ -210,9 +210,17 @@ def _registered(engine: Engine, path: Path, sha: str) -> bool | None:
         return None
 
 
+def refuse_unless_file(path: Path) -> None:
+    """:class:`ImportRefused` naming ``path`` when something other than a regular file is
+    there (a directory, a named pipe, whose read would block for ever, a device, a broken
+    link); nothing there is the caller's to say."""
+    if (path.exists() or path.is_symlink()) and not path.is_file():
+        raise ImportRefused(f"{path}: not a file (a directory, a named pipe, a device or a "
+                            f"broken link)")
+
+
 def _read_json(path: Path) -> dict[str, Any]:
-    if (path.exists() or path.is_symlink()) and not path.is_file():  # a FIFO would block
-        raise ImportRefused(f"{path}: not a file (a directory, a device or a broken link)")
+    refuse_unless_file(path)
     try:
         data = json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
@@ -226,8 +234,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    if (path.exists() or path.is_symlink()) and not path.is_file():
-        raise ImportRefused(f"{path}: not a file (a directory, a device or a broken link)")
+    refuse_unless_file(path)
     if not path.is_file():
         shards = sorted(p.name for p in path.parent.glob("*.safetensors"))
         hint = f" (found {shards}; sharded heads are not supported)" if shards else ""
@@ -305,8 +312,7 @@ def _read_index(path: Path, target: Target) -> SuffixSpeculator:
     """The suffix index in the sidecar ``path``; ImportRefused naming the file and what is
     wrong with it."""
     config = path / "config.json"
-    if (config.exists() or config.is_symlink()) and not config.is_file():  # a FIFO blocks
-        raise ImportRefused(f"{config}: not a file (a directory, a device or a broken link)")
+    refuse_unless_file(config)
     try:
         data = json.loads(config.read_text("utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
