@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+#: the deployment a command means when none is named (a fresh store has it)
+DEFAULT_DEPLOYMENT = "default"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # use fullmatch: "$" takes a final "\n"
 NAME_RULE = "use 1-64 letters, digits, '.', '_' or '-'"
 

@@ -34,6 +34,7 @@ from autospec.actor import cli_actor
 from autospec.cli_options import DatabaseUrl, deployment_name, segment_name
 from autospec.controller.status_view import fmt, print_status
 from autospec.jsonout import json_default
+from autospec.names import DEFAULT_DEPLOYMENT
 
 # what an operator or the store wrote goes out as a rich Text, printed as written: never read
 # as markup or an emoji code ("fix [/] tag", ":x:"); markup styles only the commands' labels
@@ -125,8 +126,9 @@ def _db(deployment: str | None = None, url: str | None = None,  # type: ignore[n
 
 # -- status ---------------------------------------------------------------------------------
 def status(
-    deployment: Annotated[str, typer.Option(
-        callback=deployment_name, help="the deployment to report on")] = "default",
+    deployment: Annotated[str | None, typer.Option(
+        callback=deployment_name, show_default=False, help="the deployment to report on "
+        "(default: the --policy file's `deployment`, else `default`)")] = None,
     policy: Annotated[str | None, typer.Option(
         help=POLICY_HELP + " (for the fresh-traffic minimum and the canary; default: the "
         "one the deployment's controller recorded when it started, else the shipped "
@@ -147,7 +149,8 @@ def status(
 
     span = parse_duration(period, "--period")  # before the store is opened
     with _errors():
-        given = policy_in_force(None, deployment=deployment, given=policy) if policy else None
+        given = policy_in_force(None, deployment="", given=policy) if policy else None
+        deployment = deployment or (given.policy.deployment if given else DEFAULT_DEPLOYMENT)
         db = _db(deployment, database_url)
         in_force = given or policy_in_force(db, deployment=deployment)
         data = collect_status(db, deployment=deployment, policy=in_force.policy, cycles=cycles,

@@ -22,6 +22,7 @@ from autospec.cli_options import deployment_name
 from autospec.controller.cli import POLICY_HELP, DbUrl, _errors
 from autospec.json_file import checked_json_file
 from autospec.jsonout import json_default
+from autospec.names import DEFAULT_DEPLOYMENT
 
 out = Console()
 err = Console(stderr=True)
@@ -58,8 +59,9 @@ def evaluate(
         min=1, max=16, show_default=False,
         help="draft tokens per step (default: the policy's evaluation.k, the k its cycles "
         "replay at)")] = None,
-    deployment: Annotated[str, typer.Option(
-        callback=deployment_name, help="whose traffic and live version")] = "default",
+    deployment: Annotated[str | None, typer.Option(
+        callback=deployment_name, show_default=False, help="whose traffic and live version "
+        "(default: the --policy file's `deployment`, else `default`)")] = None,
     policy: Annotated[str | None, typer.Option(
         help=POLICY_HELP + " whose gate decides (default: the one the deployment's controller "
         "recorded when it started, else the shipped default; `autospec promote` takes this "
@@ -115,7 +117,9 @@ def evaluate(
     spec = parse_window(window)
     with _errors():  # one line, exit 2, as the operator commands (a database error: the root)
         db = store.open_store(database_url)
-        in_force = policy_in_force(None if policy else db, deployment=deployment, given=policy)
+        given = policy_in_force(None, deployment="", given=policy) if policy else None
+        deployment = deployment or (given.policy.deployment if given else DEFAULT_DEPLOYMENT)
+        in_force = given or policy_in_force(db, deployment=deployment)
         k = k or in_force.policy.evaluation.k
         settings = _speed_settings(in_force.policy, enabled=speed, prompts=speed_prompts,
                                    repeats=speed_repeats, max_tokens=speed_max_tokens)

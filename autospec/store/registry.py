@@ -24,6 +24,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from autospec.names import DEFAULT_DEPLOYMENT as DEFAULT_DEPLOYMENT  # re-exported
 from autospec.names import name_problem
 from autospec.store.artifacts import artifact_sha256, local_path
 from autospec.store.errors import ArtifactError, Conflict, NotFound, StoreError
@@ -37,7 +38,6 @@ from autospec.store.models import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DEPLOYMENT = "default"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # pg_advisory_xact_lock key serialising pointer moves with `versions prune` (any constant;
 # SQLite needs none: both write under BEGIN IMMEDIATE)

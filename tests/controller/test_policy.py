@@ -3,6 +3,7 @@ mistake in a user's file is an error naming the file and the field."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -125,6 +126,26 @@ def test_a_policy_that_is_no_text_file_is_one_line(tmp_path: Path, sqlite_url: s
         assert result.exit_code == 2, result.output
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert len(lines) == 1 and str(path) in lines[0] and words in lines[0], result.output
+
+
+def test_status_and_evaluate_report_on_the_given_policys_deployment(
+        tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As `controller once --policy P` manages P's deployment; status reported on `default`
+    whatever P named, and evaluate replayed `default`'s traffic under P's gate."""
+    from autospec import store
+
+    store.open_store(sqlite_url, upgrade=True).dispose()
+    monkeypatch.setenv("AUTOSPEC_DATABASE_URL", sqlite_url)
+    path = tmp_path / "prod.yaml"
+    path.write_text("deployment: prod\n")
+    status = CliRunner().invoke(app, ["status", "--policy", str(path), "--json"])
+    assert status.exit_code == 0, status.output
+    assert json.loads(status.stdout)["deployment"] == "prod"
+    named = CliRunner().invoke(app, ["status", "--policy", str(path), "--deployment", "default",
+                                     "--json"])
+    assert json.loads(named.stdout)["deployment"] == "default"
+    evaluated = CliRunner().invoke(app, ["evaluate", "builtin-ngram", "--policy", str(path)])
+    assert evaluated.exit_code == 2 and "drafts for prod" in evaluated.output, evaluated.output
 
 
 def test_durations_and_defaults() -> None:
