@@ -88,7 +88,8 @@ def load_speculator(directory: str | Path, target: Target, *,
     """
     root = Path(directory)
     if not root.is_dir():
-        raise SpeculatorLoadError(f"{root}: not a directory")
+        raise SpeculatorLoadError(f"{root}: {'not a directory' if root.exists() else 'missing'}"
+                                  " (a version's artifact is a directory of safetensors)")
     _refuse_pickles(root)
     digest = verify_manifest(root)
     if expected_sha256 is not None and digest != expected_sha256:

@@ -195,3 +195,16 @@ def test_a_stored_config_of_sizes_its_weights_lack_is_refused_before_it_is_built
                        match=rf"(tensor '{tensor}' has shape .*, its config implies .*{size}"
                              rf"|missing \[.*'{tensor}'.*)"):
         load_speculator(tmp_path, tiny)
+
+
+def test_checkpoint_directory_gone_is_named_missing(tiny, eagle_dir) -> None:
+    """An artifact deleted by hand: every cycle's warm start failed with 'not a directory'
+    of a path that is nothing at all."""
+    import shutil
+
+    shutil.rmtree(eagle_dir)
+    with pytest.raises(SpeculatorLoadError, match=f"{eagle_dir}: missing"):
+        load_speculator(eagle_dir, tiny)
+    eagle_dir.write_text("")
+    with pytest.raises(SpeculatorLoadError, match=f"{eagle_dir}: not a directory"):
+        load_speculator(eagle_dir, tiny)
