@@ -117,3 +117,20 @@ def test_shell_commands_parse() -> None:
             for command in commands:
                 assert isinstance(command, str), f"{key}: {command!r} is not one string"
                 subprocess.run(["bash", "-n", "-c", command], check=True, timeout=30)
+
+
+def policy_of(words: list[str]) -> str | None:
+    return words[words.index("--policy") + 1] if "--policy" in words else None
+
+
+@pytest.mark.parametrize("source", ["ops/kuberay/controller.yaml",
+                                    "ops/systemd/autospec-controller.service"])
+def test_one_off_cycles_use_the_running_controllers_policy(source: str) -> None:
+    """A `controller once` or `watch` a file tells the operator to run beside its controller
+    names that controller's --policy: without it the shipped default runs (another gate,
+    in-process training) and is recorded as the policy in force for `autospec status`."""
+    controllers = [w for w in SOURCES[source]() if w[:2] == ["autospec", "controller"]]
+    (running,) = {policy_of(w) for w in controllers if w[2] == "run"}
+    assert running is not None and running != "default"
+    for words in controllers:
+        assert policy_of(words) == running, " ".join(words)
