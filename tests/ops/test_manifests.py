@@ -327,3 +327,14 @@ def test_serving_pods_read_the_api_keys_secret_as_a_file() -> None:
         assert volumes[mount["name"]]["secret"]["secretName"] == "autospec-api-keys", name
         assert path.name in keys_secret["stringData"], name
     assert "AUTOSPEC_API_KEY" not in secrets["autospec-db"]["stringData"]
+
+
+def test_controller_unit_stopped_by_sigterm_is_not_failed() -> None:
+    """ExecStop sends `controller run` SIGTERM, on which it exits 143 (docs/cli.md), and
+    docker exec exits with its status: systemd must count 143 a success, or every
+    `systemctl stop` (and a host's shutdown) leaves the unit failed."""
+    from autospec.stopping import exit_on_sigterm  # what `controller run` stops with
+
+    assert exit_on_sigterm.__doc__ and "143" in exit_on_sigterm.__doc__
+    assert "kill -TERM" in " ".join(unit_exec("ExecStop"))
+    assert "143" in unit_exec("SuccessExitStatus")
