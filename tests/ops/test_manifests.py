@@ -338,3 +338,16 @@ def test_controller_unit_stopped_by_sigterm_is_not_failed() -> None:
     assert exit_on_sigterm.__doc__ and "143" in exit_on_sigterm.__doc__
     assert "kill -TERM" in " ".join(unit_exec("ExecStop"))
     assert "143" in unit_exec("SuccessExitStatus")
+
+
+def test_cluster_launchers_controller_runs_on_the_replicas_kind_of_gpu() -> None:
+    """The systemd unit runs the controller in the head's container; its features, replay,
+    in-process training and the gate's measured speedup run on its device, which must be the
+    replicas' (docs/gpu.md; the KubeRay controller has a GPU of its own). Ray gets no GPU
+    there, so no replica or Ray Train worker is placed on the head."""
+    config = cluster_config()
+    types = config["available_node_types"]
+    head = types[config["head_node_type"]]
+    (worker,) = [t for name, t in types.items() if name != config["head_node_type"]]
+    assert head["node_config"]["InstanceType"] == worker["node_config"]["InstanceType"]
+    assert head["resources"].get("GPU") == 0
