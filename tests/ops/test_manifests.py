@@ -351,3 +351,17 @@ def test_cluster_launchers_controller_runs_on_the_replicas_kind_of_gpu() -> None
     (worker,) = [t for name, t in types.items() if name != config["head_node_type"]]
     assert head["node_config"]["InstanceType"] == worker["node_config"]["InstanceType"]
     assert head["resources"].get("GPU") == 0
+
+
+def test_gpu_deployments_restart_without_a_second_gpu() -> None:
+    """A Deployment whose pod takes a GPU (the controller) is replaced old pod first: a
+    rolling update starts the new pod before the old one ends, which needs a free GPU, so a
+    restart for a policy change hangs Pending on a cluster without a spare one."""
+    checked = 0
+    for doc in BY_KIND["Deployment"]:
+        pod = doc["spec"]["template"]["spec"]
+        if any(gpus(c) for c in containers(pod)):
+            assert doc["spec"].get("strategy", {}).get("type") == "Recreate", \
+                doc["metadata"]["name"]
+            checked += 1
+    assert checked == 1
