@@ -365,3 +365,30 @@ def test_gpu_deployments_restart_without_a_second_gpu() -> None:
                 doc["metadata"]["name"]
             checked += 1
     assert checked == 1
+
+
+def unknown_keys(data: dict[str, Any], model: Any, where: str) -> list[str]:
+    """Keys a Ray Serve schema model does not have (Ray ignores them without a word)."""
+    return [f"{where}.{key}" for key in data if key not in model.model_fields]
+
+
+@pytest.mark.parametrize("where", ["rayservice", "serve_config"])
+def test_serve_config_is_ray_serves(where: str) -> None:
+    """The whole file against Ray Serve's own ServeDeploySchema (what `serve deploy` and
+    KubeRay submit), with the keys it would silently drop (a misspelt `proxy_location`,
+    an `http_options` or application field) refused; `deployments` overrides name a
+    deployment the application builds."""
+    from ray.serve.schema import HTTPOptionsSchema, ServeApplicationSchema, ServeDeploySchema
+
+    text = (RAYSERVICE["spec"]["serveConfigV2"] if where == "rayservice"
+            else (OPS / "serve_config.yaml").read_text())
+    data = yaml.safe_load(text)
+    ServeDeploySchema.model_validate(data)
+    problems = unknown_keys(data, ServeDeploySchema, "")
+    problems += unknown_keys(data.get("http_options", {}), HTTPOptionsSchema, "http_options")
+    for app in data["applications"]:
+        problems += unknown_keys(app, ServeApplicationSchema, app["name"])
+        assert {d["name"] for d in app.get("deployments", [])} <= {
+            "AutospecServer", "AutospecMetrics"}
+    assert problems == []
+    assert unknown_keys({"proxy_locaton": "EveryNode"}, ServeDeploySchema, "") != []
