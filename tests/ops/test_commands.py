@@ -134,3 +134,19 @@ def test_one_off_cycles_use_the_running_controllers_policy(source: str) -> None:
     assert running is not None and running != "default"
     for words in controllers:
         assert policy_of(words) == running, " ".join(words)
+
+
+def test_serve_deploy_is_given_the_dashboards_address() -> None:
+    """`serve deploy` talks to the dashboard's HTTP address (--address, else
+    RAY_DASHBOARD_ADDRESS), not RAY_ADDRESS (a GCS or ray:// address) as `serve run` and
+    `ray.init` do: what the deployment files say about `serve deploy` names the variable
+    Ray's own CLI reads."""
+    from ray.serve.scripts import deploy
+
+    (address,) = [p for p in deploy.params if p.name == "address"]
+    assert "RAY_DASHBOARD_ADDRESS" in (address.help or "")
+    for name in ("serve_config.yaml", "README-serve.md"):
+        lines = (OPS / name).read_text().splitlines()
+        (i,) = [i for i, ln in enumerate(lines) if "serve deploy ops/serve_config.yaml" in ln]
+        said = " ".join(lines[i:i + 3])
+        assert "RAY_DASHBOARD_ADDRESS" in said and "RAY_ADDRESS or" not in said, name
