@@ -392,3 +392,21 @@ def test_serve_config_is_ray_serves(where: str) -> None:
             "AutospecServer", "AutospecMetrics"}
     assert problems == []
     assert unknown_keys({"proxy_locaton": "EveryNode"}, ServeDeploySchema, "") != []
+
+
+def test_the_controller_evaluates_at_the_replicas_k() -> None:
+    """docs/gpu.md: the policy's evaluation.k must equal the serving speculator_k (the gate
+    measures τ and speed at that k; nothing checks it at run time). KubeRay: the ConfigMap's
+    policy and the RayService; cluster launcher: the shipped default (its policy file) and
+    serve_config.yaml, or `autospec serve`'s default k."""
+    from autospec.shipped import shipped_dir
+
+    (config_map,) = [d for d in BY_KIND["ConfigMap"] if d["metadata"]["name"] == "autospec-policy"]
+    (application,) = serve_applications(RAYSERVICE["spec"]["serveConfigV2"])
+    assert parse_policy(config_map["data"]["policy.yaml"]).evaluation.k == \
+        application["args"]["speculator_k"]
+    default = parse_policy(shipped_dir("policies").joinpath("default.yaml").read_text())
+    (application,) = serve_applications((OPS / "serve_config.yaml").read_text())
+    assert default.evaluation.k == application["args"]["speculator_k"] == \
+        ServeConfig().speculator_k
+    assert "--speculator-k" not in (OPS / "cluster.yaml").read_text()
