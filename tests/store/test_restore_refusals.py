@@ -60,6 +60,21 @@ def _restore_cli(bk: Path, url: str, *more: str) -> Any:
     return CliRunner().invoke(app, ["db", "restore", str(bk), "--url", url, *more])
 
 
+def _restored_into_my_artifacts(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch, *,
+                                missing: str) -> Path:
+    """``tmp_path/bk`` restored into ``url`` with this store's artifacts in
+    ``tmp_path/my-artifacts`` (returned), ``missing`` reported without an artifact."""
+    from autospec.settings import get_settings
+
+    mine = tmp_path / "my-artifacts"
+    monkeypatch.setenv("AUTOSPEC_ARTIFACT_DIR", str(mine))
+    get_settings.cache_clear()
+    result = _restore_cli(tmp_path / "bk", url)
+    assert result.exit_code == 0, result.output
+    assert f"without an artifact (pruned or missing): {missing}" in result.stdout
+    return mine
+
+
 def _one_line_error(result: Any) -> str:
     assert result.exit_code == 2, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
@@ -284,7 +299,6 @@ def test_a_commit_whose_landing_cannot_be_checked_says_so_and_puts_the_artifacts
 def test_a_version_without_an_artifact_points_into_this_store_and_is_named(
         db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The trial: eagle3-a's row kept the source store's path, and only --json named it."""
-    from autospec.settings import get_settings
 
     source = migrate.open_store(f"sqlite:///{tmp_path / 'source.db'}", upgrade=True)
     populate(source, tmp_path / "source-artifacts")
@@ -293,12 +307,7 @@ def test_a_version_without_an_artifact_points_into_this_store_and_is_named(
     source.dispose()
     shutil.rmtree(tmp_path / "source-artifacts")  # the source store's host, say, is gone
 
-    mine = tmp_path / "my-artifacts"
-    monkeypatch.setenv("AUTOSPEC_ARTIFACT_DIR", str(mine))
-    get_settings.cache_clear()
-    result = _restore_cli(tmp_path / "bk", db_url)
-    assert result.exit_code == 0, result.output
-    assert "without an artifact (pruned or missing): eagle3-a" in result.stdout
+    mine = _restored_into_my_artifacts(tmp_path, db_url, monkeypatch, missing="eagle3-a")
     target = db.make_engine(db_url)
     with store.session_scope(target, readonly=True) as session:
         for version in ("eagle3-a", "eagle3-b", "eagle3-c"):
@@ -415,7 +424,6 @@ def test_a_version_backup_json_lists_nowhere_points_into_this_store_too(
     """backup.json edited: eagle3-a in neither artifacts nor missing_artifacts. Its row kept
     the source store's artifact_uri, so the restored store read (and would back up) the
     other store's artifact, which 1d514ea stopped for the versions listed missing."""
-    from autospec.settings import get_settings
 
     source = migrate.open_store(f"sqlite:///{tmp_path / 'source.db'}", upgrade=True)
     populate(source, tmp_path / "source-artifacts")  # stays there, readable
@@ -426,12 +434,7 @@ def test_a_version_backup_json_lists_nowhere_points_into_this_store_too(
     (tmp_path / "bk" / "backup.json").write_text(json.dumps(index))
     shutil.rmtree(tmp_path / "bk" / "artifacts" / "eagle3-a")
 
-    mine = tmp_path / "my-artifacts"
-    monkeypatch.setenv("AUTOSPEC_ARTIFACT_DIR", str(mine))
-    get_settings.cache_clear()
-    result = _restore_cli(tmp_path / "bk", sqlite_url)
-    assert result.exit_code == 0, result.output
-    assert "without an artifact (pruned or missing): eagle3-a" in result.stdout
+    mine = _restored_into_my_artifacts(tmp_path, sqlite_url, monkeypatch, missing="eagle3-a")
     target = db.make_engine(sqlite_url)
     with store.session_scope(target, readonly=True) as session:
         assert store.get_speculator(session, version="eagle3-a").artifact_uri == str(
