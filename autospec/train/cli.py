@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -259,7 +260,8 @@ def _run(request: TrainRequest, *, database_url: str | None, address: str | None
     _check_incumbent(engine, request.incumbent)
     with store.session_scope(engine, readonly=True) as session:  # empty or short: say it now
         data = load_training_data(session, request.window, min_requests=request.min_requests)
-    if address:  # join the cluster now, before any work is done
+    if address or (request.workers and os.environ.get("RAY_ADDRESS")):  # join it now, before
+        # any work is done: a cluster that cannot be joined fails in seconds, not after features
         from autospec.train.ray_trainer import connect_ray
 
         connect_ray(address=address, workers=request.workers)
