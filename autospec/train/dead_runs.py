@@ -12,8 +12,10 @@ alone (their process cannot be seen from here), as are runs that predate the rec
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ import psutil
 from sqlalchemy.engine import Engine
 
 from autospec import store
+from autospec.settings import get_settings
 from autospec.train.partials import remove_partials
 
 log = logging.getLogger(__name__)
@@ -49,7 +52,8 @@ def is_dead(process: dict[str, Any] | None) -> bool:
 
 def sweep_dead_runs(engine: Engine, artifact_root: Path) -> list[int]:
     """Close as failed every ``running`` run of this host whose process died, and remove its
-    unregistered artifact; the ids closed."""
+    unregistered artifact and the Ray Train folders of dead processes under the data
+    directory's ``ray-train`` (:func:`sweep_dead_ray_storage`); the ids closed."""
     closed = []
     with store.session_scope(engine) as session:
         for run in store.list_training_runs(session, status="running", limit=1000):
@@ -61,8 +65,28 @@ def sweep_dead_runs(engine: Engine, artifact_root: Path) -> list[int]:
                 error=f"interrupted: process {process['pid']} on {process['host']} died "
                       "while training")
             closed.append(run.id)
+    for folder in sweep_dead_ray_storage(get_settings().data_dir / "ray-train"):
+        log.warning("removed %s: the Ray Train job and checkpoints of a run whose process died",
+                    folder)
     for run_id in closed:
         removed = remove_partials(artifact_root, run_id)
         log.warning("closed training run %d: its process died%s", run_id,
                     f"; removed {', '.join(map(str, removed))}" if removed else "")
     return closed
+
+
+def sweep_dead_ray_storage(storage: Path) -> list[Path]:
+    """Remove each Ray Train run folder under ``storage`` (its job: a copy of the features and
+    weights; its checkpoints) whose job names a driver process known dead (:func:`is_dead`):
+    ``ray_fit`` removes its folder however the run ends, but not when its process is killed
+    outright (SIGKILL mid-training left hundreds of MB per run). The folders removed."""
+    removed = []
+    for spec in sorted(Path(storage).glob("*/job/job.json")):
+        try:
+            process = json.loads(spec.read_text()).get("process")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if is_dead(process):
+            shutil.rmtree(spec.parent.parent, ignore_errors=True)
+            removed.append(spec.parent.parent)
+    return removed

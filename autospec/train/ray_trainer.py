@@ -12,7 +12,9 @@ when a worker dies, Ray restarts the group (``FailureConfig(max_failures)``) and
 loop resumes from the latest checkpoint. ``fail_at_step`` injects one such death (for
 tests and drills): the first attempt to pass that step raises, later attempts do not.
 Once the final checkpoint is read into memory (or the run failed), the run's folder under
-the storage — job and checkpoints — is removed: nothing of a run stays on disk.
+the storage — job and checkpoints — is removed: nothing of a run stays on disk (a driver
+killed outright cannot: the job names its process, and the next run on the host removes the
+folder, :func:`~autospec.train.dead_runs.sweep_dead_ray_storage`).
 
 Stopping on request (``should_stop``: the cycle's deadline, a lost lease): the driver asks it
 every half second while it waits for the run (:class:`RunStop`) and, when True, writes a stop
@@ -71,6 +73,7 @@ import torch
 
 from autospec.file_modes import save_safetensors
 from autospec.threads import ThreadSetting, worker_threads
+from autospec.train.dead_runs import this_process
 from autospec.train.errors import TrainingError, TrainingStopped
 from autospec.train.features import FeatureCache
 from autospec.train.kinds import TraineeOptions, recipe
@@ -189,7 +192,7 @@ def _fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
     (job / "job.json").write_text(json.dumps({
         "kind": kind, "config": config.model_dump(mode="json"), "opts": asdict(opts),
         "loop": asdict(loop), "fail_at_step": fail_at_step,
-        "fault_marker": str(job / "fault-injected")}))
+        "fault_marker": str(job / "fault-injected"), "process": this_process()}))
     connect_ray(address=address, workers=workers)
     trainer = TorchTrainer(
         _worker, train_loop_config={"job": str(job), "threads": threads},

@@ -3,6 +3,7 @@ the next run on its host; runs whose process may be alive are left alone."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import textwrap
 
 import psutil
+import pytest
 
 from autospec import store
 from autospec.settings import get_settings
@@ -86,3 +88,57 @@ def test_is_dead_tolerates_a_malformed_record() -> None:
     assert not is_dead({"host": socket.gethostname(), "pid": "not a pid"})
     assert not is_dead({"host": socket.gethostname()})
     assert not is_dead({})
+
+
+_KILLED_RAY_DRIVER = textwrap.dedent("""
+    import json, os, signal, sys
+    from pathlib import Path
+    from autospec.train.dead_runs import this_process
+    job = Path(sys.argv[1]) / "draft-0badf00d" / "job"
+    job.mkdir(parents=True)
+    (job / "job.json").write_text(json.dumps({"kind": "draft", "process": this_process()}))
+    (job.parent / "checkpoint_1").mkdir()
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_the_ray_train_folder_of_a_sigkilled_driver_is_removed_by_the_next_run(
+        db, tmp_path, monkeypatch) -> None:
+    """`autospec train --workers 2` SIGKILLed mid-training left its Ray Train job and
+    checkpoints (312 MB for a one-layer draft) under <data dir>/ray-train for good."""
+    from autospec.train import ray_trainer
+    from autospec.train.kinds import TraineeOptions
+    from autospec.train.loop import LoopConfig
+
+    storage = get_settings().data_dir / "ray-train"
+    done = subprocess.run([sys.executable, "-c", _KILLED_RAY_DRIVER, str(storage)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    live = storage / "draft-11ve0000" / "job"  # a run of a process alive (this one)
+    live.mkdir(parents=True)
+    seen = {}
+
+    def job_as_written(**_kw) -> None:  # what ray_fit wrote before it joins Ray
+        seen.update(json.loads((tmp_path / "s" / "r" / "job" / "job.json").read_text()))
+        raise RuntimeError("no Ray here")
+
+    monkeypatch.setattr(ray_trainer, "connect_ray", job_as_written)
+    with pytest.raises(RuntimeError, match="no Ray here"):
+        ray_trainer.ray_fit(kind="suffix", config=FakeConfig(), state={}, shared={},
+                            opts=TraineeOptions(), cache=FakeCache(),
+                            loop=LoopConfig(epochs=1, batch_size=1, lr=0.1), workers=2,
+                            storage_path=tmp_path / "s", name="r")
+    assert seen["process"] == this_process()
+    (live / "job.json").write_text(json.dumps({"process": seen["process"]}))
+    sweep_dead_runs(db, tmp_path / "artifacts")
+    assert sorted(p.name for p in storage.iterdir()) == ["draft-11ve0000"]
+
+
+class FakeConfig:
+    def model_dump(self, mode: str) -> dict:
+        return {}
+
+
+class FakeCache:
+    def save(self, path) -> None:
+        path.write_text("")
