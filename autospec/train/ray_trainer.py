@@ -45,7 +45,7 @@ placement group; it fails at once should it start later. Ray itself is not shut 
 Which Ray (:func:`connect_ray`, called by :func:`ray_fit` and by the CLIs before a run):
 the one this process is already a driver of; else the cluster at ``address`` (``autospec
 train --address``, ``autospec controller ... --address``) or ``RAY_ADDRESS`` (a ``host:port``
-where nothing answers fails within ``JOIN_PROBE_S``); else a new
+where nothing answers fails within seconds, :mod:`autospec.train.ray_room`); else a new
 local Ray (``address="local"``: never a ``ray start`` cluster found on the machine). Nothing
 here shuts Ray down: a local Ray started here ends with the process (and serves its later
 runs), and a cluster this process only joined is never stopped. On a multi-node cluster
@@ -59,7 +59,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -78,6 +77,7 @@ from autospec.train.errors import TrainingError, TrainingStopped
 from autospec.train.features import FeatureCache
 from autospec.train.kinds import TraineeOptions, recipe
 from autospec.train.loop import LoopConfig, LoopState, train_loop
+from autospec.train.ray_room import check_reachable, check_room
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,6 @@ STOP_FILE, STOPPED_FILE = "stop-requested", "stopped"
 PLACEMENT_FILE = "placement-group"
 #: how long the driver waits for a run to end after it asked it to stop
 STOP_GRACE_S = 120.0
-#: how long joining a cluster waits for its address to answer at all
-JOIN_PROBE_S = 10.0
 
 
 def connect_ray(*, address: str | None = None, workers: int = 2) -> str:
@@ -107,7 +105,7 @@ def connect_ray(*, address: str | None = None, workers: int = 2) -> str:
 
         start_local(num_cpus=max(2, workers), log_to_driver=False, configure_logging=False)
         return "started"
-    _check_reachable(address)
+    check_reachable(address)
     try:  # an existing cluster: its resources are its own (no num_cpus here)
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -115,24 +113,6 @@ def connect_ray(*, address: str | None = None, workers: int = 2) -> str:
                             f"{str(exc).strip().splitlines()[0] if str(exc) else exc!r}") from exc
     log.info("joined the Ray cluster at %s", address)
     return "connected"
-
-
-def _check_reachable(address: str) -> None:
-    """A ``host:port`` cluster address where nothing answers is a :class:`TrainingError` within
-    :data:`JOIN_PROBE_S`: ``ray.init`` retries such an address for ever (5 s tries, a
-    ``Failed to connect to GCS`` line each). ``auto`` and ``ray://`` addresses are Ray's."""
-    if address == "auto" or "://" in address:
-        return
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)),
-                                 timeout=JOIN_PROBE_S).close()
-    except ValueError:
-        raise TrainingError(f"cannot join the Ray cluster at {address}: "
-                            "not host:port, 'auto' or ray://host:port") from None
-    except OSError as exc:
-        raise TrainingError(f"cannot join the Ray cluster at {address}: nothing answers "
-                            f"there ({exc.strerror or exc})") from exc
 
 
 def ray_fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
@@ -194,6 +174,7 @@ def _fit(*, kind: str, config: Any, state: dict[str, torch.Tensor],
         "loop": asdict(loop), "fail_at_step": fail_at_step,
         "fault_marker": str(job / "fault-injected"), "process": this_process()}))
     connect_ray(address=address, workers=workers)
+    check_room(workers, use_gpu, local=not (address or os.environ.get("RAY_ADDRESS")))
     trainer = TorchTrainer(
         _worker, train_loop_config={"job": str(job), "threads": threads},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu,
