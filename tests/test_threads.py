@@ -98,6 +98,7 @@ def test_the_cap_reaches_the_ray_train_worker_config(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(ray.train.torch, "TorchTrainer", FakeTrainer)
     monkeypatch.setattr(ray_trainer, "connect_ray", lambda **_kw: "existing")
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})  # no Ray joined here
     with pytest.raises(Stop):
         ray_trainer.ray_fit(kind="eagle3", config=Config(), state={}, shared={},
                             opts=TraineeOptions(), cache=Cache(), loop=LoopConfig(),  # type: ignore[arg-type]
