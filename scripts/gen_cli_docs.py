@@ -33,6 +33,9 @@ did not start, `demo` ended early, `bench swap` with failed requests, `bench soa
 `soak-report` with a goal missed, `db current` on a store this code cannot run against;
 130 a run stopped by Ctrl-C (`demo`, `bench soak`, `controller once`, `watch`, `run`), 143
 by SIGTERM (`bench soak` and the `controller` commands); `serve` stops on either with 0.
+With `--json`, a refusal is a JSON object on stdout too (`controller once`: its `outcome`
+`rejected`; `evaluate`: its decision; `promote` and `rollback`: `{"outcome": "refused",
+"reason": ..., "exit_code": 3, ...}`), beside its line on stderr.
 """
 
 

@@ -2,8 +2,9 @@
 the helpers :mod:`autospec.controller.run_cli`'s ``controller run|once|watch`` share).
 
 Every command takes ``--json`` (one JSON document on stdout) and prints rich tables
-otherwise. The database is ``--database-url`` (or ``--url``), else ``AUTOSPEC_DATABASE_URL``
-(or the default SQLite file).
+otherwise; a ``promote`` or ``rollback`` refused prints its refusal as one too
+(:func:`refused_json`), beside the line on stderr. The database is ``--database-url`` (or
+``--url``), else ``AUTOSPEC_DATABASE_URL`` (or the default SQLite file).
 Errors are one line on stderr, never a traceback. Exit codes, for scripts:
 
 - ``0`` — done: promoted, rolled back, listed; ``controller once``: promoted, nothing to
@@ -49,10 +50,11 @@ DbUrl = DatabaseUrl  # --database-url / --url, as every command that opens the s
 
 
 @contextmanager
-def _errors() -> Iterator[None]:
+def _errors(refusal: dict[str, Any] | None = None) -> Iterator[None]:
     """A refusal or a known error as one line (exit 3 or 2); anything else propagates. The
     error types are imported only when something was raised: some live in modules that
-    import torch, which ``status`` and ``history`` never need."""
+    import torch, which ``status`` and ``history`` never need. ``refusal`` (a ``--json``
+    command's): a refusal is also a JSON object on stdout, :func:`refused_json` of it."""
     try:
         yield
     except (typer.Exit, typer.Abort, typer.BadParameter):
@@ -69,6 +71,8 @@ def _errors() -> Iterator[None]:
         from autospec.versions import VersionLoadError
 
         if isinstance(exc, Refused):
+            if refusal is not None:
+                _emit(refused_json(str(exc), **refusal))
             _fail(str(exc), EXIT_REFUSED)
         if isinstance(exc, (PolicyError, StoreError, TrainingError, EvaluationError,
                             VersionLoadError, TargetLoadError, NumericsMismatch)):
@@ -76,6 +80,15 @@ def _errors() -> Iterator[None]:
         if isinstance(exc, LeaseLost):
             _fail(f"the controller lost its lease: {exc}", EXIT_ERROR)
         raise  # a database error (SQLAlchemyError): one line at the root, autospec.cli_errors
+
+
+def refused_json(reason: str, **named: Any) -> dict[str, Any]:
+    """What a ``--json`` command prints on stdout when it refuses (exit 3), as ``controller
+    once`` gives an ``outcome`` and its ``exit_code``: ``{"outcome": "refused", "reason":
+    ..., "exit_code": 3}`` and what the command was asked (``named``: deployment, version,
+    segment; those given)."""
+    return {"outcome": "refused", "reason": reason, "exit_code": EXIT_REFUSED,
+            **{key: value for key, value in named.items() if value is not None}}
 
 
 def _fail(message: str, code: int) -> None:
@@ -163,6 +176,8 @@ def status(
 
 
 # -- promote / rollback ---------------------------------------------------------------------
+MOVE_JSON_HELP = ('print JSON: the move; refused (exit 3), {"outcome": "refused", '
+                  '"reason": ..., "exit_code": 3, ...}')
 SEGMENT_HELP = ("move this traffic segment's own pointer instead of the deployment's (its "
                 "requests are then drafted by it: on native replicas any kind, on vLLM "
                 "replicas a suffix version while the deployment's is one; docs/segments.md)")
@@ -178,7 +193,7 @@ def promote(
         callback=deployment_name, help="the deployment whose pointer moves")] = "default",
     segment: Annotated[str | None, typer.Option(callback=segment_name, help=SEGMENT_HELP)] = None,
     database_url: DbUrl = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help=MOVE_JSON_HELP)] = False,
 ) -> None:
     """Make VERSION live — only with a passing evaluation against the live version, unless
     --force --reason "..." (exit 0 promoted, 3 refused, 2 error). With --segment, for that
@@ -190,7 +205,8 @@ def promote(
 
     if force and not reason.strip():
         _fail("--force needs --reason \"...\" (it is recorded in the audit log)", EXIT_ERROR)
-    with _errors():
+    asked = {"deployment": deployment, "segment": segment, "version": version}
+    with _errors(asked if json_out else None):
         data = promote_version(_db(deployment, database_url, segment, version), version=version,
                                actor=cli_actor(), force=force, reason=reason,
                                deployment=deployment, segment=segment)
@@ -222,7 +238,7 @@ def rollback(
         "--force", help="roll back even where the canary has just rolled the pointer back "
         "(that would put the version the canary rolled back live again, with no canary)")] = False,
     database_url: DbUrl = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help=MOVE_JSON_HELP)] = False,
 ) -> None:
     """Point the deployment (or --segment's pointer) back at its previous version, in one
     step (exit 0, 3 nothing to roll back or refused, 2 error). A second rollback undoes the
@@ -233,7 +249,7 @@ def rollback(
     if unpin and segment is None:
         raise typer.BadParameter("--unpin needs --segment (the deployment's pointer cannot be "
                                  "unpinned)", param_hint="--unpin")
-    with _errors():
+    with _errors({"deployment": deployment, "segment": segment} if json_out else None):
         db = _db(deployment, database_url, segment)
         data = (unpin_segment(db, actor=cli_actor(), reason=reason, deployment=deployment,
                               segment=segment) if unpin and segment is not None else
