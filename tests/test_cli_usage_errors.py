@@ -40,6 +40,9 @@ from autospec.cli import app
     (["status", "--period", "0h"], "--period: '0h': a duration must be longer than 0"),
     (["ledger", "--period", "0s"], "--period: '0s': a duration must be longer than 0"),
     (["ledger", "--until", "soon"], "Invalid value for --until"),
+    # a period ending after now was accounted for as if it had happened (a trial's find)
+    (["ledger", "--until", "2999-01-01T00:00"], "--until: '2999-01-01T00:00' is in the future"),
+    (["ledger", "--until", "2999-01-01T00:00+05:00"], "is in the future (now is "),
     (["db", "purge", "--older-than", "0d"], "--older-than: '0d': a duration must be longer"),
     (["evaluate", "v1", "--window", "soon"], "Invalid value for --window"),
     (["evaluate", "v1", "--window", "7d:0"], "the window's request count must be at least 1"),

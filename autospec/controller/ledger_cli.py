@@ -32,7 +32,8 @@ def ledger(
     period: Annotated[str, typer.Option(
         help="how far back from --until: a duration such as 24h, 90m, 7d")] = "24h",
     until: Annotated[str | None, typer.Option(
-        help="the period's end, an ISO time (UTC unless it says otherwise; default: now)")
+        help="the period's end, an ISO time up to now (UTC unless it says otherwise; "
+        "default: now)")
     ] = None,
     database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
@@ -49,6 +50,12 @@ def ledger(
     span, end = parse_duration(period, "--period"), _until(until)  # before the store opens
     if end is not None and end.year < 1900:  # (and a period back from it may not be a date)
         raise typer.BadParameter(f"{until!r} is before the store's time", param_hint="--until")
+    now = datetime.now(timezone.utc)
+    if end is not None and end > now:  # its period would hold time nothing can have served
+        raise typer.BadParameter(
+            f"{until!r} is in the future (now is {now:%Y-%m-%dT%H:%M:%S} UTC): the ledger "
+            f"accounts for what has happened; give a time up to now, or leave --until out "
+            f"for now", param_hint="--until")
     with _errors():
         data = ledger_for(_db(deployment, database_url), deployment=deployment, period=span,
                           until=end)
