@@ -119,17 +119,18 @@ def _emit(data: Any) -> None:
 
 
 def _db(deployment: str | None = None, url: str | None = None,  # type: ignore[no-untyped-def]
-        segment: str | None = None, version: str | None = None):
+        segment: str | None = None, version: str | None = None, *, named: bool = True):
     """The store at ``url`` (``--database-url``; default: the settings'); a ``deployment``
     or a ``segment`` of it this store has never heard of is named on stderr, and the command
     goes on (a typo would otherwise show an empty status or history, or stage a pointer
     nobody follows; a new segment's pointer may be staged before its traffic comes).
-    ``version``: the one a ``promote`` moves to, whose evaluations may name the segment."""
+    ``version``: the one a ``promote`` moves to, whose evaluations may name the segment.
+    ``named=False``: no note of the deployment (``promote`` refuses an unknown one itself)."""
     from autospec import store
     from autospec.controller.names import unknown_deployment, unknown_segment
 
     db = store.open_store(url)
-    notes = [unknown_deployment(db, deployment) if deployment is not None else None,
+    notes = [unknown_deployment(db, deployment) if deployment is not None and named else None,
              unknown_segment(db, deployment, segment, version=version)
              if deployment is not None and segment is not None else None]
     for note in filter(None, notes):
@@ -192,6 +193,11 @@ def promote(
     deployment: Annotated[str, typer.Option(
         callback=deployment_name, help="the deployment whose pointer moves")] = "default",
     segment: Annotated[str | None, typer.Option(callback=segment_name, help=SEGMENT_HELP)] = None,
+    new_deployment: Annotated[bool, typer.Option(
+        "--new-deployment", help="--deployment names a new deployment: start its pointer at "
+        "VERSION (without it, a deployment no replica, request, pointer, evaluation or event "
+        "of the store names is refused: a typo would start a pointer no replica "
+        "follows)")] = False,
     database_url: DbUrl = None,
     json_out: Annotated[bool, typer.Option("--json", help=MOVE_JSON_HELP)] = False,
 ) -> None:
@@ -207,9 +213,10 @@ def promote(
         _fail("--force needs --reason \"...\" (it is recorded in the audit log)", EXIT_ERROR)
     asked = {"deployment": deployment, "segment": segment, "version": version}
     with _errors(asked if json_out else None):
-        data = promote_version(_db(deployment, database_url, segment, version), version=version,
-                               actor=cli_actor(), force=force, reason=reason,
-                               deployment=deployment, segment=segment)
+        data = promote_version(_db(deployment, database_url, segment, version, named=False),
+                               version=version, actor=cli_actor(), force=force, reason=reason,
+                               deployment=deployment, segment=segment,
+                               new_deployment=new_deployment)
     if json_out:
         _emit(data)
     else:

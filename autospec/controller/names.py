@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 
 from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from autospec import store
 from autospec.store.models import Evaluation, Request
@@ -19,12 +20,19 @@ def unknown_deployment(engine: Engine, deployment: str) -> str | None:
     if deployment == DEFAULT_DEPLOYMENT:
         return None
     with store.session_scope(engine, readonly=True) as session:
-        known = sorted({DEFAULT_DEPLOYMENT, *store.known_deployments(session)})
-    if deployment in known:
+        return unknown_deployment_in(session, deployment)
+
+
+def unknown_deployment_in(session: Session, deployment: str) -> str | None:
+    """:func:`unknown_deployment`, read in ``session``: None for the default deployment and
+    one the store knows (:func:`autospec.store.deployment_known`: a replica, its traffic, a
+    pointer, an evaluation or an event names it)."""
+    if deployment == DEFAULT_DEPLOYMENT or store.deployment_known(session, deployment):
         return None
+    known = sorted({DEFAULT_DEPLOYMENT, *store.known_deployments(session)})
     close = difflib.get_close_matches(deployment, known, n=1)
-    return (f"no replica or pointer of this store names deployment {deployment!r} "
-            f"(known: {', '.join(known)})"
+    return (f"no replica, request, pointer, evaluation or event of this store names "
+            f"deployment {deployment!r} (known: {', '.join(known)})"
             + (f"; did you mean {close[0]!r}?" if close else ""))
 
 

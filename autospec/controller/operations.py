@@ -17,6 +17,9 @@ overall decision may be a rejection: that is what a segment's own pointer is for
 move of a segment first pins its pointer at the version drafting it then
 (:func:`ensure_segment_pointer`), so a rollback has somewhere to go.
 
+A promotion to a deployment the store does not know (:mod:`autospec.controller.names`) is
+refused unless ``new_deployment``: a typo would start a pointer no replica follows.
+
 A version whose artifact folder this machine has but whose artifact fails its SHA-256 (a
 file changed, cut short or gone, the directory gone from a folder holding others) is
 refused, ``force`` or not: no replica would load it.
@@ -38,6 +41,7 @@ from sqlalchemy.orm import Session
 
 from autospec import store
 from autospec.controller import records
+from autospec.controller.names import unknown_deployment_in
 from autospec.controller.result import CycleFailed
 from autospec.controller.segment_watch import newest_move, vllm_segment_refusal
 from autospec.controller.speedcheck import promotion_speeds
@@ -159,12 +163,16 @@ def passing_evaluation(session: Session, *, version: str, incumbent: str,
 
 def promote_version(engine: Engine, *, version: str, actor: str, force: bool = False,
                     reason: str = "", deployment: str = "default",
-                    segment: str | None = None) -> dict[str, Any]:
+                    segment: str | None = None, new_deployment: bool = False) -> dict[str, Any]:
     """Move the deployment's pointer (or ``segment``'s) to ``version`` if it passed against
-    the version there now (see the module doc), or with ``force``."""
+    the version there now (see the module doc), or with ``force``; a deployment the store
+    does not know is refused unless ``new_deployment`` (see the module doc)."""
     checked = _checked_artifact(engine, version)  # NotFound → exit 2
     with store.session_scope(engine) as session:
         row = store.get_speculator(session, version=version)
+        if not new_deployment and (why := unknown_deployment_in(session, deployment)):
+            raise _refused(f"not promoting {version}: {why}; pass --new-deployment if a new "
+                           f"deployment is meant (its pointer starts at {version})")
         if (row.artifact_uri, row.sha256) != checked:  # a restore in between
             raise _refused(f"not promoting {version}: its artifact changed in the registry "
                            f"while promote checked it; run it again")

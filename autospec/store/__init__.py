@@ -30,6 +30,7 @@ Modules: :mod:`~autospec.store.db` (engines, sessions, SQLite WAL set-up),
 from autospec.store.artifacts import artifact_sha256, write_manifest
 from autospec.store.db import make_engine, ping, session_scope
 from autospec.store.deployments import (
+    deployment_known,
     fresh_reports_since,
     get_deployment,
     known_deployments,
@@ -139,6 +140,7 @@ __all__ = [
     "clear_segment",
     "count_synthetic",
     "current_revision",
+    "deployment_known",
     "finish_training_run",
     "fresh_reports_since",
     "get_deployment",

@@ -4,7 +4,8 @@
   revision and resolved dtype it serves; the row is the one source of truth the controller,
   ``train`` and ``evaluate`` read (:func:`get_deployment`). A change (a new target, another
   dtype) is audited as a ``note`` event.
-- :func:`known_deployments` — the names a replica or a pointer has given this store;
+- :func:`known_deployments` — the names a replica, a pointer, an evaluation or an event has
+  given this store; :func:`deployment_known`: one of them, or one its traffic names;
 - :func:`set_k_bands` — the controller sets the concurrency bands the replicas draft by
   (the policy's ``serving.k_bands``);
 - :func:`report_replica` — a replica's heartbeat: the version it actually serves now;
@@ -28,8 +29,11 @@ from sqlalchemy.orm import Session
 from autospec.store.errors import Conflict
 from autospec.store.models import (
     Deployment,
+    Evaluation,
+    Event,
     LivePointer,
     ReplicaReport,
+    Request,
     SegmentPointer,
     utcnow,
 )
@@ -48,12 +52,20 @@ def get_deployment(session: Session, *, name: str) -> Deployment | None:
 
 
 def known_deployments(session: Session) -> list[str]:
-    """Every deployment a replica has recorded or reported, or a pointer names, sorted."""
+    """Every deployment a replica has recorded or reported, a pointer names, an evaluation
+    replayed the traffic of, or an event names (a move, a controller's policy...), sorted."""
     names: set[str] = set()
     for column in (Deployment.name, ReplicaReport.deployment, LivePointer.deployment,
-                   SegmentPointer.deployment):
-        names.update(session.scalars(select(column).distinct()))
+                   SegmentPointer.deployment, Evaluation.deployment, Event.deployment):
+        names.update(session.scalars(select(column).where(column.is_not(None)).distinct()))
     return sorted(names)
+
+
+def deployment_known(session: Session, name: str) -> bool:
+    """Whether ``name`` is among :func:`known_deployments` or a logged request names it
+    (read last, and only for that name: the requests table is the large one)."""
+    return name in known_deployments(session) or session.scalar(
+        select(Request.id).where(Request.deployment == name).limit(1)) is not None
 
 
 def record_deployment(session: Session, *, name: str, target: str, target_id: str,

@@ -1,6 +1,7 @@
 """A ``--deployment`` the store has never heard of is named on stderr, with the closest
-known name (a typo would otherwise show an empty status or stage a pointer no replica
-follows); a known one, and the default, pass quietly — on SQLite and PostgreSQL."""
+known name (a typo would otherwise show an empty status); ``promote`` refuses it (exit 3)
+unless ``--new-deployment`` (it started a pointer no replica follows, a note aside); a known
+one, and the default, pass quietly — on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def test_known_deployments_are_those_a_pointer_names(engine, cli) -> None:
 def test_a_typo_is_named_with_the_closest_deployment(cli, command) -> None:
     typo = cli(*command, "--deployment", "eruope")
     assert typo.exit_code == 0, typo.output
-    assert "no replica or pointer of this store names deployment 'eruope'" in typo.stderr
+    assert ("no replica, request, pointer, evaluation or event of this store names "
+            "deployment 'eruope'") in " ".join(typo.stderr.split())
     assert "known: asia, default, europe" in typo.stderr
     assert "did you mean 'europe'?" in typo.stderr
     json.loads(typo.stdout)  # --json stays one document
@@ -50,9 +52,53 @@ def test_a_typo_is_named_with_the_closest_deployment(cli, command) -> None:
         assert known.exit_code == 0 and "note:" not in known.stderr, known.stderr
 
 
-def test_a_promotion_to_an_unknown_deployment_is_named_and_still_staged(cli) -> None:
-    staged = cli("promote", "v1", "--deployment", "staging", "--force", "--reason", "pre-stage")
+def test_a_promotion_to_an_unknown_deployment_is_refused_unless_new_is_said(
+        engine, cli) -> None:
+    """The trial: `promote v1 --deployment <typo> --force` started a live pointer for it
+    (exit 0, a note on stderr)."""
+    typo = cli("promote", "v1", "--deployment", "eruope", "--force", "--reason", "r", "--json")
+    assert typo.exit_code == 3, typo.output
+    said = " ".join(typo.stderr.split())
+    assert "names deployment 'eruope' (known: asia, default, europe)" in said
+    assert "did you mean 'europe'?" in said and "--new-deployment" in said
+    assert "note:" not in said  # said once, in the refusal
+    assert json.loads(typo.stdout)["outcome"] == "refused"
+    with store.session_scope(engine, readonly=True) as session:
+        assert store.get_live(session, deployment="eruope") is None  # nothing staged
+        assert "eruope" not in store.known_deployments(session)
+    staged = cli("promote", "v1", "--deployment", "staging", "--new-deployment", "--force",
+                 "--reason", "pre-stage")
     assert staged.exit_code == 0, staged.output
-    assert "names deployment 'staging'" in staged.stderr
+    assert "note:" not in staged.stderr
     again = cli("rollback", "--deployment", "staging")  # now a pointer names it
-    assert "note:" not in again.stderr
+    assert again.exit_code == 0 and "note:" not in again.stderr
+    known = cli("promote", "v1", "--deployment", "europe", "--new-deployment", "--force",
+                "--reason", "r")  # said of a known one: nothing to refuse
+    assert known.exit_code == 3 and "already live for deployment europe" in known.stderr
+
+
+def test_rollback_of_an_unknown_deployment_is_refused_and_named(cli) -> None:
+    typo = cli("rollback", "--deployment", "eruope")
+    assert typo.exit_code == 3
+    said = " ".join(typo.stderr.split())
+    assert "names deployment 'eruope'" in said and "no previous version" in said
+
+
+@pytest.mark.parametrize("source", ["traffic", "evaluation", "policy"])
+def test_a_deployment_known_by_its_traffic_an_evaluation_or_a_policy_is_known(
+        engine, cli, source) -> None:
+    """Not only a replica's or a pointer's name: a deployment whose traffic was logged, whose
+    traffic an evaluation replayed, or whose controller recorded its policy is promoted to."""
+    if source == "traffic":
+        store.write_requests(engine, [store.RequestRecord(prompt_ids=[1], output_ids=[2],
+                                                          deployment="batch")])
+    with store.session_scope(engine) as session:
+        if source == "evaluation":
+            store.record_evaluation(session, candidate="v1", incumbent="builtin-ngram",
+                                    decision="reject", deployment="batch")
+        elif source == "policy":
+            store.record_event(session, kind="policy", actor="t", deployment="batch",
+                               reason="controller runs policy 'default'")
+    moved = cli("promote", "v1", "--deployment", "batch", "--force", "--reason", "r")
+    assert moved.exit_code == 0, moved.output
+    assert "note:" not in moved.stderr

@@ -283,7 +283,7 @@ def test_an_evaluation_of_one_deployments_traffic_is_no_evidence_for_another(cli
         store.record_evaluation(session, candidate="v2", incumbent=BUILTIN, decision="promote",
                                 num_requests=60, tau_candidate=2.5, tau_incumbent=2.0,
                                 deployment="east")
-    west = cli("promote", "v2", "--deployment", "west")
+    west = cli("promote", "v2", "--deployment", "west", "--new-deployment")
     assert west.exit_code == 3 and "no evaluation against" in west.output, west.output
     east = cli("promote", "v2", "--deployment", "east", "--json")
     assert east.exit_code == 0, east.output
