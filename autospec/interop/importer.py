@@ -19,13 +19,15 @@ under the artifact directory (on disk, renamed included, before the transaction 
 event in the same transaction. A transaction that fails removes the artifact unless the
 version is registered with it after all (a COMMIT that landed though it raised) or the store
 cannot say (it then stays, an orphan the next name skips; the import's own error is raised).
-Every refusal is an :class:`ImportRefused` naming what is wrong.
+Every refusal is an :class:`ImportRefused` naming what is wrong; a symbolic link inside the
+directory is one (:func:`refuse_links`): nothing outside it is read.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import uuid
@@ -88,6 +90,7 @@ def read_head(directory: str | Path, target: Target,
     root = Path(directory)
     if not root.is_dir():
         raise ImportRefused(f"{root}: not a directory")
+    refuse_links(root)
     refuse_pickles(root, ImportRefused, "only safetensors weights are imported. Remove it to "
                    "import.")
     if (root / artifacts.MANIFEST).exists():
@@ -208,6 +211,21 @@ def _registered(engine: Engine, path: Path, sha: str) -> bool | None:
         log.warning("cannot tell whether the import of %s registered %s (%s); its artifact "
                     "stays at %s", path.name, path.name, exc, path)
         return None
+
+
+def refuse_links(root: Path) -> None:
+    """:class:`ImportRefused` naming the first symbolic link inside ``root`` (a file or a
+    folder; ``root`` itself may be one): an import reads the head's own files, never what a
+    link points at, wherever that is."""
+    for folder, dirs, files in os.walk(root):  # a linked folder is listed, not entered
+        for name in sorted([*dirs, *files]):
+            path = Path(folder) / name
+            if path.is_symlink():
+                raise ImportRefused(f"{path}: a symbolic link (to {os.readlink(path)}): "
+                                    f"refused, an import reads nothing outside {root}; copy "
+                                    f"the file in its place (a Hugging Face cache snapshot "
+                                    f"links to its blobs: `hf download REPO --local-dir DIR` "
+                                    f"writes the files)")
 
 
 def refuse_unless_file(path: Path) -> None:

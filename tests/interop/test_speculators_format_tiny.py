@@ -449,10 +449,38 @@ def test_import_of_weights_that_are_not_a_file_says_so_tiny(tiny, tmp_path, inst
     weights.unlink()
     if instead == "a directory":
         weights.mkdir()
-    else:
+    else:  # a link is refused as one, whatever it points at
         weights.symlink_to(instead if instead.startswith("/") else tmp_path / "gone")
-    with pytest.raises(ImportRefused, match=r"model\.safetensors: not a file"):
+    with pytest.raises(ImportRefused, match=r"model\.safetensors: not a file|"
+                                            r"model\.safetensors: a symbolic link"):
         read_head(tmp_path / "x", tiny)
+
+
+@pytest.mark.parametrize("link", ["model.safetensors", "config.json", "suffix-index",
+                                  "suffix-index/model.safetensors", "autospec-settings.json"])
+def test_import_refuses_a_symbolic_link_in_the_directory_naming_it_tiny(tiny, db, tmp_path,
+                                                                          link):
+    """A trial's find: a link inside DIR was followed and what it pointed at imported (a file
+    anywhere the importing user could read). Each link here points at the very file it
+    replaces, moved out of DIR: only the link itself is wrong."""
+    import shutil
+
+    spec = _head(tiny)
+    spec.attach_suffix(suffix_from_documents(
+        _index_config(spec), [([7, 8], [1, 2, 3, 4, 5, 1, 2, 3, 4, 6])] * 3, tiny))
+    export_speculator(spec, tiny, tmp_path / "x", k=3)
+    path, outside = tmp_path / "x" / link, tmp_path / "outside" / link
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(path, outside)
+    path.symlink_to(outside)
+    with pytest.raises(ImportRefused, match=f"{path}: a symbolic link \\(to {outside}\\): "
+                                            "refused, an import reads nothing outside"):
+        import_head(tmp_path / "x", target=tiny, engine=db, name="linked")
+    with store.session_scope(db, readonly=True) as session, pytest.raises(store.NotFound):
+        store.get_speculator(session, version="linked")
+    path.unlink()
+    shutil.move(outside, path)  # the same files, in DIR: imported
+    assert import_head(tmp_path / "x", target=tiny, engine=db, name="copied").version == "copied"
 
 
 @pytest.mark.parametrize("name", ["manifest.json", "autospec-settings.json",
