@@ -65,6 +65,7 @@ from autospec.speculators.common import (
 from autospec.speculators.config import SuffixConfig
 from autospec.speculators.files import WEIGHTS_FILE, save_tensors, tensor_sha256
 from autospec.speculators.kind import Exported, FitTraining, Kind, VllmSupport
+from autospec.speculators.suffix_sort import first_unsorted, suffix_array
 
 log = logging.getLogger(__name__)
 
@@ -73,27 +74,6 @@ SEPARATOR = -1
 _NUMPY_RANGE = 64
 #: memoised ranges kept before the memo starts afresh
 _MEMO_LIMIT = 1 << 16
-
-
-def suffix_array(tokens: np.ndarray) -> np.ndarray:
-    """Suffix array of ``tokens`` (int, ``[N]``) by prefix doubling: ``int64 [N]``."""
-    n = len(tokens)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    rank = np.unique(tokens, return_inverse=True)[1].astype(np.int64) + 1  # >= 1
-    sa = np.argsort(rank, kind="stable")
-    width = 1
-    while True:
-        second = np.zeros(n, dtype=np.int64)  # 0: past the end, sorts first
-        second[: n - width] = rank[width:]
-        sa = np.lexsort((second, rank))
-        r, s = rank[sa], second[sa]
-        new_rank = np.empty(n, dtype=np.int64)
-        new_rank[sa] = np.concatenate(([1], 1 + np.cumsum((r[1:] != r[:-1]) | (s[1:] != s[:-1]))))
-        rank = new_rank
-        if rank.max() == n or width >= n:
-            return sa
-        width *= 2
 
 
 def build_corpus(documents: Iterable[tuple[Sequence[int], Sequence[int]]],
@@ -369,6 +349,10 @@ class SuffixSpeculator(SavableSpeculator):
         if len(sa) != n or (n and (sa.min() < 0 or sa.max() >= n or
                                    len(np.unique(sa)) != n)):
             raise ValueError("suffix_array is not a permutation of the corpus positions")
+        if (unsorted := first_unsorted(tokens, sa)) is not None:
+            raise ValueError(f"suffix_array is not sorted: the suffix at corpus position "
+                             f"{sa[unsorted]} comes before the one at {sa[unsorted + 1]}, "
+                             f"which is smaller (its proposals would be wrong)")
         self.set_corpus(tokens, sa)
 
 

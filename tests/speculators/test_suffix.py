@@ -19,6 +19,7 @@ from autospec.speculators.suffix import (
     suffix_array,
     suffix_from_documents,
 )
+from autospec.speculators.suffix_sort import first_unsorted
 
 GREEDY = SamplingParams()
 DOCS = [([1, 2], [10, 11, 12, 13, 2]), ([1, 2], [10, 11, 12, 14, 2]),
@@ -109,6 +110,45 @@ def test_suffix_tiny_random_init_refuses_a_corrupt_index(tiny, tmp_path) -> None
     write_manifest(tmp_path / "s", ("config.json", "model.safetensors"))  # checksums agree
     with pytest.raises(SpeculatorLoadError, match="permutation"):
         load_speculator(tmp_path / "s", tiny)
+
+
+def test_suffix_tiny_random_init_refuses_an_unsorted_index(tiny, tmp_path) -> None:
+    """A trial's find: a suffix array that is a permutation but not sorted was loaded, and
+    the version then drafted wrong tokens (its searches assume the order)."""
+    import safetensors.torch
+
+    from autospec.artifacts import write_manifest
+
+    spec = suffix_from_documents(SuffixConfig.for_target(tiny.info), DOCS)
+    save_speculator(spec, tmp_path / "s")
+    path = tmp_path / "s" / "model.safetensors"
+    tensors = safetensors.torch.load_file(str(path))
+    tensors["suffix_array"] = tensors["suffix_array"].flip(0)  # every position, reversed
+    safetensors.torch.save_file(tensors, str(path))
+    write_manifest(tmp_path / "s", ("config.json", "model.safetensors"))  # checksums agree
+    with pytest.raises(SpeculatorLoadError, match=r"suffix_array is not sorted: the suffix "
+                                                  r"at corpus position \d+ comes before"):
+        load_speculator(tmp_path / "s", tiny)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_sortedness_check_takes_exactly_the_suffix_array(seed: int) -> None:
+    """On corpora of few distinct tokens (long repeats) with separators: the array
+    suffix_array builds passes, as the brute-force sort gives it; any two entries swapped
+    fail (the check is exact: one permutation is the suffix array)."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(-1, 3, size=int(rng.integers(2, 60))).astype(np.int32)
+    sa = suffix_array(tokens)
+    brute = sorted(range(len(tokens)), key=lambda i: tokens[i:].tolist())
+    assert sa.tolist() == brute and first_unsorted(tokens, sa) is None
+    for _ in range(20):
+        i, j = sorted(rng.choice(len(tokens), size=2, replace=False).tolist())
+        swapped = sa.copy()
+        swapped[[i, j]] = swapped[[j, i]]
+        assert first_unsorted(tokens, swapped) is not None, (tokens, i, j)
+    shuffled = rng.permutation(sa)
+    assert (first_unsorted(tokens, shuffled) is None) == (shuffled == sa).all()
+    assert first_unsorted(tokens[:1], sa[:0]) is None
 
 
 def test_suffix_tiny_random_init_is_lossless_through_the_engine(tiny) -> None:
