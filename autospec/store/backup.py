@@ -24,7 +24,9 @@ the registry records. It copies the artifacts into a staging folder in the confi
 artifact directory (:mod:`autospec.store.restore_artifacts`), then in one transaction
 replaces every table's rows, in foreign-key order, resets PostgreSQL's id sequences, records
 the restore in the audit log (a ``note`` event), and last renames the staged artifacts into
-place (on disk before the COMMIT); a failure before the COMMIT puts back what was there.
+place (on disk before the COMMIT); a failure before the COMMIT puts back what was there —
+into a database that held no table, the restore first makes the schema, and a failure drops
+it again (:func:`_unmake_schema`).
 Rows' ``artifact_uri`` point into the configured artifact directory afterwards, a version
 the backup holds no artifact of (pruned or missing) too: where its artifact would be, so
 this store reports it missing. Rows the target database refuses (a string longer than its
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, Row, delete, func, insert, select
+from sqlalchemy import Engine, MetaData, Row, delete, func, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from autospec.durable import rename_into_place
@@ -210,16 +212,8 @@ def read_index(path: str | Path) -> dict[str, Any]:
 
 def contents(engine: Engine) -> dict[str, int]:
     """Rows a table that a fresh store would not hold (the built-in version aside)."""
-    found: dict[str, int] = {}
     with engine.connect() as conn:
-        for table in tables():
-            query = select(func.count()).select_from(table)
-            if table.name == "speculators":
-                query = query.where(table.c.version != BUILTIN_VERSION)
-            count = conn.scalar(query) or 0
-            if count:
-                found[table.name] = count
-    return found
+        return {table.name: count for table in tables() if (count := _rows(conn, table))}
 
 
 def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = None,
@@ -260,13 +254,49 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
             migrate_upgrade(engine)
         _replace(engine, source, index, staged, uris, outcome, actor=actor, progress=progress)
     except BaseException as exc:
-        staged.undo(exc)  # what the swap moved goes back; raises if it cannot
-        staged.discard(failed=True)
+        try:
+            staged.undo(exc)  # what the swap moved goes back; raises if it cannot
+            staged.discard(failed=True)
+        finally:
+            if fresh:  # a database that was empty is left empty, not with a bare schema
+                _unmake_schema(engine)
         raise
     staged.discard()  # what the artifacts replaced, set aside until the COMMIT
     log.info("restored %s into %s (%d rows, %d artifacts)", source, outcome.database,
              sum(outcome.tables.values()), len(outcome.artifacts))
     return outcome
+
+
+def _unmake_schema(engine: Engine) -> None:
+    """After a failed restore into a database that held nothing (no table): drop every table
+    there (the restore's migration made them, alembic's version table included), so it is
+    empty again. Where one holds rows a fresh store would not (something else wrote there
+    meanwhile, or a COMMIT that raised landed after all), or the database cannot be read,
+    everything stays, logged: nothing stored is dropped, and the restore's error is raised."""
+    where = describe(engine.url)
+    try:
+        present = MetaData()
+        present.reflect(engine)
+        ours = {table.name for table in tables()}
+        with engine.connect() as conn:
+            held = {name: count for name, table in present.tables.items()
+                    if name in ours and (count := _rows(conn, table))}
+        if held:
+            log.warning("the failed restore leaves the schema in %s: its tables hold rows "
+                        "(%s)", where, held)
+            return
+        present.drop_all(engine)
+    except SQLAlchemyError as exc:
+        log.warning("the failed restore could not drop the schema it made in %s (%s); a "
+                    "restore into it still works", where, redact(str(exc).splitlines()[0]))
+
+
+def _rows(conn: Any, table: Any) -> int:
+    """The rows of ``table`` a fresh store would not hold (the built-in version aside)."""
+    query = select(func.count()).select_from(table)
+    if table.name == "speculators":
+        query = query.where(table.c.version != BUILTIN_VERSION)
+    return conn.scalar(query) or 0
 
 
 def _checked_target(engine: Engine, source: Path, index: dict[str, Any], *,

@@ -469,3 +469,43 @@ def test_a_version_on_object_storage_keeps_its_uri(
         assert store.get_speculator(session, version="remote-a").artifact_uri == \
             "s3://bucket/remote-a"
     target.dispose()
+
+
+def test_a_failed_restore_into_an_empty_database_leaves_it_empty(
+        db_url: str, tmp_path: Path) -> None:
+    """A trial's find: a restore into an empty database that failed (here two requests share
+    an id: the insert fails inside the transaction) left the schema it had made — every
+    table, alembic's version — behind, on SQLite and PostgreSQL."""
+    from sqlalchemy import inspect
+
+    source, bk = _backed_up(f"sqlite:///{tmp_path / 'source.db'}", tmp_path)
+    source.dispose()
+    requests = bk / "tables" / "requests.jsonl"
+    lines = requests.read_text().splitlines(keepends=True)
+    requests.write_text("".join(lines[:-1] + lines[:1]))  # the last row is the first again
+    files = _files(_artifact_root())
+    said = _one_line_error(_restore_cli(bk, db_url))
+    assert "table requests" in said and "the database is unchanged" in said
+    target = db.make_engine(db_url)
+    with target.connect() as conn:
+        assert inspect(conn).get_table_names() == []  # not even alembic_version
+    assert migrate.current_revision(target) is None
+    assert _files(_artifact_root()) == files
+    fixed = bk / "tables" / "requests.jsonl"
+    fixed.write_text("".join(lines))  # the backup as taken: it restores into the same database
+    assert _restore_cli(bk, db_url).exit_code == 0
+    assert rows(target)["requests"] == rows(source)["requests"]
+    target.dispose()
+
+
+def test_a_failed_restore_keeps_a_schema_whose_tables_hold_rows(
+        sqlite_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Rows written there meanwhile (or a COMMIT that landed though it raised) are never
+    dropped: the schema stays, said in the log."""
+    engine = migrate.open_store(sqlite_url, upgrade=True)
+    store.write_requests(engine, [store.RequestRecord(prompt_ids=[1], output_ids=[2])])
+    with caplog.at_level("WARNING", logger="autospec.store.backup"):
+        backups._unmake_schema(engine)
+    assert len(rows(engine)["requests"]) == 1
+    assert "leaves the schema" in caplog.text and "'requests': 1" in caplog.text
+    engine.dispose()
