@@ -26,7 +26,9 @@ counts are the emitted ones (:mod:`autospec.interop.vllm_request_end`);
 :meth:`~AutospecWorkerExtension.autospec_weight_casts`: the weights the load rounded to the
 serving dtype (a float32 checkpoint served in bfloat16), whose per-weight warnings this
 module's import dropped — vLLM imports it in the worker's process before the model loads, so
-it installs :func:`autospec.engine.vllm.weight_casts.install_cast_filter` there.
+it installs :func:`autospec.engine.vllm.weight_casts.install_cast_filter` there, and
+:func:`autospec.engine.vllm.top_k_guard.install_top_k_guard` (a sampled request with
+``top_k`` killed vLLM's CPU engine on a step where nothing was drafted).
 
 Every file is read from safetensors after its SHA-256 is checked against the one autospec
 computed when it exported the version; nothing is unpickled. Each method returns a small
@@ -45,10 +47,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autospec.engine.vllm.top_k_guard import install_top_k_guard
 from autospec.engine.vllm.weight_casts import install_cast_filter
 
 #: vLLM's per-weight "Attempted to load weight …" warnings of rounding casts, counted instead
 _CASTS = install_cast_filter()
+#: vLLM's CPU top-k would kill the engine on a speculating step without drafts (see there)
+install_top_k_guard()
 
 
 def file_sha256(path: Path) -> str:

@@ -131,6 +131,13 @@ def test_openai_client_features(app):
         assert token.logprob == pytest.approx(token.top_logprobs[0].logprob, abs=1e-3)
         assert token.token == token.top_logprobs[0].token
 
+    for _ in range(2):  # top-k alone, sampled: vLLM's CPU top-k killed the engine on a step
+        # where nothing was drafted, and every later request was a 500 (top_k_guard.py)
+        sampled = client.chat.completions.create(
+            model="smollm2-135m", messages=[{"role": "user", "content": "Say hi."}],
+            max_tokens=6, extra_body={"top_k": 5})
+        assert sampled.choices[0].finish_reason in ("stop", "length")
+
     import requests
 
     metrics = requests.get(f"{app['url']}/metrics", timeout=30).text
