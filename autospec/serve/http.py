@@ -49,6 +49,7 @@ from autospec.engine.generate import GenerationResult
 from autospec.serve.auth import ApiKeyAuth, configured_keys
 from autospec.serve.detok import TextStream
 from autospec.serve.errors import install_handlers
+from autospec.serve.field_types import check_field_types
 from autospec.serve.http_io import (
     VERSION_HEADER,
     AbandoningStream,
@@ -167,6 +168,7 @@ async def _read(request: Request, server: LLMServer, model: type[M],
     """The body as ``model`` and the request's context: its segment resolved once, from
     the headers and the body (the serve config's rules, :mod:`autospec.serve.segments`)."""
     data = await read_object(request, server.config.max_body_bytes)
+    check_field_types(data, route)  # as on vLLM: its models read "0.5" as a number
     return validated(data, model), context(request, route, data, server.config.segments)
 
 

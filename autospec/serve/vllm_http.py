@@ -6,7 +6,9 @@ request models and answer with vLLM's ``OpenAIServingChat`` / ``OpenAIServingCom
 errors. Around them, autospec's own:
 
 - the body is read as everywhere (:func:`autospec.serve.http_io.read_object`: size, UTF-8,
-  JSON, NaN, surrogates); what vLLM's models refuse is answered by vLLM's own handler, and
+  JSON, NaN, surrogates), and its scalar fields' JSON types checked as on the native engine
+  (:mod:`autospec.serve.field_types`: vLLM's models read ``"0.5"`` as a number and ``"yes"``
+  as true); what vLLM's models refuse is answered by vLLM's own handler, and
   a key vLLM's types do not declare, at any level (``temprature``, ``messages.0.nmae``,
   ``tools.0.function.descripton``), is a 400 naming its path — vLLM's server would ignore
   it; here no field is ignored silently (:mod:`autospec.serve.vllm_fields`);
@@ -44,6 +46,7 @@ from pydantic import BaseModel, ValidationError
 from autospec.serve.config import ServeConfig
 from autospec.serve.decode import Replica as Host
 from autospec.serve.errors import APIError
+from autospec.serve.field_types import check_field_types
 from autospec.serve.http_io import (
     VERSION_HEADER,
     autospec_info,
@@ -175,6 +178,7 @@ def _route(app: FastAPI, server: Replica, path: str, route: str, model: type[Bas
     @app.post(path)
     async def answer(request: Request) -> Response:
         data = await read_object(request, server.config.max_body_bytes)
+        check_field_types(data, route)  # vLLM's models would read "0.5" as 0.5, "yes" as true
         api = None  # vLLM's handlers, built at the first request that gets that far
         if route == "chat" and any(map(is_content_part_key, unknown_keys(data, model))):
             api = await server.openai_api()  # its template decides whether they are read
