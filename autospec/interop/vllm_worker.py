@@ -28,7 +28,9 @@ serving dtype (a float32 checkpoint served in bfloat16), whose per-weight warnin
 module's import dropped — vLLM imports it in the worker's process before the model loads, so
 it installs :func:`autospec.engine.vllm.weight_casts.install_cast_filter` there, and
 :func:`autospec.engine.vllm.top_k_guard.install_top_k_guard` (a sampled request with
-``top_k`` killed vLLM's CPU engine on a step where nothing was drafted).
+``top_k`` killed vLLM's CPU engine on a step where nothing was drafted) and
+:func:`autospec.engine.vllm.cpu_expand.install_cpu_expand` (vLLM's CPU rejection sampler
+verified sampled drafts under uninitialised temperatures, top-k and top-p).
 
 Every file is read from safetensors after its SHA-256 is checked against the one autospec
 computed when it exported the version; nothing is unpickled. Each method returns a small
@@ -47,6 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autospec.engine.vllm.cpu_expand import install_cpu_expand
 from autospec.engine.vllm.top_k_guard import install_top_k_guard
 from autospec.engine.vllm.weight_casts import install_cast_filter
 
@@ -54,6 +57,8 @@ from autospec.engine.vllm.weight_casts import install_cast_filter
 _CASTS = install_cast_filter()
 #: vLLM's CPU top-k would kill the engine on a speculating step without drafts (see there)
 install_top_k_guard()
+#: vLLM's CPU expansion of temperature / top-k / top-p to the drafts wrote a copy (see there)
+install_cpu_expand()
 
 
 def file_sha256(path: Path) -> str:
