@@ -149,6 +149,9 @@ class _Request(BaseModel):
 
     @model_validator(mode="after")
     def _unsupported(self) -> _Request:
+        if self.stream_options is not None and not self.stream:  # as OpenAI and vLLM
+            raise APIError(400, "stream_options: only allowed when stream is true",
+                           param="stream_options", code="invalid_value")
         if self.stream and (self.n != 1 or self.wanted_logprobs is not None):
             name = "n" if self.n != 1 else "logprobs"
             raise APIError(400, f"{name}: n > 1 and logprobs are not streamed by the native "

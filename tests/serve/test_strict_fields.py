@@ -185,3 +185,19 @@ def test_refusals_name_their_field(client):
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     assert client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2,
                                                  "best_of": 1}).status_code == 200
+
+
+@pytest.mark.parametrize("route, base", [("/v1/completions", {"prompt": "hi"}),
+                                         ("/v1/chat/completions", {"messages": CHAT})])
+@pytest.mark.parametrize("stream", [False, None])
+def test_stream_options_without_stream_is_refused_as_openai_and_vllm_do_tiny(client, route,
+                                                                             base, stream):
+    """vLLM answers 400 ("Stream options can only be defined when `stream=True`"), as
+    OpenAI does; the native engine took it and answered 200."""
+    body = {**base, "max_tokens": 2, "stream_options": {"include_usage": True}}
+    if stream is not None:
+        body["stream"] = stream
+    err = _error(client.post(route, json=body), "stream_options")
+    assert "stream" in err["message"]
+    assert client.post(route, json={**base, "max_tokens": 2, "stream_options": None}) \
+        .status_code == 200
