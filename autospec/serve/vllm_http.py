@@ -56,6 +56,7 @@ from autospec.serve.http_io import (
     version_headers,
 )
 from autospec.serve.requests import Prepared, RequestContext, Served
+from autospec.serve.schemas import MAX_CHOICES
 from autospec.serve.versions import VersionManager
 from autospec.serve.vllm_decode import vllm_served
 from autospec.serve.vllm_fields import is_content_part_key, unknown_keys
@@ -201,7 +202,12 @@ def limit_tokens(req: Any, config: ServeConfig, route: str) -> Response | None:
     ``max_tokens_limit`` is a 400 naming its field, in vLLM's error shape (vLLM answers a
     value past the context the same way); a chat that sends neither field gets
     ``default_max_tokens`` (vLLM still clamps it to what the context leaves, where the native
-    engine does the same; a completion's default is 16 on both). None: within bounds."""
+    engine does the same; a completion's default is 16 on both), and ``n`` above
+    :data:`~autospec.serve.schemas.MAX_CHOICES` is a 400 as on the native engine (vLLM has no
+    bound: n=100 decoded 100 choices of up to max_tokens each). None: within bounds."""
+    n = getattr(req, "n", None)
+    if n is not None and n > MAX_CHOICES:
+        return _error(f"n must be between 1 and {MAX_CHOICES}, got {n}", param="n")
     for field in ("max_completion_tokens", "max_tokens"):
         value = getattr(req, field, None)
         if value is not None and value > config.max_tokens_limit:

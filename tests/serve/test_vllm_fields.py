@@ -340,3 +340,22 @@ def test_the_deployments_token_bounds_apply_on_vllm_as_on_native():
     completion = parse({"prompt": "x"}, CompletionRequest)
     assert limit_tokens(completion, config, "completions") is None
     assert completion.max_tokens == 16  # vLLM's and the native engine's completion default
+
+
+@pytest.mark.parametrize("route", ["chat", "completions"])
+def test_n_is_bounded_on_vllm_as_on_native(route):
+    """vLLM's model takes any n (n=100 decoded 100 choices); the native engine's bound, in
+    vLLM's error shape as the other deployment bounds."""
+    import json
+
+    from autospec.serve.config import ServeConfig
+    from autospec.serve.schemas import MAX_CHOICES
+    from autospec.serve.vllm_http import limit_tokens
+
+    base = {"messages": USER} if route == "chat" else {"prompt": "x"}
+    config = ServeConfig()
+    refused = limit_tokens(parse({**base, "n": MAX_CHOICES + 1}, MODELS[route]), config, route)
+    assert refused is not None and refused.status_code == 400
+    error = json.loads(bytes(refused.body))["error"]
+    assert error["param"] == "n" and f"between 1 and {MAX_CHOICES}" in error["message"]
+    assert limit_tokens(parse({**base, "n": MAX_CHOICES}, MODELS[route]), config, route) is None
