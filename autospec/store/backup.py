@@ -267,17 +267,24 @@ def restore(engine: Engine, path: str | Path, *, artifact_dir: Path | None = Non
     return outcome
 
 
+#: the table alembic records the schema's revision in (its default name, as migrate.py uses)
+_ALEMBIC_TABLE = "alembic_version"
+
+
 def _unmake_schema(engine: Engine) -> None:
     """After a failed restore into a database that held nothing (no table): drop every table
     there (the restore's migration made them, alembic's version table included), so it is
     empty again. Where one holds rows a fresh store would not (something else wrote there
     meanwhile, or a COMMIT that raised landed after all), or the database cannot be read,
-    everything stays, logged: nothing stored is dropped, and the restore's error is raised."""
+    everything stays, logged: nothing stored is dropped, and the restore's error is raised.
+    Only those tables are dropped: one of another name (created there meanwhile by something
+    else sharing the database) is not autospec's to drop."""
     where = describe(engine.url)
+    ours = {table.name for table in tables()}
+    made = {*metadata.tables, _ALEMBIC_TABLE}  # autospec_schema too
     try:
         present = MetaData()
-        present.reflect(engine)
-        ours = {table.name for table in tables()}
+        present.reflect(engine, only=lambda name, _: name in made)
         with engine.connect() as conn:
             held = {name: count for name, table in present.tables.items()
                     if name in ours and (count := _rows(conn, table))}

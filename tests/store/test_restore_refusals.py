@@ -509,3 +509,21 @@ def test_a_failed_restore_keeps_a_schema_whose_tables_hold_rows(
     assert len(rows(engine)["requests"]) == 1
     assert "leaves the schema" in caplog.text and "'requests': 1" in caplog.text
     engine.dispose()
+
+
+def test_a_failed_restore_drops_only_the_tables_its_migration_made(db_url: str) -> None:
+    """A table of another name, made in the database while the restore ran (by something
+    else sharing it), is not autospec's: it stays with its rows, and so do they. The undo
+    dropped every table it found there."""
+    from sqlalchemy import inspect, text
+
+    engine = migrate.open_store(db_url, upgrade=True)  # what the restore's migration made
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE other_app (x INTEGER)"))
+        conn.execute(text("INSERT INTO other_app (x) VALUES (7)"))
+    backups._unmake_schema(engine)
+    with engine.connect() as conn:
+        assert inspect(conn).get_table_names() == ["other_app"]
+        assert conn.execute(text("SELECT x FROM other_app")).scalar() == 7
+    assert migrate.current_revision(engine) is None
+    engine.dispose()
