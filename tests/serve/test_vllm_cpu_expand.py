@@ -54,3 +54,34 @@ def test_no_tokens_and_vllms_docstring_example():
     x = torch.tensor([10, 20, 30])
     assert expand_batch_to_tokens(x, torch.tensor([2, 5, 6]), 6).tolist() == \
         [10, 10, 20, 20, 20, 30]
+
+
+@pytest.mark.parametrize("top_k", [5, None])
+def test_greedy_rows_batched_with_a_sampled_one_keep_their_target_argmax(top_k):
+    """Through vLLM's own caller of the expansion (``apply_sampling_constraints``, whose
+    calls an upgrade that changes them breaks here): greedy requests batched with a sampled
+    one were verified against the argmax of logits divided by uninitialised temperatures and
+    masked by uninitialised top-k (a negative temperature turns the argmax into the argmin),
+    so their drafts were accepted or rejected against the wrong token. Greedy rows (vLLM's
+    temperature 0, top-k the vocabulary) pass through untouched; the sampled row is scaled by
+    its temperature and masked to its top-k (vLLM passes no top-k where no request has one)."""
+    from types import SimpleNamespace
+
+    import autospec.interop.vllm_worker  # noqa: F401  (what vLLM's worker imports)
+
+    vocab, drafts, greedy = 32, 3, 16
+    cu = torch.arange(1, greedy + 2, dtype=torch.int32) * drafts
+    logits = torch.randn(len(cu) * drafts, vocab, generator=torch.Generator().manual_seed(0))
+    metadata = SimpleNamespace(  # the fields apply_sampling_constraints reads
+        all_greedy=False, top_p=None,
+        temperature=torch.tensor([rejection_sampler.GREEDY_TEMPERATURE] * greedy + [0.7]),
+        top_k=None if top_k is None else torch.tensor([vocab] * greedy + [top_k],
+                                                      dtype=torch.int32))
+    out = rejection_sampler.apply_sampling_constraints(logits.clone(), cu, metadata)
+    rows = greedy * drafts
+    assert torch.equal(out[:rows], logits[:rows])
+    assert torch.equal(out[:rows].argmax(-1), logits[:rows].argmax(-1))
+    kept = out[rows:] > -float("inf")
+    assert (kept.sum(dim=1) == (top_k or vocab)).all()
+    assert torch.allclose(out[rows:][kept], (logits[rows:] / 0.7)[kept])
+

@@ -7,7 +7,10 @@ Triton-CPU is vLLM's C++ override ``cpu_triton_utils._expand_kernel_impl``. That
 hands the C++ op ``output.to(torch.int64)``: for a float32 (temperature, top-p) or int32
 (top-k) output that is a copy, the op writes the copy, and the tensor vLLM reads back is the
 ``new_empty`` it allocated — uninitialised memory. So every sampled request's drafts were
-verified against logits divided by garbage temperatures and masked by garbage top-k / top-p
+verified against logits divided by garbage temperatures and masked by garbage top-k / top-p,
+and so were a greedy request's in a batch with any sampled one (vLLM expands the settings for
+the whole batch then, and takes the greedy rows' argmax on those logits: a negative garbage
+temperature made it the argmin), so greedy output was not the target's greedy output either
 (with ``top_k``, ``logits.topk(garbage)`` raised "selected index k out of range" in the
 worker and killed the engine: every request a 500 until the replica was replaced). Seen with
 ``autospec serve --engine vllm`` and ``{"top_k": 5}``; checked on the override itself
