@@ -85,3 +85,21 @@ def test_greedy_rows_batched_with_a_sampled_one_keep_their_target_argmax(top_k):
     assert (kept.sum(dim=1) == (top_k or vocab)).all()
     assert torch.allclose(out[rows:][kept], (logits[rows:] / 0.7)[kept])
 
+
+def test_a_vllm_whose_function_takes_other_parameters_keeps_its_own(monkeypatch, caplog):
+    """An upgrade that changes the function's parameters: vLLM's callers would call the
+    replacement with arguments it does not take (a TypeError in the worker kills the engine),
+    so nothing is installed and a warning names both; on vLLM 0.32 it is installed."""
+    from autospec.engine.vllm.cpu_expand import install_cpu_expand
+
+    assert install_cpu_expand()
+    assert rejection_sampler.expand_batch_to_tokens is expand_batch_to_tokens
+
+    def changed(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0, out=None):
+        raise AssertionError("not called here")
+
+    monkeypatch.setattr(rejection_sampler, "expand_batch_to_tokens", changed)
+    with caplog.at_level("WARNING", logger="autospec.engine.vllm.cpu_expand"):
+        assert not install_cpu_expand()
+    assert rejection_sampler.expand_batch_to_tokens is changed
+    assert "'out'" in caplog.text and "left as it is" in caplog.text

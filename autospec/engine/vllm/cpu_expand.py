@@ -26,10 +26,15 @@ vLLM's kernel runs as before.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 _MODULE = "vllm.v1.sample.rejection_sampler"
 _NAME = "expand_batch_to_tokens"
+#: the parameters of vLLM 0.32's function, which :func:`expand_batch_to_tokens` takes alike
+_PARAMETERS = ["x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"]
 
 
 def expand_batch_to_tokens(x: Any, cu_num_tokens: Any, num_tokens: int,
@@ -50,8 +55,11 @@ def expand_batch_to_tokens(x: Any, cu_num_tokens: Any, num_tokens: int,
 def install_cpu_expand() -> bool:
     """Put :func:`expand_batch_to_tokens` in place of vLLM's rejection sampler's in this
     process, where vLLM runs without Triton; False where it is not installed (Triton, no
-    vLLM, or a vLLM without that function)."""
+    vLLM, or a vLLM without that function, or whose function takes other parameters: a
+    replacement vLLM's callers would call with arguments it does not take would raise in the
+    worker and kill the engine, so vLLM's own stays, and a warning says so)."""
     import importlib
+    import inspect
 
     try:
         from vllm.triton_utils import HAS_TRITON
@@ -59,7 +67,12 @@ def install_cpu_expand() -> bool:
         module = importlib.import_module(_MODULE)
     except ImportError:
         return False
-    if HAS_TRITON or not hasattr(module, _NAME):
+    original = getattr(module, _NAME, None)
+    if HAS_TRITON or original is None:
+        return False
+    if list(inspect.signature(original).parameters) != _PARAMETERS:
+        log.warning("vLLM's %s.%s takes %s, not %s: its CPU expansion is left as it is",
+                    _MODULE, _NAME, list(inspect.signature(original).parameters), _PARAMETERS)
         return False
     setattr(module, _NAME, expand_batch_to_tokens)
     return True
