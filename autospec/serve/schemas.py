@@ -149,7 +149,7 @@ class _Request(BaseModel):
 
     @model_validator(mode="after")
     def _unsupported(self) -> _Request:
-        if self.stream_options is not None and not self.stream:  # as OpenAI and vLLM
+        if self.stream_options and not self.stream:  # as vLLM: an empty one asks for nothing
             raise APIError(400, "stream_options: only allowed when stream is true",
                            param="stream_options", code="invalid_value")
         if self.stream and (self.n != 1 or self.wanted_logprobs is not None):

@@ -359,3 +359,16 @@ def test_n_is_bounded_on_vllm_as_on_native(route):
     error = json.loads(bytes(refused.body))["error"]
     assert error["param"] == "n" and f"between 1 and {MAX_CHOICES}" in error["message"]
     assert limit_tokens(parse({**base, "n": MAX_CHOICES}, MODELS[route]), config, route) is None
+
+
+@pytest.mark.parametrize("route", ["chat", "completions"])
+def test_stream_options_without_stream_on_vllm_as_on_native(route):
+    """vLLM's layer refuses stream options without ``stream: true`` and takes an empty
+    object (it asks for nothing); the native engine answers both alike
+    (tests/serve/test_strict_fields.py)."""
+    from vllm.exceptions import VLLMValidationError
+
+    base = {"messages": USER} if route == "chat" else {"prompt": "x"}
+    assert parse({**base, "stream_options": {}}, MODELS[route]).stream_options is not None
+    refused = parse({**base, "stream_options": {"include_usage": True}}, MODELS[route])
+    assert isinstance(refused, VLLMValidationError) and "stream" in str(refused)
