@@ -20,7 +20,8 @@ event in the same transaction. A transaction that fails removes the artifact unl
 version is registered with it after all (a COMMIT that landed though it raised) or the store
 cannot say (it then stays, an orphan the next name skips; the import's own error is raised).
 Every refusal is an :class:`ImportRefused` naming what is wrong; a symbolic link inside the
-directory is one (:func:`refuse_links`): nothing outside it is read.
+directory is one (:func:`refuse_links`; a Hugging Face cache snapshot's links to its blobs
+excepted): nothing outside it is read.
 """
 
 from __future__ import annotations
@@ -216,16 +217,36 @@ def _registered(engine: Engine, path: Path, sha: str) -> bool | None:
 def refuse_links(root: Path) -> None:
     """:class:`ImportRefused` naming the first symbolic link inside ``root`` (a file or a
     folder; ``root`` itself may be one): an import reads the head's own files, never what a
-    link points at, wherever that is."""
+    link points at, wherever that is — except a Hugging Face cache snapshot's links to its
+    own repository's blobs (:func:`_cache_blobs`), which hold the snapshot's files."""
+    blobs = _cache_blobs(root)
     for folder, dirs, files in os.walk(root):  # a linked folder is listed, not entered
         for name in sorted([*dirs, *files]):
             path = Path(folder) / name
-            if path.is_symlink():
+            if path.is_symlink() and not _a_blob(path, blobs):
                 raise ImportRefused(f"{path}: a symbolic link (to {os.readlink(path)}): "
-                                    f"refused, an import reads nothing outside {root}; copy "
-                                    f"the file in its place (a Hugging Face cache snapshot "
-                                    f"links to its blobs: `hf download REPO --local-dir DIR` "
-                                    f"writes the files)")
+                                    f"refused, an import reads nothing outside {root} (or, "
+                                    f"for a Hugging Face cache snapshot, its repository's "
+                                    f"blobs); copy the file in its place")
+
+
+def _cache_blobs(root: Path) -> Path | None:
+    """``<repo>/blobs`` where ``root`` is a Hugging Face cache snapshot
+    (``<cache>/models--ORG--NAME/snapshots/<revision>``: its files link to ``../../blobs``),
+    else None."""
+    real = root.resolve()
+    repo = real.parent.parent
+    if real.parent.name != "snapshots" or not repo.name.startswith("models--"):
+        return None
+    return repo / "blobs"
+
+
+def _a_blob(path: Path, blobs: Path | None) -> bool:
+    """Whether the link ``path`` leads to a regular file directly in ``blobs``."""
+    if blobs is None:
+        return False
+    target = path.resolve()
+    return target.parent == blobs.resolve() and target.is_file()
 
 
 def refuse_unless_file(path: Path) -> None:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -481,6 +482,40 @@ def test_import_refuses_a_symbolic_link_in_the_directory_naming_it_tiny(tiny, db
     path.unlink()
     shutil.move(outside, path)  # the same files, in DIR: imported
     assert import_head(tmp_path / "x", target=tiny, engine=db, name="copied").version == "copied"
+
+
+def _as_hf_cache_snapshot(exported: Path, cache: Path) -> Path:
+    """``exported``'s files laid out as the Hugging Face cache lays out a download: each file
+    a blob under ``models--org--head/blobs``, linked from ``snapshots/<revision>``."""
+    import hashlib
+    import shutil
+
+    repo = cache / "models--org--head"
+    snapshot, blobs = repo / "snapshots" / "0123abc", repo / "blobs"
+    blobs.mkdir(parents=True)
+    for file in sorted(p for p in exported.rglob("*") if p.is_file()):
+        blob = blobs / hashlib.sha256(file.read_bytes()).hexdigest()
+        shutil.copyfile(file, blob)
+        link = snapshot / file.relative_to(exported)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    return snapshot
+
+
+def test_import_takes_a_hugging_face_cache_snapshot_its_links_to_its_blobs_tiny(tiny, db,
+                                                                               tmp_path):
+    """c22357d refused every link in DIR, so a head downloaded into the Hugging Face cache
+    (its snapshot's files are links to the repository's blobs) could not be imported from
+    there; those links are taken, a link elsewhere in the same snapshot is still refused."""
+    export_speculator(_head(tiny), tiny, tmp_path / "x", k=3)
+    snapshot = _as_hf_cache_snapshot(tmp_path / "x", tmp_path / "hub")
+    assert import_head(snapshot, target=tiny, engine=db, name="cached").version == "cached"
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text((snapshot / "config.json").read_text())
+    (snapshot / "config.json").unlink()
+    (snapshot / "config.json").symlink_to(outside)
+    with pytest.raises(ImportRefused, match=r"config\.json: a symbolic link"):
+        import_head(snapshot, target=tiny, engine=db, name="linked-out")
 
 
 @pytest.mark.parametrize("name", ["manifest.json", "autospec-settings.json",
