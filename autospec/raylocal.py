@@ -13,6 +13,13 @@ The dashboard stays off (``include_dashboard=False``, every caller); ``ray.init`
 Ray client server. ``expose=True`` (``autospec serve --expose-ray``, or
 ``AUTOSPEC_EXPOSE_RAY=1``) keeps Ray's own choice, for nodes that must reach this one.
 Joining an existing cluster (``--address``) is that cluster's configuration, not this.
+
+A local Ray shares its machine with the target it serves (and, on a small machine, with
+training and benchmarks): Serve's proxy may take longer than Serve's 5 s readiness check to
+start there, and after three misses Serve kills it and ``serve.start`` fails with
+``ActorDiedError`` (seen on a 2-core machine at load average 14: the demo died starting
+Serve). :func:`start_local` gives the processes it starts :data:`SERVE_PATIENCE` (30 s for
+the proxy's readiness and health checks) unless the environment sets them.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ log = logging.getLogger(__name__)
 EXPOSE_ENV = "AUTOSPEC_EXPOSE_RAY"
 #: Ray's switch: "0" = a local-only Ray, whose node IP is loopback
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+#: Serve's proxy checks, lengthened for a local Ray on a busy machine (the environment wins)
+SERVE_PATIENCE = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
+                  "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30"}
 
 
 class RayNotLoopback(RuntimeError):
@@ -50,6 +60,19 @@ def is_loopback(host: str) -> bool:
         return False
     mapped = getattr(ip, "ipv4_mapped", None)
     return (mapped or ip).is_loopback
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in the environment for the duration (the processes Ray starts inherit
+    them), each unless already set; put back after."""
+    added = [name for name in values if name not in os.environ]
+    os.environ.update({name: values[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 @contextlib.contextmanager
@@ -80,11 +103,9 @@ def start_local(*, expose: bool | None = None, **init_args: Any) -> str:
     if expose is None:
         expose = expose_from_env()
     init_args.setdefault("include_dashboard", False)
-    if expose:
+    with _environment(SERVE_PATIENCE), \
+            contextlib.nullcontext() if expose else _local_only():
         ray.init(address="local", **init_args)
-    else:
-        with _local_only():
-            ray.init(address="local", **init_args)
     node_ip = ray.util.get_node_ip_address()
     if not expose and not is_loopback(node_ip):
         ray.shutdown()

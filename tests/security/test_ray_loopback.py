@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from autospec.raylocal import is_loopback
+from autospec.raylocal import SERVE_PATIENCE, is_loopback
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,6 +22,8 @@ def _probe(*args: str) -> dict[str, Any]:
            "OMP_NUM_THREADS": "1"}
     env.pop("RAY_ADDRESS", None)
     env.pop("AUTOSPEC_EXPOSE_RAY", None)
+    for name in SERVE_PATIENCE:
+        env.pop(name, None)
     done = subprocess.run([sys.executable, str(Path(__file__).with_name("ray_listen_probe.py")),
                            *args], capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -29,13 +31,18 @@ def _probe(*args: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_a_local_ray_listens_on_loopback_only() -> None:
+def test_a_local_ray_listens_on_loopback_only_and_gives_serve_patience() -> None:
+    """Also: the processes it starts have Serve's proxy checks at 30 s (at Serve's 5 s, a
+    loaded 2-core machine killed the demo's proxy while it started); the driver's own
+    environment is put back."""
     found = _probe()
     assert is_loopback(found["node_ip"]) and all(is_loopback(n) for n in found["nodes"])
     names = {s["process"] for s in found["listening"]}
     assert {"gcs_server", "raylet"} <= names, names  # the probe sees Ray's processes
     public = [s for s in found["listening"] if not is_loopback(s["ip"])]
     assert not public, f"listening beyond loopback: {public}"
+    assert found["worker_serve_env"] == SERVE_PATIENCE
+    assert found["driver_serve_env"] == {}
 
 
 def test_is_loopback() -> None:
