@@ -95,8 +95,8 @@ class SuffixSpeculator(SavableSpeculator):
 
     def __init__(self, config: SuffixConfig, target: Target | None = None) -> None:
         self.config = config
-        self.set_corpus(np.zeros(config.corpus_tokens, dtype=np.int32),
-                        np.arange(config.corpus_tokens, dtype=np.int64))
+        self.set_corpus(np.zeros(config.corpus_tokens, dtype=np.int32),  # until loaded:
+                        np.arange(config.corpus_tokens - 1, -1, -1, dtype=np.int64))  # sorted
         self._seq: list[int] = []
         self._local: dict[tuple[int, ...], Counter[int]] = {}
 

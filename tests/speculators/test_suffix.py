@@ -131,6 +131,18 @@ def test_suffix_tiny_random_init_refuses_an_unsorted_index(tiny, tmp_path) -> No
         load_speculator(tmp_path / "s", tiny)
 
 
+def test_a_suffix_index_not_yet_filled_saves_and_loads_tiny(tiny, tmp_path) -> None:
+    """An index of N tokens before its corpus is loaded (an eagle3 head's, made with
+    suffix_tokens) holds N zeros and their suffix array; the array was positions 0..N-1,
+    which the sortedness check (9f57572) refused on load: a fresh head with an index could
+    no longer be saved and loaded (a vLLM serving test's artifact failed so)."""
+    spec = SuffixSpeculator(SuffixConfig.for_target(tiny.info).model_copy(
+        update={"corpus_tokens": 8}))
+    assert first_unsorted(spec._tokens, spec._sa) is None
+    save_speculator(spec, tmp_path / "s")
+    assert load_speculator(tmp_path / "s", tiny).corpus_tokens == 8
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_sortedness_check_takes_exactly_the_suffix_array(seed: int) -> None:
     """On corpora of few distinct tokens (long repeats) with separators: the array
