@@ -8,8 +8,10 @@ request models are not: pydantic's lax mode reads ``"temperature": "0.5"`` as 0.
 where the native engine answered 400. Both layers (:func:`autospec.serve.http._read`,
 :mod:`autospec.serve.vllm_http`) call :func:`check_field_types` on the parsed body before
 their models read it: a field of :data:`FIELD_TYPES` with a value of another JSON type is a
-400 naming it, in the words and shape of the native engine's answer (``param`` the field,
-``code`` ``invalid_value``). ``null`` is left to each layer (the field's default).
+400 naming it (:class:`~autospec.serve.errors.APIError`: ``param`` the field, ``code``
+``invalid_value``), which the vLLM layer answers in vLLM's error shape, as its other
+refusals (``code`` 400, ``tests/serve/test_vllm_openai_parity.py``). ``null`` is left to
+each layer (the field's default).
 
 Numbers take integers (``"temperature": 1``); integers take no fractional form (``2.0``);
 booleans are neither numbers nor strings. Only the scalar fields both engines' routes

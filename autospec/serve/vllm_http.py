@@ -179,7 +179,10 @@ def _route(app: FastAPI, server: Replica, path: str, route: str, model: type[Bas
     @app.post(path)
     async def answer(request: Request) -> Response:
         data = await read_object(request, server.config.max_body_bytes)
-        check_field_types(data, route)  # vLLM's models would read "0.5" as 0.5, "yes" as true
+        try:  # vLLM's models would read "0.5" as 0.5, "yes" as true
+            check_field_types(data, route)
+        except APIError as exc:  # in vLLM's error shape, as its models' refusals are
+            return _error(exc.message, param=exc.param)
         api = None  # vLLM's handlers, built at the first request that gets that far
         if route == "chat" and any(map(is_content_part_key, unknown_keys(data, model))):
             api = await server.openai_api()  # its template decides whether they are read
