@@ -167,12 +167,10 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
     """Move the deployment's pointer (or ``segment``'s) to ``version`` if it passed against
     the version there now (see the module doc), or with ``force``; a deployment the store
     does not know is refused unless ``new_deployment`` (see the module doc)."""
-    checked = _checked_artifact(engine, version)  # NotFound → exit 2
+    checked = _checked_artifact(engine, version,  # NotFound → exit 2
+                                None if new_deployment else deployment)
     with store.session_scope(engine) as session:
         row = store.get_speculator(session, version=version)
-        if not new_deployment and (why := unknown_deployment_in(session, deployment)):
-            raise _refused(f"not promoting {version}: {why}; pass --new-deployment if a new "
-                           f"deployment is meant (its pointer starts at {version})")
         if (row.artifact_uri, row.sha256) != checked:  # a restore in between
             raise _refused(f"not promoting {version}: its artifact changed in the registry "
                            f"while promote checked it; run it again")
@@ -213,12 +211,18 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
             **_named(segment)}
 
 
-def _checked_artifact(engine: Engine, version: str) -> tuple[str, str]:
+def _checked_artifact(engine: Engine, version: str,
+                      deployment: str | None) -> tuple[str, str]:
     """``version``'s (artifact URI, SHA-256), its artifact checked (:func:`_check_artifact`)
     outside the write transaction: hashing a head of a GB or two takes seconds, and on SQLite
-    that transaction holds the write lock every replica's request log waits on."""
+    that transaction holds the write lock every replica's request log waits on. A
+    ``deployment`` the store does not know is refused before that hash (an unregistered
+    version first: NotFound), so a typo is refused at once."""
     with store.session_scope(engine, readonly=True) as session:
         row = store.get_speculator(session, version=version)
+        if deployment is not None and (why := unknown_deployment_in(session, deployment)):
+            raise _refused(f"not promoting {version}: {why}; pass --new-deployment if a new "
+                           f"deployment is meant (its pointer starts at {version})")
     _check_artifact(row)
     return row.artifact_uri, row.sha256
 

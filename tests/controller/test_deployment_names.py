@@ -102,3 +102,26 @@ def test_a_deployment_known_by_its_traffic_an_evaluation_or_a_policy_is_known(
     moved = cli("promote", "v1", "--deployment", "batch", "--force", "--reason", "r")
     assert moved.exit_code == 0, moved.output
     assert "note:" not in moved.stderr
+
+
+def test_an_unknown_deployment_is_refused_before_the_artifact_is_hashed(
+        engine, cli, tmp_path, monkeypatch) -> None:
+    """Hashing a head of a GB or two takes seconds: a typo was refused only once it was done.
+    An unregistered version is still named first (exit 2)."""
+    from autospec.controller import operations
+
+    artifact = tmp_path / "v2.safetensors"
+    artifact.write_bytes(b"weights")
+    with store.session_scope(engine) as session:
+        store.register_speculator(session, version="v2", kind="ngram", target_id="t",
+                                  artifact_uri=str(artifact), sha256="0" * 64, verify=False)
+    hashed: list[object] = []
+    monkeypatch.setattr(operations, "artifact_sha256",
+                        lambda path: hashed.append(path) or "0" * 64)
+    typo = cli("promote", "v2", "--deployment", "eruope", "--force", "--reason", "r")
+    assert typo.exit_code == 3 and "names deployment 'eruope'" in " ".join(typo.stderr.split())
+    assert hashed == []
+    neither = cli("promote", "v9", "--deployment", "eruope", "--force", "--reason", "r")
+    assert neither.exit_code == 2 and "'v9' is not registered" in neither.stderr
+    moved = cli("promote", "v2", "--deployment", "europe", "--force", "--reason", "r")
+    assert moved.exit_code == 0 and hashed == [artifact], moved.output
