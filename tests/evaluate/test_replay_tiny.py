@@ -159,3 +159,54 @@ def test_replay_sums_the_seconds_spent_in_the_speculator_tiny_random_init(target
     assert slow.steps == fast.steps > 0
     assert slow.draft_s >= 0.9 * 0.005 * slow.steps
     assert fast.draft_s < slow.draft_s - 0.003 * slow.steps
+
+
+@pytest.fixture(scope="module")
+def memorised(target):  # type: ignore[no-untyped-def]
+    """An eagle3 head trained to memorise the target's greedy answers to PROMPTS."""
+    from autospec.train.data import TrainSequence
+    from autospec.train.features import extract_features
+    from autospec.train.kinds import TraineeOptions, recipe
+    from autospec.train.loop import LoopConfig, train_loop
+
+    params = SamplingParams(max_new_tokens=30, ignore_eos=True)
+    answers = [SpeculativeEngine(target).generate(p, params).token_ids for p in PROMPTS]
+    seqs = [TrainSequence(ids=p + a, prompt_len=len(p)) for p, a in zip(PROMPTS, answers,
+                                                                        strict=True)]
+    spec = new_speculator("eagle3", target)
+    fit = recipe("eagle3")
+    fit.prepare(spec, seqs, target, None)
+    # cross-entropy on the greedy tokens: the tiny target's distributions are near flat,
+    # and distilling them (kl) leaves the argmax unlearnt
+    trainee = fit.trainee(spec, TraineeOptions(ttt_steps=4, loss="ce",
+                                               eos_ids=target.info.eos_token_ids))
+    cache = extract_features(target, seqs, feature_layers=spec.feature_layers)
+    train_loop(trainee, cache, LoopConfig(epochs=200, batch_size=len(seqs), lr=3e-3,
+                                          warmup_steps=5))
+    return spec
+
+
+@pytest.mark.parametrize("tree", [0, 12])
+def test_replay_counts_whole_chains_as_live_decoding_does_tiny_random_init(memorised, target,
+                                                                           tree):
+    """A head that memorised the target's answers drafts whole chains (all k accepted in a
+    step) on them, which an untrained head never does: with those alone, a replay that cut
+    chains short (a helper capped it at k-1 accepted drafts) still equalled live decoding
+    and vLLM in every test. Here the memorised prompts accept all k, fresh ones part of
+    them, and replay must count both as live decoding does."""
+    k = 4
+    params = SamplingParams(max_new_tokens=30, ignore_eos=True)
+    memorised.config = memorised.config.model_copy(
+        update={"tree_nodes": tree, "tree_width": 3, "tree_min_prob": 0.0})
+    full = partial = 0
+    for prompt in [*PROMPTS, [3, 14, 15, 9, 26, 5, 35], [60, 2, 17, 44, 44, 8]]:
+        live, req = _live(target, memorised, prompt, params, k)
+        shadow = replay_request(target, memorised, req, k)
+        assert (shadow.steps, shadow.accepted) == (live.stats.num_drafts,
+                                                   live.stats.num_accepted_tokens)
+        per_position = live.stats.accepted_per_position + [0] * k
+        assert shadow.accepted_per_position == [float(a) for a in
+                                                live.stats.accepted_per_position]
+        full += per_position[k - 1]
+        partial += live.stats.num_drafts - per_position[k - 1]
+    assert full >= 10 and partial >= 5, (full, partial)  # steps that accepted all k, or not
