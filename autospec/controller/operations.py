@@ -18,11 +18,9 @@ move of a segment first pins its pointer at the version drafting it then
 (:func:`ensure_segment_pointer`), so a rollback has somewhere to go.
 
 A promotion to a deployment the store does not know (:mod:`autospec.controller.names`) is
-refused unless ``new_deployment``: a typo would start a pointer no replica follows.
-
-A version whose artifact folder this machine has but whose artifact fails its SHA-256 (a
-file changed, cut short or gone, the directory gone from a folder holding others) is
-refused, ``force`` or not: no replica would load it.
+refused unless ``new_deployment`` (a typo would start a pointer no replica follows); one of
+a version whose artifact is here but fails its SHA-256 (a file changed, cut short or gone,
+the directory gone from a folder holding others), ``force`` or not: no replica would load it.
 
 Refusals raise :class:`Refused`; store errors propagate. A promotion or rollback moves the
 pointer only if it still names the version the command read (``expect``): one a controller
@@ -167,8 +165,7 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
     """Move the deployment's pointer (or ``segment``'s) to ``version`` if it passed against
     the version there now (see the module doc), or with ``force``; a deployment the store
     does not know is refused unless ``new_deployment`` (see the module doc)."""
-    checked = _checked_artifact(engine, version,  # NotFound → exit 2
-                                None if new_deployment else deployment)
+    checked = _checked_artifact(engine, version, None if new_deployment else deployment)
     with store.session_scope(engine) as session:
         row = store.get_speculator(session, version=version)
         if (row.artifact_uri, row.sha256) != checked:  # a restore in between
@@ -211,13 +208,11 @@ def promote_version(engine: Engine, *, version: str, actor: str, force: bool = F
             **_named(segment)}
 
 
-def _checked_artifact(engine: Engine, version: str,
-                      deployment: str | None) -> tuple[str, str]:
+def _checked_artifact(engine: Engine, version: str, deployment: str | None) -> tuple[str, str]:
     """``version``'s (artifact URI, SHA-256), its artifact checked (:func:`_check_artifact`)
     outside the write transaction: hashing a head of a GB or two takes seconds, and on SQLite
-    that transaction holds the write lock every replica's request log waits on. A
-    ``deployment`` the store does not know is refused before that hash (an unregistered
-    version first: NotFound), so a typo is refused at once."""
+    that transaction holds the write lock every replica's request log waits on; refused
+    before it: an unregistered version (NotFound), then an unknown ``deployment``."""
     with store.session_scope(engine, readonly=True) as session:
         row = store.get_speculator(session, version=version)
         if deployment is not None and (why := unknown_deployment_in(session, deployment)):
