@@ -1,11 +1,14 @@
 """Options that commands of several areas share, declared once so that their names and help
-agree: ``--database-url`` (alias ``--url``) on every command that opens the store.
-``loadgen``'s ``--url`` is another option, the server it drives (it opens no store)."""
+agree: ``--database-url`` (alias ``--url``) on every command that opens the store
+(``loadgen``'s ``--url`` is another option, the server it drives: it opens no store), and
+``--vllm-option KEY=VALUE``, vLLM's engine arguments (``serve``, ``bench serve``,
+``synth``, ``pretrain``), parsed and checked the same way everywhere."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -31,3 +34,37 @@ segment_name = _name_check("segment")
 
 DatabaseUrl = Annotated[str | None, typer.Option("--database-url", "--url",
                                                  help=DATABASE_URL_HELP)]
+
+
+def engine_options(pairs: list[str], option: str = "--vllm-option") -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as a dict (each VALUE parsed as JSON when it is JSON)."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{option} {pair!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def check_engine_options(options: dict[str, Any], managed: dict[str, str] | None = None) -> None:
+    """Refuse, before anything starts, a ``--vllm-option`` vLLM's engine does not take (a
+    replica would fail to start with it, and Serve retry it), one autospec sets, or one of
+    ``managed`` (key: what sets it, for the command at hand)."""
+    if not options:
+        return
+    for key in options:
+        if key in (managed or {}):
+            raise typer.BadParameter(f"vllm_options: {key!r} is set by autospec "
+                                     f"({managed[key]})", param_hint="--vllm-option")  # type: ignore[index]
+    try:
+        from autospec.engine.vllm.engine import engine_option_refusal
+        why = engine_option_refusal(options)
+    except ImportError:
+        raise typer.BadParameter("--vllm-option needs vLLM installed (`--engine vllm`)") \
+            from None
+    if why is not None:
+        raise typer.BadParameter(why, param_hint="--vllm-option")

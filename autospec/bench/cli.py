@@ -173,7 +173,8 @@ def serve(
     """Requests/s and p50/p99 over HTTP: logging on vs off, speculation on vs off; with
     --engine, the engines side by side."""
     from autospec.bench.serve import run_serve_bench
-    from autospec.serve.cli import _check_engine_options, _engine_options, _given
+    from autospec.cli_options import check_engine_options, engine_options
+    from autospec.serve.cli import _given
 
     checked_target(target, dtype)
     if engine is not None:
@@ -189,8 +190,8 @@ def serve(
         if fresh_prompts and domain is None:
             raise typer.BadParameter("--fresh-prompts: needs --domain (the prompts to draw)")
         pool = fresh_pool_size(rounds, counts) if fresh_prompts else None
-        options = _engine_options(vllm_option or [])
-        _check_engine_options(options)
+        options = engine_options(vllm_option or [])
+        check_engine_options(options)
         checked_store(database_url)
         run_engine_bench(engines=names, target=target, dtype=dtype, max_tokens=max_tokens,
                          rounds=rounds, clients=counts, k=k, fresh_prompts=fresh_prompts,

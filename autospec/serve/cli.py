@@ -13,7 +13,6 @@ bounded (``--startup-timeout``): replicas that are not ready in time fail the co
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import signal
 import threading
@@ -25,7 +24,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import psutil
 import typer
 
-from autospec.cli_options import DatabaseUrl, deployment_name
+from autospec.cli_options import (
+    DatabaseUrl,
+    check_engine_options,
+    deployment_name,
+    engine_options,
+)
 from autospec.engine.choice import ENGINE_HELP
 
 if TYPE_CHECKING:  # imported where it is used: it brings torch
@@ -165,8 +169,8 @@ def serve(
             speculator_k=speculator_k, k_bands=k_bands, holdout_fraction=holdout_fraction,
             speculation=speculation,
             deployment=deployment, dtype=dtype,
-            engine=engine, vllm_options=_engine_options(vllm_option or []),
-            vllm_api_options=_engine_options(vllm_api_option or [], "--vllm-api-option"),
+            engine=engine, vllm_options=engine_options(vllm_option or []),
+            vllm_api_options=engine_options(vllm_api_option or [], "--vllm-api-option"),
             database_url=None, log_traffic=log_traffic, ray_actor_options=actor_options,
             startup_timeout_s=startup_timeout, api_key=api_key or None, docs=docs,
             segments=_segment_rules(segment_rules),
@@ -177,7 +181,7 @@ def serve(
         raise typer.BadParameter(option_errors(exc, OPTION_OF)) from None
     _check_key_file(config.api_key_file)
     _check_api_options(config.vllm_api_options)
-    _check_engine_options(config.vllm_options)
+    check_engine_options(config.vllm_options)
     config = config.model_copy(update={"database_url": _prepare_database(database_url)})
     _signals_interrupt()  # SIGTERM as Ctrl-C, from here on: start-up included
     try:
@@ -265,35 +269,6 @@ def _check_api_options(options: dict[str, Any]) -> None:
     except ImportError:
         raise typer.BadParameter("--vllm-api-option needs vLLM installed (`--engine vllm`)") \
             from None
-
-
-def _check_engine_options(options: dict[str, Any]) -> None:
-    """Refuse, before Ray starts, a ``--vllm-option`` vLLM's engine does not take (each
-    replica would fail to start with it, and Serve retry it) or one autospec sets."""
-    if not options:
-        return
-    try:
-        from autospec.engine.vllm.engine import engine_option_refusal
-        why = engine_option_refusal(options)
-    except ImportError:
-        raise typer.BadParameter("--vllm-option needs vLLM installed (`--engine vllm`)") \
-            from None
-    if why is not None:
-        raise typer.BadParameter(why, param_hint="--vllm-option")
-
-
-def _engine_options(pairs: list[str], option: str = "--vllm-option") -> dict[str, Any]:
-    """``KEY=VALUE`` pairs as a dict (each VALUE parsed as JSON when it is JSON)."""
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{option} {pair!r}: expected KEY=VALUE")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return options
 
 
 def _prepare_database(database_url: str | None) -> str:

@@ -76,23 +76,25 @@ class VllmSampler:
 
     name = "vllm"
 
-    def __init__(self, target: Target, *, max_model_len: int) -> None:
+    def __init__(self, target: Target, *, max_model_len: int,
+                 options: dict[str, Any] | None = None) -> None:
         os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in-process
         from vllm import LLM
 
+        from autospec.engine.vllm.engine import KV_CACHE_SIZING
         from autospec.engine.vllm.weight_casts import cast_summary, install_cast_filter
         from autospec.interop.export import target_dir
 
-        options: dict[str, object] = {}
-        if target.device.type == "cpu":
-            options["kv_cache_memory_bytes"] = VLLM_KV_CACHE_BYTES
+        args: dict[str, object] = {"enable_prefix_caching": True}
+        if target.device.type == "cpu" and not set(KV_CACHE_SIZING) & set(options or {}):
+            args["kv_cache_memory_bytes"] = VLLM_KV_CACHE_BYTES
+        args.update(options or {})  # --vllm-option (checked: none of the arguments below)
         self.eos = set(target.info.eos_token_ids)
         casts = install_cast_filter()  # the engine loads in this process: one line, not 122
         with set_num_threads_kept():
             self.llm = LLM(model=target_dir(target), dtype=target.dtype_name,
-                           max_model_len=max_model_len, seed=0, enable_prefix_caching=True,
-                           **options)
+                           max_model_len=max_model_len, seed=0, **args)
         if line := cast_summary([casts.take()]):
             log.info("vLLM: %s", line)
 
@@ -137,9 +139,16 @@ def resolve(engine: str, target: Target) -> str:
     return resolved
 
 
-def open_sampler(engine: str, target: Target, *, max_model_len: int) -> Sampler:
-    """The sampler ``engine`` (``auto``, ``native`` or ``vllm``) means for ``target``."""
+def open_sampler(engine: str, target: Target, *, max_model_len: int,
+                 options: dict[str, Any] | None = None) -> Sampler:
+    """The sampler ``engine`` (``auto``, ``native`` or ``vllm``) means for ``target``;
+    ``options``: vLLM's engine arguments (``--vllm-option``), refused where vLLM does not
+    answer."""
     if resolve(engine, target) == "vllm":
         log.info("starting vLLM on %s for synthesis", target.info.target_id)
-        return VllmSampler(target, max_model_len=max_model_len)
+        return VllmSampler(target, max_model_len=max_model_len, options=options)
+    if options:
+        raise SynthEngineUnavailable(
+            f"--vllm-option {', '.join(sorted(options))}: the native engine answers this run "
+            f"(--engine {engine} on {target.device.type}); pass --engine vllm")
     return NativeSampler(target)

@@ -6,7 +6,8 @@ Builds a :class:`~autospec.synth.run.SynthRequest` from the options, loads the t
 deployment serves (its dtype too: synthetic rows are only used for the same target,
 revision and dtype), runs it printing one line per finished batch, and prints what was
 written (``--json``: one JSON object). Bad input — an unknown source, a negative
-temperature or 0 with resampled prompts, ``--engine vllm`` without vLLM, no logged prompt to
+temperature or 0 with resampled prompts, ``--engine vllm`` without vLLM, a ``--vllm-option``
+vLLM would not take (or synthesis sets, or the native engine would ignore), no logged prompt to
 resample, a target without a tokenizer for domain prompts, a target or
 dtype the deployment does not serve — is one line on stderr, exit status 2.
 
@@ -23,13 +24,13 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from autospec.cli_options import DatabaseUrl, deployment_name
+from autospec.cli_options import DatabaseUrl, check_engine_options, deployment_name, engine_options
 from autospec.jsonout import json_default
 
 if TYPE_CHECKING:
@@ -46,6 +47,13 @@ EngineOption = Annotated[str, typer.Option(
     help="who answers: native (the target's model in batches), vllm (vLLM's offline engine, "
     "continuous batching; starting it took ~110 s on a 2-core CPU) or auto (vllm on a CUDA GPU "
     "with vLLM installed, else native — as autospec serve decides)")]
+VllmOption = Annotated[list[str] | None, typer.Option(
+    help="--engine vllm: a vLLM engine argument as KEY=VALUE (VALUE as JSON, else a string), "
+    "as autospec serve takes it, e.g. enforce_eager=true (the engine starts in seconds, not "
+    "minutes, on a CPU) or max_num_seqs=64; repeatable")]
+#: the engine arguments synthesis sets itself (what sets them), refused as --vllm-option
+SYNTH_MANAGED = {"max_model_len": "the longest prompt + --max-tokens",
+                 "seed": "--seed, per prompt"}
 TemperatureOption = Annotated[float, typer.Option(
     min=0.0, help="sampling temperature (0: greedy, domain sources only — resampled "
     "prompts need > 0)")]
@@ -71,6 +79,7 @@ def synth(
         help="sampling seed and domain prompt draw (domain prompts come from the half of each "
         "domain's prompt space the load generator never sends)")] = 0,
     engine: EngineOption = "auto",
+    vllm_option: VllmOption = None,
     deployment: Annotated[str, typer.Option(
         callback=deployment_name, help="whose traffic and target")] = "default",
     target: Annotated[str | None, typer.Option(
@@ -87,10 +96,17 @@ def synth(
     request = SynthRequest(sources=tuple(sources or ["resampled"]), count=count,
                            temperature=temperature, top_p=top_p, max_new_tokens=max_tokens,
                            batch_size=batch_size, seed=seed, heldout_fraction=heldout_fraction,
-                           window=window, deployment=deployment, engine=engine)
+                           window=window, deployment=deployment, engine=engine,
+                           vllm_options=_vllm_options(vllm_option))
     outcome = _run(request, database_url=database_url, target=target, dtype=dtype,
                    quiet=as_json)
     _print(outcome, as_json=as_json)
+
+
+def _vllm_options(pairs: list[str] | None) -> dict[str, Any]:
+    options = engine_options(pairs or [])
+    check_engine_options(options, SYNTH_MANAGED)
+    return options
 
 
 def _run(request, *, database_url: str | None, target: str | None,  # type: ignore[no-untyped-def]
@@ -163,6 +179,7 @@ def pretrain(
     gen_batch_size: Annotated[int, typer.Option(
         min=1, help="prompts decoded together while generating")] = 32,
     engine: EngineOption = "auto",
+    vllm_option: VllmOption = None,
     epochs: Annotated[int, typer.Option(min=1, help="passes over the sequences")] = 8,
     batch_size: Annotated[int, typer.Option(min=1, help="sequences per training step")] = 8,
     assignments: Annotated[list[str] | None, typer.Option(
@@ -192,7 +209,8 @@ def pretrain(
         deployment=deployment, synth=SynthRequest(temperature=temperature, seed=seed,
                                                   max_new_tokens=max_tokens,
                                                   batch_size=gen_batch_size,
-                                                  engine=engine))
+                                                  engine=engine,
+                                                  vllm_options=_vllm_options(vllm_option)))
     outcome = _pretrain(request, assignments or [], database_url=database_url, target=target,
                         dtype=dtype)
     if as_json:

@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -61,6 +62,7 @@ class SynthRequest:
     window: int = 1000  # resampled: prompts of the newest N usable logged requests
     deployment: str = "default"
     engine: str = "auto"  # who answers: auto, native or vllm (autospec.synth.backends)
+    vllm_options: dict[str, Any] = field(default_factory=dict)  # vLLM's engine arguments
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,9 @@ def check_request(request: SynthRequest) -> None:
     if request.engine not in ENGINE_CHOICES:
         raise SynthError(f"unknown engine {request.engine!r}; engines: "
                          f"{', '.join(ENGINE_CHOICES)}")
+    if request.vllm_options and request.engine == "native":
+        raise SynthError("--vllm-option: vLLM's engine arguments, but --engine native answers "
+                         "this run; pass --engine vllm")
     if not 0.0 <= request.heldout_fraction < 1.0:
         raise SynthError(f"heldout_fraction must be in [0, 1), got {request.heldout_fraction}")
     for name in ("count", "batch_size", "max_new_tokens", "window"):
@@ -135,7 +140,7 @@ def synthesize(request: SynthRequest, *, engine: Engine, target: Target,
                                 revision=target.info.revision, dtype=target.dtype_name)
     outcome = SynthOutcome(run_id=uuid.uuid4().hex[:12], target=tgt)
     longest = max(len(p.ids) for prompts in plans.values() for p in prompts)
-    sampler = open_sampler(request.engine, target,
+    sampler = open_sampler(request.engine, target, options=request.vllm_options,
                            max_model_len=longest + request.max_new_tokens)
     outcome.engine = sampler.name
     try:

@@ -2,7 +2,9 @@
 
 Float32 and greedy, so vLLM's answers must equal the native batch's token for token (EOS
 included where it ended an answer); the rows carry the run's engine-independent marks. One
-vLLM engine start (~1-2 min on 2 CPU cores). The command runs in its own process, as a user
+vLLM engine start, eager (``--vllm-option enforce_eager=true``: the default compiles the
+model with inductor first, ~2 more minutes on 2 CPU cores, and the one test of that path is
+tests/interop/test_vllm_equivalence.py). The command runs in its own process, as a user
 runs it: an in-process vLLM engine leaves torch state behind (compiled graphs, dispatch
 and grad modes) that other tests of this process must not inherit.
 """
@@ -34,7 +36,8 @@ def test_vllm_answers_domain_prompts_as_the_native_batch_does(tmp_path) -> None:
         [str(cli), "synth", "--source", "domain:support", "--source", "domain:json",
          "--count", "3", "--temperature", "0", "--max-tokens", "24", "--batch-size", "3",
          "--heldout-fraction", "0", "--seed", "3", "--engine", "vllm", "--target",
-         "smollm2-135m", "--dtype", "float32", "--url", f"sqlite:///{tmp_path / 'synth.db'}",
+         "smollm2-135m", "--dtype", "float32", "--vllm-option", "enforce_eager=true",
+         "--url", f"sqlite:///{tmp_path / 'synth.db'}",
          "--json"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     outcome = json.loads(done.stdout)  # --json: stdout holds the one object, vLLM logs none

@@ -78,3 +78,31 @@ def test_cli_synth_engine_vllm_without_vllm_is_one_line(cli_env, monkeypatch) ->
     result = CliRunner().invoke(app, ["synth", "--engine", "vllm", "--count", "2"])
     assert result.exit_code == 2, result.output
     assert "engine 'vllm' needs vLLM" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("command", "args", "message"), [
+    ("synth", ["--engine", "native", "--vllm-option", "enforce_eager=true"],
+     "--engine native answers this run"),
+    ("synth", ["--vllm-option", "enforce_eager=true"],  # auto: native on a CPU
+     "the native engine answers this run (--engine auto on cpu)"),
+    ("synth", ["--engine", "vllm", "--vllm-option", "seed=3"], "'seed' is set by autospec"),
+    ("synth", ["--engine", "vllm", "--vllm-option", "max_model_len=64"],
+     "the longest prompt + --max-tokens"),
+    ("synth", ["--engine", "vllm", "--vllm-option", "dtype=half"], "'dtype' is set by autospec"),
+    ("synth", ["--engine", "vllm", "--vllm-option", "enforce_eagre=true"],
+     "did you mean enforce_eager"),
+    ("synth", ["--engine", "vllm", "--vllm-option", "enforce_eager"], "expected KEY=VALUE"),
+    ("pretrain", ["--per-domain", "1", "--engine", "native", "--vllm-option",
+                  "enforce_eager=true"],
+     "--engine native answers this run"),
+])
+def test_cli_vllm_options_vllm_would_not_take_are_refused_tiny_random_init(
+        cli_env, command, args, message) -> None:  # type: ignore[no-untyped-def]
+    """``--vllm-option`` (as ``autospec serve`` takes it): refused, naming the option, where
+    vLLM would not start with it, synthesis sets it, or the native engine would ignore it."""
+    pytest.importorskip("vllm")
+    result = CliRunner().invoke(app, [command, *args, "--count", "2"] if command == "synth"
+                                else [command, *args])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()), result.output
+    assert "Traceback" not in result.output

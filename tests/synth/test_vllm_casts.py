@@ -64,3 +64,30 @@ def _no_filter_left_behind():  # type: ignore[no-untyped-def]
     before = list(logger.filters)
     yield
     logger.filters[:] = before
+
+
+@pytest.mark.parametrize(("options", "kv_bytes"), [
+    ({}, 1 << 30), ({"enforce_eager": True, "max_num_seqs": 4}, 1 << 30),
+    ({"kv_cache_memory_bytes": 1 << 28}, 1 << 28), ({"gpu_memory_utilization": 0.5}, None),
+])
+def test_the_synth_engine_gets_the_vllm_options_tiny(tiny, monkeypatch, options,
+                                                     kv_bytes) -> None:  # type: ignore[no-untyped-def]
+    """``--vllm-option`` reaches vLLM's engine beside what synthesis sets; either KV cache
+    sizing replaces autospec's CPU default (1 GiB), as on ``autospec serve``."""
+    from autospec.synth import backends
+
+    given: dict = {}
+
+    class FakeLLM:
+        def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            given.update(kwargs)
+
+    for name in ("VLLM_CONFIGURE_LOGGING", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+        monkeypatch.setenv(name, "0")
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
+    monkeypatch.setattr("autospec.interop.export.target_dir", lambda target: "/nowhere")
+    backends.VllmSampler(tiny, max_model_len=64, options=options)
+    assert {k: v for k, v in given.items() if k in options} == options
+    assert given["model"] == "/nowhere" and given["max_model_len"] == 64 and given["seed"] == 0
+    assert given.get("kv_cache_memory_bytes") == kv_bytes
+    assert given["enable_prefix_caching"] is True
