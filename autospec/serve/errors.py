@@ -82,9 +82,12 @@ def install_handlers(app: FastAPI) -> None:
         return error_response(err.status, err.message, param=err.param, code=err.code)
 
     @app.exception_handler(RequestError)
-    async def _request(_: Request, exc: RequestError) -> JSONResponse:
-        return error_response(400, str(exc), code="context_length_exceeded"
-                              if "exceeds" in str(exc) else "invalid_prompt")
+    async def _request(request: Request, exc: RequestError) -> JSONResponse:
+        # the prompt as the route takes it, as OpenAI names it
+        chat = request.url.path.rstrip("/").endswith("/chat/completions")
+        return error_response(400, str(exc), param="messages" if chat else "prompt",
+                              code="context_length_exceeded" if "exceeds" in str(exc)
+                              else "invalid_prompt")
 
     @app.exception_handler(ValueError)
     async def _value(_: Request, exc: ValueError) -> JSONResponse:

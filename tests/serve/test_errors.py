@@ -90,7 +90,11 @@ def test_bad_chat_bodies(client, body, param):
 
 def test_prompt_longer_than_the_context(client, tiny_llm):
     long_ids = [5] * (tiny_llm.info.max_position_embeddings + 10)
-    err = _assert_error(client.post("/v1/completions", json={"prompt": long_ids}), 400)
+    err = _assert_error(client.post("/v1/completions", json={"prompt": long_ids}), 400,
+                        "prompt")
+    assert err["code"] == "context_length_exceeded"
+    chat = {"messages": [{"role": "user", "content": "hi " * 600}]}
+    err = _assert_error(client.post("/v1/chat/completions", json=chat), 400, "messages")
     assert err["code"] == "context_length_exceeded"
     err = _assert_error(client.post("/v1/completions",
                                     json={"prompt": [5] * 500, "max_tokens": 100}), 400)
