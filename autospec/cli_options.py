@@ -56,15 +56,14 @@ def check_engine_options(options: dict[str, Any], managed: dict[str, str] | None
     ``managed`` (key: what sets it, for the command at hand)."""
     if not options:
         return
-    for key in options:
-        if key in (managed or {}):
-            raise typer.BadParameter(f"vllm_options: {key!r} is set by autospec "
-                                     f"({managed[key]})", param_hint="--vllm-option")  # type: ignore[index]
-    try:
-        from autospec.engine.vllm.engine import engine_option_refusal
-        why = engine_option_refusal(options)
-    except ImportError:
-        raise typer.BadParameter("--vllm-option needs vLLM installed (`--engine vllm`)") \
-            from None
+    from autospec.engine.vllm.engine import engine_option_refusal, managed_option_refusal
+
+    why = managed_option_refusal(options, managed)  # needs no vLLM
+    if why is None:
+        try:
+            why = engine_option_refusal(options)
+        except ImportError:
+            raise typer.BadParameter("--vllm-option needs vLLM installed (`--engine vllm`)") \
+                from None
     if why is not None:
         raise typer.BadParameter(why, param_hint="--vllm-option")

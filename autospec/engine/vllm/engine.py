@@ -96,12 +96,15 @@ MANAGED_ARGS = {
 }
 
 
-def managed_option_refusal(options: dict[str, Any]) -> str | None:
+def managed_option_refusal(options: dict[str, Any],
+                           also: dict[str, str] | None = None) -> str | None:
     """Why ``options`` (``vllm_options``) may not be vLLM's engine arguments: a key
-    autospec sets itself (:data:`MANAGED_ARGS`); None where none is (needs no vLLM)."""
+    autospec sets itself (:data:`MANAGED_ARGS`, and ``also``: those the command at hand sets,
+    with what sets them); None where none is (needs no vLLM)."""
+    managed = {**MANAGED_ARGS, **(also or {})}
     for key in options:
-        if key in MANAGED_ARGS:
-            return f"vllm_options: {key!r} is set by autospec ({MANAGED_ARGS[key]})"
+        if key in managed:
+            return f"vllm_options: {key!r} is set by autospec ({managed[key]})"
     return None
 
 
