@@ -145,6 +145,8 @@ class _Request(BaseModel):
     def _stop(cls, value: str | list[str] | None) -> str | list[str] | None:
         if isinstance(value, list) and len(value) > MAX_STOP_STRINGS:
             raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings")
+        if value == "" or (isinstance(value, list) and "" in value):  # as vLLM refuses it
+            raise ValueError("stop cannot contain an empty string")
         return value
 
     @model_validator(mode="after")

@@ -55,6 +55,8 @@ def _assert_error(r, status: int, param: str | None = None) -> dict:  # type: ig
     (b'{"prompt": ""}', 400, None),
     (b'{"prompt": "hi", "model": "gpt-4"}', 404, "model"),
     (b'{"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}', 400, "stop"),
+    (b'{"prompt": "hi", "stop": ""}', 400, "stop"),  # an empty stop string: as on vLLM
+    (b'{"prompt": "hi", "stop": ["a", ""]}', 400, "stop"),
     (b'{"prompt": "hi", "logprobs": 3}', 400, "logprobs"),  # native: no logprobs
 ])
 def test_bad_completion_bodies(client, body, status, param):
