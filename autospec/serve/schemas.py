@@ -234,10 +234,12 @@ class CompletionRequest(_Request):
                 raise APIError(400, f"{name}: not served by the native engine{hint}",
                                param=name, code="unsupported_value")
         if isinstance(self.prompt, list) and not self.prompt:
-            raise ValueError("prompt: must not be empty")
+            raise APIError(400, "prompt: must not be empty", param="prompt",
+                           code="invalid_value")
         if isinstance(self.prompt, list) and isinstance(self.prompt[0], str) \
                 and len(self.prompt) != 1:
-            raise ValueError("prompt: a list of several prompts is not supported (send one)")
+            raise APIError(400, "prompt: a list of several prompts is not supported (send one)",
+                           param="prompt", code="unsupported_value")
         return self
 
     @property
@@ -282,7 +284,8 @@ class ChatCompletionRequest(_Request):
     @model_validator(mode="after")
     def _chat_only(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
-            raise ValueError("top_logprobs: needs logprobs true")
+            raise APIError(400, "top_logprobs: needs logprobs true", param="top_logprobs",
+                           code="invalid_value")
         if self.tools:
             raise APIError(400, "tools: the native engine does not serve tool calls; "
                            "`autospec serve --engine vllm` does", param="tools",

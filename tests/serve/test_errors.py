@@ -51,8 +51,9 @@ def _assert_error(r, status: int, param: str | None = None) -> dict:  # type: ig
     (b'{"prompt": "hi", "logit_bias": {"\\u00b2": 1}}', 400, "logit_bias"),
     (b'{"prompt": "hi", "seed": 999999999999999999999999999999}', 400, "seed"),
     (b'{"prompt": [99999999]}', 400, "prompt"),
-    (b'{"prompt": []}', 400, None),
-    (b'{"prompt": ""}', 400, None),
+    (b'{"prompt": []}', 400, "prompt"),
+    (b'{"prompt": ["a", "b"]}', 400, "prompt"),  # several prompts: one at a time here
+    (b'{"prompt": ""}', 400, "prompt"),
     (b'{"prompt": "hi", "model": "gpt-4"}', 404, "model"),
     (b'{"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}', 400, "stop"),
     (b'{"prompt": "hi", "stop": ""}', 400, "stop"),  # an empty stop string: as on vLLM
@@ -80,9 +81,9 @@ def test_a_validators_message_is_given_without_pydantics_prefix(client):
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 100000},
      "max_completion_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
-    ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, None),
+    ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools"),
     ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
-    ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, None),
+    ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "top_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True,
       "top_logprobs": 21}, "top_logprobs"),
 ])
