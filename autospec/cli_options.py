@@ -52,16 +52,22 @@ def engine_options(pairs: list[str], option: str = "--vllm-option") -> dict[str,
 
 def check_engine_options(options: dict[str, Any], managed: dict[str, str] | None = None) -> None:
     """Refuse, before anything starts, a ``--vllm-option`` vLLM's engine does not take (a
-    replica would fail to start with it, and Serve retry it), one autospec sets, or one of
-    ``managed`` (key: what sets it, for the command at hand)."""
+    replica would fail to start with it, and Serve retry it) or one autospec sets: those of
+    a serving engine (``MANAGED_ARGS``), or ``managed`` (key: what sets it) for a command
+    whose engine autospec sets up otherwise."""
     if not options:
         return
-    from autospec.engine.vllm.engine import engine_option_refusal, managed_option_refusal
+    from autospec.engine.vllm.engine import (
+        MANAGED_ARGS,
+        engine_option_refusal,
+        managed_option_refusal,
+    )
 
+    managed = MANAGED_ARGS if managed is None else managed
     why = managed_option_refusal(options, managed)  # needs no vLLM
     if why is None:
         try:
-            why = engine_option_refusal(options)
+            why = engine_option_refusal(options, managed)
         except ImportError:
             raise typer.BadParameter("--vllm-option needs vLLM installed (`--engine vllm`)") \
                 from None

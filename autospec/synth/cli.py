@@ -51,8 +51,10 @@ VllmOption = Annotated[list[str] | None, typer.Option(
     help="--engine vllm: a vLLM engine argument as KEY=VALUE (VALUE as JSON, else a string), "
     "as autospec serve takes it, e.g. enforce_eager=true (the engine starts in seconds, not "
     "minutes, on a CPU) or max_num_seqs=64; repeatable")]
-#: the engine arguments synthesis sets itself (what sets them), refused as --vllm-option
-SYNTH_MANAGED = {"max_model_len": "the longest prompt + --max-tokens",
+#: the engine arguments synthesis sets itself (what sets them), refused as --vllm-option;
+#: the rest are the user's (a speculative_config too: synthesis does not draft otherwise)
+SYNTH_MANAGED = {"model": "the target directory, from --target", "dtype": "from --dtype",
+                 "max_model_len": "the longest prompt + --max-tokens",
                  "seed": "--seed, per prompt"}
 TemperatureOption = Annotated[float, typer.Option(
     min=0.0, help="sampling temperature (0: greedy, domain sources only — resampled "

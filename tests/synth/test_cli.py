@@ -106,3 +106,24 @@ def test_cli_vllm_options_vllm_would_not_take_are_refused_tiny_random_init(
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split()), result.output
     assert "Traceback" not in result.output
+
+
+def test_synthesis_refuses_only_the_engine_arguments_it_sets_itself() -> None:
+    """What autospec sets on a serving engine (the drafter, its worker extension, per-request
+    metrics) is the user's to set for synthesis, which sets none of it; what synthesis
+    sets is refused with its own reason, not a serving one."""
+    pytest.importorskip("vllm")
+    import typer
+
+    from autospec.cli_options import check_engine_options
+    from autospec.synth.cli import SYNTH_MANAGED
+
+    drafting = {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3,
+                                       "prompt_lookup_max": 4},
+                "per_request_spec_decode_metrics": "summary"}
+    check_engine_options(drafting, SYNTH_MANAGED)  # no refusal
+    with pytest.raises(typer.BadParameter, match="live pointer's version"):
+        check_engine_options(drafting)  # a serving engine's
+    with pytest.raises(typer.BadParameter) as refused:
+        check_engine_options({"dtype": "half"}, SYNTH_MANAGED)
+    assert str(refused.value) == "vllm_options: 'dtype' is set by autospec (from --dtype)"

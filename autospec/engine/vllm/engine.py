@@ -28,7 +28,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -97,30 +97,31 @@ MANAGED_ARGS = {
 
 
 def managed_option_refusal(options: dict[str, Any],
-                           also: dict[str, str] | None = None) -> str | None:
+                           managed: Mapping[str, str] = MANAGED_ARGS) -> str | None:
     """Why ``options`` (``vllm_options``) may not be vLLM's engine arguments: a key
-    autospec sets itself (:data:`MANAGED_ARGS`, and ``also``: those the command at hand sets,
-    with what sets them); None where none is (needs no vLLM)."""
-    managed = {**MANAGED_ARGS, **(also or {})}
+    autospec sets itself (``managed``, with what sets it: :data:`MANAGED_ARGS` for a
+    serving engine, a command's own for the engines it starts); None where none is (needs
+    no vLLM)."""
     for key in options:
         if key in managed:
             return f"vllm_options: {key!r} is set by autospec ({managed[key]})"
     return None
 
 
-def engine_option_refusal(options: dict[str, Any]) -> str | None:
+def engine_option_refusal(options: dict[str, Any],
+                          managed: Mapping[str, str] = MANAGED_ARGS) -> str | None:
     """Why vLLM's engine would not start with ``options`` (``vllm_options``) as its
     arguments, found without starting it: a key :class:`AsyncEngineArgs` does not take
-    (with the closest it does), or one autospec sets itself; None where the keys are
-    fine (their values are vLLM's to check)."""
+    (with the closest it does), or one autospec sets itself (``managed``); None where the
+    keys are fine (their values are vLLM's to check)."""
     import difflib
     from dataclasses import fields
 
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    managed = managed_option_refusal(options)
-    if managed is not None:
-        return managed
+    why = managed_option_refusal(options, managed)
+    if why is not None:
+        return why
     known = {f.name for f in fields(AsyncEngineArgs)}
     for key in options:
         if key not in known:
