@@ -53,6 +53,7 @@ BODIES: list[tuple[str, dict[str, Any], bool]] = [
                      "echo": True}, True),
     ("completions", {"prompt": "x", "max_tokens": 5000}, False),
     ("completions", {"prompt": "", "max_tokens": 5}, False),  # vLLM's validator: a 400
+    ("completions", {"prompt": "hi", "max_tokens": 5, "stop": ""}, False),  # a 400 too
     ("chat", {"messages": USER, "max_tokens": 40, "temperature": 0, "response_format": {
         "type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}}, True),
     ("chat", {"messages": USER, "max_tokens": 20, "temperature": 0,
