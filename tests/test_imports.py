@@ -12,6 +12,7 @@ reads of the store run without it (checked in fresh interpreters)."""
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import re
 import subprocess
@@ -268,3 +269,39 @@ if __name__ == "__main__":
           f"(module- and function-level); module cycles: {cycles(graph)}")
     print(f"{len(packages)} top-level modules and subpackages, "
           f"{sum(map(len, packages.values()))} edges; cycles: {cycles(packages)}")
+
+
+OPERATOR_ERRORS = """
+import typer
+from autospec.cli import app
+root = typer.main.get_command(app)
+for args in (["status", "--url", "sqlite:///{missing}"], ["history", "--url", "sqlite:///{missing}"],
+             ["db", "upgrade"], ["promote", "no-such-version", "--reason", "r"],
+             ["rollback", "--reason", "r"]):
+    try:
+        code = root.main(args, prog_name="autospec", standalone_mode=False)
+    except typer.Exit as exc:
+        code = exc.exit_code
+    print("exit", code or 0)
+"""
+
+
+def test_an_operators_failed_commands_answer_without_torch(tmp_path: Path) -> None:
+    """A missing database, an unknown version, nothing to roll back to: one line and the
+    exit code, without importing torch to learn that the error is none of the kinds that
+    need it (``status`` took 5 s longer to fail than to succeed)."""
+    code = OPERATOR_ERRORS.format(missing=tmp_path / "missing.db")
+    done = subprocess.run([sys.executable, "-c", TORCH_BLOCKER + code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AUTOSPEC_DATA_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    exits = [line for line in done.stdout.splitlines() if line.startswith("exit")]
+    assert exits == ["exit 2", "exit 2", "exit 0", "exit 2", "exit 3"], (exits, done.stderr)
+    assert "does not exist" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_error_kinds_the_controllers_commands_name_by_module_exist() -> None:
+    from autospec.controller.cli import HEAVY_ERRORS
+
+    for module, name in HEAVY_ERRORS:
+        assert issubclass(getattr(importlib.import_module(module), name), Exception)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
@@ -49,12 +50,32 @@ POLICY_HELP = ("a shipped policy by name (default, conservative; a file of that 
 DbUrl = DatabaseUrl  # --database-url / --url, as every command that opens the store
 
 
+#: known errors of modules that import torch: (module, class)
+HEAVY_ERRORS = (("autospec.engine.target", "TargetLoadError"),
+                ("autospec.evaluate.run", "EvaluationError"),
+                ("autospec.numerics", "NumericsMismatch"),
+                ("autospec.train.errors", "TrainingError"),
+                ("autospec.versions", "VersionLoadError"))
+
+
+def _raised_from(exc: Exception, errors: tuple[tuple[str, str], ...]) -> bool:
+    """Whether ``exc`` is one of ``errors``, without importing their modules: an instance of
+    a class exists only once its module has been imported (a failed ``status`` took 5 s
+    importing torch to learn that its error was none of them)."""
+    for module, name in errors:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, getattr(loaded, name)):
+            return True
+    return False
+
+
 @contextmanager
 def _errors(refusal: dict[str, Any] | None = None) -> Iterator[None]:
     """A refusal or a known error as one line (exit 3 or 2); anything else propagates. The
-    error types are imported only when something was raised: some live in modules that
-    import torch, which ``status`` and ``history`` never need. ``refusal`` (a ``--json``
-    command's): a refusal is also a JSON object on stdout, :func:`refused_json` of it."""
+    error types are imported only when something was raised, and those of modules that
+    import torch (which ``status`` and ``history`` never need) not at all
+    (:func:`_raised_from`). ``refusal`` (a ``--json`` command's): a refusal is also a JSON
+    object on stdout, :func:`refused_json` of it."""
     try:
         yield
     except (typer.Exit, typer.Abort, typer.BadParameter):
@@ -63,19 +84,13 @@ def _errors(refusal: dict[str, Any] | None = None) -> Iterator[None]:
         from autospec.controller.lease import LeaseLost
         from autospec.controller.operations import Refused
         from autospec.controller.policy import PolicyError
-        from autospec.engine.target import TargetLoadError
-        from autospec.evaluate.run import EvaluationError
-        from autospec.numerics import NumericsMismatch
         from autospec.store.errors import StoreError
-        from autospec.train.errors import TrainingError
-        from autospec.versions import VersionLoadError
 
         if isinstance(exc, Refused):
             if refusal is not None:
                 _emit(refused_json(str(exc), **refusal))
             _fail(str(exc), EXIT_REFUSED)
-        if isinstance(exc, (PolicyError, StoreError, TrainingError, EvaluationError,
-                            VersionLoadError, TargetLoadError, NumericsMismatch)):
+        if isinstance(exc, (PolicyError, StoreError)) or _raised_from(exc, HEAVY_ERRORS):
             _fail(str(exc), EXIT_ERROR)
         if isinstance(exc, LeaseLost):
             _fail(f"the controller lost its lease: {exc}", EXIT_ERROR)
