@@ -82,13 +82,12 @@ class VllmSampler:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in-process
         from vllm import LLM
 
-        from autospec.engine.vllm.engine import KV_CACHE_SIZING
+        from autospec.engine.vllm.engine import default_kv_cache
         from autospec.engine.vllm.weight_casts import cast_summary, install_cast_filter
         from autospec.interop.export import target_dir
 
-        args: dict[str, object] = {"enable_prefix_caching": True}
-        if target.device.type == "cpu" and not set(KV_CACHE_SIZING) & set(options or {}):
-            args["kv_cache_memory_bytes"] = VLLM_KV_CACHE_BYTES
+        args: dict[str, object] = {"enable_prefix_caching": True, **default_kv_cache(
+            options or {}, on_cpu=target.device.type == "cpu", size=VLLM_KV_CACHE_BYTES)}
         args.update(options or {})  # --vllm-option (checked: none of the arguments below)
         self.eos = set(target.info.eos_token_ids)
         casts = install_cast_filter()  # the engine loads in this process: one line, not 122

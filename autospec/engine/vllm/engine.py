@@ -143,17 +143,24 @@ def cpu_platform() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def default_kv_cache(options: dict[str, Any], *, on_cpu: bool,
+                     size: int = DEFAULT_KV_CACHE_BYTES) -> dict[str, Any]:
+    """The KV cache size autospec gives an engine: ``size`` bytes on vLLM's CPU backend
+    unless ``options`` size it (either of :data:`KV_CACHE_SIZING`); nothing on a GPU, where
+    vLLM's own ``gpu_memory_utilization`` does (a ``kv_cache_memory_bytes`` would make vLLM
+    ignore it)."""
+    sized = on_cpu and not any(key in options for key in KV_CACHE_SIZING)
+    return {"kv_cache_memory_bytes": size} if sized else {}
+
+
 def engine_kwargs(model_dir: str, *, dtype: str, speculative_config: dict[str, Any] | None,
                   max_model_len: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """vLLM's engine arguments: per-request acceptance metrics whenever it speculates
     (vLLM refuses them without a speculative config); ``options`` override the defaults,
     never what autospec sets itself (:data:`MANAGED_ARGS`).
-    On the CPU backend the KV cache is :data:`DEFAULT_KV_CACHE_BYTES` unless ``options``
-    size it; on a GPU vLLM's own ``gpu_memory_utilization`` does (a
-    ``kv_cache_memory_bytes`` would make vLLM ignore it)."""
+    The KV cache: :func:`default_kv_cache`."""
     options = options or {}
-    sized = cpu_platform() and not any(key in options for key in KV_CACHE_SIZING)
-    kv_cache = {"kv_cache_memory_bytes": DEFAULT_KV_CACHE_BYTES} if sized else {}
+    kv_cache = default_kv_cache(options, on_cpu=cpu_platform())
     managed = {"model": model_dir, "dtype": dtype, "speculative_config": speculative_config,
                "per_request_spec_decode_metrics": "summary" if speculative_config else "none",
                "worker_extension_cls": WORKER_EXTENSION}
