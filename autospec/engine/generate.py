@@ -121,9 +121,11 @@ class SpeculativeEngine:
         accepted: list[int] = []
         while True:
             new, finish = stopper.settle(out_ids, new)
-            if len(new) < len(accepted):  # EOS or a stop string among the accepted drafts:
-                # those after it were never emitted (nor scored by replay, on the logged ids)
-                stats.uncount_accepted(len(accepted), len(new))
+            kept = min(len(accepted), len(new) - 1) if finish else len(accepted)
+            if kept < len(accepted):  # the output ended at one of the accepted drafts: the
+                # drafts after it were never emitted, and the last token counts as the
+                # step's own (the target's token there is the same), as replay counts it
+                stats.uncount_accepted(len(accepted), max(0, kept))
             out_ids.extend(new)
             if new:
                 yield new

@@ -5,8 +5,10 @@ one teacher-forced target pass over ``prompt + output`` supplies every feature t
 speculator needs; the speculator then runs exactly as in decoding (same ``begin`` /
 ``commit`` / ``propose`` calls, same ``k`` as the live loop would use) and its drafts are
 accepted while they equal the logged tokens. No target decoding: the result is what the
-live engine would have counted, up to the last step of a request that ended on EOS (drafts
-past the end are counted as rejected). The seconds spent in the speculator's calls are
+live engine would have counted: a request's last token is the last step's own, never an
+accepted draft (a draft equal to it, or past it, is counted as rejected), as the engines count
+a stop token that ends a request (drafting it saves no step) and as drafts stop before
+``max_tokens``. The seconds spent in the speculator's calls are
 summed too (``draft_s``): its real draft-side cost on this traffic.
 
 For a **sampled** request the accepted count is random; replay uses its expectation.
@@ -125,10 +127,10 @@ def replay_request(target: Target | None, spec: Speculator, req: ReplayRequest, 
         stats.draft_s += clock(device) - started
         if proposal is None or proposal.num_tokens == 0:
             chain: list[float] = []
-        elif probs is None:
-            chain = _greedy_chain(proposal, out[pos:])
+        elif probs is None:  # the last logged token is the last step's own (module doc)
+            chain = _greedy_chain(proposal, out[pos:-1])
         else:
-            chain = _expected_chain(proposal, probs[pos:])
+            chain = _expected_chain(proposal, probs[pos:-1])
         if proposal is None:
             stats.observe(0, chain)
         else:

@@ -3,12 +3,15 @@
 vLLM drafts k tokens at every step, even past ``max_tokens`` or past a stop token, and counts
 in its per-request metrics the drafts the target would have accepted there, which it then
 cuts from the output. autospec's engine and replay draft at most ``max_tokens - generated -
-1`` tokens and nothing after a draft that is a stop token (once ``min_tokens`` are out), and
-count a draft accepted only if it was emitted. vLLM's summary cannot tell the two apart in
-general: its histogram counts only the steps that had drafts, and on a step whose drafts a
-grammar refused from the first token (structured outputs, synchronous scheduling) there are
-none, so the last step's over-count hides among steps it does not report (issue 26: eagle3
-under a JSON schema, 7 of 8 requests equal to replay before this).
+1`` tokens, so a request's last token is always a step's own, and they count a stop token
+that ends the request as the step's own too, never as an accepted draft (drafting it saves
+no step: the target's own token at that position is the same stop token). vLLM's summary
+cannot tell these cases apart in general: its histogram counts only the steps that had
+drafts, and on a step whose drafts a grammar refused from the first token (structured
+outputs, synchronous scheduling) there are none, so the last step's over-count hides among
+steps it does not report (issue 26: eagle3 under a JSON schema, 7 of 8 requests equal to
+replay before the cut at ``max_tokens``; 5 of 8 once a head accepted the stop token as a
+draft, before the cut before stop tokens, 2026-12-07).
 
 Two users, one rule (:class:`RequestEnd`):
 
@@ -42,20 +45,22 @@ _CAPPED = "_autospec_drafts_capped"
 @dataclass(frozen=True)
 class RequestEnd:
     """How a row's request can end: ``left`` drafts before ``max_tokens`` (its last token is
-    the step's own); a draft in ``stops`` at index ``>= stops_from`` (``min_tokens`` out)
-    ends it."""
+    the step's own); a token in ``stops`` at draft index ``>= stops_from`` (``min_tokens``
+    out) ends it, and is left to the step's own token."""
 
     left: int
     stops: frozenset[int]
     stops_from: int
 
     def cut(self, draft: list[int]) -> list[int]:
-        """``draft`` no longer than ``left``, up to its first token that would end the
-        request (that one kept)."""
+        """``draft`` no longer than ``left``, and cut before its first token that would end
+        the request: were that stop token accepted, the target's own token in its place
+        would be the same one, so drafting it saves no step; left to the target, every
+        request ends on a step's own token, as autospec's engine and replay count it."""
         draft = draft[: max(0, self.left)]
         for j in range(self.stops_from, len(draft)):
             if draft[j] in self.stops:
-                return draft[: j + 1]
+                return draft[:j]
         return draft
 
 

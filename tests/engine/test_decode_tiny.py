@@ -186,7 +186,9 @@ def test_penalties_count_what_came_before_each_row_only():
 def test_drafts_accepted_past_the_end_are_not_counted_tiny_random_init():
     """EOS among a step's accepted drafts ends the output there: the drafts after it were
     never emitted and replay (which scores the logged ids) does not count them, so the live
-    count must not either (live τ would read above the shadow τ it is compared with)."""
+    count must not either (live τ would read above the shadow τ it is compared with). The
+    EOS itself counts as the step's own token, not an accepted draft (the target's own token
+    there is the same EOS): output tokens = 1 + steps + accepted, as for every request."""
     target = tiny_target(vocab_size=64, seed=0)
     plain = _target_only(target, PROMPTS[0]).token_ids
     end = next(j for j in (2, 3) if plain[j] not in plain[:j])  # inside step 1's 4 drafts
@@ -194,5 +196,6 @@ def test_drafts_accepted_past_the_end_are_not_counted_tiny_random_init():
     res = SpeculativeEngine(target, OracleSpeculator(plain), 4).generate(
         PROMPTS[0], SamplingParams(max_new_tokens=40))
     assert res.token_ids == plain[: end + 1]
-    assert res.stats.num_drafts == 1 and res.stats.num_accepted_tokens == end
-    assert res.stats.accepted_per_position == [1] * end + [0] * (4 - end)
+    assert res.stats.num_drafts == 1 and res.stats.num_accepted_tokens == end - 1
+    assert res.stats.accepted_per_position == [1] * (end - 1) + [0] * (5 - end)
+    assert len(res.token_ids) == 1 + res.stats.num_drafts + res.stats.num_accepted_tokens

@@ -61,6 +61,30 @@ def test_a_tree_replays_as_the_branch_serving_verifies_tiny_random_init(target, 
         assert shadow.accepted == live.stats.num_accepted_tokens
 
 
+@pytest.mark.parametrize("end", [1, 2, 4, 5])  # step 1 drafts out[1:5]: first, mid, last, bonus
+def test_an_output_ending_on_a_drafted_eos_replays_as_served_tiny_random_init(end):
+    """An oracle drafts the EOS that ends the output (at several places in a step): the
+    engine counts it as the step's own token, not an accepted draft (drafting it saves no
+    step), and replay, scoring the logged ids, counts the same; output tokens = 1 + steps +
+    accepted. Replay had counted the EOS accepted, one more than a stats row vLLM reports
+    once autospec's cap leaves stop tokens to the target (issue 26, under a JSON schema)."""
+    target = tiny_target(vocab_size=64, seed=0)
+    plain = SpeculativeEngine(target).generate(
+        PROMPTS[0], SamplingParams(max_new_tokens=12, ignore_eos=True)).token_ids
+    assert plain[end] not in plain[:end]  # the EOS ends the output there, not earlier
+    target.info = type(target.info)(**{**target.info.__dict__, "eos_token_ids": (plain[end],)})
+    params = SamplingParams(max_new_tokens=40)
+    spec = OracleSpeculator(plain)
+    live, req = _live(target, spec, PROMPTS[0], params, 4)
+    assert live.token_ids == plain[: end + 1] and live.finish_reason == "stop"
+    shadow = replay_request(target, spec, req, 4)
+    assert (shadow.steps, shadow.accepted) == (live.stats.num_drafts,
+                                               live.stats.num_accepted_tokens)
+    assert shadow.accepted_per_position == [float(a) for a in
+                                            live.stats.accepted_per_position]
+    assert len(live.token_ids) == 1 + live.stats.num_drafts + live.stats.num_accepted_tokens
+
+
 def test_oracle_replays_to_k_plus_one_and_random_to_about_one(target):
     k = 4
     params = SamplingParams(max_new_tokens=1 + 5 * (k + 1), ignore_eos=True)

@@ -139,8 +139,9 @@ def _runner(rows: list[tuple[int, int, int, set[int]]]) -> SimpleNamespace:
 def test_attached_it_drafts_no_further_than_the_request_can_go(tmp_path) -> None:
     """vLLM drafts k tokens even past ``max_tokens`` or a stop token and counts those the
     target would have accepted (then cuts them from the output); replay and autospec's engine
-    draft ``min(k, max_tokens - generated - 1)`` and count only emitted tokens. Attached to
-    the runner, the proposer drafts as they do, so vLLM's counts equal replay's."""
+    draft ``min(k, max_tokens - generated - 1)`` and count only emitted tokens, a stop token
+    ending the request as the step's own. Attached to the runner, the proposer drafts no
+    further and leaves stop tokens to the target, so vLLM's counts equal replay's."""
     from autospec.interop.vllm_worker import AutospecWorkerExtension
 
     spec = suffix_from_documents(_config(), DOCS)
@@ -155,7 +156,7 @@ def test_attached_it_drafts_no_further_than_the_request_can_go(tmp_path) -> None
     runner = _runner([
         (2, 7, 0, set()),  # 4 generated of 7: 2 drafts, the step's own token the 7th
         (2, 5, 0, set()),  # the next token is the last: no drafts
-        (2, 40, 0, {2}),  # a stop token among the drafts: kept, nothing after it
+        (2, 40, 0, {2}),  # a stop token among the drafts: left to the target, with all after
         (2, 40, 6, {2}),  # ... unless min_tokens are not out by then
         (2, 40, 0, {0}),  # max_tokens far, no stop drafted: all k
     ])
@@ -163,7 +164,7 @@ def test_attached_it_drafts_no_further_than_the_request_can_go(tmp_path) -> None
     worker.model_runner.input_batch, worker.model_runner.requests = \
         runner.input_batch, runner.requests
     AutospecWorkerExtension.autospec_load_index(worker, str(tmp_path), sums)  # attaches
-    assert proposer.propose(sampled, n, ids) == [[1, 2], [], [1, 2], [1, 2, 3, 4],
+    assert proposer.propose(sampled, n, ids) == [[1, 2], [], [1], [1, 2, 3, 4],
                                                  [1, 2, 3, 4]]
 
 

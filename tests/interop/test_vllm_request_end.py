@@ -22,13 +22,15 @@ from autospec.interop.vllm_request_end import RequestEnd, cap_drafts, cut_rows, 
 EOS = 2
 
 
-def test_cut_stops_at_max_tokens_and_after_a_stop_token() -> None:
+def test_cut_stops_at_max_tokens_and_before_a_stop_token() -> None:
     end = RequestEnd(left=2, stops=frozenset({EOS}), stops_from=0)
     assert end.cut([5, 6, 7, 8]) == [5, 6]
-    assert RequestEnd(left=4, stops=frozenset({EOS}), stops_from=0).cut([5, EOS, 7]) == [5, EOS]
+    # the stop token is left to the target: its own token there is the same one
+    assert RequestEnd(left=4, stops=frozenset({EOS}), stops_from=0).cut([5, EOS, 7]) == [5]
+    assert RequestEnd(left=4, stops=frozenset({EOS}), stops_from=0).cut([EOS, 7]) == []
     # a stop before min_tokens are out does not end the request
     assert RequestEnd(left=4, stops=frozenset({EOS}), stops_from=2).cut([EOS, 6, EOS, 9]) \
-        == [EOS, 6, EOS]
+        == [EOS, 6]
     assert RequestEnd(left=0, stops=frozenset(), stops_from=0).cut([5]) == []
     assert RequestEnd(left=-1, stops=frozenset(), stops_from=0).cut([5]) == []
 
@@ -74,7 +76,7 @@ def test_cap_drafts_cuts_each_request_and_only_once() -> None:
     assert cap_drafts(runner) is False
     got = runner.take_draft_token_ids()
     assert isinstance(got, _Drafts) and got.req_ids == ["a", "b", "c"]
-    assert got.draft_token_ids == [[7, 7], [5, EOS], []]
+    assert got.draft_token_ids == [[7, 7], [5], []]
 
 
 def test_rows_of_requests_gone_are_kept() -> None:

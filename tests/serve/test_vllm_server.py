@@ -918,16 +918,17 @@ def test_from_config_puts_a_vllm_replica_together(fake_engines, tiny_llm, sqlite
         get_settings.cache_clear()
 
 
-def test_vllm_stats_keep_a_stop_token_accepted_as_a_draft():
-    # 3 steps at k=3, each drafting: 3 accepted, 1, then 2 with the second the EOS (replay
-    # counts it accepted); emitted 1 + 4 + 2 + 2 = 9 tokens: the last step has no bonus
+def test_vllm_stats_count_a_stop_token_accepted_as_a_draft_as_the_steps_own():
+    # 3 steps at k=3, each drafting: 3 accepted, 1, then 2 with the second the EOS; emitted
+    # 1 + 4 + 2 + 2 = 9 tokens. The EOS is the last step's own token (the target's own there
+    # is the same EOS), as autospec's engine and replay count it: 1 + 3 + 5 = 9
     metrics = FakeSpecMetrics([0, 1, 1, 1], 9)
-    stats = vllm_stats(_completion(list(range(9)), "stop", metrics), prompt_tokens=4, k=3,
-                       ttft_s=0.1, total_s=1.0)
-    assert stats.num_accepted_tokens == 6 and stats.accepted_per_position == [3, 2, 1]
-    cut = vllm_stats(_completion(list(range(9)), "length", metrics), prompt_tokens=4, k=3,
-                     ttft_s=0.1, total_s=1.0)
-    assert cut.num_accepted_tokens == 5  # at max_tokens the last step's bonus was emitted
+    for finish in ("stop", "length"):
+        stats = vllm_stats(_completion(list(range(9)), finish, metrics), prompt_tokens=4,
+                           k=3, ttft_s=0.1, total_s=1.0)
+        assert (stats.num_drafts, stats.num_accepted_tokens) == (3, 5)
+        assert sum(stats.accepted_per_position) == 5
+        assert stats.output_tokens == 1 + stats.num_drafts + stats.num_accepted_tokens
 
 
 def test_a_request_vllm_ended_for_repetition_is_served_and_logged():

@@ -6,14 +6,16 @@ traffic row's and the response's acceptance fields). vLLM's summary is a histogr
 drafts per verify step that had drafts; autospec's per-position counts follow from it
 (position i accepted in every step that accepted more than i drafts), and its step count
 (every verify step, drafts or not, as autospec's engine and replay count) from the output
-length. vLLM counts a last step's drafts accepted past ``max_tokens`` or EOS and then cuts
-them from the output; autospec counts only what was emitted (a stop token accepted as a draft
-included), so the accepted count is clipped to what the emitted tokens allow (see
+length. vLLM counts a last step's drafts accepted past ``max_tokens`` or a stop and then
+cuts them from the output; autospec counts only what was emitted, and a request's last token
+as its step's own, never as an accepted draft (a stop token accepted as a draft included:
+the target's own token there is the same), so ``output tokens = 1 + steps + accepted``
+holds for every request and the accepted count is clipped to what it allows (see
 docs/vllm.md, "Same proposals"). The clip is exact when every step drafted (an EAGLE head's);
 with steps that drafted nothing (an n-gram that found no match, or a grammar that refused a
 step's first draft) it is only a bound, which is why the engines autospec starts draft no
-further than the request can go (:mod:`autospec.interop.vllm_request_end`): their counts
-need no clip.
+further than the request can go and leave stop tokens to the target
+(:mod:`autospec.interop.vllm_request_end`): their counts need no clip.
 """
 
 from __future__ import annotations
@@ -83,10 +85,8 @@ def vllm_stats(output: Any, *, prompt_tokens: int, k: int, ttft_s: float,
     histogram = list(metrics.histogram)
     drafted_steps = sum(histogram)
     reported = sum(j * count for j, count in enumerate(histogram))
-    # each drafted step emits its accepted drafts + 1, but a stop token accepted as a draft
-    # ends the request without that one: a stop allows one more
-    stopped = int(getattr(output, "finish_reason", None) == "stop")
-    accepted = min(reported, max(0, n_out - 1 - drafted_steps + stopped))  # cut from output
+    # every step emits its accepted drafts + 1, the last one's last token its own
+    accepted = min(reported, max(0, n_out - 1 - drafted_steps))  # cut from output
     excess = reported - accepted
     per_position = [sum(histogram[j] for j in range(i + 1, len(histogram))) for i in range(k)]
     while excess > 0 and any(per_position):  # take the excess from the deepest first
