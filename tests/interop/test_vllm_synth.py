@@ -3,11 +3,10 @@
 Float32 and greedy, so vLLM's answers must equal the native batch's token for token (EOS
 included where it ended an answer); the rows carry the run's engine-independent marks. One
 vLLM engine start, eager (``--vllm-option enforce_eager=true``: the default compiles the
-model with inductor first, ~2 more minutes on 2 CPU cores; tests of that path are
-tests/interop/test_vllm_equivalence.py and tests/serve/test_vllm_prefix_reset.py). The
-command runs in its own process, as a user runs it: an in-process vLLM engine leaves torch
-state behind (compiled graphs, dispatch and grad modes) that other tests of this process must
-not inherit.
+model with inductor first, ~2 more minutes on 2 CPU cores; tests/serve/test_vllm_prefix_reset.py
+runs that path on a tiny target). The command runs in its own process, as a user
+runs it: an in-process vLLM engine leaves torch state behind (compiled graphs, dispatch
+and grad modes) that other tests of this process must not inherit.
 """
 
 from __future__ import annotations
