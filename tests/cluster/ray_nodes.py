@@ -32,12 +32,15 @@ CLUSTER_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 class TwoNodeCluster:
-    """Head and worker node processes; ``address`` is ``127.0.0.1:<gcs port>``."""
+    """Head and worker node processes; ``address`` is ``127.0.0.1:<gcs port>``,
+    ``client_address`` the head's Ray Client server (``ray://127.0.0.1:<port>``)."""
 
     def __init__(self, *, cpus_per_node: float = 2, log_dir: Path) -> None:
         self.temp_dir = f"/tmp/ras-{uuid.uuid4().hex[:8]}"  # short: socket path limits
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.client_port = free_port()  # not Ray's 10001: another cluster may hold it
+        self.client_address = f"ray://127.0.0.1:{self.client_port}"
         self.cpus, self.log_dir = cpus_per_node, log_dir
         self.procs: list[subprocess.Popen] = []
 
@@ -53,7 +56,8 @@ class TwoNodeCluster:
 
     def start(self, timeout_s: float = 180, *, worker: bool = True) -> None:
         """The head node (up when this returns), then — unless ``worker=False`` — the worker."""
-        self._start("head_node", ["--head", f"--port={self.port}", "--include-dashboard=false"])
+        self._start("head_node", ["--head", f"--port={self.port}", "--include-dashboard=false",
+                                  f"--ray-client-server-port={self.client_port}"])
         self._wait(lambda: self._status_ok(), timeout_s, "the head node")
         if worker:
             self._start("worker_node", [f"--address={self.address}"])

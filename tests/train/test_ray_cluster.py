@@ -1,7 +1,8 @@
 """Ray Train on a Ray cluster this process did not start (a ``ray start --head`` process):
-joined through ``RAY_ADDRESS`` (library) and through ``autospec train --address`` (CLI). The
+joined through ``RAY_ADDRESS`` (library) and through ``autospec train --address`` (CLI, a
+GCS address and the head's ``ray://`` Ray Client address). The
 run registers its candidate, the driver is connected to that cluster (not to a new local
-Ray), and the cluster is still up afterwards. Slow (a Ray node starts; two Ray Train runs)."""
+Ray), and the cluster is still up afterwards. Slow (a Ray node starts; three Ray Train runs)."""
 
 from __future__ import annotations
 
@@ -101,9 +102,14 @@ def test_ray_train_joins_the_cluster_named_by_ray_address(head, db_with_traffic,
     assert head.alive()  # the driver left; the cluster it joined stays up
 
 
-def test_cli_train_address_runs_ray_train_on_that_cluster(head, db_with_traffic,
-                                                          sqlite_url) -> None:
-    got = _drive(_CLI, head.address, env={"AUTOSPEC_DATABASE_URL": sqlite_url})
+@pytest.mark.parametrize("client", [False, True], ids=["gcs", "ray-client"])
+def test_cli_train_address_runs_ray_train_on_that_cluster(head, db_with_traffic, sqlite_url,
+                                                          client) -> None:
+    """``--address host:port`` joins as a driver on the cluster; ``--address ray://...``
+    through the head's Ray Client server (a driver off the cluster, as from a laptop to
+    KubeRay), where Ray Train's controller and workers run on the cluster."""
+    address = head.client_address if client else head.address
+    got = _drive(_CLI, address, env={"AUTOSPEC_DATABASE_URL": sqlite_url})
     assert got["version"].startswith("eagle3-") and got["workers"] == 2
     assert got["gcs"].rsplit(":", 1)[1] == str(head.port)
     assert head.alive()
