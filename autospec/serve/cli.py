@@ -286,9 +286,9 @@ def deploy(config: ServeConfig, *, host: str, port: int, address: str | None,
            expose_ray: bool = False) -> str:
     """Start (on loopback unless ``expose_ray``: :mod:`autospec.raylocal`) or join Ray, run
     the application, wait (bounded) until ready; return its URL."""
-    import ray
     from ray import serve
 
+    from autospec.rayjoin import join
     from autospec.raylocal import start_local
     from autospec.serve.app import APP_NAME, build_app
 
@@ -297,8 +297,8 @@ def deploy(config: ServeConfig, *, host: str, port: int, address: str | None,
         start_local(expose=expose_ray, namespace="autospec", ignore_reinit_error=True)
     else:
         try:
-            ray.init(address=address, namespace="autospec", ignore_reinit_error=True,
-                     include_dashboard=False)
+            join(address, namespace="autospec", ignore_reinit_error=True,
+                 include_dashboard=False)
         except ConnectionError as exc:  # no cluster there (ray.init's own words say so)
             raise typer.BadParameter(f"{address!r}: {exc}", param_hint="--address") from None
     _signals_interrupt()  # ray.init installs its own SIGTERM handler (sys.exit): ours again

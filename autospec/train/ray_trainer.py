@@ -97,6 +97,8 @@ def connect_ray(*, address: str | None = None, workers: int = 2) -> str:
     :class:`TrainingError`."""
     import ray
 
+    from autospec.rayjoin import join
+
     if ray.is_initialized():
         return "existing"
     address = address or os.environ.get("RAY_ADDRESS") or None
@@ -107,7 +109,7 @@ def connect_ray(*, address: str | None = None, workers: int = 2) -> str:
         return "started"
     check_reachable(address)
     try:  # an existing cluster: its resources are its own (no num_cpus here)
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        join(address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise TrainingError(f"cannot join the Ray cluster at {address}: "
                             f"{str(exc).strip().splitlines()[0] if str(exc) else exc!r}") from exc

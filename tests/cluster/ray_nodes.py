@@ -97,7 +97,16 @@ class TwoNodeCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)  # its own session: only this node
         self._kill_leftovers()
+        self._keep_logs()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def _keep_logs(self) -> None:
+        """The nodes' own logs (Ray Client servers' included) into ``log_dir``, which the
+        test keeps: the temp dir goes with the cluster."""
+        logs = Path(self.temp_dir) / "session_latest" / "logs"
+        with contextlib.suppress(OSError):
+            shutil.copytree(logs, self.log_dir / "ray-session-logs", dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("*.sock", "events"))
 
     def _kill_leftovers(self) -> None:
         """Processes of this cluster still alive (matched by our unique temp dir), by PID."""

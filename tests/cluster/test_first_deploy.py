@@ -1,8 +1,9 @@
 """The runbook's first deploy, followed as written on a local two-node Ray cluster with
 PostgreSQL (issue 31, item 6): ``autospec db upgrade``, ``autospec serve --address …
---detach --replicas 2``, the smoke test, the traffic the first cycle needs, one controller
-cycle with the shipped ``default`` policy (``controller once``: the cycle the controller
-unit's ``controller run`` starts on schedule) and the promotion reaching the replicas.
+--detach --replicas 2`` (through the head's ``ray://`` address), the smoke test, the
+traffic the first cycle needs, one controller cycle with the shipped ``default`` policy
+(``controller once``: the cycle the controller unit's ``controller run`` starts on schedule)
+and the promotion reaching the replicas.
 Every step is the ``autospec`` command line in its own process, as an operator runs it; no
 shipped file is edited. The two ``ray start`` nodes stand for ``ray up ops/cluster.yaml``.
 
@@ -80,10 +81,12 @@ def test_the_runbooks_first_deploy_reaches_a_promotion(cluster, postgres_url: st
     # 1. the schema, once per release (only `db upgrade` migrates PostgreSQL)
     run("db", "upgrade")
     assert run.json("db", "current", ok=(0,))["state"] == "current"
-    # 2. replicas on the cluster, detached
+    # 2. replicas on the cluster, detached; deployed from off the cluster, through the head's
+    # Ray Client server (ray://), as from an operator's laptop (autospec.rayjoin tries again
+    # where Ray's client server loses the connection's own server as it starts)
     target = [] if REAL else ["--target", str(make_tiny_model_dir(tmp_path / "model")),
                               "--dtype", "float32"]
-    run("serve", "--address", cluster.address, "--detach", "--replicas", "2",
+    run("serve", "--address", cluster.client_address, "--detach", "--replicas", "2",
         "--port", str(port), *target)
     # 3. the smoke test: every request answered, traffic logged, builtin-ngram live
     smoke = tmp_path / "smoke.json"
