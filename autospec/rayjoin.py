@@ -5,8 +5,8 @@ the connection's own (its "specific server") for each driver. Ray starts that se
 ``fork()`` from a process busy with gRPC threads, and the child sometimes dies at once
 (gRPC's ``Check failed: next_worker->state == KICKED``, its log files empty): ``ray.init``
 then fails with ``Initialization failure from server ... Starting Ray client server
-failed`` (ray-project/ray#63202, open for Ray 2.60; ~7 % of connections there, 2 in 8 and
-1 in 3 on this 2-core machine). Nothing was started for the driver, so :func:`join` tries
+failed`` (ray-project/ray#63202, open for Ray 2.60; ~7 % of connections there, 5 of 32
+on a 2-core machine, docs/gpu.md). Nothing was started for the driver, so :func:`join` tries
 again, up to :data:`CLIENT_TRIES` times, saying so; every other failure is the caller's.
 """
 

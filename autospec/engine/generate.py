@@ -121,11 +121,11 @@ class SpeculativeEngine:
         accepted: list[int] = []
         while True:
             new, finish = stopper.settle(out_ids, new)
-            kept = min(len(accepted), len(new) - 1) if finish else len(accepted)
+            kept = max(0, min(len(accepted), len(new) - 1)) if finish else len(accepted)
             if kept < len(accepted):  # the output ended at one of the accepted drafts: the
                 # drafts after it were never emitted, and the last token counts as the
                 # step's own (the target's token there is the same), as replay counts it
-                stats.uncount_accepted(len(accepted), max(0, kept))
+                stats.uncount_accepted(len(accepted), kept)
             out_ids.extend(new)
             if new:
                 yield new
